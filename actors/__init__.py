@@ -1,0 +1,1 @@
+"""The daemon's actors: one module per actor (feed, match, sender, orchestrator, jobs)."""

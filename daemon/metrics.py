@@ -1,0 +1,98 @@
+"""Every Prometheus metric the daemon exports, in one registry.
+
+Metrics are defined here, once, so that names and labels stay consistent across actors; actors import the
+objects they update. The admin socket's ``metrics`` command renders ``REGISTRY`` in the text format.
+Label values are bounded: match ids (5-20 live at once), table and operation names, endpoint names, outcomes.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# --- APNs -----------------------------------------------------------------------------------------------
+PUSHES = Counter(
+    "sightscreen_pushes",
+    "Pushes by kind (start, update, end, alert) and outcome (accepted, rejected, failed)",
+    ["kind", "outcome"],
+    registry=REGISTRY,
+)
+PUSH_LATENCY = Histogram(
+    "sightscreen_push_latency_seconds",
+    "From a push entering the sender's inbox to APNs's answer",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY,
+)
+APNS_CONNECTIONS = Gauge(
+    "sightscreen_apns_connections", "Open HTTP/2 connections to APNs", registry=REGISTRY
+)
+APNS_STREAMS = Gauge("sightscreen_apns_streams_in_flight", "HTTP/2 streams open to APNs", registry=REGISTRY)
+DEAD_TOKENS = Counter(
+    "sightscreen_dead_tokens", "Tokens APNs rejected for good, by reason", ["reason"], registry=REGISTRY
+)
+
+# --- Match actors --------------------------------------------------------------------------------------
+TICKS = Counter("sightscreen_ticks", "Match actor ticks", ["match_id"], registry=REGISTRY)
+TICK_DURATION = Histogram(
+    "sightscreen_tick_duration_seconds",
+    "Time a match actor spends on one tick (diff, persist, hand-off)",
+    ["match_id"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+DYNAMODB_CALLS_PER_TICK = Histogram(
+    "sightscreen_dynamodb_calls_per_tick",
+    "DynamoDB calls one match tick made (bounded whatever the number of followers)",
+    buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50),
+    registry=REGISTRY,
+)
+KEY_EVENTS = Counter("sightscreen_key_events", "Key events pushed, by type", ["type"], registry=REGISTRY)
+OWNED_MATCHES = Gauge("sightscreen_owned_matches", "Matches this instance owns", registry=REGISTRY)
+
+# --- SportMonks ----------------------------------------------------------------------------------------
+SPORTMONKS_CALLS = Counter(
+    "sightscreen_sportmonks_calls",
+    "SportMonks calls by endpoint and outcome (ok, error, retry, skipped_budget, skipped_breaker)",
+    ["endpoint", "outcome"],
+    registry=REGISTRY,
+)
+SPORTMONKS_BUDGET_REMAINING = Gauge(
+    "sightscreen_sportmonks_budget_remaining",
+    "Calls left in the current hourly window, per endpoint",
+    ["endpoint"],
+    registry=REGISTRY,
+)
+SPORTMONKS_BREAKER_STATE = Gauge(
+    "sightscreen_sportmonks_breaker_open",
+    "1 while the SportMonks circuit breaker is open, 0.5 half-open, 0 closed",
+    registry=REGISTRY,
+)
+
+# --- DynamoDB ------------------------------------------------------------------------------------------
+DYNAMODB_CALLS = Counter(
+    "sightscreen_dynamodb_calls",
+    "DynamoDB calls by table and operation",
+    ["table", "operation"],
+    registry=REGISTRY,
+)
+DYNAMODB_ERRORS = Counter(
+    "sightscreen_dynamodb_errors",
+    "DynamoDB calls that raised, by table, operation and error code",
+    ["table", "operation", "code"],
+    registry=REGISTRY,
+)
+
+# --- Ownership and supervision ---------------------------------------------------------------------------
+LOCK_RENEWALS = Counter(
+    "sightscreen_lock_renewals", "Lock renewals by outcome (ok, lost, error)", ["outcome"], registry=REGISTRY
+)
+LOCK_LOSSES = Counter("sightscreen_lock_losses", "Leases lost by a match actor", registry=REGISTRY)
+ACTOR_RESTARTS = Counter(
+    "sightscreen_actor_restarts", "Actor restarts by the supervisor", ["actor"], registry=REGISTRY
+)
+
+
+def render() -> bytes:
+    """The registry in Prometheus text exposition format."""
+    return generate_latest(REGISTRY)

@@ -1,0 +1,104 @@
+"""moto's DynamoDB server on loopback, single-threaded, as a child process.
+
+The stock ``moto_server`` and ``ThreadedMotoServer`` serve each request on its own thread and lose
+conditional updates when clients write at the same time (see the project's DynamoDB notes, section 5). We
+run the same WSGI app with ``threaded=False`` so requests are serialised, which makes conditional writes
+linearizable - what the lock and fencing tests need. It is a separate process so that the daemon's trio
+loop and the server never share a GIL-bound thread pool.
+
+Used by ``sightscreen demo`` and by the test session; never by production.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+_SERVER_CODE = r"""
+import sys
+from werkzeug.serving import run_simple, WSGIRequestHandler
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from moto.server import MotoRequestHandler
+
+class Quiet(MotoRequestHandler):
+    def log_request(self, *a, **k):
+        pass
+
+run_simple(sys.argv[1], int(sys.argv[2]), DomainDispatcherApplication(create_backend_app),
+           threaded=False, request_handler=Quiet)
+"""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class MotoServer:
+    """A single-threaded moto DynamoDB server. ``start()`` returns once it answers; ``stop()`` kills it."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> MotoServer:
+        if not self.port:
+            self.port = free_port(self.host)
+        env = dict(os.environ)
+        env.setdefault("AWS_ACCESS_KEY_ID", "testing")
+        env.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER_CODE, self.host, str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # Ctrl-C in a terminal goes to our process, which stops the server itself
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moto server exited with code {self.proc.returncode} before answering")
+            try:
+                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
+                    return self
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"moto server did not answer on {self.url} within {timeout}s")
+
+    def reset(self) -> None:
+        """Wipe every table (between tests)."""
+        req = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc = None
+
+    def __enter__(self) -> MotoServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

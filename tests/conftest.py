@@ -1,0 +1,57 @@
+"""Fixtures shared by the whole suite.
+
+- ``moto_server``: one single-threaded moto DynamoDB server on loopback for the session (a real server,
+  not in-process patching). Tests isolate themselves with a unique table prefix (``table_prefix``), so no
+  reset is needed between tests and tests may run in any order.
+- ``shared_data``: the folder of real SportMonks responses beside the project; tests that need it skip,
+  saying why, where it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.store.local import MotoServer
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("SIGHTSCREEN_SHARED_DATA", PROJECT_ROOT.parent / "shared" / "data"))
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    server = MotoServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def table_prefix() -> str:
+    """A prefix unique to this test, so tests share one moto server without seeing each other's tables."""
+    return f"t{uuid.uuid4().hex[:10]}-"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    folder = SHARED_DATA / "sportmonks"
+    if not folder.is_dir():
+        pytest.skip(f"real SportMonks payloads not found at {folder} (../shared/data is absent)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def real_fixture_path(shared_data: Path) -> Path:
+    path = shared_data / "sportmonks" / "fixture-71344-pak-v-sl-t20i-2026-10-09-live-2nd-innings.json"
+    if not path.is_file():
+        pytest.skip(f"real fixture payload {path.name} not found in {path.parent}")
+    return path
