@@ -1,0 +1,1 @@
+"""Background jobs run as actors under the supervisor: fixture sync, reference sync, prematch notifications."""
