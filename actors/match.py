@@ -1,0 +1,533 @@
+"""MatchActor: everything about one live match, owned by exactly one instance at a time.
+
+The actor owns, for its match:
+- the lock lease (``cricket-locks``, ``match:{id}``): renewed every ``lease_s * renew_fraction``; when a renewal
+  is refused, or the lease would run out (by this process's monotonic clock, less the configured clock-skew
+  bound) before a renewal succeeded, the actor raises ``LeaseLost`` and stops before pushing anything more;
+- the previous state it diffs against (``active-matches``), loaded at start and written after every tick with
+  a write fenced on ``instanceId = me AND ownerEpoch = epoch`` — a paused instance that lost its lease cannot
+  overwrite the new owner; a fenced write that fails stops the actor the same way;
+- its cooldowns (part of the engine's state);
+- the match's Live Activity sessions and followers, held in memory and refreshed every ``session_refresh_s``,
+  so a tick costs a bounded number of DynamoDB calls whatever the number of followers;
+- self-healing: followers without an active session get a push-to-start, rate-limited per device.
+
+Each tick: the Feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> one payload per
+perspective team -> pushes to the shared sender over its bounded inbox -> wait for APNs's results -> persist the
+new state (fenced) -> publish the display state for the API side (``cricket-fixtures`` live fields,
+``DisplayStateCache``). Pushing before persisting means a crash can repeat a push but never lose one; the
+repeat is harmless on the device (the same ``timestamp`` for an update, the same collapse id for an alert).
+
+At match end: ``end`` (with a dismissal date) to every session, sessions marked ended, follows removed, the
+match deactivated in ``active-matches`` and the lock released. A restarted or new owner that finds the
+persisted phase already terminal runs the same end sequence again (each step is idempotent).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import trio
+
+from actors.janitor import TokenRef
+from actors.settings import MatchActorSettings, OrchestratorSettings
+from daemon.apns.types import Push
+from daemon.cricket import payloads
+from daemon.cricket.engine import TickResult, process_tick
+from daemon.cricket.settings import EngineSettings
+from daemon.cricket.snapshot import MatchSnapshot, snapshot_from_fixture
+from daemon.cricket.state import MatchState
+from daemon.logs import get_logger
+from daemon.metrics import (
+    DYNAMODB_CALLS_PER_TICK,
+    KEY_EVENTS,
+    LOCK_LOSSES,
+    LOCK_RENEWALS,
+    TICK_DURATION,
+    TICKS,
+)
+from daemon.store.dynamo import count_calls
+
+TERMINAL_PHASES = frozenset({"completed", "abandoned"})
+
+
+class LeaseLost(Exception):
+    """This instance no longer owns the match: stop at once, push nothing more. Not a crash."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One tick's hand-off, as the demo and the admin socket show it."""
+
+    match_id: str
+    kind: str  # "update" | "end" | "start"
+    over: str
+    score: str
+    event: str | None
+    event_types: tuple[str, ...]
+    priority: int
+    tokens: int
+    accepted: int
+    rejected: int
+    failed: int
+    at: float = field(default_factory=time.time)
+
+
+@dataclass
+class Session:
+    visitor_key: str
+    user_id: str
+    token: str
+
+
+def lock_key(match_id: str) -> str:
+    return f"match:{match_id}"
+
+
+class MatchActor:
+    def __init__(
+        self,
+        match_id: str,
+        *,
+        instance_id: str,
+        epoch: int,
+        repos: Any,
+        feed: Any,
+        sender: Any,
+        topic: str,
+        marquee: bool,
+        engine_settings: EngineSettings,
+        settings: MatchActorSettings,
+        lease: OrchestratorSettings,
+        on_delivery: Callable[[Delivery], None] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.match_id = match_id
+        self.instance_id = instance_id
+        self.epoch = epoch
+        self._repos = repos
+        self._feed = feed
+        self._sender = sender
+        self._topic = topic
+        self.marquee = marquee
+        self._engine_settings = engine_settings
+        self._settings = settings
+        self._lease = lease
+        self._on_delivery = on_delivery
+        self._now = wall_clock
+        self.log = get_logger("match", match_id=match_id)
+
+        self.state: MatchState | None = None
+        self.sessions: dict[str, Session] = {}
+        self.follower_team: dict[str, str] = {}
+        self._lease_until = -math.inf
+        self._last_display: dict[str, Any] | None = None
+        self._last_snapshot: MatchSnapshot | None = None
+        self._push_to_start_sent: dict[str, float] = {}
+        self._sessions_loaded = trio.Event()
+        self._first_display = trio.Event()
+        # introspection for the admin socket
+        self.last_tick_at: float | None = None
+        self.last_tick_lag_s: float | None = None
+        self.ticks = 0
+        self.last_events: list[dict[str, Any]] = []
+        self.phase: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        await self._renew_once()  # a restarted incarnation must prove it still holds the lease
+        item = await self._repos.active_matches.get_active_match_state(self.match_id)
+        if (
+            item is None
+            or item.get("instanceId") != self.instance_id
+            or int(item.get("ownerEpoch", 0)) != self.epoch
+        ):
+            raise LeaseLost("active-matches record is owned by another instance or epoch")
+        if item.get("status") == "ended":
+            await self._release_lock()
+            task_status.started()
+            return
+        self.state = MatchState.from_item(item) if item.get("matchPhase") else None
+        self.phase = self.state.match_phase if self.state else None
+        self.log.info("match_actor_started", epoch=self.epoch, resumed=self.state is not None)
+
+        updates = self._feed.subscribe(self.match_id, marquee=self.marquee)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._renew_loop)
+                nursery.start_soon(self._refresh_loop)
+                nursery.start_soon(self._heal_loop)
+                await self._sessions_loaded.wait()
+                task_status.started()
+                async for update in updates:
+                    if await self._on_update(update):
+                        break
+                nursery.cancel_scope.cancel()
+        finally:
+            self._feed.unsubscribe(self.match_id)
+
+    # ------------------------------------------------------------------ the lease
+    def _assert_lease(self) -> None:
+        if trio.current_time() >= self._lease_until:
+            LOCK_LOSSES.inc()
+            raise LeaseLost("lease ran out before it was renewed")
+
+    async def _renew_once(self) -> None:
+        started = trio.current_time()
+        ok = await self._repos.locks.extend(lock_key(self.match_id), self.instance_id, self._lease.lease_s)
+        if not ok:
+            LOCK_RENEWALS.labels("lost").inc()
+            LOCK_LOSSES.inc()
+            raise LeaseLost("lock is held by another instance")
+        LOCK_RENEWALS.labels("ok").inc()
+        # Count from when the request left, not when it came back: the server may have written it at once.
+        self._lease_until = started + self._lease.lease_s - self._lease.clock_skew_bound_s
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await trio.sleep(self._lease.renew_every_s)
+            while True:
+                remaining = self._lease_until - trio.current_time()
+                if remaining <= 0:
+                    LOCK_LOSSES.inc()
+                    raise LeaseLost("could not renew the lease before it ran out")
+                try:
+                    with trio.fail_after(max(remaining, 0.01)):
+                        await self._renew_once()
+                    break
+                except (trio.TooSlowError, OSError, RuntimeError) as exc:
+                    LOCK_RENEWALS.labels("error").inc()
+                    self.log.warning("lease_renewal_failed", error=repr(exc))
+                    await trio.sleep(min(0.5, max(self._lease_until - trio.current_time(), 0)))
+                except LeaseLost:
+                    raise
+                except Exception as exc:  # botocore errors: retry until the lease runs out
+                    LOCK_RENEWALS.labels("error").inc()
+                    self.log.warning("lease_renewal_failed", error=repr(exc))
+                    await trio.sleep(min(0.5, max(self._lease_until - trio.current_time(), 0)))
+
+    async def _release_lock(self) -> None:
+        try:
+            await self._repos.locks.release(lock_key(self.match_id), self.instance_id)
+        except Exception as exc:
+            self.log.warning("lock_release_failed", error=repr(exc))
+
+    # ------------------------------------------------------------------ sessions and followers
+    async def refresh_sessions(self) -> None:
+        sessions = await self._repos.live_activities.get_all_la_sessions_for_match(self.match_id)
+        followers = await self._repos.follows.get_followers_for_match(self.match_id)
+        fresh: dict[str, Session] = {}
+        for item in sessions:
+            token = item.get("updateToken")
+            if item.get("status", "active") != "active" or not token:
+                continue
+            key = str(item["visitorKey"])
+            fresh[key] = Session(key, str(item.get("userId") or key.split("#", 1)[0]), str(token))
+        self.sessions = fresh
+        self.follower_team = {str(f["userId"]): str(f.get("teamId") or "") for f in followers}
+        self._sessions_loaded.set()
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            try:
+                await self.refresh_sessions()
+            except Exception as exc:  # keep the last good view; try again next round
+                self.log.warning("session_refresh_failed", error=repr(exc))
+                self._sessions_loaded.set()
+            await trio.sleep(self._settings.session_refresh_s)
+
+    # ------------------------------------------------------------------ ticks
+    async def _on_update(self, update: Any) -> bool:
+        """Handle one feed update; True once the match has ended and been wound up."""
+        if update.error or update.fixture is None:
+            self.log.warning("feed_update_unusable", error=update.error)
+            return False
+        try:
+            snapshot = snapshot_from_fixture(update.fixture)
+        except Exception as exc:  # malformed tick: keep the last good state, skip this one
+            self.log.warning("fixture_rejected", error=str(exc))
+            return False
+        with count_calls() as calls:
+            started = trio.current_time()
+            result = process_tick(
+                self.state, snapshot, now=self._now(), marquee=self.marquee, settings=self._engine_settings
+            )
+            self._last_snapshot = snapshot
+            if result.display:
+                self._last_display = dict(result.display)
+                self._first_display.set()
+            terminal = result.ended or result.phase in TERMINAL_PHASES
+            if terminal:
+                await self._finish(result, snapshot)
+                return True
+            if result.display_changed or result.events:
+                await self._deliver(result, snapshot, kind="update")
+            if result.state != self.state:
+                await self._persist(result)
+            if result.display_changed:
+                await self._publish_display(result, snapshot)
+            self.state = result.state
+            self.phase = result.phase
+            elapsed = trio.current_time() - started
+        self.ticks += 1
+        self.last_tick_at = self._now()
+        self.last_tick_lag_s = max(0.0, self.last_tick_at - update.fetched_at)
+        TICKS.labels(self.match_id).inc()
+        TICK_DURATION.labels(self.match_id).observe(elapsed)
+        DYNAMODB_CALLS_PER_TICK.observe(calls.n)
+        return False
+
+    def _content_for(self, display: Any, user_id: str) -> dict[str, Any]:
+        team = self.follower_team.get(user_id, "")
+        if team and team in display:
+            return dict(display[team])
+        return dict(display.get("neutral") or next(iter(display.values())))
+
+    def _perspective(self, user_id: str, display: Any) -> str:
+        team = self.follower_team.get(user_id, "")
+        return team if team and team in display else "neutral"
+
+    async def _deliver(self, result: TickResult, snapshot: MatchSnapshot, *, kind: str) -> Delivery:
+        display = result.display
+        now = self._now()
+        by_perspective: dict[str, bytes] = {}
+        for key, content in display.items():
+            if kind == "end":
+                by_perspective[key] = payloads.end_payload(
+                    dict(content),
+                    timestamp=result.timestamp,
+                    dismissal_date=int(now) + self._settings.dismissal_after_s,
+                )
+            else:
+                stale = int(now) + self._settings.stale_after_s if self._settings.stale_after_s else None
+                by_perspective[key] = payloads.update_payload(
+                    dict(content),
+                    timestamp=result.timestamp,
+                    event=result.best,
+                    events=result.events,
+                    stale_date=stale,
+                )
+        priority = 10 if kind == "end" else payloads.apns_priority(result.best)
+        sessions = list(self.sessions.values())
+        pushes = [
+            Push(
+                token=s.token,
+                push_type="liveactivity",
+                topic=self._topic,
+                payload=by_perspective[self._perspective(s.user_id, display)],
+                priority=priority,
+                kind=kind,
+                context=TokenRef("la", self.match_id, visitor_key=s.visitor_key, user_id=s.user_id),
+            )
+            for s in sessions
+        ]
+        counts = await self._push_all(pushes)
+        for event in result.events:
+            KEY_EVENTS.labels(event.type).inc()
+        self.last_events = (
+            [{"type": e.type, "subject": e.subject, "ball": e.ball_id, "text": e.text} for e in result.events]
+            + self.last_events
+        )[:20]
+        neutral = display.get("neutral") or {}
+        delivery = Delivery(
+            match_id=self.match_id,
+            kind=kind,
+            over=str(neutral.get("overs", "")),
+            score=str(neutral.get("score", "")),
+            event=result.best.text if result.best else None,
+            event_types=tuple(e.type for e in result.events),
+            priority=priority,
+            tokens=len(pushes),
+            **counts,
+        )
+        if self._on_delivery is not None:
+            self._on_delivery(delivery)
+        return delivery
+
+    async def _push_all(self, pushes: list[Push]) -> dict[str, int]:
+        """Hand pushes to the sender and wait for every result (bounded), dropping dead sessions."""
+        counts = {"accepted": 0, "rejected": 0, "failed": 0}
+        if not pushes:
+            return counts
+        self._assert_lease()
+        send, receive = trio.open_memory_channel[Any](len(pushes))
+        pushes = [_with_reply(p, send) for p in pushes]
+        async with receive:
+            for push in pushes:
+                await self._sender.send(push)
+            pending = len(pushes)
+            with trio.move_on_after(self._settings.push_result_timeout_s) as scope:
+                while pending:
+                    result = await receive.receive()
+                    pending -= 1
+                    counts[result.outcome] = counts.get(result.outcome, 0) + 1
+                    ref = result.push.context
+                    if result.outcome == "rejected" and isinstance(ref, TokenRef) and ref.kind == "la":
+                        self.sessions.pop(ref.visitor_key or "", None)
+            if scope.cancelled_caught:
+                self.log.warning("push_results_timed_out", pending=pending, total=len(pushes))
+        return counts
+
+    async def _persist(self, result: TickResult) -> None:
+        ok = await self._repos.active_matches.update_match_state(
+            self.match_id, self.instance_id, self.epoch, result.state.to_item()
+        )
+        if not ok:
+            LOCK_LOSSES.inc()
+            raise LeaseLost("fenced: active-matches is owned by another instance now")
+
+    async def _publish_display(self, result: TickResult, snapshot: MatchSnapshot) -> None:
+        neutral = result.display.get("neutral")
+        try:
+            await self._repos.fixtures.update_fixture_fields(
+                self.match_id,
+                {
+                    "live": result.phase not in TERMINAL_PHASES and result.phase != "pre",
+                    "status": snapshot.status,
+                    "liveUpdatedAt": _iso(self._now()),
+                    "displayState": neutral,
+                },
+            )
+            for team, content in result.display.items():
+                if team == "neutral":
+                    continue
+                await self._repos.display_cache.set_cached_display_state(
+                    self.match_id, team, dict(content), ttl_s=self._settings.display_cache_ttl_s
+                )
+        except Exception as exc:  # the API side's copy is best effort; the push already went out
+            self.log.warning("display_publish_failed", error=repr(exc))
+
+    # ------------------------------------------------------------------ match end
+    async def _finish(self, result: TickResult, snapshot: MatchSnapshot) -> None:
+        self.log.info("match_ending", sessions=len(self.sessions))
+        await self._deliver(result, snapshot, kind="end")
+        await self._persist(result)
+        self.state = result.state
+        self.phase = result.phase
+        await self._publish_display(result, snapshot)
+        reason = "match_abandoned" if result.phase == "abandoned" else "match_end"
+        sessions = await self._repos.live_activities.get_all_la_sessions_for_match(self.match_id)
+        for item in sessions:
+            if item.get("status") != "ended":
+                await self._repos.live_activities.end_la_session(
+                    self.match_id,
+                    str(item["visitorKey"]),
+                    reason,
+                    ttl_s=self._settings.session_ttl_after_end_s,
+                )
+        await self._repos.follows.remove_all_follows_for_match(self.match_id)
+        await self._repos.active_matches.deactivate_match(
+            self.match_id, self.instance_id, self.epoch, ttl_s=self._lease_ended_ttl()
+        )
+        await self._release_lock()
+        self.log.info("match_ended", phase=result.phase)
+
+    def _lease_ended_ttl(self) -> int:
+        return int(self._lease.ended_ttl_s)
+
+    # ------------------------------------------------------------------ self-healing push-to-start
+    async def _heal_loop(self) -> None:
+        await self._first_display.wait()
+        while True:
+            try:
+                await self.heal()
+            except LeaseLost:
+                raise
+            except Exception as exc:
+                self.log.warning("heal_failed", error=repr(exc))
+            await trio.sleep(self._settings.heal_every_s)
+
+    async def heal(self) -> int:
+        """Push-to-start to followers without an active session; returns how many were sent."""
+        if self._last_display is None:
+            return 0
+        with_session = {s.user_id for s in self.sessions.values()}
+        now = trio.current_time()
+        pushes: list[Push] = []
+        for user_id in list(self.follower_team):
+            if user_id in with_session:
+                continue
+            last = self._push_to_start_sent.get(user_id)
+            if last is not None and now - last < self._settings.push_to_start_min_interval_s:
+                continue
+            device = await self._repos.devices.get_device_for_user(user_id)
+            self._push_to_start_sent[user_id] = now  # also rate-limits the lookup of devices without a token
+            token = (device or {}).get("pushToStartToken")
+            if not token:
+                continue
+            content = self._content_for(self._last_display, user_id)
+            payload = payloads.start_payload(
+                content,
+                attributes_type=self._settings.attributes_type,
+                attributes=self._attributes(),
+                timestamp=int(self._now()),
+                alert=(content.get("title") or "Match live", content.get("subtitle") or "Follow it live"),
+            )
+            pushes.append(
+                Push(
+                    token=str(token),
+                    push_type="liveactivity",
+                    topic=self._topic,
+                    payload=payload,
+                    priority=10,
+                    kind="start",
+                    context=TokenRef(
+                        "push_to_start", self.match_id, user_id=user_id, device_token=str(device["deviceToken"])
+                    ),
+                )
+            )
+        if pushes:
+            counts = await self._push_all(pushes)
+            self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
+            if self._on_delivery is not None:
+                neutral = (self._last_display or {}).get("neutral") or {}
+                self._on_delivery(
+                    Delivery(
+                        self.match_id, "start", str(neutral.get("overs", "")), str(neutral.get("score", "")),
+                        None, (), 10, len(pushes), **counts,
+                    )
+                )
+        return len(pushes)
+
+    def _attributes(self) -> dict[str, Any]:
+        snap = self._last_snapshot
+        attrs: dict[str, Any] = {"matchId": self.match_id}
+        if snap is not None:
+            for side in ("localteam", "visitorteam"):
+                team = getattr(snap, side, None)
+                if team is not None:
+                    attrs[side] = {
+                        "id": str(getattr(team, "id", "")),
+                        "name": getattr(team, "name", ""),
+                        "code": getattr(team, "code", ""),
+                    }
+        return attrs
+
+    # ------------------------------------------------------------------ introspection
+    def describe(self) -> dict[str, Any]:
+        return {
+            "match_id": self.match_id,
+            "owner": self.instance_id,
+            "epoch": self.epoch,
+            "marquee": self.marquee,
+            "phase": self.phase,
+            "ticks": self.ticks,
+            "last_tick_at": self.last_tick_at,
+            "lag_s": self.last_tick_lag_s,
+            "tokens": len(self.sessions),
+            "followers": len(self.follower_team),
+            "cooldowns": dict(getattr(self.state, "cooldowns", {}) or {}),
+            "last_events": self.last_events,
+        }
+
+
+def _with_reply(push: Push, reply_to: Any) -> Push:
+    return replace(push, reply_to=reply_to)
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

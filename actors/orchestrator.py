@@ -1,0 +1,252 @@
+"""The orchestrator: which matches are live, who owns them, crash recovery and takeover.
+
+Every ``cycle_s`` (and at start-up) it gathers the matches that should be live from three places: SportMonks
+``/livescores`` (through the Feed), ``cricket-fixtures`` (the active leagues' fixtures that started recently with
+an in-progress status) and ``active-matches`` (everything being processed, by any instance). More often, every
+``takeover_check_s``, it looks only at ``active-matches`` for records whose lock lease has run out, so a match
+whose owner died moves within about one lease plus one check, not one full cycle.
+
+Taking a match: acquire its lock (``cricket-locks``, conditional put: free or expired); then, holding it,
+either register the match (``register_active_match``: conditional put, new or idle) or, when a record is
+already active (a dead or restarted owner), claim it (``claim_active_match``), which moves ``instanceId`` to us
+and bumps ``ownerEpoch``, the fencing token every later state write is conditioned on. Then a MatchActor is
+started under the supervisor (one_for_one, bounded restarts). A match whose actor keeps crashing is released
+and quarantined here for ``quarantine_s`` so another instance may try it.
+
+The lock arbitrates; the fence protects: a paused owner that wakes after losing its lease finds its lease
+expired by its own monotonic clock (minus the skew bound) and stops, and any write it still attempts fails the
+``instanceId``/``ownerEpoch`` condition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from datetime import UTC, datetime
+from typing import Any
+
+import trio
+
+from actors.match import LeaseLost, MatchActor, lock_key
+from actors.settings import OrchestratorSettings
+from daemon.logs import get_logger
+from daemon.metrics import OWNED_MATCHES
+from daemon.supervisor import Supervisor
+
+log = get_logger("orchestrator")
+
+# Statuses a /livescores entry can carry that mean "nothing to process now".
+NOT_LIVE_STATUSES = frozenset({"Finished", "Cancl.", "Aban.", "Postp.", "NS"})
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        *,
+        instance_id: str,
+        repos: Any,
+        feed: Any,
+        supervisor: Supervisor,
+        actor_factory: Callable[[str, int, bool], MatchActor],
+        settings: OrchestratorSettings,
+        marquee_leagues: Collection[int | str] = (),
+        takeover_check_s: float | None = None,
+        quarantine_s: float = 600.0,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.instance_id = instance_id
+        self._repos = repos
+        self._feed = feed
+        self._supervisor = supervisor
+        self._factory = actor_factory
+        self.settings = settings
+        self._marquee = {str(x) for x in marquee_leagues}
+        self.takeover_check_s = takeover_check_s or min(settings.cycle_s, settings.lease_s / 2)
+        self._quarantine_s = quarantine_s
+        self._quarantined: dict[str, float] = {}
+        self._now = wall_clock
+        self.draining = False
+        self.owned: set[str] = set()
+        self.cycles = 0
+        self.last_cycle_at: float | None = None
+        self.last_cycle_error: str | None = None
+        self._wake = trio.Event()
+
+    # ------------------------------------------------------------------ loops
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        await self._safe_cycle(full=True)  # start-up recovery before we call ourselves ready
+        task_status.started()
+        next_full = trio.current_time() + self.settings.cycle_s
+        while not self.draining:
+            with trio.move_on_after(self.takeover_check_s):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            full = trio.current_time() >= next_full
+            if full:
+                next_full = trio.current_time() + self.settings.cycle_s
+            await self._safe_cycle(full=full)
+
+    def poke(self) -> None:
+        """Run a full cycle now (admin, tests)."""
+        self._wake.set()
+
+    async def _safe_cycle(self, *, full: bool) -> None:
+        try:
+            await self.cycle(full=full)
+            self.last_cycle_error = None
+        except Exception as exc:  # one bad cycle (DynamoDB or SportMonks down) must not stop the loop
+            self.last_cycle_error = repr(exc)
+            log.warning("orchestrator_cycle_failed", error=repr(exc), full=full)
+
+    async def cycle(self, *, full: bool = True) -> None:
+        if self.draining:
+            return
+        candidates: dict[str, str | None] = {}  # match id -> league id
+        active = await self._repos.active_matches.get_all_active_matches()
+        for item in active:
+            if item.get("status") == "active":
+                candidates[str(item["matchId"])] = _str_or_none(item.get("leagueId"))
+        if full:
+            await self._from_livescores(candidates)
+            await self._from_fixtures(candidates)
+        for match_id, league_id in candidates.items():
+            if self.draining or len(self.owned) >= self.settings.max_matches:
+                break
+            if match_id in self.owned or self._is_quarantined(match_id):
+                continue
+            try:
+                await self.try_take(match_id, league_id)
+            except Exception as exc:
+                log.warning("take_failed", match_id=match_id, error=repr(exc))
+        self.cycles += 1
+        self.last_cycle_at = self._now()
+
+    async def _from_livescores(self, candidates: dict[str, str | None]) -> None:
+        try:
+            live = await self._feed.livescores()
+        except Exception as exc:
+            log.warning("livescores_unavailable", error=repr(exc))
+            return
+        for fixture in live:
+            if fixture.get("status") in NOT_LIVE_STATUSES:
+                continue
+            candidates.setdefault(str(fixture["id"]), _str_or_none(fixture.get("league_id")))
+
+    async def _from_fixtures(self, candidates: dict[str, str | None]) -> None:
+        try:
+            leagues = await self._repos.leagues.get_active_leagues()
+        except Exception as exc:
+            log.warning("active_leagues_unavailable", error=repr(exc))
+            return
+        now = self._now()
+        start = _iso(now - self.settings.fixture_lookback_s)
+        end = _iso(now)
+        live = set(self.settings.live_statuses)
+        for league in leagues:
+            code = league.get("code")
+            if not code:
+                continue
+            try:
+                fixtures = await self._repos.fixtures.get_matches_by_date_range(code, start, end)
+            except Exception as exc:
+                log.warning("fixtures_query_failed", league=code, error=repr(exc))
+                continue
+            for item in fixtures:
+                if item.get("status") in live and not item.get("archivedAt"):
+                    candidates.setdefault(str(item["matchId"]), _str_or_none(item.get("leagueId")))
+
+    # ------------------------------------------------------------------ taking a match
+    async def try_take(self, match_id: str, league_id: str | None) -> bool:
+        key = lock_key(match_id)
+        if not await self._repos.locks.acquire(key, self.instance_id, self.settings.lease_s):
+            return False
+        started = False
+        try:
+            epoch = await self._register_or_claim(match_id, league_id)
+            if epoch is None:
+                return False
+            item = await self._repos.active_matches.get_active_match_state(match_id)
+            league = league_id or _str_or_none((item or {}).get("leagueId"))
+            marquee = league is not None and league in self._marquee
+            await self._supervisor.start(
+                f"match:{match_id}",
+                lambda: self._factory(match_id, epoch, marquee),
+                kind="match",
+                normal_exits=(LeaseLost,),
+                on_give_up=self._give_up,
+                on_exit=self._on_exit,
+            )
+            started = True
+            self.owned.add(match_id)
+            OWNED_MATCHES.set(len(self.owned))
+            log.info("match_taken", match_id=match_id, epoch=epoch, marquee=marquee)
+            return True
+        finally:
+            if not started:
+                await self._release(match_id)
+
+    async def _register_or_claim(self, match_id: str, league_id: str | None) -> int | None:
+        repo = self._repos.active_matches
+        item = await repo.get_active_match_state(match_id)
+        if item is not None and item.get("status") == "ended":
+            return None
+        if item is None or item.get("status") == "idle":
+            fields = {"leagueId": league_id} if league_id else None
+            if await repo.register_active_match(match_id, self.instance_id, fields=fields):
+                return 1
+        # An active record: its owner died, was paused past its lease, or released it at shutdown.
+        epoch = await repo.claim_active_match(match_id, self.instance_id)
+        return int(epoch) if epoch is not None else None
+
+    async def _release(self, match_id: str) -> None:
+        try:
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await self._repos.locks.release(lock_key(match_id), self.instance_id)
+        except Exception as exc:
+            log.warning("lock_release_failed", match_id=match_id, error=repr(exc))
+
+    async def _on_exit(self, name: str) -> None:
+        match_id = name.split(":", 1)[1]
+        self.owned.discard(match_id)
+        OWNED_MATCHES.set(len(self.owned))
+        # Whatever ended the actor (match end, lost lease, give-up, shutdown), a lock still ours is released so
+        # another instance can take over at once; the release is conditional on ownership, so it is harmless.
+        await self._release(match_id)
+
+    async def _give_up(self, name: str, exc: BaseException) -> None:
+        match_id = name.split(":", 1)[1]
+        self._quarantined[match_id] = trio.current_time() + self._quarantine_s
+        log.error("match_released_after_repeated_crashes", match_id=match_id, error=repr(exc))
+
+    def _is_quarantined(self, match_id: str) -> bool:
+        until = self._quarantined.get(match_id)
+        if until is None:
+            return False
+        if trio.current_time() >= until:
+            del self._quarantined[match_id]
+            return False
+        return True
+
+    # ------------------------------------------------------------------ drain and shutdown
+    async def drain(self) -> None:
+        """Stop taking matches and hand every owned match over (its lock released at once)."""
+        self.draining = True
+        self._wake.set()
+        for match_id in list(self.owned):
+            await self._supervisor.stop_and_wait(f"match:{match_id}")
+
+    def actors(self) -> dict[str, MatchActor]:
+        out: dict[str, MatchActor] = {}
+        for match_id in self.owned:
+            actor = self._supervisor.actor(f"match:{match_id}")
+            if isinstance(actor, MatchActor):
+                out[match_id] = actor
+        return out
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)

@@ -1,0 +1,70 @@
+"""Settings of the orchestrator (``[orchestrator]``) and of match actors (``[match]``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class OrchestratorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cycle_s: float = Field(30.0, gt=0, description="how often live matches are reconciled (and at start-up)")
+    lease_s: float = Field(10.0, gt=0, description="lock lease on a match; a dead owner's match moves after it")
+    renew_fraction: float = Field(
+        1 / 3, gt=0, le=0.5, description="renew the lease every lease_s * renew_fraction (at most every third)"
+    )
+    clock_skew_bound_s: float = Field(
+        1.0,
+        ge=0,
+        description="the most two instances' clocks may disagree; an owner stops pushing this long before "
+        "its lease ends by its own clock, so a new owner (whose clock may be ahead) never overlaps it",
+    )
+    max_restarts: int = Field(5, ge=0, description="restarts of one match actor allowed within restart_window_s")
+    restart_window_s: float = Field(60.0, gt=0)
+    restart_backoff_s: float = Field(1.0, ge=0, description="pause before restarting a crashed match actor")
+    max_matches: int = Field(64, ge=1, description="matches one instance takes at most")
+    fixture_lookback_s: float = Field(
+        12 * 3600, ge=0, description="cricket-fixtures: matches that started this long ago may still be live"
+    )
+    live_statuses: list[str] = Field(
+        default_factory=lambda: ["1st Innings", "2nd Innings", "3rd Innings", "4th Innings", "Innings Break",
+                                 "Int.", "Stump Day 1", "Stump Day 2", "Stump Day 3", "Stump Day 4", "Delayed"],
+        description="fixture statuses that mean the match is in progress",
+    )
+    ended_ttl_s: int = Field(48 * 3600, gt=0, description="TTL of an ended active-matches record")
+
+    @property
+    def renew_every_s(self) -> float:
+        return self.lease_s * self.renew_fraction
+
+    @model_validator(mode="after")
+    def _skew_fits_in_lease(self) -> OrchestratorSettings:
+        if self.clock_skew_bound_s + self.renew_every_s >= self.lease_s:
+            raise ValueError("clock_skew_bound_s + lease_s * renew_fraction must be below lease_s")
+        return self
+
+
+class MatchActorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    session_refresh_s: float = Field(
+        15.0, gt=0, description="how often the actor re-reads the match's Live Activity sessions and followers"
+    )
+    heal_every_s: float = Field(
+        30.0, gt=0, description="how often followers without an active session get a push-to-start"
+    )
+    push_to_start_min_interval_s: float = Field(
+        600.0, ge=0, description="per device: at most one push-to-start per this interval (self-healing)"
+    )
+    dismissal_after_s: int = Field(
+        900, ge=0, description="after match end the Live Activity stays on the Lock Screen this long"
+    )
+    display_cache_ttl_s: int = Field(3600, gt=0, description="TTL of DisplayStateCache entries")
+    session_ttl_after_end_s: int = Field(48 * 3600, gt=0, description="TTL of ended live-activities records")
+    push_result_timeout_s: float = Field(
+        60.0, gt=0, description="how long a tick waits for APNs results before persisting anyway"
+    )
+    attributes_type: str = Field("MatchAttributes", description="the app's ActivityAttributes type name")
+    stale_after_s: int = Field(
+        900, ge=0, description="stale-date on updates: the Lock Screen greys out data older than this (0: none)"
+    )

@@ -1,0 +1,158 @@
+"""A one_for_one supervisor for trio actors, after Erlang/OTP.
+
+The supervisor owns a nursery. Each child is an actor factory; the supervisor starts it with
+``nursery.start`` (so the caller learns when the child is ready), and when the child raises it builds a fresh
+actor from the factory and starts it again (the actor reloads its persisted state). Restarts are bounded by an
+intensity: at most ``max_restarts`` within ``window_s`` seconds; past that the supervisor gives up on that child,
+calls its ``on_give_up`` hook (a match is released there, loudly) and the rest of the daemon keeps going.
+
+A child that returns normally, or raises one of its ``normal_exits`` (e.g. a lost lease), is not restarted.
+Cancellation is the only way to stop a child (``stop``), never a flag.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from daemon.logs import get_logger
+from daemon.metrics import ACTOR_RESTARTS
+
+log = get_logger("supervisor")
+
+
+class Actor(Protocol):
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+@dataclass
+class Child:
+    name: str
+    factory: Callable[[], Actor]
+    kind: str
+    normal_exits: tuple[type[BaseException], ...]
+    on_give_up: Callable[[str, BaseException], Awaitable[None]] | None
+    on_exit: Callable[[str], Awaitable[None]] | None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    restarts: deque[float] = field(default_factory=deque)
+    actor: Actor | None = None
+    done: trio.Event = field(default_factory=trio.Event)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        *,
+        max_restarts: int = 5,
+        window_s: float = 60.0,
+        backoff_s: float = 1.0,
+    ) -> None:
+        self._nursery = nursery
+        self.max_restarts = max_restarts
+        self.window_s = window_s
+        self.backoff_s = backoff_s
+        self.children: dict[str, Child] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.children
+
+    def actor(self, name: str) -> Actor | None:
+        child = self.children.get(name)
+        return child.actor if child else None
+
+    async def start(
+        self,
+        name: str,
+        factory: Callable[[], Actor],
+        *,
+        kind: str = "actor",
+        normal_exits: tuple[type[BaseException], ...] = (),
+        on_give_up: Callable[[str, BaseException], Awaitable[None]] | None = None,
+        on_exit: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        """Start a child and return once its first incarnation reported ready."""
+        if name in self.children:
+            raise ValueError(f"child {name!r} already running")
+        child = Child(name, factory, kind, normal_exits, on_give_up, on_exit)
+        self.children[name] = child
+        try:
+            await self._nursery.start(self._supervise, child)
+        except BaseException:
+            self.children.pop(name, None)
+            raise
+
+    def stop(self, name: str) -> None:
+        child = self.children.get(name)
+        if child is not None:
+            child.scope.cancel()
+
+    async def stop_and_wait(self, name: str) -> None:
+        child = self.children.get(name)
+        if child is not None:
+            child.scope.cancel()
+            await child.done.wait()
+
+    def stop_all(self) -> None:
+        for child in list(self.children.values()):
+            child.scope.cancel()
+
+    async def _supervise(self, child: Child, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        first = True
+        try:
+            with child.scope:
+                while True:
+                    child.actor = child.factory()
+                    try:
+                        if first:
+                            first = False
+                            await child.actor.run(task_status=task_status)
+                        else:
+                            await child.actor.run()
+                        log.info("actor_exited", actor=child.name)
+                        return
+                    except child.normal_exits as exc:
+                        log.info("actor_stopped", actor=child.name, reason=str(exc) or type(exc).__name__)
+                        return
+                    except Exception as exc:
+                        if not self._may_restart(child):
+                            log.error(
+                                "actor_gave_up",
+                                actor=child.name,
+                                restarts=len(child.restarts),
+                                window_s=self.window_s,
+                                error=repr(exc),
+                            )
+                            if child.on_give_up is not None:
+                                with trio.CancelScope(shield=True):
+                                    await child.on_give_up(child.name, exc)
+                            return
+                        ACTOR_RESTARTS.labels(child.kind).inc()
+                        log.warning(
+                            "actor_crashed_restarting",
+                            actor=child.name,
+                            error=repr(exc),
+                            restart=len(child.restarts),
+                            exc_info=exc,
+                        )
+                        await trio.sleep(self.backoff_s)
+        finally:
+            self.children.pop(child.name, None)
+            child.done.set()
+            if child.on_exit is not None:
+                with trio.CancelScope(shield=True):
+                    await child.on_exit(child.name)
+
+    def _may_restart(self, child: Child) -> bool:
+        now = trio.current_time()
+        while child.restarts and now - child.restarts[0] > self.window_s:
+            child.restarts.popleft()
+        if len(child.restarts) >= self.max_restarts:
+            return False
+        child.restarts.append(now)
+        return True
+
