@@ -1,0 +1,354 @@
+"""The production daemon: ``sightscreen run --config FILE``.
+
+``Daemon`` wires the actors together under one supervisor and owns the process lifecycle:
+
+    Dynamo/Repositories ─┐
+    SportMonksClient ── FeedActor ──▶ MatchActor × N ──▶ ApnsSender ──▶ APNs
+                          ▲              ▲    (supervised)      │ rejected
+                     Orchestrator ───────┘                      ▼
+    jobs (fixture sync, reference sync, prematch)            Janitor ──▶ DynamoDB
+    AdminServer (Unix socket)  ·  sd_notify (READY, STATUS, WATCHDOG, STOPPING)
+
+Start-up: every actor is started with ``nursery.start`` so the process is ready (``READY=1``) only once each
+said so. Shutdown (SIGTERM/SIGINT, or the admin ``drain``): stop taking matches, stop every match actor and
+release its lock (another instance takes over at once), let the sender finish in-flight pushes within the
+grace period, ``STOPPING=1``, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import trio
+
+from actors.feed import FeedActor
+from actors.janitor import Janitor
+from actors.match import Delivery, MatchActor
+from actors.orchestrator import Orchestrator
+from actors.sender import ApnsSender
+from daemon import __version__
+from daemon.logs import get_logger
+from daemon.metrics import render
+from daemon.sportmonks.client import SportMonksClient
+from daemon.store import Repositories
+from daemon.store.dynamo import Dynamo
+from daemon.supervisor import Supervisor
+
+log = get_logger("daemon")
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Any,
+        *,
+        on_delivery: Callable[[Delivery], None] | None = None,
+        notifier: Any = None,
+        with_jobs: bool = True,
+    ) -> None:
+        self.config = config
+        self.instance_id: str = config.instance.id
+        self._on_delivery = on_delivery
+        self._notifier = notifier
+        self._with_jobs = with_jobs
+        self.started_at = time.time()
+        self.dynamo = Dynamo(config.dynamodb)
+        self.repos = Repositories(self.dynamo)
+        self.client = SportMonksClient(config.sportmonks)
+        self.feed = FeedActor(self.client, config.feed, fixture_cache=self.repos.fixture_cache)
+        self.janitor = Janitor(self.repos)
+        self.sender = ApnsSender(config.apns, janitor=self.janitor.send_channel)
+        self.supervisor: Supervisor | None = None
+        self.orchestrator: Orchestrator | None = None
+        self.jobs: dict[str, Any] = {}
+        self._shutdown = trio.Event()
+        self.finished = trio.Event()
+        self.stopping = False
+
+    # ------------------------------------------------------------------ assembly
+    def _match_actor(self, match_id: str, epoch: int, marquee: bool) -> MatchActor:
+        return MatchActor(
+            match_id,
+            instance_id=self.instance_id,
+            epoch=epoch,
+            repos=self.repos,
+            feed=self.feed,
+            sender=self.sender,
+            topic=self.config.apns.topic,
+            marquee=marquee,
+            engine_settings=self.config.engine,
+            settings=self.config.match,
+            lease=self.config.orchestrator,
+            on_delivery=self._on_delivery,
+        )
+
+    def _build_jobs(self) -> dict[str, Any]:
+        if not self._with_jobs:
+            return {}
+        from actors.jobs.fixture_sync import FixtureSyncJob
+        from actors.jobs.prematch import PrematchNotifier
+        from actors.jobs.reference_sync import ReferenceSyncJob
+
+        jobs_cfg = self.config.jobs
+        return {
+            "fixture-sync": FixtureSyncJob(self.client, self.repos, jobs_cfg.fixture_sync),
+            "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
+            "prematch": PrematchNotifier(
+                self.repos, self.sender, jobs_cfg.prematch, topic=self.config.apns.topic
+            ),
+        }
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from daemon.admin import AdminServer
+
+        orch_cfg = self.config.orchestrator
+        try:
+            async with trio.open_nursery() as nursery:
+                self.supervisor = supervisor = Supervisor(
+                    nursery,
+                    max_restarts=orch_cfg.max_restarts,
+                    window_s=orch_cfg.restart_window_s,
+                    backoff_s=orch_cfg.restart_backoff_s,
+                )
+                self.orchestrator = Orchestrator(
+                    instance_id=self.instance_id,
+                    repos=self.repos,
+                    feed=self.feed,
+                    supervisor=supervisor,
+                    actor_factory=self._match_actor,
+                    settings=orch_cfg,
+                    marquee_leagues=self.config.feed.marquee_leagues,
+                )
+                await supervisor.start("janitor", lambda: self.janitor, kind="janitor")
+                await supervisor.start("sender", lambda: self.sender, kind="sender")
+                await supervisor.start("feed", lambda: self.feed, kind="feed")
+                if self.config.admin.socket_path:
+                    admin = AdminServer(
+                        self.config.admin.socket_path,
+                        self.admin_handlers(),
+                        mode=self.config.admin.mode,
+                        max_line_bytes=self.config.admin.max_line_bytes,
+                        client_timeout_s=self.config.admin.client_timeout_s,
+                        max_clients=self.config.admin.max_clients,
+                    )
+                    await supervisor.start("admin", lambda: admin, kind="admin")
+                self.jobs = self._build_jobs()
+                for name, job in self.jobs.items():
+                    await supervisor.start(name, lambda job=job: job, kind="job")
+                orchestrator = self.orchestrator
+                await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
+                nursery.start_soon(self._watchdog)
+                if self._notifier is not None:
+                    self._notifier.ready()
+                log.info("daemon_ready", instance_id=self.instance_id, version=__version__)
+                task_status.started(self)
+                await self._shutdown.wait()
+                await self._graceful_stop()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.client.aclose()
+            self.finished.set()
+
+    async def _graceful_stop(self) -> None:
+        self.stopping = True
+        if self._notifier is not None:
+            self._notifier.stopping()
+        grace = float(getattr(self.config.instance, "shutdown_grace_s", 10.0))
+        log.info("daemon_stopping", grace_s=grace)
+        with trio.move_on_after(grace):
+            if self.orchestrator is not None:
+                await self.orchestrator.drain()  # every match actor stopped, every lock released
+            await self.sender.drain(grace)
+        log.info("daemon_stopped")
+
+    def shutdown(self) -> None:
+        self._shutdown.set()
+
+    async def _watchdog(self) -> None:
+        notifier = self._notifier
+        interval = notifier.watchdog_interval() if notifier is not None else None
+        period = min(interval or 10.0, 10.0)
+        while True:
+            if notifier is not None:
+                if interval:
+                    notifier.watchdog()
+                owned = len(self.orchestrator.owned) if self.orchestrator else 0
+                notifier.status(f"{owned} matches owned")
+            await trio.sleep(period)
+
+    # ------------------------------------------------------------------ admin socket
+    def admin_handlers(self) -> dict[str, Callable[[list[str]], Any]]:
+        return {
+            "health": self._h_health,
+            "ready": self._h_ready,
+            "status": self._h_status,
+            "matches": self._h_matches,
+            "match": self._h_match,
+            "apns": self._h_apns,
+            "feed": self._h_feed,
+            "metrics": self._h_metrics,
+            "drain": self._h_drain,
+            "replay": self._h_replay,
+        }
+
+    async def _h_health(self, args: list[str]) -> Any:
+        return {"alive": True, "instance_id": self.instance_id, "stopping": self.stopping}
+
+    async def _h_ready(self, args: list[str]) -> Any:
+        checks: dict[str, Any] = {}
+        try:
+            with trio.fail_after(3):
+                await self.repos.locks.get("health:probe")
+            checks["dynamodb"] = True
+        except Exception as exc:
+            checks["dynamodb"] = f"unreachable: {exc!r}"
+        checks["apns"] = bool(self.sender.connected) or "no connection to APNs"
+        checks["feed"] = (not self.feed.breaker_open) or "SportMonks circuit breaker is open"
+        return {"ready": all(v is True for v in checks.values()), "checks": checks}
+
+    async def _h_status(self, args: list[str]) -> Any:
+        orch = self.orchestrator
+        return {
+            "instance_id": self.instance_id,
+            "version": __version__,
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "owned_matches": sorted(orch.owned) if orch else [],
+            "draining": bool(orch and orch.draining),
+            "orchestrator": {
+                "cycles": orch.cycles if orch else 0,
+                "last_cycle_at": orch.last_cycle_at if orch else None,
+                "last_error": orch.last_cycle_error if orch else None,
+            },
+        }
+
+    async def _h_matches(self, args: list[str]) -> Any:
+        mine = self.orchestrator.actors() if self.orchestrator else {}
+        rows = []
+        for item in await self.repos.active_matches.get_all_active_matches():
+            match_id = str(item["matchId"])
+            row = {
+                "match_id": match_id,
+                "status": item.get("status"),
+                "owner": item.get("instanceId"),
+                "epoch": item.get("ownerEpoch"),
+                "phase": item.get("matchPhase"),
+                "last_tick_at": item.get("lastTickAt"),
+            }
+            actor = mine.get(match_id)
+            if actor is not None:
+                row.update(lag_s=actor.last_tick_lag_s, tokens=len(actor.sessions), ticks=actor.ticks)
+            rows.append(row)
+        return rows
+
+    async def _h_match(self, args: list[str]) -> Any:
+        from daemon.admin import AdminError
+
+        if len(args) != 1:
+            raise AdminError("usage: match MATCH_ID")
+        match_id = args[0]
+        actor = (self.orchestrator.actors() if self.orchestrator else {}).get(match_id)
+        if actor is not None:
+            return actor.describe()
+        item = await self.repos.active_matches.get_active_match_state(match_id)
+        if item is None:
+            raise AdminError(f"no active match {match_id}")
+        return {"match_id": match_id, "owner": item.get("instanceId"), "state": item}
+
+    async def _h_apns(self, args: list[str]) -> Any:
+        return self.sender.stats()
+
+    async def _h_feed(self, args: list[str]) -> Any:
+        return self.feed.stats()
+
+    async def _h_metrics(self, args: list[str]) -> Any:
+        return render().decode()
+
+    async def _h_drain(self, args: list[str]) -> Any:
+        self.shutdown()
+        return {"draining": True, "owned_matches": sorted(self.orchestrator.owned) if self.orchestrator else []}
+
+    async def _h_replay(self, args: list[str]) -> Any:
+        """Replay controls, forwarded to the replay server the daemon polls (replay mode only)."""
+        from daemon.admin import AdminError
+
+        actions = {"status", "play", "pause", "stop", "seek", "speed"}
+        if not args or args[0] not in actions:
+            raise AdminError(f"usage: replay {{{'|'.join(sorted(actions))}}} [ARGS]")
+        base = self.config.sportmonks.base_url.rstrip("/")
+        action, rest = args[0], args[1:]
+        params: dict[str, str] = {}
+        if action == "seek":
+            if len(rest) != 2:
+                raise AdminError("usage: replay seek FIXTURE_ID ENTRY")
+            params = {"fixture_id": rest[0], "entry": rest[1]}
+        elif action == "speed":
+            if len(rest) != 1:
+                raise AdminError("usage: replay speed X")
+            params = {"x": rest[0]}
+        elif rest:
+            params = {"fixture_id": rest[0]}
+        async with httpx.AsyncClient(timeout=5) as http:
+            try:
+                if action == "status":
+                    resp = await http.get(f"{base}/replay/status")
+                else:
+                    resp = await http.post(f"{base}/replay/{action}", params=params)
+            except httpx.HTTPError as exc:
+                raise AdminError(f"replay server unreachable at {base}: {exc}") from exc
+        if resp.status_code == 404:
+            raise AdminError("the SportMonks endpoint is not a replay server (not in replay mode)")
+        if resp.status_code >= 400:
+            raise AdminError(f"replay server answered {resp.status_code}: {resp.text[:200]}")
+        return resp.json()
+
+
+async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Run ``daemon`` until SIGTERM/SIGINT (or an admin drain), then stop gracefully."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch_signals() -> None:
+                async for signum in signals:
+                    log.info("signal_received", signal=signal.Signals(signum).name)
+                    daemon.shutdown()
+                    return
+
+            nursery.start_soon(watch_signals)
+            await nursery.start(daemon.run)
+            task_status.started(daemon)
+            await daemon.finished.wait()  # the graceful stop is done inside run()
+            nursery.cancel_scope.cancel()
+
+
+def main(argv: list[str]) -> int:
+    from daemon.config import ConfigError, load_config
+    from daemon.logs import configure
+    from daemon.sdnotify import SdNotifier
+
+    parser = argparse.ArgumentParser(prog="sightscreen run", description="Run the Sightscreen daemon.")
+    parser.add_argument("--config", required=True, help="TOML configuration file")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"sightscreen: bad configuration in {args.config}:\n{exc}", file=sys.stderr)
+        return 2
+    configure(config.logging.level, _json_logs(config), instance_id=config.instance.id)
+    daemon = Daemon(config, notifier=SdNotifier())
+    try:
+        trio.run(serve, daemon)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _json_logs(config: Any) -> bool | None:
+    fmt = getattr(config.logging, "format", "auto")
+    return None if fmt == "auto" else fmt == "json"
