@@ -93,6 +93,33 @@ ACTOR_RESTARTS = Counter(
 )
 
 
+# --- Background jobs (fixture sync, reference sync, prematch) ---------------------------------------------
+JOB_CYCLES = Counter(
+    "sightscreen_job_cycles",
+    "Job cycles (or resumable steps) by job and outcome (ok, error)",
+    ["job", "outcome"],
+    registry=REGISTRY,
+)
+JOB_LAST_SUCCESS = Gauge(
+    "sightscreen_job_last_success_timestamp_seconds",
+    "Unix time of each job's last successful cycle",
+    ["job"],
+    registry=REGISTRY,
+)
+SYNC_RECORDS = Counter(
+    "sightscreen_sync_records",
+    "Records seen by the sync jobs, by table and result (created, updated, unchanged, invalid)",
+    ["table", "result"],
+    registry=REGISTRY,
+)
+PREMATCH_NOTIFICATIONS = Counter(
+    "sightscreen_prematch_notifications",
+    "Prematch work per follower by result (claimed, recovered, skipped, accepted, rejected, failed, "
+    "no_device, token_removed)",
+    ["result"],
+    registry=REGISTRY,
+)
+
 def render() -> bytes:
     """The registry in Prometheus text exposition format."""
     return generate_latest(REGISTRY)
