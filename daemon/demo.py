@@ -1,0 +1,357 @@
+"""``sightscreen demo``: the whole daemon, end to end, on embedded local parts.
+
+On loopback and free ports it starts:
+
+1. moto's DynamoDB server (a single-threaded child process) and creates every table of the data model;
+2. the project's SportMonks-compatible replay server, serving a synthesised T20 tape shipped in the package
+   (or ``--tape FILE``) at ``--speed`` times real time;
+3. the project's APNs server (HTTP/2 over TLS with ``h2``, checking path, headers, topic and the ES256
+   provider token's signature), with a CA and a signing key made for this run;
+4. the daemon itself (supervisor, orchestrator, feed, match actor, APNs sender, janitor, admin socket),
+   configured to talk to those three exactly as it would to AWS, SportMonks and Apple.
+
+It seeds ``--followers`` users who follow the match, each with a device and a push-to-start token. A small
+simulated iPhone watches what the APNs server accepts: when a push-to-start reaches a device, it registers
+a Live Activity session with a fresh update token (as iOS does through the app's token registration), so
+the rest of the lifecycle (updates, end) runs on real sessions. One line is printed per delivery; with
+``--exit-at-end`` the demo exits 0 once the ``end`` push is delivered, its last line a JSON summary.
+Ctrl-C or SIGTERM stops everything cleanly at any moment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import trio
+
+DEMO_TEAM_ID = "DEMO7TEAM1"
+DEMO_KEY_ID = "DEMOKEY001"
+DEMO_TOPIC = "app.sightscreen.demo"
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="sightscreen demo", description="Run the whole daemon end to end on embedded local parts."
+    )
+    parser.add_argument("--followers", type=int, default=25, help="users following the match (default 25)")
+    parser.add_argument("--speed", type=float, default=50.0, help="tape speed multiplier (default 50)")
+    parser.add_argument("--tape", type=Path, default=None, help="tape file (default: the shipped T20 tape)")
+    parser.add_argument("--exit-at-end", action="store_true", help="exit once the match's end push is delivered")
+    parser.add_argument("--admin-socket", default=None, help="admin socket path (default: in a temp dir)")
+    parser.add_argument("--quiet", action="store_true", help="print only the summary")
+    parser.add_argument("--json-lines", action="store_true", help="print deliveries as JSON lines")
+    args = parser.parse_args(argv)
+    if args.followers < 0:
+        parser.error("--followers must be >= 0")
+    if args.speed <= 0:
+        parser.error("--speed must be > 0")
+    return args
+
+
+class DemoRun:
+    """Everything one demo run owns; ``run`` is cancel-safe at any point."""
+
+    def __init__(self, args: argparse.Namespace, out: Any = None) -> None:
+        self.args = args
+        self.out = out or sys.stdout
+        self.deliveries: list[Any] = []
+        self.key_events: Counter[str] = Counter()
+        self.errors: list[str] = []
+        self.ended = trio.Event()
+        self.match_id: str | None = None
+        self.daemon: Any = None
+        self.apns: Any = None
+        self._devices_by_pts: dict[str, tuple[str, str]] = {}
+        self._registered: set[str] = set()
+
+    # ------------------------------------------------------------------ output
+    def _print(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def on_delivery(self, d: Any) -> None:
+        self.deliveries.append(d)
+        for t in d.event_types:
+            self.key_events[t] += 1
+        if d.failed or d.rejected:
+            self.errors.append(f"{d.kind} at {d.over}: {d.rejected} rejected, {d.failed} failed")
+        if d.kind == "end":
+            self.ended.set()
+        if self.args.quiet:
+            return
+        if self.args.json_lines:
+            self._print(
+                json.dumps(
+                    {
+                        "delivery": {
+                            "kind": d.kind, "over": d.over, "score": d.score, "event": d.event,
+                            "events": list(d.event_types), "priority": d.priority, "tokens": d.tokens,
+                            "accepted": d.accepted,
+                        }
+                    }
+                )
+            )
+            return
+        event = f"  {d.event}" if d.event else ""
+        over = f"{d.over} ov" if d.over else "-"
+        self._print(
+            f"{d.kind:<6} {over:>9}  {d.score:<8}{event}  [prio {d.priority}, {d.accepted}/{d.tokens} tokens]"
+        )
+
+    # ------------------------------------------------------------------ the run
+    async def run(self) -> int:
+        from daemon.apns.certs import make_test_ca  # noqa: F401  (fails early with a clear error if absent)
+
+        with tempfile.TemporaryDirectory(prefix="sightscreen-demo-") as tmp:
+            workdir = Path(tmp)
+            moto = await trio.to_thread.run_sync(self._start_moto)
+            try:
+                return await self._run_with(moto, workdir)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(moto.stop)
+
+    def _start_moto(self) -> Any:
+        from daemon.store.local import MotoServer
+
+        return MotoServer().start()
+
+    async def _run_with(self, moto: Any, workdir: Path) -> int:
+        from daemon.apns.certs import make_test_ca
+        from daemon.apns.server import ApnsTestServer
+        from daemon.apns.token import generate_signing_key
+        from daemon.replay.server import ReplayServer
+        from daemon.replay.tape import builtin_tape_path, load_tape
+        from daemon.run import Daemon
+        from daemon.store import Repositories
+        from daemon.store.dynamo import Dynamo
+        from daemon.store.settings import DynamoSettings
+        from daemon.store.tables import create_tables
+
+        speed = self.args.speed
+        tape = load_tape(self.args.tape or builtin_tape_path())
+        self.match_id = str(tape.fixture_id)
+        private_pem, public_pem = generate_signing_key()
+        ca = make_test_ca()
+
+        dynamo = Dynamo(DynamoSettings(endpoint_url=moto.url, table_prefix="demo-"))
+        await create_tables(dynamo)
+        repos = Repositories(dynamo)
+
+        async with trio.open_nursery() as nursery:
+            self.apns = apns = ApnsTestServer(
+                team_id=DEMO_TEAM_ID, keys={DEMO_KEY_ID: public_pem}, topics=[DEMO_TOPIC], ca=ca
+            )
+            apns_port = await nursery.start(apns.serve)
+            replay = ReplayServer([tape], speed=speed, innings_break_s=1200.0, start_delay_s=3.0 * speed)
+            replay_port = await nursery.start(replay.serve)
+            await self._seed(repos, tape)
+
+            cadence = min(2.5, max(0.05, 75.0 / speed))
+            config = demo_config(
+                dynamo_url=moto.url,
+                replay_url=f"http://127.0.0.1:{replay_port}",
+                apns_url=f"https://127.0.0.1:{apns_port}",
+                ca_file=apns.ca_file,
+                private_key=private_pem,
+                league_id=str(tape.league_id),
+                cadence_s=cadence,
+                admin_socket=self.args.admin_socket or str(workdir / "admin.sock"),
+            )
+            self.daemon = daemon = Daemon(config, on_delivery=self.on_delivery, with_jobs=False)
+            if not self.args.quiet:
+                self._print(
+                    f"sightscreen demo: match {self.match_id} at {speed:g}x, {self.args.followers} followers; "
+                    f"DynamoDB {moto.url}, SportMonks replay :{replay_port}, APNs :{apns_port}, "
+                    f"admin {config.admin.socket_path}"
+                )
+            await nursery.start(daemon.run)
+            nursery.start_soon(self._simulate_devices, repos)
+            if self.args.exit_at_end:
+                await self.ended.wait()
+                await trio.sleep(0.2)  # let the janitor and the end sequence's writes settle
+            else:
+                await daemon.finished.wait()
+            daemon.shutdown()
+            await daemon.finished.wait()
+            nursery.cancel_scope.cancel()
+        self._print(json.dumps({"summary": self.summary()}))
+        return 0
+
+    async def _seed(self, repos: Any, tape: Any) -> None:
+        match_id = self.match_id
+        assert match_id is not None
+        local, visitor = tape.localteam, tape.visitorteam
+        await repos.leagues.put_league(
+            {"leagueId": str(tape.league_id), "name": "Sightscreen Demo League", "code": "DEMO", "active": True}
+        )
+        await repos.teams.batch_write_teams(
+            [
+                {"teamId": str(t.id), "name": t.name, "code": t.code, "imageUrl": getattr(t, "image_path", None)}
+                for t in (local, visitor)
+            ]
+        )
+        await repos.fixtures.batch_write_fixtures(
+            [
+                {
+                    "matchId": match_id,
+                    "leagueId": str(tape.league_id),
+                    "leagueCode": "DEMO",
+                    "startTime": str(tape.starting_at),
+                    "status": "NS",
+                    "localteamId": str(local.id),
+                    "visitorteamId": str(visitor.id),
+                    "live": False,
+                }
+            ]
+        )
+        expires = int(time.time()) + 48 * 3600
+        for i in range(self.args.followers):
+            user_id = f"demo-user-{i:05d}"
+            device_token = secrets.token_hex(32)
+            pts = secrets.token_hex(32)
+            team = str(local.id if i % 2 == 0 else visitor.id)
+            await repos.follows.follow_match(match_id, user_id, team, expires)
+            await repos.devices.register_device(
+                user_id, device_token, platform="ios", os_version="18.2", app_version="demo",
+                apns_token=device_token, push_to_start_token=pts,
+            )
+            self._devices_by_pts[pts] = (user_id, device_token[:16])
+
+    async def _simulate_devices(self, repos: Any) -> None:
+        """A stand-in for iOS: a push-to-start that APNs accepted starts an activity, which registers its token."""
+        seen = 0
+        while True:
+            records = list(self.apns.records)
+            for record in records[seen:]:
+                pts = record.get("token")
+                if record.get("status") != 200 or pts not in self._devices_by_pts or pts in self._registered:
+                    continue
+                payload = record.get("payload") or {}
+                if (payload.get("aps") or {}).get("event") != "start":
+                    continue
+                self._registered.add(pts)
+                user_id, device_id = self._devices_by_pts[pts]
+                await repos.live_activities.register_la_session(
+                    self.match_id, user_id, device_id, secrets.token_hex(32)
+                )
+            seen = len(records)
+            await trio.sleep(0.1)
+
+    def summary(self) -> dict[str, Any]:
+        accepted: Counter[str] = Counter()
+        rejected = 0
+        for record in list(self.apns.records) if self.apns else []:
+            if record.get("status") != 200:
+                rejected += 1
+                continue
+            headers = record.get("headers") or {}
+            payload = record.get("payload") or {}
+            if headers.get("apns-push-type") == "liveactivity":
+                accepted[str((payload.get("aps") or {}).get("event", "unknown"))] += 1
+            else:
+                accepted["alert"] += 1
+        return {
+            "match_id": self.match_id,
+            "followers": self.args.followers,
+            "speed": self.args.speed,
+            "pushes_accepted": {k: accepted.get(k, 0) for k in ("start", "update", "end")}
+            | {k: v for k, v in accepted.items() if k not in ("start", "update", "end")},
+            "deliveries": len(self.deliveries),
+            "key_events": dict(sorted(self.key_events.items())),
+            "errors": len(self.errors) + rejected,
+            "error_details": self.errors[:20],
+            "ended": self.ended.is_set(),
+        }
+
+
+def demo_config(
+    *,
+    dynamo_url: str,
+    replay_url: str,
+    apns_url: str,
+    ca_file: str,
+    private_key: str,
+    league_id: str,
+    cadence_s: float,
+    admin_socket: str,
+    instance_id: str | None = None,
+    table_prefix: str = "demo-",
+    lease_s: float = 10.0,
+    extra: dict[str, Any] | None = None,
+) -> Any:
+    """The configuration the demo (and the end-to-end tests) run the daemon with."""
+    from daemon.config import Config
+
+    data: dict[str, Any] = {
+        "instance": {"id": instance_id or f"demo-{os.getpid()}", "shutdown_grace_s": 5.0},
+        "dynamodb": {"endpoint_url": dynamo_url, "table_prefix": table_prefix},
+        "sportmonks": {
+            "base_url": replay_url,
+            "api_token": "demo-token",
+            "hourly_budget": 10_000_000,
+            "timeout_s": 5.0,
+            "breaker_cooldown_s": 2.0,
+        },
+        "feed": {
+            "livescores_cadence_s": cadence_s,
+            "marquee_cadence_s": cadence_s,
+            "marquee_leagues": [int(league_id)],
+        },
+        "apns": {
+            "url": apns_url,
+            "ca_file": ca_file,
+            "team_id": DEMO_TEAM_ID,
+            "key_id": DEMO_KEY_ID,
+            "private_key": private_key,
+            "topic": DEMO_TOPIC,
+        },
+        "orchestrator": {"cycle_s": 1.0, "lease_s": lease_s},
+        "match": {"session_refresh_s": 0.5, "heal_every_s": 1.0, "push_to_start_min_interval_s": 30.0},
+        "admin": {"socket_path": admin_socket},
+    }
+    for section, values in (extra or {}).items():
+        data.setdefault(section, {}).update(values)
+    return Config.model_validate(data)
+
+
+async def _main_async(args: argparse.Namespace) -> int:
+    demo = DemoRun(args)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        result: list[int] = []
+        async with trio.open_nursery() as nursery:
+
+            async def run_demo() -> None:
+                result.append(await demo.run())
+                nursery.cancel_scope.cancel()
+
+            async def on_signal() -> None:
+                async for _ in signals:
+                    if not args.quiet:
+                        print("sightscreen demo: stopping", file=sys.stderr, flush=True)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(run_demo)
+            nursery.start_soon(on_signal)
+    return result[0] if result else 0
+
+
+def main(argv: list[str]) -> int:
+    from daemon.logs import configure
+
+    args = _parse(argv)
+    configure(os.environ.get("SIGHTSCREEN_LOG_LEVEL", "warning"), json=False)
+    try:
+        return trio.run(_main_async, args)
+    except KeyboardInterrupt:
+        return 0
