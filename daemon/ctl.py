@@ -1,0 +1,109 @@
+"""``sightscreen ctl [--socket PATH] COMMAND [ARGS...]``: the admin socket's command-line client.
+
+It owns nothing but the client side of the protocol in ``daemon.admin``: send one JSON request line, read
+one answer line, print it. Plain blocking sockets: a one-shot client needs no event loop.
+
+Output: the result as indented JSON, or verbatim when it is text (``metrics`` is Prometheus text). Exit
+status: 0 for an ok answer, 1 for an error answer (the error on stderr), 2 when the daemon cannot be
+reached or answers something that is not the protocol (with what to check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+DEFAULT_SOCKET = "/run/sightscreen/admin.sock"
+SOCKET_ENV = "SIGHTSCREEN_ADMIN_SOCKET"
+EXIT_OK, EXIT_ERROR_ANSWER, EXIT_UNREACHABLE = 0, 1, 2
+_MAX_ANSWER_BYTES = 64 * 1024 * 1024  # metrics of a busy daemon are big, but never this big
+
+
+class Unreachable(Exception):
+    """The daemon could not be asked (no socket, refused, timed out, garbled answer)."""
+
+
+def request(path: str, cmd: str, args: list[str], *, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Send one request and return the decoded answer object; ``Unreachable`` says why not."""
+    line = json.dumps({"cmd": cmd, "args": args}).encode() + b"\n"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        try:
+            sock.connect(path)
+        except FileNotFoundError:
+            raise Unreachable(
+                f"no admin socket at {path}: is the daemon running? (set --socket or ${SOCKET_ENV})"
+            ) from None
+        except PermissionError:
+            raise Unreachable(
+                f"permission denied on {path}: run as the daemon's user or a member of its group"
+            ) from None
+        except ConnectionRefusedError:
+            raise Unreachable(f"nothing is listening on {path} (a stale socket from a stopped daemon?)") from None
+        except OSError as exc:
+            raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
+        try:
+            sock.sendall(line)
+            data = bytearray()
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if len(data) > _MAX_ANSWER_BYTES:
+                    raise Unreachable("the answer is larger than any the protocol sends")
+        except TimeoutError:
+            raise Unreachable(f"no answer from {path} within {timeout_s:g} s") from None
+        except OSError as exc:
+            raise Unreachable(f"connection to {path} failed: {exc.strerror or exc}") from None
+    finally:
+        sock.close()
+    if not data:
+        raise Unreachable(f"the daemon closed the connection on {path} without answering")
+    try:
+        answer = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise Unreachable(f"the answer from {path} is not JSON: {bytes(data[:80])!r}") from None
+    if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
+        raise Unreachable(f"the answer from {path} is not an admin protocol answer")
+    return answer
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="sightscreen ctl",
+        description="Ask a running daemon over its admin socket. 'sightscreen ctl help' lists the commands.",
+        epilog="exit status: 0 ok, 1 the daemon answered with an error, 2 the daemon could not be reached",
+    )
+    parser.add_argument(
+        "--socket",
+        default=os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET,
+        help=f"admin socket path (default: ${SOCKET_ENV} or {DEFAULT_SOCKET})",
+    )
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
+    parser.add_argument("--raw", action="store_true", help="print the answer line as received (JSON)")
+    parser.add_argument("command", help="health, ready, status, matches, match ID, apns, metrics, drain, help...")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the command's arguments")
+    opts = parser.parse_args(argv)
+    try:
+        answer = request(opts.socket, opts.command, list(opts.args), timeout_s=opts.timeout)
+    except Unreachable as exc:
+        print(f"sightscreen ctl: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    if opts.raw:
+        print(json.dumps(answer, ensure_ascii=False))
+        return EXIT_OK if answer["ok"] else EXIT_ERROR_ANSWER
+    if not answer["ok"]:
+        print(f"error: {answer.get('error', 'unknown error')}", file=sys.stderr)
+        return EXIT_ERROR_ANSWER
+    result = answer.get("result")
+    if isinstance(result, str):
+        sys.stdout.write(result if result.endswith("\n") else result + "\n")
+    else:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    return EXIT_OK
