@@ -68,6 +68,12 @@ SPORTMONKS_BREAKER_STATE = Gauge(
     "1 while the SportMonks circuit breaker is open, 0.5 half-open, 0 closed",
     registry=REGISTRY,
 )
+SPORTMONKS_BUDGET_DELAYS = Counter(
+    "sightscreen_sportmonks_budget_delays",
+    "SportMonks calls that waited for room in the hourly budget before going out, per endpoint",
+    ["endpoint"],
+    registry=REGISTRY,
+)
 
 # --- DynamoDB ------------------------------------------------------------------------------------------
 DYNAMODB_CALLS = Counter(
