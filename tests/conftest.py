@@ -55,3 +55,36 @@ def real_fixture_path(shared_data: Path) -> Path:
     if not path.is_file():
         pytest.skip(f"real fixture payload {path.name} not found in {path.parent}")
     return path
+
+
+# --- data layer (appended by the store engineer) ---------------------------------------------------------
+
+
+@pytest.fixture
+async def dynamo(moto_server: MotoServer, table_prefix: str):  # type: ignore[no-untyped-def]
+    """A ``Dynamo`` on the session's moto server with all eleven tables created under this test's prefix.
+
+    Batch backoff is shortened so retry tests run in milliseconds; everything else is the production
+    default."""
+    from daemon.store import Dynamo, DynamoSettings, create_tables
+
+    settings = DynamoSettings(
+        endpoint_url=moto_server.url,
+        table_prefix=table_prefix,
+        batch_backoff_base_s=0.001,
+        batch_backoff_max_s=0.01,
+    )
+    client = Dynamo(settings)
+    await create_tables(client)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+async def repos(dynamo):  # type: ignore[no-untyped-def]
+    """``Repositories`` over the ``dynamo`` fixture."""
+    from daemon.store import Repositories
+
+    return Repositories(dynamo)

@@ -11,11 +11,17 @@ class DynamoSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     endpoint_url: str | None = Field(None, description="DynamoDB endpoint; unset means AWS's regional endpoint")
-    region: str = "us-east-1"
+    region: str = Field("us-east-1", description="AWS region of the tables")
     table_prefix: str = Field("", description="prefix for every table name, so environments can share an account")
-    retry_mode: Literal["standard", "adaptive"] = "standard"
+    retry_mode: Literal["standard", "adaptive"] = Field(
+        "standard", description="botocore retry mode; 'adaptive' adds client-side rate limiting when throttled"
+    )
     max_attempts: int = Field(5, ge=1, le=20, description="botocore attempts per call, first included")
     max_threads: int = Field(8, ge=1, le=64, description="worker threads running boto3 calls")
-    connect_timeout_s: float = Field(2.0, gt=0)
-    read_timeout_s: float = Field(5.0, gt=0)
+    connect_timeout_s: float = Field(2.0, gt=0, description="TCP connect timeout per attempt, seconds")
+    read_timeout_s: float = Field(5.0, gt=0, description="read timeout per attempt, seconds")
     batch_deadline_s: float = Field(30.0, gt=0, description="give up retrying unprocessed batch items after this")
+    batch_backoff_base_s: float = Field(
+        0.05, gt=0, description="first backoff before resending unprocessed batch items (doubles, full jitter)"
+    )
+    batch_backoff_max_s: float = Field(2.0, gt=0, description="longest backoff between batch retries, seconds")

@@ -1,0 +1,264 @@
+"""The DynamoDB client shell: one boto3 client, run in worker threads, counted and measured.
+
+Owns: the low-level boto3 client and its botocore ``Config`` (retry mode, attempts, timeouts, pool size),
+the capacity limiter that bounds the worker threads, the prefixed physical table names, the per-task call
+counter (``count_calls``), the ``DYNAMODB_CALLS``/``DYNAMODB_ERRORS`` metrics, and the generic batch and
+pagination loops every repository uses. It does not know any table's attributes or access patterns (those
+are in the repositories) and never touches the trio loop from a worker thread.
+
+Why threads: boto3 is blocking. Every call runs in ``trio.to_thread.run_sync`` under one
+``CapacityLimiter`` (``DynamoSettings.max_threads``), so the trio loop never blocks and a burst of calls
+queues instead of spawning unbounded threads. A botocore client is thread-safe; one client is shared.
+Calls are not abandoned on cancellation: a cancelled caller waits for its in-flight request (bounded by
+the read timeout times the attempts), so nothing outlives its parent task.
+
+Retries: botocore retries throttling (``ProvisionedThroughputExceededException``, ``ThrottlingException``,
+``RequestLimitExceeded``) and 5xx itself, in ``standard`` or ``adaptive`` mode. The SDK does not retry the
+``UnprocessedItems``/``UnprocessedKeys`` of a batch; ``batch_write``/``batch_get`` here do, with
+exponential backoff and full jitter, until done or ``batch_deadline_s``, then raise ``BatchIncomplete``
+naming how many requests were left (never a silent loss).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import random
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import trio
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from daemon.logs import get_logger
+from daemon.metrics import DYNAMODB_CALLS, DYNAMODB_ERRORS
+from daemon.store.settings import DynamoSettings
+
+log = get_logger("daemon.store")
+
+# DynamoDB's per-call limits (API Reference: BatchWriteItem, BatchGetItem).
+BATCH_WRITE_MAX = 25
+BATCH_GET_MAX = 100
+
+CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
+
+
+class StoreError(Exception):
+    """A data-layer failure that is not a botocore error (those propagate as they are)."""
+
+
+class BatchIncomplete(StoreError):
+    """A batch still had unprocessed requests when its deadline passed."""
+
+    def __init__(self, table: str, operation: str, remaining: int, deadline_s: float) -> None:
+        super().__init__(
+            f"{operation} on {table}: {remaining} request(s) still unprocessed after {deadline_s:g}s of retries"
+        )
+        self.table = table
+        self.operation = operation
+        self.remaining = remaining
+
+
+def is_condition_failed(exc: BaseException) -> bool:
+    """True for a failed ``ConditionExpression``: a normal outcome for conditional writes."""
+    return isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED
+
+
+# --- per-task call counting ---------------------------------------------------------------------------
+
+
+@dataclass
+class CallCounter:
+    """Calls made inside a ``count_calls()`` block (and by tasks spawned from inside it)."""
+
+    n: int = 0
+
+
+_counters: contextvars.ContextVar[tuple[CallCounter, ...]] = contextvars.ContextVar(
+    "sightscreen_dynamodb_counters", default=()
+)
+
+
+@contextmanager
+def count_calls() -> Iterator[CallCounter]:
+    """Count the DynamoDB calls this task makes inside the block.
+
+    A ContextVar holds the active counters: trio copies the context into tasks spawned after entering, so
+    their calls count too, while sibling tasks (other match actors) never see this counter. Blocks nest:
+    a call counts in every enclosing block.
+    """
+    counter = CallCounter()
+    token = _counters.set((*_counters.get(), counter))
+    try:
+        yield counter
+    finally:
+        _counters.reset(token)
+
+
+# --- the client ---------------------------------------------------------------------------------------
+
+
+def _backoff(attempt: int, base_s: float, cap_s: float) -> float:
+    """Full-jitter exponential backoff (AWS Architecture Blog, "Exponential Backoff And Jitter")."""
+    return random.uniform(0.0, min(cap_s, base_s * (2**attempt)))
+
+
+class Dynamo:
+    """One DynamoDB client for the process (or one per test)."""
+
+    def __init__(self, settings: DynamoSettings) -> None:
+        self.settings = settings
+        config = Config(
+            region_name=settings.region,
+            retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
+            connect_timeout=settings.connect_timeout_s,
+            read_timeout=settings.read_timeout_s,
+            # one pooled connection per worker thread, so threads never wait on the pool
+            max_pool_connections=settings.max_threads,
+        )
+        session = boto3.session.Session()
+        creds: dict[str, str] = {}
+        if settings.endpoint_url and session.get_credentials() is None:
+            # a local peer (moto, dynalite) accepts any key; AWS's own endpoint never gets here
+            creds = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+        self.client: Any = session.client(
+            "dynamodb", endpoint_url=settings.endpoint_url, region_name=settings.region, config=config, **creds
+        )
+        self._limiter = trio.CapacityLimiter(settings.max_threads)
+        self._api_names: dict[str, str] = dict(self.client.meta.method_to_api_mapping)
+        self._snake_names: dict[str, str] = {api: snake for snake, api in self._api_names.items()}
+
+    def table(self, logical: str) -> str:
+        """The physical table name of a logical one (``active-matches`` -> ``{prefix}active-matches``)."""
+        return f"{self.settings.table_prefix}{logical}"
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _resolve(self, operation: str) -> tuple[str, str]:
+        if operation in self._api_names:
+            return operation, self._api_names[operation]
+        if operation in self._snake_names:
+            return self._snake_names[operation], operation
+        raise ValueError(f"unknown DynamoDB operation {operation!r}")
+
+    async def call(self, logical_table: str, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """``client.<operation>(TableName=<physical>, **kwargs)`` in a worker thread.
+
+        ``operation`` is the method (``put_item``) or API name (``PutItem``). Operations without a
+        ``TableName`` parameter (batches, ``list_tables``) get none; ``logical_table`` then only labels
+        the metrics. Raises botocore's ``ClientError`` as it is.
+        """
+        method_name, api_name = self._resolve(operation)
+        members = self.client.meta.service_model.operation_model(api_name).input_shape.members
+        if "TableName" in members and "TableName" not in kwargs:
+            kwargs["TableName"] = self.table(logical_table)
+        method: Callable[..., dict[str, Any]] = getattr(self.client, method_name)
+        DYNAMODB_CALLS.labels(table=logical_table, operation=api_name).inc()
+        for counter in _counters.get():
+            counter.n += 1
+        try:
+            return await trio.to_thread.run_sync(lambda: method(**kwargs), limiter=self._limiter)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "Unknown")
+            if code != CONDITIONAL_CHECK_FAILED:
+                DYNAMODB_ERRORS.labels(table=logical_table, operation=api_name, code=code).inc()
+            raise
+
+    # --- pagination -----------------------------------------------------------------------------------
+
+    async def paginate(
+        self, logical_table: str, operation: str, *, max_items: int | None = None, **kwargs: Any
+    ) -> list[dict[str, Any]]:
+        """Every raw item of a Query or Scan, following ``LastEvaluatedKey`` until the end.
+
+        A page may be empty and still have a next page (``Limit`` counts items before the filter), so the
+        loop ends only when there is no ``LastEvaluatedKey`` - or once ``max_items`` items are in hand.
+        """
+        items: list[dict[str, Any]] = []
+        while True:
+            resp = await self.call(logical_table, operation, **kwargs)
+            items.extend(resp.get("Items", []))
+            if max_items is not None and len(items) >= max_items:
+                return items[:max_items]
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                return items
+            kwargs["ExclusiveStartKey"] = lek
+
+    # --- batches --------------------------------------------------------------------------------------
+
+    async def _sleep_backoff(self, attempt: int) -> None:
+        await trio.sleep(_backoff(attempt, self.settings.batch_backoff_base_s, self.settings.batch_backoff_max_s))
+
+    async def batch_write(self, logical_table: str, requests: Sequence[Mapping[str, Any]]) -> int:
+        """BatchWriteItem of raw write requests (``{"PutRequest": ...}``/``{"DeleteRequest": ...}``).
+
+        Sends 25 per call; whatever comes back unprocessed goes to the front of the queue and is resent
+        after a backoff. Returns the number of calls made. Raises ``BatchIncomplete`` at the deadline.
+        Callers must not put two requests for one key in the list (DynamoDB rejects such a call).
+        """
+        table = self.table(logical_table)
+        pending: deque[Mapping[str, Any]] = deque(requests)
+        deadline = trio.current_time() + self.settings.batch_deadline_s
+        attempt = 0
+        calls = 0
+        while pending:
+            chunk = [pending.popleft() for _ in range(min(BATCH_WRITE_MAX, len(pending)))]
+            resp = await self.call(logical_table, "batch_write_item", RequestItems={table: chunk})
+            calls += 1
+            unprocessed = resp.get("UnprocessedItems", {}).get(table, [])
+            if not unprocessed:
+                attempt = 0
+                continue
+            pending.extendleft(reversed(unprocessed))
+            if trio.current_time() >= deadline:
+                raise BatchIncomplete(logical_table, "BatchWriteItem", len(pending), self.settings.batch_deadline_s)
+            log.info("dynamodb.unprocessed", table=logical_table, operation="BatchWriteItem", n=len(unprocessed))
+            await self._sleep_backoff(attempt)
+            attempt += 1
+        return calls
+
+    async def batch_get(
+        self,
+        logical_table: str,
+        keys: Sequence[Mapping[str, Any]],
+        *,
+        projection: str | None = None,
+        names: Mapping[str, str] | None = None,
+        consistent: bool = False,
+    ) -> list[dict[str, Any]]:
+        """BatchGetItem of raw keys, 100 per call, retrying ``UnprocessedKeys`` with backoff.
+
+        Returns the raw items found (missing keys are simply absent). Raises ``BatchIncomplete`` at the
+        deadline. Callers must not pass a key twice (DynamoDB rejects such a call).
+        """
+        table = self.table(logical_table)
+        pending: deque[Mapping[str, Any]] = deque(keys)
+        deadline = trio.current_time() + self.settings.batch_deadline_s
+        attempt = 0
+        found: list[dict[str, Any]] = []
+        while pending:
+            chunk = [pending.popleft() for _ in range(min(BATCH_GET_MAX, len(pending)))]
+            request: dict[str, Any] = {"Keys": chunk, "ConsistentRead": consistent}
+            if projection:
+                request["ProjectionExpression"] = projection
+            if names:
+                request["ExpressionAttributeNames"] = dict(names)
+            resp = await self.call(logical_table, "batch_get_item", RequestItems={table: request})
+            found.extend(resp.get("Responses", {}).get(table, []))
+            unprocessed = resp.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])
+            if not unprocessed:
+                attempt = 0
+                continue
+            pending.extendleft(reversed(unprocessed))
+            if trio.current_time() >= deadline:
+                raise BatchIncomplete(logical_table, "BatchGetItem", len(pending), self.settings.batch_deadline_s)
+            log.info("dynamodb.unprocessed", table=logical_table, operation="BatchGetItem", n=len(unprocessed))
+            await self._sleep_backoff(attempt)
+            attempt += 1
+        return found

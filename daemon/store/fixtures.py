@@ -1,0 +1,70 @@
+"""``cricket-fixtures``: every match the system knows about.
+
+Owns the fixture items: ``matchId`` (key), ``leagueCode`` + ``startTime`` (the ``leagueCode-startTime-index``
+GSI keys: strings, ``startTime`` ISO-8601 so it sorts), ``live``, ``displayState``, ``liveUpdatedAt``,
+``archivedAt``, ``ttl`` (optional; an item without it never expires) and whatever else FixtureSync writes.
+GSI key attributes must be strings when present: a non-string is refused with the field named, instead of
+DynamoDB's batch-wide ValidationException.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from daemon.store.base import Item, Repository
+from daemon.store.codec import UpdateBuilder, iso
+from daemon.store.tables import FIXTURES, FIXTURES_BY_LEAGUE_INDEX
+
+_GSI_KEYS = ("leagueCode", "startTime")
+
+
+def _check_gsi_keys(item: Mapping[str, Any], where: str) -> None:
+    for k in _GSI_KEYS:
+        if k in item and item[k] is not None and not (isinstance(item[k], str) and item[k]):
+            raise ValueError(f"{where}.{k}: must be a non-empty string (a GSI key), got {item[k]!r}")
+
+
+class FixtureRepository(Repository):
+    logical = FIXTURES
+
+    async def get_fixture(self, match_id: str, *, now: float | None = None) -> Item | None:
+        return await self._get(match_id, now=now)
+
+    async def batch_get_fixtures(self, match_ids: Iterable[str], *, now: float | None = None) -> dict[str, Item]:
+        """The fixtures found, by matchId (BatchGetItem in 100s, unprocessed keys retried)."""
+        items = await self._batch_get(((m,) for m in match_ids), now=now)
+        return {it["matchId"]: it for it in items}
+
+    async def get_matches_by_date_range(
+        self, league_code: str, from_iso: str, to_iso: str, *, now: float | None = None
+    ) -> list[Item]:
+        """A league's fixtures with ``from_iso <= startTime <= to_iso``, sorted by start time (GSI Query)."""
+        return await self._query(
+            "#lc = :lc AND #st BETWEEN :from AND :to",
+            index=FIXTURES_BY_LEAGUE_INDEX,
+            names={"#lc": "leagueCode", "#st": "startTime"},
+            values={":lc": league_code, ":from": from_iso, ":to": to_iso},
+            now=now,
+        )
+
+    async def batch_write_fixtures(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Put every fixture (BatchWriteItem in 25s; a put replaces the whole item)."""
+        checked = []
+        for i, item in enumerate(items):
+            _check_gsi_keys(item, f"items[{i}]")
+            checked.append({k: v for k, v in item.items() if v is not None})
+        await self._batch_put(checked)
+
+    async def update_fixture_fields(self, match_id: str, fields: Mapping[str, Any]) -> bool:
+        """SET the given fields (None removes one) on an existing fixture. False when it does not exist."""
+        _check_gsi_keys(fields, "fields")
+        u = UpdateBuilder().fields(fields, refuse=("matchId",))
+        cond = f"attribute_exists({u.name('matchId')})"
+        return await self._update(self._key(match_id), u.kwargs(cond)) is not None
+
+    async def archive_fixture(self, match_id: str, *, now: float | None = None) -> bool:
+        """The match left /livescores: SET ``archivedAt``, REMOVE ``liveUpdatedAt``. False if absent."""
+        u = UpdateBuilder().set("archivedAt", iso(self._now(now))).remove("liveUpdatedAt")
+        cond = f"attribute_exists({u.name('matchId')})"
+        return await self._update(self._key(match_id), u.kwargs(cond)) is not None

@@ -1,0 +1,138 @@
+"""``live-activities``: one Live Activity session per match, user and device.
+
+Owns the session items: ``matchId`` (partition key), ``visitorKey`` (sort key, ``{userId}#{deviceId}`` -
+the seed's composite ``userId#deviceId`` sort key, stored in a named attribute), ``userId`` and
+``deviceId`` (stored separately so the ``userId-index`` GSI can find a user's sessions), ``updateToken``
+(the APNs token of this one activity), ``status`` (``active`` | ``suspended`` | ``ended``),
+``sessionStartedAt``, ``tokenUpdatedAt``, ``suspendedAt``, ``endedAt`` (ISO-8601 UTC), ``endReason``,
+``ttl`` (epoch seconds).
+
+A user id may not contain ``#`` (it would make the visitor key ambiguous); device ids may.
+Register is an upsert that (re)activates the session: it clears ``suspendedAt``/``endedAt``/``endReason``,
+and, unless a ``ttl`` is given, removes an old ``ttl`` so a restarted session is not filtered as expired.
+A token update does not reactivate a suspended session: a new activity registers again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.store.base import Item, Repository
+from daemon.store.codec import UpdateBuilder, iso
+from daemon.store.tables import LIVE_ACTIVITIES, LIVE_ACTIVITIES_BY_USER_INDEX
+
+STATUS_ACTIVE = "active"
+STATUS_SUSPENDED = "suspended"
+STATUS_ENDED = "ended"
+
+
+def visitor_key(user_id: str, device_id: str) -> str:
+    """The sort key of a session: ``{userId}#{deviceId}``."""
+    if not user_id or "#" in user_id:
+        raise ValueError(f"userId: must be non-empty and free of '#', got {user_id!r}")
+    if not device_id:
+        raise ValueError("deviceId: must be non-empty")
+    return f"{user_id}#{device_id}"
+
+
+def split_visitor_key(key: str) -> tuple[str, str]:
+    """``(userId, deviceId)`` of a visitor key."""
+    user_id, sep, device_id = key.partition("#")
+    if not sep or not user_id or not device_id:
+        raise ValueError(f"visitorKey: expected 'userId#deviceId', got {key!r}")
+    return user_id, device_id
+
+
+class LiveActivityRepository(Repository):
+    logical = LIVE_ACTIVITIES
+
+    async def get_all_la_sessions_for_match(
+        self, match_id: str, *, status: str | None = None, now: float | None = None
+    ) -> list[Item]:
+        """Every session of a match (Query, every page, expired ones filtered); only ``status`` ones if given."""
+        values: dict[str, Any] = {":mid": match_id}
+        names = {"#mid": "matchId"}
+        filt = None
+        if status is not None:
+            names["#st"] = "status"
+            values[":st"] = status
+            filt = "#st = :st"
+        return await self._query(
+            "#mid = :mid", names=names, values=values, filter_expression=filt, now=now, ConsistentRead=True
+        )
+
+    async def get_user_la_sessions(self, user_id: str, *, now: float | None = None) -> list[Item]:
+        """Every session of a user across matches (Query on ``userId-index``, every page, expired filtered)."""
+        return await self._query(
+            "#uid = :uid", index=LIVE_ACTIVITIES_BY_USER_INDEX, names={"#uid": "userId"},
+            values={":uid": user_id}, now=now,
+        )
+
+    async def get_la_session(
+        self, match_id: str, user_id: str, device_id: str, *, now: float | None = None
+    ) -> Item | None:
+        return await self._get(match_id, visitor_key(user_id, device_id), consistent=True, now=now)
+
+    async def register_la_session(
+        self,
+        match_id: str,
+        user_id: str,
+        device_id: str,
+        update_token: str,
+        *,
+        now: float | None = None,
+        ttl: int | None = None,
+    ) -> None:
+        """Upsert an active session with its update token (UpdateItem). ``ttl`` is absolute epoch seconds."""
+        if not update_token:
+            raise ValueError("updateToken: must be non-empty")
+        t = self._now(now)
+        u = (
+            UpdateBuilder()
+            .set("userId", user_id)
+            .set("deviceId", device_id)
+            .set("updateToken", update_token)
+            .set("status", STATUS_ACTIVE)
+            .set("sessionStartedAt", iso(t))
+            .remove("suspendedAt")
+            .remove("endedAt")
+            .remove("endReason")
+        )
+        if ttl is None:
+            u.remove("ttl")
+        else:
+            u.set("ttl", int(ttl))
+        await self._update(self._key(match_id, visitor_key(user_id, device_id)), u.kwargs())
+
+    async def update_token(self, match_id: str, user_id: str, device_id: str, update_token: str) -> bool:
+        """Store a rotated update token. False when there is no such session."""
+        if not update_token:
+            raise ValueError("updateToken: must be non-empty")
+        u = UpdateBuilder().set("updateToken", update_token).set("tokenUpdatedAt", iso(self.clock()))
+        cond = f"attribute_exists({u.name('visitorKey')})"
+        return await self._update(self._key(match_id, visitor_key(user_id, device_id)), u.kwargs(cond)) is not None
+
+    async def end_la_session(
+        self,
+        match_id: str,
+        visitor_key: str,
+        end_reason: str,
+        *,
+        now: float | None = None,
+        ttl_s: float | None = None,
+    ) -> bool:
+        """Mark a session ended (``status=ended, endedAt, endReason``, and ``ttl = now + ttl_s`` if given).
+        False when there is no such session. Ending an ended session again just rewrites the reason."""
+        t = self._now(now)
+        u = UpdateBuilder().set("status", STATUS_ENDED).set("endedAt", iso(t)).set("endReason", end_reason)
+        if ttl_s is not None:
+            u.set("ttl", int(t + ttl_s))
+        cond = f"attribute_exists({u.name('visitorKey')})"
+        return await self._update(self._key(match_id, visitor_key), u.kwargs(cond)) is not None
+
+    async def suspend_la_session(self, match_id: str, visitor_key: str, *, now: float | None = None) -> bool:
+        """Suspend an active session (its token was rejected by APNs). False unless it is currently active."""
+        t = self._now(now)
+        u = UpdateBuilder().set("status", STATUS_SUSPENDED).set("suspendedAt", iso(t))
+        cond = f"attribute_exists({u.name('visitorKey')}) AND {u.name('status')} = {u.value(STATUS_ACTIVE)}"
+        return await self._update(self._key(match_id, visitor_key), u.kwargs(cond)) is not None
