@@ -1,0 +1,393 @@
+"""FixtureSyncJob: keeps ``cricket-fixtures`` in step with SportMonks.
+
+Owns the fixture-sync actor: the near window (matches in ``/livescores`` plus those starting between
+``near_behind_h`` ago and ``near_ahead_h`` ahead) every ``near_interval_s`` (60 s), and a full sync through the
+paginated ``/fixtures`` every ``full_interval_s`` (6 h). It writes ``cricket-fixtures`` only, through the data
+layer's FixtureRepository, and never touches attributes other writers own (``displayState``,
+``archivedAt``...): existing fixtures get an UpdateItem of just the changed SportMonks fields.
+
+Only changed fixtures are written. Each item carries a ``syncHash`` of its SportMonks fields
+(``actors.jobs.convert``); a fixture whose hash equals the stored one costs no write. New fixtures go in
+BatchWriteItem calls of 25; existing ones get ``update_fixture_fields`` (UpdateItem conditioned on the
+fixture existing); one that vanished between our read and our update is written whole instead.
+
+Where the job's place is kept:
+- Near window: in DynamoDB itself (the stored ``syncHash`` of every fixture), plus an in-memory LRU of the
+  hashes this process last wrote, so a quiet minute costs one SportMonks call and no DynamoDB read at all.
+  A restarted process has an empty LRU and simply reads the hashes back (one BatchGetItem per 100).
+- Full sync: a plan of date-range chunks (``full_chunk_days`` each; the client follows ``links.next``
+  within a chunk). Chunks are done in order; a chunk that fails is retried after a capped exponential
+  backoff and the chunks already done are not fetched again, so a SportMonks outage in the middle of a
+  6-hour sync resumes where it stopped. A restart begins a new full sync (it is idempotent and writes only
+  what changed). The full sync always reads the stored hashes (never the LRU), so it also repairs anything
+  the LRU may have hidden (a fixture deleted behind our back).
+
+A failure in one cycle is logged, counted (``sightscreen_job_cycles{job,outcome="error"}``) and retried
+after a backoff; it never ends the actor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import trio
+
+from actors.jobs.convert import ConversionError, fixture_item, fixture_update, iso_utc, sportmonks_datetime
+from actors.jobs.reference_sync import LeagueDirectory, SyncReport, backoff_delay
+from actors.jobs.settings import FixtureSyncSettings
+from daemon import metrics
+from daemon.logs import get_logger
+
+log = get_logger("jobs.fixture_sync")
+
+JOB_NEAR = "fixture_sync_near"
+JOB_FULL = "fixture_sync_full"
+BATCH_WRITE_MAX = 25  # DynamoDB's BatchWriteItem limit (data model: "batches of 25")
+
+
+class FixturesClient(Protocol):
+    async def fixtures(
+        self, *, filters: Mapping[str, str] = ..., include: Sequence[str] = ..., sort: str | None = ...
+    ) -> list[dict[str, Any]]: ...
+
+    async def livescores(self, include: Sequence[str] = ...) -> list[dict[str, Any]]: ...
+
+
+class SyncIncomplete(Exception):
+    """Part of a cycle's source data could not be fetched; what was fetched has been written."""
+
+
+# --- the full-sync plan (pure) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One ``filter[starts_between]`` range of the full sync (epoch seconds, end exclusive of the next)."""
+
+    start: float
+    end: float
+
+    def filters(self) -> dict[str, str]:
+        return {"starts_between": f"{sportmonks_datetime(self.start)},{sportmonks_datetime(self.end)}"}
+
+
+@dataclass(frozen=True)
+class FullSyncPlan:
+    """Where a full sync is: which chunks exist, how many are done, how often the next one has failed."""
+
+    chunks: tuple[Chunk, ...]
+    done: int = 0
+    failures: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= len(self.chunks)
+
+    @property
+    def current(self) -> Chunk:
+        return self.chunks[self.done]
+
+    def advanced(self) -> FullSyncPlan:
+        return replace(self, done=self.done + 1, failures=0)
+
+    def failed(self) -> FullSyncPlan:
+        return replace(self, failures=self.failures + 1)
+
+
+def plan_full_sync(now: float, settings: FixtureSyncSettings) -> FullSyncPlan:
+    """Date chunks covering ``[now - full_behind_days, now + full_ahead_days]``, at day boundaries (UTC)."""
+    day = 86400.0
+    first = (now // day - settings.full_behind_days) * day
+    last = (now // day + settings.full_ahead_days + 1) * day
+    step = settings.full_chunk_days * day
+    chunks = []
+    start = first
+    while start < last:
+        end = min(start + step, last)
+        # starts_between is inclusive at both ends: stop one second short so chunks do not overlap.
+        chunks.append(Chunk(start, end - 1))
+        start = end
+    return FullSyncPlan(tuple(chunks))
+
+
+# --- the job -----------------------------------------------------------------------------------------
+
+
+class FixtureSyncJob:
+    """The near-window and full fixture sync, as one actor."""
+
+    def __init__(
+        self,
+        client: FixturesClient,
+        repos: Any,
+        settings: FixtureSyncSettings | None = None,
+        *,
+        livescores: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+        leagues: LeagueDirectory | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._fixtures = repos.fixtures
+        self.settings = settings or FixtureSyncSettings()
+        # The feed already polls /livescores; the daemon may hand in its cached view to save calls.
+        self._livescores = livescores or (lambda: client.livescores(include=()))
+        self._clock = clock
+        self.leagues = leagues or LeagueDirectory(repos.leagues, max_age_s=600.0)
+        self._hashes: OrderedDict[str, str] = OrderedDict()
+        self.plan: FullSyncPlan | None = None
+        self.near_failures = 0
+        self.last_near: SyncReport | None = None
+        self.last_full: SyncReport | None = None
+        self._full_report: SyncReport | None = None
+        self.full_syncs_completed = 0
+
+    # -- actor --
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        if not self.settings.enabled:
+            log.info("fixture_sync_disabled")
+            await trio.sleep_forever()
+        s = self.settings
+        next_near = next_full = trio.current_time()  # both at start-up: a restart may have missed changes
+        chunk_retry_at = -float("inf")
+        while True:
+            now = trio.current_time()
+            if now >= next_near:
+                ok = await self._guarded(JOB_NEAR, self.sync_near_window)
+                self.near_failures = 0 if ok else self.near_failures + 1
+                delay = (
+                    s.near_interval_s
+                    if ok
+                    else backoff_delay(self.near_failures, s.backoff_base_s, s.backoff_max_s)
+                )
+                next_near = trio.current_time() + min(delay, s.near_interval_s)
+            elif self.plan is None and now >= next_full:
+                self.plan = plan_full_sync(self._clock(), s)
+                self._full_report = SyncReport("cricket-fixtures")
+                next_full = now + s.full_interval_s
+                log.info("full_sync_started", chunks=len(self.plan.chunks))
+            elif self.plan is not None and now >= chunk_retry_at:
+                if await self.full_sync_step():
+                    chunk_retry_at = -float("inf")
+                else:
+                    assert self.plan is not None
+                    chunk_retry_at = now + backoff_delay(
+                        self.plan.failures, s.backoff_base_s, s.backoff_max_s
+                    )
+            else:
+                wake = min(next_near, next_full if self.plan is None else chunk_retry_at)
+                await trio.sleep_until(wake)
+                continue
+            await trio.lowlevel.checkpoint()  # let the rest of the daemon breathe between steps
+
+    async def _guarded(self, job: str, step: Callable[[], Awaitable[SyncReport]]) -> bool:
+        try:
+            await step()
+        except trio.Cancelled:
+            raise
+        except Exception as exc:
+            metrics.JOB_CYCLES.labels(job, "error").inc()
+            log.warning("fixture_sync_failed", job=job, error=f"{type(exc).__name__}: {exc}")
+            return False
+        metrics.JOB_CYCLES.labels(job, "ok").inc()
+        metrics.JOB_LAST_SUCCESS.labels(job).set(self._clock())
+        return True
+
+    # -- near window --
+
+    async def sync_near_window(self) -> SyncReport:
+        s = self.settings
+        now = self._clock()
+        window = Chunk(now - s.near_behind_h * 3600, now + s.near_ahead_h * 3600)
+        problems: list[str] = []
+        raws = await self._client.fixtures(filters=window.filters(), include=s.include, sort="starting_at")
+        if s.include_livescores:
+            try:
+                # Appended last: for a match in both, the livescores copy is the fresher one.
+                raws = [*raws, *await self._livescores()]
+            except trio.Cancelled:
+                raise
+            except Exception as exc:
+                problems.append(f"livescores: {type(exc).__name__}: {exc}")
+        report = await self.write_fixtures(raws, what="near", use_memory=True)
+        self.last_near = report
+        if problems:
+            raise SyncIncomplete("; ".join(problems))
+        return report
+
+    # -- full sync --
+
+    async def full_sync_step(self) -> bool:
+        """Fetch and write the current chunk of the full sync; False (and the plan unchanged) on failure."""
+        if self.plan is None:
+            self.plan = plan_full_sync(self._clock(), self.settings)
+            self._full_report = SyncReport("cricket-fixtures")
+        if self.plan.finished:
+            return True
+        chunk = self.plan.current
+        try:
+            raws = await self._client.fixtures(
+                filters=chunk.filters(), include=self.settings.include, sort="starting_at"
+            )
+            report = await self.write_fixtures(raws, what=f"full[{self.plan.done}]", use_memory=False)
+        except trio.Cancelled:
+            raise
+        except Exception as exc:
+            self.plan = self.plan.failed()
+            metrics.JOB_CYCLES.labels(JOB_FULL, "error").inc()
+            log.warning(
+                "full_sync_chunk_failed",
+                chunk=self.plan.done,
+                of=len(self.plan.chunks),
+                range=chunk.filters()["starts_between"],
+                failures=self.plan.failures,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return False
+        self.plan = self.plan.advanced()
+        total = self._full_report or SyncReport("cricket-fixtures")
+        _merge(total, report)
+        self._full_report = total
+        if self.plan.finished:
+            self.last_full = total
+            self.full_syncs_completed += 1
+            self.plan = None
+            metrics.JOB_CYCLES.labels(JOB_FULL, "ok").inc()
+            metrics.JOB_LAST_SUCCESS.labels(JOB_FULL).set(self._clock())
+            log.info("full_sync_done", **_summary(total))
+        return True
+
+    async def full_sync(self, *, max_failures: int = 0) -> SyncReport:
+        """Run a whole full sync now (tests, one-shot use): retries a failing chunk up to ``max_failures``."""
+        self.plan = plan_full_sync(self._clock(), self.settings)
+        self._full_report = SyncReport("cricket-fixtures")
+        while self.plan is not None:
+            if not await self.full_sync_step():
+                assert self.plan is not None
+                if self.plan.failures > max_failures:
+                    raise SyncIncomplete(
+                        f"full sync stopped at chunk {self.plan.done} of {len(self.plan.chunks)}"
+                    )
+        assert self.last_full is not None
+        return self.last_full
+
+    # -- writing --
+
+    async def write_fixtures(
+        self, raws: Sequence[Any], *, what: str = "fixtures", use_memory: bool = False
+    ) -> SyncReport:
+        """Convert SportMonks fixtures and write exactly the ones that changed."""
+        report = SyncReport("cricket-fixtures")
+        codes: Mapping[str, str] | None = None
+        if any(isinstance(r, Mapping) and not r.get("league") for r in raws):
+            codes = await self._league_codes()
+        items: dict[str, dict[str, Any]] = {}
+        for i, raw in enumerate(raws):
+            try:
+                item = fixture_item(
+                    raw, league_codes=codes, retention_days=self.settings.retention_days, path=f"{what}[{i}]"
+                )
+            except ConversionError as exc:
+                report.invalid += 1
+                report.errors.append(str(exc))
+                log.warning("fixture_invalid", error=str(exc))
+                continue
+            items[item["matchId"]] = item  # a fixture listed twice: the later copy wins
+        report.seen = len(items)
+
+        candidates = [
+            it
+            for it in items.values()
+            if not (use_memory and self._hashes.get(it["matchId"]) == it["syncHash"])
+        ]
+        report.unchanged = len(items) - len(candidates)
+        stored = (
+            await self._fixtures.batch_get_fixtures([it["matchId"] for it in candidates])
+            if candidates
+            else {}
+        )
+        now_iso = iso_utc(self._clock())
+        new: list[dict[str, Any]] = []
+        for item in candidates:
+            match_id = item["matchId"]
+            old = stored.get(match_id)
+            if old is not None and old.get("syncHash") == item["syncHash"]:
+                report.unchanged += 1
+                self._remember(match_id, item["syncHash"])
+                continue
+            if old is None:
+                new.append(dict(item, updatedAt=now_iso))
+                continue
+            fields = fixture_update(item, old)
+            fields["updatedAt"] = now_iso
+            if await self._fixtures.update_fixture_fields(match_id, fields):
+                report.updated += 1
+                report.written.append(match_id)
+                self._remember(match_id, item["syncHash"])
+            else:  # deleted between our read and our write: write it whole
+                new.append(dict(item, updatedAt=now_iso))
+        for i in range(0, len(new), BATCH_WRITE_MAX):
+            batch = new[i : i + BATCH_WRITE_MAX]
+            await self._fixtures.batch_write_fixtures(batch)
+            for item in batch:
+                report.created += 1
+                report.written.append(item["matchId"])
+                self._remember(item["matchId"], item["syncHash"])
+        report.count()
+        log.info("fixtures_synced", what=what, **_summary(report))
+        return report
+
+    def _remember(self, match_id: str, digest: str) -> None:
+        if self.settings.hash_cache_size <= 0:
+            return
+        self._hashes[match_id] = digest
+        self._hashes.move_to_end(match_id)
+        while len(self._hashes) > self.settings.hash_cache_size:
+            self._hashes.popitem(last=False)
+
+    async def _league_codes(self) -> Mapping[str, str] | None:
+        try:
+            return await self.leagues.codes()
+        except trio.Cancelled:
+            raise
+        except Exception as exc:  # the codes only place a fixture in the GSI; the sync goes on without
+            log.warning("league_codes_unavailable", error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    def stats(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "near": _summary(self.last_near) if self.last_near else None,
+            "near_failures": self.near_failures,
+            "full": _summary(self.last_full) if self.last_full else None,
+            "full_syncs_completed": self.full_syncs_completed,
+            "full_in_progress": None
+            if plan is None
+            else {"chunk": plan.done, "of": len(plan.chunks), "failures": plan.failures},
+            "hashes_remembered": len(self._hashes),
+        }
+
+
+def _summary(report: SyncReport) -> dict[str, int]:
+    return {
+        "seen": report.seen,
+        "created": report.created,
+        "updated": report.updated,
+        "unchanged": report.unchanged,
+        "invalid": report.invalid,
+    }
+
+
+def _merge(total: SyncReport, part: SyncReport) -> None:
+    total.seen += part.seen
+    total.created += part.created
+    total.updated += part.updated
+    total.unchanged += part.unchanged
+    total.invalid += part.invalid
+    total.errors.extend(part.errors)
+    total.written.extend(part.written)

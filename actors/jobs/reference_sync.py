@@ -1,0 +1,375 @@
+"""Reference sync: ``cricket-leagues``, ``cricket-teams`` and ``cricket-team-seasons`` from SportMonks, daily.
+
+Owns the reference-sync actor and the small pieces the other jobs share with it: ``LeagueDirectory`` (the
+cached list of active leagues and the leagueId -> code map, read from ``cricket-leagues``), ``SyncReport`` and
+``backoff_delay``. It writes only through the data layer's repositories and never touches a table other
+than the three above.
+
+Attributes other writers own are never overwritten: a league's ``active`` flag is set only when the league
+is first created (from ``active_league_ids``; admins change it afterwards), and an existing team or league
+gets an UpdateItem of just its changed SportMonks fields (conditioned on existence), so an admin's PATCH of
+another field survives. Unchanged records (same ``syncHash``) cost no write at all.
+
+A cycle is a queue of steps (leagues, teams, then one step per active season); a step that fails stays at
+the head of the queue and is retried after a capped exponential backoff, so a SportMonks outage in the
+middle of a cycle costs only the failed step, never the ones already done.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from actors.jobs.convert import (
+    LEAGUE_SYNCED_FIELDS,
+    TEAM_SYNCED_FIELDS,
+    changed_fields,
+    convert_all,
+    iso_utc,
+    league_item,
+    team_item,
+    team_season_items,
+)
+from actors.jobs.settings import ReferenceSyncSettings
+from daemon import metrics
+from daemon.logs import get_logger
+
+log = get_logger("jobs.reference_sync")
+
+JOB = "reference_sync"
+
+
+# --- shared by the jobs ------------------------------------------------------------------------------
+
+
+def backoff_delay(failures: int, base_s: float, max_s: float) -> float:
+    """Delay before retry number ``failures`` (1 = first retry): doubling from ``base_s``, capped.
+
+    Deterministic (no jitter): one job instance per process retries one thing, so there is no herd to
+    spread, and tests can reason about the schedule.
+    """
+    if failures <= 0:
+        return 0.0
+    return min(max_s, base_s * math.pow(2, min(failures - 1, 30)))
+
+
+@dataclass
+class SyncReport:
+    """What one sync pass did. ``written`` is every created or updated record's key."""
+
+    table: str
+    seen: int = 0
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    invalid: int = 0
+    errors: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+
+    def count(self) -> None:
+        for result in ("created", "updated", "unchanged", "invalid"):
+            n = getattr(self, result)
+            if n:
+                metrics.SYNC_RECORDS.labels(self.table, result).inc(n)
+
+
+class LeagueRepo(Protocol):
+    async def get_all_leagues(self) -> list[dict[str, Any]]: ...
+    async def get_active_leagues(self) -> list[dict[str, Any]]: ...
+
+
+class LeagueDirectory:
+    """The active leagues and the leagueId -> code map, read from ``cricket-leagues`` and reused for a while.
+
+    One per job (jobs share no mutable state); each re-reads the small table at most once per ``max_age_s``,
+    the caching the data model asks for ("Get active leagues ... per job cycle, cached").
+    """
+
+    def __init__(
+        self, leagues: LeagueRepo, *, max_age_s: float, now: Callable[[], float] = trio.current_time
+    ) -> None:
+        self._repo = leagues
+        self._max_age_s = max_age_s
+        self._now = now
+        self._active: tuple[float, list[dict[str, Any]]] | None = None
+        self._codes: tuple[float, dict[str, str]] | None = None
+
+    def invalidate(self) -> None:
+        self._active = None
+        self._codes = None
+
+    def _fresh(self, entry: tuple[float, Any] | None) -> bool:
+        return entry is not None and self._now() - entry[0] < self._max_age_s
+
+    async def active(self) -> list[dict[str, Any]]:
+        if not self._fresh(self._active):
+            self._active = (self._now(), list(await self._repo.get_active_leagues()))
+        assert self._active is not None
+        return self._active[1]
+
+    async def codes(self) -> dict[str, str]:
+        if not self._fresh(self._codes):
+            leagues = await self._repo.get_all_leagues()
+            self._codes = (self._now(), {str(lg["leagueId"]): lg["code"] for lg in leagues if lg.get("code")})
+        assert self._codes is not None
+        return self._codes[1]
+
+    async def active_codes(self) -> list[str]:
+        return sorted({str(lg["code"]) for lg in await self.active() if lg.get("code")})
+
+    async def active_season_ids(self) -> list[str]:
+        seasons = {str(lg["currentSeasonId"]) for lg in await self.active() if lg.get("currentSeasonId")}
+        return sorted(seasons)
+
+
+# --- the job -------------------------------------------------------------------------------------------
+
+
+class ReferenceClient(Protocol):
+    async def teams(self, include: Sequence[str] = ...) -> list[dict[str, Any]]: ...
+    async def leagues(self, include: Sequence[str] = ...) -> list[dict[str, Any]]: ...
+    async def season(self, season_id: int | str, include: Sequence[str] = ...) -> dict[str, Any]: ...
+
+
+Step = tuple[str, str]  # ("leagues", ""), ("teams", ""), ("seasons", ""), ("season", season_id)
+
+
+class ReferenceSyncJob:
+    """Daily sync of leagues, teams and the team-seasons of active seasons."""
+
+    def __init__(
+        self,
+        client: ReferenceClient,
+        repos: Any,
+        settings: ReferenceSyncSettings | None = None,
+        *,
+        leagues: LeagueDirectory | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._repos = repos
+        self.settings = settings or ReferenceSyncSettings()
+        self._clock = clock
+        self.leagues = leagues or LeagueDirectory(
+            repos.leagues, max_age_s=self.settings.active_leagues_cache_s
+        )
+        self._pending: deque[Step] = deque()
+        self._failures = 0
+        self.last_reports: dict[str, SyncReport] = {}
+        self.cycles_completed = 0
+
+    # -- actor --
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        if not self.settings.enabled:
+            log.info("reference_sync_disabled")
+            await trio.sleep_forever()
+        while True:
+            started = trio.current_time()
+            self.start_cycle()
+            while self._pending:
+                if await self.step():
+                    continue
+                await trio.sleep(
+                    backoff_delay(self._failures, self.settings.backoff_base_s, self.settings.backoff_max_s)
+                )
+            await trio.sleep_until(started + self.settings.interval_s)
+
+    def start_cycle(self) -> None:
+        """Queue a full cycle (leagues first: team-seasons depend on which leagues are active)."""
+        self._pending = deque([("leagues", ""), ("teams", ""), ("seasons", "")])
+        self._failures = 0
+
+    @property
+    def pending(self) -> list[Step]:
+        return list(self._pending)
+
+    async def step(self) -> bool:
+        """Run the step at the head of the queue; True when it succeeded (it is then dequeued)."""
+        if not self._pending:
+            return True
+        kind, arg = self._pending[0]
+        try:
+            if kind == "leagues":
+                self.last_reports["leagues"] = await self.sync_leagues()
+            elif kind == "teams":
+                self.last_reports["teams"] = await self.sync_teams()
+            elif kind == "seasons":
+                # Expand into one step per active season, after the leagues step refreshed the flags.
+                self.leagues.invalidate()
+                seasons = await self.leagues.active_season_ids()
+                self._pending.popleft()
+                self._pending.extendleft(reversed([("season", s) for s in seasons]))
+                self._failures = 0
+                self._done_if_empty()
+                return True
+            elif kind == "season":
+                self.last_reports[f"season:{arg}"] = await self.sync_team_season(arg)
+        except trio.Cancelled:
+            raise
+        except Exception as exc:
+            self._failures += 1
+            metrics.JOB_CYCLES.labels(JOB, "error").inc()
+            log.warning(
+                "reference_sync_step_failed",
+                step=f"{kind}:{arg}" if arg else kind,
+                error=f"{type(exc).__name__}: {exc}",
+                failures=self._failures,
+            )
+            return False
+        self._pending.popleft()
+        self._failures = 0
+        self._done_if_empty()
+        return True
+
+    def _done_if_empty(self) -> None:
+        if not self._pending:
+            self.cycles_completed += 1
+            metrics.JOB_CYCLES.labels(JOB, "ok").inc()
+            metrics.JOB_LAST_SUCCESS.labels(JOB).set(self._clock())
+
+    async def sync_all(self) -> dict[str, SyncReport]:
+        """One whole cycle, no retries: raises on the first failed step (for tests and one-shot use)."""
+        self.start_cycle()
+        while self._pending:
+            kind = self._pending[0]
+            if not await self.step():
+                raise RuntimeError(f"reference sync step {kind} failed")
+        return dict(self.last_reports)
+
+    # -- steps --
+
+    async def sync_leagues(self) -> SyncReport:
+        report = SyncReport("cricket-leagues")
+        raws = await self._client.leagues()
+        items, errors = convert_all(raws, league_item, what="leagues")
+        self._note_invalid(report, errors)
+        existing = {str(lg["leagueId"]): lg for lg in await self._repos.leagues.get_all_leagues()}
+        now_iso = _iso_now(self._clock)
+        for item in items:
+            report.seen += 1
+            old = existing.get(item["leagueId"])
+            if old is not None and old.get("syncHash") == item["syncHash"]:
+                report.unchanged += 1
+                continue
+            if old is not None:
+                fields = changed_fields(item, old, LEAGUE_SYNCED_FIELDS)
+                fields.update(syncHash=item["syncHash"], updatedAt=now_iso)
+                if await self._repos.leagues.update_league_fields(item["leagueId"], fields):
+                    report.updated += 1
+                    report.written.append(item["leagueId"])
+                    continue
+            # New (or deleted since we read it): created with the configured initial active flag.
+            new = dict(
+                item, updatedAt=now_iso, active=int(item["leagueId"]) in self.settings.active_league_ids
+            )
+            await self._repos.leagues.put_league(new)
+            report.created += 1
+            report.written.append(item["leagueId"])
+        if report.written:
+            self.leagues.invalidate()
+        report.count()
+        log.info("leagues_synced", **_summary(report))
+        return report
+
+    async def sync_teams(self) -> SyncReport:
+        report = SyncReport("cricket-teams")
+        raws = await self._client.teams()
+        items, errors = convert_all(raws, team_item, what="teams")
+        self._note_invalid(report, errors)
+        existing = {str(t["teamId"]): t for t in await self._repos.teams.get_all_teams()}
+        now_iso = _iso_now(self._clock)
+        created: list[dict[str, Any]] = []
+        for item in _dedupe(items, "teamId"):
+            report.seen += 1
+            old = existing.get(item["teamId"])
+            if old is not None and old.get("syncHash") == item["syncHash"]:
+                report.unchanged += 1
+                continue
+            if old is not None:
+                fields = changed_fields(item, old, TEAM_SYNCED_FIELDS)
+                fields.update(syncHash=item["syncHash"], updatedAt=now_iso)
+                if await self._repos.teams.update_team_fields(item["teamId"], fields):
+                    report.updated += 1
+                    report.written.append(item["teamId"])
+                    continue
+            created.append(dict(item, updatedAt=now_iso))
+        for batch in _chunks(created, 25):
+            await self._repos.teams.batch_write_teams(batch)
+            report.created += len(batch)
+            report.written.extend(t["teamId"] for t in batch)
+        report.count()
+        log.info("teams_synced", **_summary(report))
+        return report
+
+    async def sync_team_season(self, season_id: str) -> SyncReport:
+        report = SyncReport("cricket-team-seasons")
+        season = await self._client.season(season_id, include=("teams",))
+        try:
+            items = team_season_items(season, path=f"season[{season_id}]")
+        except ValueError as exc:
+            self._note_invalid(report, [exc])
+            raise
+        existing = {
+            str(r["teamId"]): r for r in await self._repos.team_seasons.get_teams_for_season(season_id)
+        }
+        now_iso = _iso_now(self._clock)
+        to_write: list[dict[str, Any]] = []
+        for item in _dedupe(items, "teamId"):
+            report.seen += 1
+            old = existing.get(item["teamId"])
+            if old is not None and old.get("syncHash") == item["syncHash"]:
+                report.unchanged += 1
+                continue
+            # The only access pattern is a BatchWriteItem (a put): keep what others stored (stats).
+            merged = {**(old or {}), **item, "updatedAt": now_iso}
+            if old is None:
+                report.created += 1
+            else:
+                report.updated += 1
+            to_write.append(merged)
+        for batch in _chunks(to_write, 25):
+            await self._repos.team_seasons.write_season_team_records(batch)
+            report.written.extend(f"{r['seasonId']}#{r['teamId']}" for r in batch)
+        report.count()
+        log.info("team_seasons_synced", season_id=season_id, **_summary(report))
+        return report
+
+    def _note_invalid(self, report: SyncReport, errors: Sequence[Exception]) -> None:
+        for exc in errors:
+            report.invalid += 1
+            report.errors.append(str(exc))
+            log.warning("reference_record_invalid", table=report.table, error=str(exc))
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def _iso_now(clock: Callable[[], float]) -> str:
+    return iso_utc(clock())
+
+
+def _summary(report: SyncReport) -> dict[str, int]:
+    return {
+        "seen": report.seen,
+        "created": report.created,
+        "updated": report.updated,
+        "unchanged": report.unchanged,
+        "invalid": report.invalid,
+    }
+
+
+def _dedupe(items: Sequence[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """Last record per key wins (a paginated listing can repeat a record that moved between pages)."""
+    return list({item[key]: item for item in items}.values())
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
