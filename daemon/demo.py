@@ -109,8 +109,6 @@ class DemoRun:
 
     # ------------------------------------------------------------------ the run
     async def run(self) -> int:
-        from daemon.apns.certs import make_test_ca  # noqa: F401  (fails early with a clear error if absent)
-
         with tempfile.TemporaryDirectory(prefix="sightscreen-demo-") as tmp:
             workdir = Path(tmp)
             moto = await trio.to_thread.run_sync(self._start_moto)
@@ -126,9 +124,8 @@ class DemoRun:
         return MotoServer().start()
 
     async def _run_with(self, moto: Any, workdir: Path) -> int:
-        from daemon.apns.certs import make_test_ca
+        from daemon.apns.certs import generate_signing_key, make_ca
         from daemon.apns.server import ApnsTestServer
-        from daemon.apns.token import generate_signing_key
         from daemon.replay.server import ReplayServer
         from daemon.replay.tape import builtin_tape_path, load_tape
         from daemon.run import Daemon
@@ -140,8 +137,8 @@ class DemoRun:
         speed = self.args.speed
         tape = load_tape(self.args.tape or builtin_tape_path())
         self.match_id = str(tape.fixture_id)
-        private_pem, public_pem = generate_signing_key()
-        ca = make_test_ca()
+        key = generate_signing_key(DEMO_KEY_ID)
+        ca = make_ca()
 
         dynamo = Dynamo(DynamoSettings(endpoint_url=moto.url, table_prefix="demo-"))
         await create_tables(dynamo)
@@ -149,7 +146,7 @@ class DemoRun:
 
         async with trio.open_nursery() as nursery:
             self.apns = apns = ApnsTestServer(
-                team_id=DEMO_TEAM_ID, keys={DEMO_KEY_ID: public_pem}, topics=[DEMO_TOPIC], ca=ca
+                team_id=DEMO_TEAM_ID, keys={DEMO_KEY_ID: key.public_pem}, topics=[DEMO_TOPIC], ca=ca
             )
             apns_port = await nursery.start(apns.serve)
             replay = ReplayServer([tape], speed=speed, innings_break_s=1200.0, start_delay_s=3.0 * speed)
@@ -162,7 +159,7 @@ class DemoRun:
                 replay_url=f"http://127.0.0.1:{replay_port}",
                 apns_url=f"https://127.0.0.1:{apns_port}",
                 ca_file=apns.ca_file,
-                private_key=private_pem,
+                private_key=key.private_pem,
                 league_id=str(tape.league_id),
                 cadence_s=cadence,
                 admin_socket=self.args.admin_socket or str(workdir / "admin.sock"),

@@ -1,0 +1,300 @@
+"""A local cluster: several ``sightscreen run`` processes against one moto server, one replay server serving
+several tapes and one APNs server — what the multi-instance tests and the soak benchmark drive.
+
+The replay and APNs servers run in the caller's trio loop (so the caller reads the APNs server's answers as
+they happen); moto is a child process; each daemon instance is a child process started from a TOML file
+this module writes, exactly as an operator would run it. Each process generation signs its provider tokens
+with its own key id, so every push the APNs server accepted says which process sent it.
+
+Nothing here is imported by production code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+TEAM_ID = "CLUSTER001"
+TOPIC = "app.sightscreen.cluster"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def toml_dumps(data: dict[str, dict[str, Any]]) -> str:
+    lines: list[str] = []
+    for section, values in data.items():
+        lines.append(f"[{section}]")
+        lines.extend(f"{key} = {_toml_value(val)}" for key, val in values.items() if val is not None)
+        lines.append("")
+    return "\n".join(lines)
+
+
+@dataclass
+class Instance:
+    slot: int
+    generation: int
+    instance_id: str
+    key_id: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    config_path: Path
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@dataclass
+class SeededMatch:
+    match_id: str
+    league_id: str
+    tokens: dict[str, str]  # update token -> visitor key
+
+
+class Cluster:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        moto_url: str,
+        tapes: list[Any],
+        table_prefix: str = "cl-",
+        speed: float = 200.0,
+        followers_per_match: int = 5,
+        lease_s: float = 3.0,
+        cadence_s: float = 0.2,
+        cycle_s: float = 1.0,
+        innings_break_s: float = 1200.0,
+        start_delay_s: float = 0.0,
+        keep_records: int | None = None,
+        extra_config: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.moto_url = moto_url
+        self.tapes = tapes
+        self.prefix = table_prefix
+        self.speed = speed
+        self.followers_per_match = followers_per_match
+        self.lease_s = lease_s
+        self.cadence_s = cadence_s
+        self.cycle_s = cycle_s
+        self.innings_break_s = innings_break_s
+        self.start_delay_s = start_delay_s
+        self.keep_records = keep_records
+        self.extra_config = extra_config or {}
+        self.instances: dict[int, Instance] = {}
+        self.retired: list[Instance] = []
+        self.matches: dict[str, SeededMatch] = {}
+        self._generation = 0
+        self._keys: dict[str, Any] = {}
+        self.apns: Any = None
+        self.replay: Any = None
+        self.repos: Any = None
+        self.dynamo: Any = None
+
+    # ------------------------------------------------------------------ start
+    async def start(self, nursery: trio.Nursery, *, instances: int) -> None:
+        from daemon.apns.certs import generate_signing_key, make_ca
+        from daemon.apns.server import ApnsTestServer
+        from daemon.replay.server import ReplayServer
+        from daemon.store import Repositories
+        from daemon.store.dynamo import Dynamo
+        from daemon.store.settings import DynamoSettings
+        from daemon.store.tables import create_tables
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.dynamo = Dynamo(DynamoSettings(endpoint_url=self.moto_url, table_prefix=self.prefix))
+        await create_tables(self.dynamo)
+        self.repos = Repositories(self.dynamo)
+        # one key per process generation, all trusted by the APNs server
+        for n in range(1, 65):
+            kid = f"GEN{n:07d}"
+            self._keys[kid] = generate_signing_key(kid)
+        self.apns = ApnsTestServer(
+            team_id=TEAM_ID,
+            keys={kid: pair.public_pem for kid, pair in self._keys.items()},
+            topics=[TOPIC],
+            ca=make_ca(),
+            keep_records=self.keep_records,
+        )
+        await nursery.start(self.apns.serve)
+        self.replay = ReplayServer(
+            self.tapes,
+            speed=self.speed,
+            innings_break_s=self.innings_break_s,
+            start_delay_s=self.start_delay_s,
+        )
+        self.replay_port = await nursery.start(self.replay.serve)
+        await self.seed()
+        for slot in range(instances):
+            self.spawn(slot)
+
+    async def seed(self) -> None:
+        repos = self.repos
+        for tape in self.tapes:
+            match_id = str(tape.fixture_id)
+            league = str(tape.league_id)
+            await repos.leagues.put_league({"leagueId": league, "name": "Cluster", "code": "CL", "active": True})
+            await repos.fixtures.batch_write_fixtures(
+                [
+                    {
+                        "matchId": match_id,
+                        "leagueId": league,
+                        "leagueCode": "CL",
+                        "startTime": str(tape.starting_at),
+                        "status": "NS",
+                        "localteamId": str(tape.localteam.id),
+                        "visitorteamId": str(tape.visitorteam.id),
+                        "live": False,
+                    }
+                ]
+            )
+            tokens: dict[str, str] = {}
+            expires = int(time.time()) + 48 * 3600
+            for i in range(self.followers_per_match):
+                user = f"u{match_id}-{i:06d}"
+                team = str(tape.localteam.id if i % 2 == 0 else tape.visitorteam.id)
+                await repos.follows.follow_match(match_id, user, team, expires)
+                token = secrets.token_hex(32)
+                await repos.live_activities.register_la_session(match_id, user, f"d{i}", token)
+                tokens[token] = f"{user}#d{i}"
+            self.matches[match_id] = SeededMatch(match_id, league, tokens)
+
+    # ------------------------------------------------------------------ instances
+    def _config(self, instance_id: str, kid: str) -> dict[str, dict[str, Any]]:
+        key_path = self.workdir / f"AuthKey_{kid}.p8"
+        if not key_path.exists():
+            key_path.write_text(self._keys[kid].private_pem)
+            key_path.chmod(0o600)
+        leagues = sorted({int(m.league_id) for m in self.matches.values()})
+        data: dict[str, dict[str, Any]] = {
+            "instance": {"id": instance_id, "shutdown_grace_s": 5.0},
+            "dynamodb": {"endpoint_url": self.moto_url, "table_prefix": self.prefix},
+            "sportmonks": {
+                "base_url": f"http://127.0.0.1:{self.replay_port}",
+                "api_token": "cluster",
+                "hourly_budget": 10_000_000,
+                "timeout_s": 5.0,
+                "breaker_cooldown_s": 1.0,
+            },
+            "feed": {
+                "livescores_cadence_s": self.cadence_s,
+                "marquee_cadence_s": self.cadence_s,
+                "marquee_leagues": leagues,
+            },
+            "apns": {
+                "url": f"https://127.0.0.1:{self.apns.port}",
+                "ca_file": self.apns.ca_file,
+                "team_id": TEAM_ID,
+                "key_id": kid,
+                "private_key_file": str(key_path),
+                "topic": TOPIC,
+            },
+            "orchestrator": {"cycle_s": self.cycle_s, "lease_s": self.lease_s, "clock_skew_bound_s": 0.5},
+            "match": {"session_refresh_s": 1.0, "heal_every_s": 5.0},
+            "admin": {"socket_path": str(self.workdir / f"{instance_id}.sock")},
+            "logging": {"level": "info", "format": "json"},
+        }
+        for section, values in self.extra_config.items():
+            data.setdefault(section, {}).update(values)
+        return data
+
+    def spawn(self, slot: int) -> Instance:
+        self._generation += 1
+        gen = self._generation
+        kid = f"GEN{gen:07d}"
+        instance_id = f"i{slot}-g{gen}"
+        config_path = self.workdir / f"{instance_id}.toml"
+        config_path.write_text(toml_dumps(self._config(instance_id, kid)))
+        log_path = self.workdir / f"{instance_id}.log"
+        log = log_path.open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "run", "--config", str(config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        log.close()
+        inst = Instance(slot, gen, instance_id, kid, proc, log_path, config_path)
+        self.instances[slot] = inst
+        return inst
+
+    def signal(self, slot: int, sig: int) -> Instance:
+        inst = self.instances[slot]
+        if inst.alive:
+            inst.proc.send_signal(sig)
+        return inst
+
+    def kill(self, slot: int) -> Instance:
+        inst = self.signal(slot, signal.SIGKILL)
+        inst.proc.wait()
+        self.retired.append(self.instances.pop(slot))
+        return inst
+
+    async def stop_all(self, timeout: float = 20.0) -> None:
+        for inst in list(self.instances.values()):
+            if inst.alive:
+                inst.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for inst in list(self.instances.values()):
+            while inst.alive and time.monotonic() < deadline:
+                await trio.sleep(0.05)
+            if inst.alive:
+                inst.proc.kill()
+                inst.proc.wait()
+            self.retired.append(inst)
+        self.instances.clear()
+
+    def all_instances(self) -> Iterable[Instance]:
+        return [*self.retired, *self.instances.values()]
+
+    # ------------------------------------------------------------------ observation
+    async def active_records(self) -> list[dict[str, Any]]:
+        return list(await self.repos.active_matches.get_all_active_matches())
+
+    async def wait_all_ended(self, timeout: float) -> bool:
+        with trio.move_on_after(timeout):
+            while True:
+                items = await self.active_records()
+                ended = {str(i["matchId"]) for i in items if i.get("status") == "ended"}
+                if ended >= set(self.matches):
+                    return True
+                await trio.sleep(0.5)
+        return False
+
+    def deliveries(self) -> dict[str, list[dict[str, Any]]]:
+        """Accepted Live Activity pushes per token, in arrival order."""
+        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for record in self.apns.records:
+            if record.get("status") == 200:
+                out[record["token"]].append(record)
+        return out
+
+
+def record_kid(record: dict[str, Any]) -> str | None:
+    auth = (record.get("headers") or {}).get("authorization", "")
+    if "kid=" not in auth:
+        return None
+    return auth.split("kid=", 1)[1].split()[0].rstrip(">")
