@@ -2,27 +2,77 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class SportMonksSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str = "https://cricket.sportmonks.com/api/v2.0"
+    base_url: str = Field(
+        "https://cricket.sportmonks.com/api/v2.0",
+        description="API root; the replay server's URL in demo and tests",
+    )
     api_token: SecretStr | None = Field(None, description="API token; prefer api_token_file or the environment")
-    api_token_file: str | None = None
-    timeout_s: float = Field(10.0, gt=0)
-    max_retries: int = Field(3, ge=0, le=10)
-    backoff_base_s: float = Field(0.5, gt=0)
-    backoff_max_s: float = Field(30.0, gt=0)
-    breaker_failure_threshold: int = Field(5, ge=1)
-    breaker_cooldown_s: float = Field(30.0, gt=0)
+    api_token_file: str | None = Field(None, description="file holding the API token (surrounding whitespace ignored)")
+    api_token_env: str = Field(
+        "SPORTMONKS_API_TOKEN", description="environment variable read for the token when no token or file is set"
+    )
+    timeout_s: float = Field(10.0, gt=0, description="deadline of one HTTP attempt (connect + full body)")
+    max_retries: int = Field(3, ge=0, le=10, description="retries after the first attempt, on 429, 5xx and timeouts")
+    backoff_base_s: float = Field(0.5, gt=0, description="first retry delay; doubles per retry, with jitter")
+    backoff_max_s: float = Field(30.0, gt=0, description="cap on one retry delay")
+    retry_after_max_s: float = Field(
+        60.0,
+        ge=0,
+        description="longest Retry-After honoured by sleeping inside a call; a longer one fails the call at once "
+        "and blocks the endpoint's budget until then",
+    )
+    breaker_failure_threshold: int = Field(5, ge=1, description="consecutive failed attempts that open the breaker")
+    breaker_cooldown_s: float = Field(30.0, gt=0, description="time open before one half-open trial call")
     hourly_budget: int = Field(2000, ge=1, description="calls per endpoint per hour, never exceeded")
+    endpoint_budgets: dict[str, int] = Field(
+        default_factory=dict,
+        description="per-endpoint overrides of hourly_budget, e.g. {fixtures = 1500}; endpoints are livescores, "
+        "fixtures, teams, leagues, seasons",
+    )
+    budget_max_wait_s: float = Field(
+        10.0,
+        ge=0,
+        description="how long a call may wait for budget before BudgetExhausted (the feed passes 0: it skips)",
+    )
+    max_pages: int = Field(100, ge=1, description="safety cap on pages followed for one paginated list")
+    offload_parse_bytes: int = Field(
+        262144,
+        ge=0,
+        description="bodies at least this large are decoded and validated in a worker thread, off the event loop",
+    )
 
 
 class FeedSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    livescores_cadence_s: float = Field(5.0, gt=0)
-    marquee_cadence_s: float = Field(2.5, gt=0)
+    livescores_cadence_s: float = Field(5.0, gt=0, description="one /livescores call per this period")
+    marquee_cadence_s: float = Field(
+        2.5, gt=0, description="period of ball-by-ball data while any marquee match is subscribed"
+    )
     marquee_leagues: list[int] = Field(default_factory=list, description="league ids whose matches get ball-by-ball")
+    marquee_source: Literal["livescores", "fixture"] = Field(
+        "livescores",
+        description="'livescores': one /livescores call with balls per marquee cadence serves every match "
+        "(cost independent of the number of matches); 'fixture': /fixtures/{id} per marquee match per marquee "
+        "cadence (cost grows with marquee matches, bounded by the budget)",
+    )
+    strip_balls_for_non_marquee: bool = Field(
+        True, description="non-marquee subscribers get fixtures without balls[] even when the call carried them"
+    )
+    off_livescores_cadence_s: float = Field(
+        30.0, gt=0, description="refetch period of /fixtures/{id} for a subscribed match absent from /livescores"
+    )
+    fixture_fetch_concurrency: int = Field(4, ge=1, description="parallel /fixtures/{id} calls per feed tick")
+    subscriber_buffer: int = Field(1, ge=0, description="updates buffered per subscriber beyond the newest one")
+    cache_ttl_live_s: int = Field(600, ge=1, description="cricket-fixture-cache TTL while a match is not over")
+    cache_ttl_final_s: int = Field(
+        7 * 24 * 3600, ge=1, description="cricket-fixture-cache TTL once the status is terminal (Finished, ...)"
+    )
