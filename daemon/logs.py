@@ -108,6 +108,22 @@ def _add_static(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mutabl
     return event_dict
 
 
+class _NamedPrintLogger(structlog.PrintLogger):
+    """A PrintLogger that knows the name it was asked for, so lines say which module wrote them."""
+
+    def __init__(self, file: TextIO, name: str) -> None:
+        super().__init__(file)
+        self.name = name
+
+
+def _add_logger_name(logger: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    record = event_dict.get("_record")
+    name = record.name if record is not None else getattr(logger, "name", None)
+    if name:
+        event_dict.setdefault("logger", name)
+    return event_dict
+
+
 def _scrub_rendered(_: Any, __: str, rendered: Any) -> Any:
     # Last word: tracebacks (format_exc_info) and anything a renderer produced from a repr.
     return _scrub_text(rendered) if isinstance(rendered, str) and _secrets else rendered
@@ -117,6 +133,7 @@ def _shared_processors() -> list[Any]:
     return [
         structlog.contextvars.merge_contextvars,
         _add_static,
+        _add_logger_name,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
@@ -148,7 +165,7 @@ def configure(
     structlog.configure(
         processors=[*_shared_processors(), renderer, _scrub_rendered],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=lambda *args: _NamedPrintLogger(out, str(args[0]) if args else ""),
         cache_logger_on_first_use=False,
     )
     _static.clear()
@@ -159,7 +176,7 @@ def configure(
     handler = logging.StreamHandler(out)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[structlog.stdlib.add_logger_name, *_shared_processors()],
+            foreign_pre_chain=_shared_processors(),
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer, _scrub_rendered],
         )
     )
@@ -173,6 +190,19 @@ def configure(
     _configured = True
 
 
+def reset() -> None:
+    """Undo ``configure`` (tests): structlog defaults, our stdlib handler removed, static context cleared."""
+    global _configured
+    structlog.reset_defaults()
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, "_sightscreen", False):
+            root.removeHandler(old)
+    _static.clear()
+    structlog.contextvars.clear_contextvars()
+    _configured = False
+
+
 def configure_from(settings: Any, **context: Any) -> None:
     """Configure from a ``daemon.config.LoggingSettings`` (level, format auto|json|console, stdlib_level)."""
     fmt = getattr(settings, "format", "auto")
@@ -181,5 +211,8 @@ def configure_from(settings: Any, **context: Any) -> None:
 
 
 def get_logger(name: str, **bind: Any) -> Any:
-    """A logger whose lines say which module wrote them (``logger=name``), with ``bind`` fields added."""
-    return structlog.get_logger(name).bind(logger=name, **bind)
+    """A logger whose lines say which module wrote them (``logger=name``), with ``bind`` fields added.
+
+    The logger is a lazy proxy: a module-level ``log = get_logger(__name__)`` follows a later ``configure``.
+    """
+    return structlog.get_logger(name, **bind)
