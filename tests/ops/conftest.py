@@ -125,8 +125,8 @@ class Client:
 
 
 @pytest.fixture
-async def admin(sock_dir: Path) -> AsyncIterator[tuple[AdminServer, Path, Calls]]:
-    """An AdminServer on a real Unix socket with the test handlers and short deadlines."""
+async def admin(sock_dir: Path, log_stream: io.StringIO) -> AsyncIterator[tuple[AdminServer, Path, Calls]]:
+    """An AdminServer on a real Unix socket with the test handlers and short deadlines (logs to a buffer)."""
     calls = Calls()
     path = sock_dir / "admin.sock"
     server = AdminServer(str(path), make_handlers(calls), max_line_bytes=1024, client_timeout_s=0.5, max_clients=4)
