@@ -172,13 +172,31 @@ class Cluster:
             )
             tokens: dict[str, str] = {}
             expires = int(time.time()) + 48 * 3600
+            follows: list[dict[str, Any]] = []
+            sessions: list[dict[str, Any]] = []
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             for i in range(self.followers_per_match):
                 user = f"u{match_id}-{i:06d}"
                 team = str(tape.localteam.id if i % 2 == 0 else tape.visitorteam.id)
-                await repos.follows.follow_match(match_id, user, team, expires)
                 token = secrets.token_hex(32)
-                await repos.live_activities.register_la_session(match_id, user, f"d{i}", token)
+                follows.append(
+                    {"matchId": match_id, "userId": user, "teamId": team, "expiresAt": expires, "createdAt": now}
+                )
+                sessions.append(
+                    {
+                        "matchId": match_id,
+                        "visitorKey": f"{user}#d{i}",
+                        "userId": user,
+                        "deviceId": f"d{i}",
+                        "updateToken": token,
+                        "status": "active",
+                        "sessionStartedAt": now,
+                    }
+                )
                 tokens[token] = f"{user}#d{i}"
+            # BatchWriteItem, 25 a call: seeding 200,000 sessions one UpdateItem at a time would take an hour
+            await repos.follows._batch_put(follows)
+            await repos.live_activities._batch_put(sessions)
             self.matches[match_id] = SeededMatch(match_id, league, tokens)
 
     # ------------------------------------------------------------------ instances

@@ -1,0 +1,286 @@
+"""Soak benchmark: many matches, many tokens, several instances, random kills; prove nothing is lost.
+
+    python bench/soak.py [--matches M] [--tokens T] [--instances I] [--speed X] [--kill-every S]
+                         [--duration S] [--cadence S] [--lease S] [--seed N]
+
+Runs M synthesised T20 matches concurrently at speed X against the local servers (moto on loopback, the
+replay server, the APNs server), with T Live Activity tokens in total spread over the matches, across I
+``sightscreen run`` processes, killing one at random (``kill -9``) every S seconds and starting a fresh one
+in its place. It stops when every match ended or after ``--duration`` seconds.
+
+Definitions (what the figures mean):
+- key events in the tapes: the events that must reach every token whatever the cadence — every wicket that
+  stands at the end of the tape (corrected or deleted ones excluded) and each match's end;
+- delivered: a (token, key event) pair whose event appeared in an update (or the end) APNs accepted for that
+  token; ``lost`` = pairs expected minus pairs delivered, for matches that ended;
+- duplicate alerts: a token that saw the same alerting event with two different timestamps (a repeat with
+  the same timestamp is discarded by iOS, so it is not a duplicate on the device);
+- lag: from the moment the replay server first served a wicket's ball to the moment APNs accepted the first
+  update carrying it, per token (p50, p99, max);
+- peak RSS and CPU per instance: VmHWM and utime+stime from /proc, sampled every second;
+- DynamoDB calls per tick: the daemons' own histogram (sum / count), read over their admin sockets;
+- SportMonks calls per hour: requests the replay server answered, per hour of wall time.
+
+The last line printed is one JSON object with those figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from daemon.replay.synth import synthesise  # noqa: E402
+from daemon.store.local import MotoServer  # noqa: E402
+from daemon.testing.cluster import Cluster  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+class Tally:
+    """Consumes the APNs server's records incrementally (so memory stays flat at 200,000 tokens)."""
+
+    def __init__(self, token_match: dict[str, str]) -> None:
+        self.token_match = token_match
+        self.delivered: dict[str, set[tuple[str, str]]] = defaultdict(set)  # token -> {(type, ball)}
+        self.first_seen: dict[tuple[str, str, str], float] = {}  # (token, type, ball) -> accept time
+        self.alert_stamps: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+        self.accepted = 0
+        self.rejected = 0
+        self.by_kind: dict[str, int] = defaultdict(int)
+
+    def eat(self, records: list[dict[str, Any]]) -> None:
+        for r in records:
+            if r.get("status") != 200:
+                self.rejected += 1
+                continue
+            self.accepted += 1
+            token = r["token"]
+            aps = (r.get("payload") or {}).get("aps") or {}
+            event = str(aps.get("event"))
+            self.by_kind[event] += 1
+            state = aps.get("content-state") or {}
+            got = self.delivered[token]
+            for ev in state.get("events") or []:
+                key = (str(ev.get("type")), str(ev.get("ballId")))
+                if key not in got:
+                    got.add(key)
+                    self.first_seen[(token, *key)] = r["time"]
+            if event == "end":
+                got.add(("match_end", self.token_match.get(token, "?")))
+            if aps.get("alert") and event == "update":
+                k = (token, str(state.get("keyEventType")), str(state.get("keyEventBallId")))
+                self.alert_stamps[k].add(int(aps.get("timestamp", 0)))
+
+
+def _proc_sample(pid: int) -> tuple[int, float] | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            hwm = next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return hwm * 1024, cpu
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
+async def _admin(path: str, cmd: str) -> Any:
+    try:
+        with trio.fail_after(2):
+            stream = await trio.open_unix_socket(path)
+            async with stream:
+                await stream.send_all(json.dumps({"cmd": cmd}).encode() + b"\n")
+                buf = b""
+                while not buf.endswith(b"\n"):
+                    chunk = await stream.receive_some(1 << 20)
+                    if not chunk:
+                        break
+                    buf += chunk
+        answer = json.loads(buf)
+        return answer.get("result") if answer.get("ok") else None
+    except (OSError, trio.TooSlowError, ValueError):
+        return None
+
+
+def _calls_per_tick(metrics_text: str) -> tuple[float, float]:
+    total = count = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("sightscreen_dynamodb_calls_per_tick_sum"):
+            total = float(line.split()[-1])
+        elif line.startswith("sightscreen_dynamodb_calls_per_tick_count"):
+            count = float(line.split()[-1])
+    return total, count
+
+
+async def soak(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    tapes = [synthesise("T20", seed=args.seed + i) for i in range(args.matches)]
+    per_match = max(1, args.tokens // args.matches)
+    moto = await trio.to_thread.run_sync(lambda: MotoServer().start())
+    workdir = Path(tempfile.mkdtemp(prefix="sightscreen-soak-"))
+    started = time.time()
+    samples: dict[str, tuple[int, float]] = {}
+    tick_calls: dict[str, tuple[float, float]] = {}
+    try:
+        cluster = Cluster(
+            workdir,
+            moto_url=moto.url,
+            tapes=tapes,
+            table_prefix="soak-",
+            speed=args.speed,
+            followers_per_match=per_match,
+            lease_s=args.lease,
+            cadence_s=args.cadence,
+            cycle_s=min(5.0, args.lease),
+            innings_break_s=1200.0,
+            start_delay_s=args.start_delay * args.speed,
+        )
+        async with trio.open_nursery() as nursery:
+            await cluster.start(nursery, instances=args.instances)
+            token_match = {t: m.match_id for m in cluster.matches.values() for t in m.tokens}
+            tally = Tally(token_match)
+
+            async def sample_loop() -> None:
+                while True:
+                    records, cluster.apns.records = cluster.apns.records, []
+                    tally.eat(records)
+                    for inst in list(cluster.instances.values()):
+                        s = _proc_sample(inst.proc.pid)
+                        if s is not None:
+                            samples[inst.instance_id] = s
+                        text = await _admin(str(workdir / f"{inst.instance_id}.sock"), "metrics")
+                        if isinstance(text, str):
+                            tick_calls[inst.instance_id] = _calls_per_tick(text)
+                    await trio.sleep(1.0)
+
+            nursery.start_soon(sample_loop)
+            kills = 0
+            with trio.move_on_after(args.duration):
+                next_kill = trio.current_time() + (args.kill_every or 1e12)
+                while not await cluster.wait_all_ended(1.0):
+                    if args.kill_every and trio.current_time() >= next_kill:
+                        slot = rng.choice(sorted(cluster.instances))
+                        cluster.kill(slot)
+                        kills += 1
+                        cluster.spawn(slot)
+                        next_kill = trio.current_time() + args.kill_every
+            await trio.sleep(1.5)
+            records, cluster.apns.records = cluster.apns.records, []
+            tally.eat(records)
+            ended = {
+                str(i["matchId"]) for i in await cluster.active_records() if i.get("status") == "ended"
+            }
+            await cluster.stop_all()
+            elapsed = time.time() - started
+            replay_stats = cluster.replay.status() if hasattr(cluster.replay, "status") else {}
+            requests = getattr(cluster.replay, "requests_served", None)
+            nursery.cancel_scope.cancel()
+    finally:
+        await trio.to_thread.run_sync(moto.stop)
+
+    expected = 0
+    delivered_all = 0
+    lost = 0
+    lags: list[float] = []
+    key_events = 0
+    for tape in tapes:
+        match_id = str(tape.fixture_id)
+        match = cluster.matches[match_id]
+        final = tape.fixture_at(len(tape))
+        events: list[tuple[str, str, float | None]] = []
+        for ball in final.get("balls") or []:
+            if (ball.get("score") or {}).get("is_wicket"):
+                idx = tape.entry_index_of_ball(int(ball["id"]))
+                served = None
+                if idx is not None and hasattr(cluster.replay, "ball_served_at"):
+                    served = cluster.replay.ball_served_at(match_id, idx)
+                events.append(("wicket", str(ball["id"]), served))
+        events.append(("match_end", match_id, None))
+        key_events += len(events)
+        if match_id not in ended:
+            continue
+        for etype, subject, served in events:
+            everyone = True
+            for token in match.tokens:
+                expected += 1
+                if (etype, subject) in tally.delivered.get(token, set()):
+                    seen = tally.first_seen.get((token, etype, subject))
+                    if served is not None and seen is not None:
+                        lags.append(max(0.0, seen - served))
+                else:
+                    lost += 1
+                    everyone = False
+            delivered_all += everyone
+    duplicates = sum(1 for stamps in tally.alert_stamps.values() if len(stamps) > 1)
+    total_calls = sum(c[0] for c in tick_calls.values())
+    total_ticks = sum(c[1] for c in tick_calls.values())
+    return {
+        "matches": args.matches,
+        "matches_ended": len(ended),
+        "tokens": per_match * args.matches,
+        "instances": args.instances,
+        "speed": args.speed,
+        "kills": kills,
+        "seconds": round(elapsed, 1),
+        "key_events_in_tapes": key_events,
+        "key_events_delivered_to_every_token": delivered_all,
+        "expected_deliveries": expected,
+        "lost": lost,
+        "duplicate_alerts": duplicates,
+        "pushes_accepted": tally.accepted,
+        "pushes_by_event": dict(tally.by_kind),
+        "pushes_rejected": tally.rejected,
+        "lag_s": {
+            "p50": _pct(lags, 0.5),
+            "p99": _pct(lags, 0.99),
+            "max": max(lags) if lags else None,
+        },
+        "peak_rss_mb": {k: round(v[0] / 2**20, 1) for k, v in samples.items()},
+        "cpu_s": {k: round(v[1], 1) for k, v in samples.items()},
+        "dynamodb_calls_per_tick": round(total_calls / total_ticks, 2) if total_ticks else None,
+        "sportmonks_calls_per_hour": (
+            round(requests / (elapsed / 3600.0)) if isinstance(requests, int) and elapsed else None
+        ),
+        "replay": replay_stats if isinstance(replay_stats, dict) and len(json.dumps(replay_stats)) < 2000 else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--matches", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=300)
+    parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--speed", type=float, default=200.0)
+    parser.add_argument("--kill-every", type=float, default=0.0, help="seconds between kills (0: none)")
+    parser.add_argument("--duration", type=float, default=600.0, help="stop after this many seconds")
+    parser.add_argument("--cadence", type=float, default=0.5, help="feed cadence in seconds")
+    parser.add_argument("--lease", type=float, default=3.0, help="lock lease in seconds")
+    parser.add_argument("--start-delay", type=float, default=2.0, help="seconds before the first ball")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    result = trio.run(soak, args)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
