@@ -1,0 +1,814 @@
+"""PrematchNotifier: followers of a match about to start get one "starting soon" alert (and a push-to-start).
+
+Owns the prematch actor, its pure decision core, and the prematch marker on ``cricket-match-follows`` items
+(the attributes ``prematchFor``, ``prematchStart``, ``prematchState``, ``prematchClaimedMs``,
+``prematchExpiresAt``, ``prematchAt``, ``prematchResult``; written only through ``PrematchMarks`` below). It
+reads ``cricket-fixtures`` (GSI by league and start time), ``cricket-leagues`` (active leagues, cached),
+``cricket-teams`` (names for the text) and ``cricket-devices``; it writes nothing else, except deleting a
+device (or its push-to-start token) that APNs rejected for good.
+
+Every 60 s (``interval_s``): for each watched league, the fixtures starting in
+``[now - catch_up_s, now + window]`` (the window is 30 min, per league if configured); for each such match
+that is not finished, the followers; for each follower whose marker says so, a claim, then the pushes.
+
+How the legacy flow's six defects (seed 003) are fixed:
+
+1. Rejected tokens are cleaned up. Every push carries a reply channel; a "rejected" alert token deletes the
+   device record (the data model's device lifecycle), a rejected push-to-start token is removed from the
+   device. The ``Push.context`` is the janitor's ``TokenRef``, so the process-wide janitor agrees (both
+   cleanups are idempotent).
+2. Crash safety: **claim, send, confirm**, with a lease and a deterministic collapse id. The claim is a
+   conditional UpdateItem on the follow item (``prematchState = claimed`` + a claim stamp); only then are the
+   pushes sent; the result confirms the marker (``sent``). A crash (or a lost result) at any point leaves a
+   claim that is never confirmed; after ``claim_lease_s`` the next cycle takes it over (conditioned on the
+   very claim stamp it saw, so only one instance does) and sends the alert again with the same
+   ``apns-collapse-id`` (``prematch:{matchId}:{startTime}``): if the first copy did reach the device, the
+   second replaces it instead of showing a second alert; if it did not, the user still gets one. Nothing is
+   lost (the claim outlives the crash) and nothing shows twice. The push-to-start, for which APNs has no
+   collapse, goes only with the first claim (at most once): a duplicate would start a second Live
+   Activity, while a missing one is healed by the match actor's push-to-start when the match goes live.
+3. Downtime catch-up: the query reaches ``catch_up_s`` (10 min) into the past, so a match that started
+   moments ago while the job was down still gets its notification (the text says it has started). The
+   alert's ``apns-expiration`` ends with that catch-up window, so APNs never delivers it later than useful.
+4. Dedup is per (user, match): the marker lives on each follow item, so a user who follows after the first
+   send has no marker and is notified on the next cycle.
+5. A match nobody follows is remembered in memory (bounded LRU, until its catch-up window passes, keyed by
+   start time so a rescheduled match is looked at again) and costs no further follower reads.
+6. The marker expires soon after the window: ``prematchExpiresAt = start + catch_up_s + marker_grace_s``
+   (about 70 min after the start by default, not 48 h); an expired marker counts as absent, and the follow
+   item carrying it is itself deleted when the match ends.
+
+And a start time moved by more than ``restart_notify_threshold_s`` notifies again: the marker records the
+start time it was for, and a claim is allowed when the fixture's start differs from it by more than the
+threshold (smaller moves are the same notification).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from actors.janitor import TokenRef
+from actors.jobs.convert import TERMINAL_STATUSES, epoch_of, iso_utc
+from actors.jobs.reference_sync import LeagueDirectory, backoff_delay
+from actors.jobs.settings import PrematchSettings
+from daemon import metrics
+from daemon.apns.types import Push, PushResult
+from daemon.logs import get_logger, short_token
+from daemon.store.dynamo import is_condition_failed
+
+log = get_logger("jobs.prematch")
+
+JOB = "prematch"
+FOLLOWS_TABLE = "cricket-match-follows"
+COLLAPSE_ID_MAX = 64  # bytes, APNs (spec apns.md: BadCollapseId above it)
+
+STATE_CLAIMED = "claimed"
+STATE_SENT = "sent"
+
+
+class PushSink(Protocol):
+    async def send(self, push: Push) -> None: ...
+
+
+# --- the pure core -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The prematch marker of one follow item, as read."""
+
+    start_iso: str
+    start_epoch: float | None
+    state: str
+    claimed_ms: int | None
+    expires_at: float | None
+
+    @classmethod
+    def of(cls, follow: Mapping[str, Any]) -> Marker | None:
+        start_iso = follow.get("prematchFor")
+        if not isinstance(start_iso, str) or not start_iso:
+            return None
+        start = follow.get("prematchStart")
+        claimed = follow.get("prematchClaimedMs")
+        expires = follow.get("prematchExpiresAt")
+        return cls(
+            start_iso=start_iso,
+            start_epoch=float(start) if _is_number(start) else None,
+            state=str(follow.get("prematchState") or STATE_SENT),
+            claimed_ms=int(claimed) if _is_number(claimed) else None,
+            expires_at=float(expires) if _is_number(expires) else None,
+        )
+
+
+class Decision(enum.Enum):
+    NOTIFY = "notify"  # no live marker for this start time: claim and send alert (+ push-to-start)
+    RESEND = "resend"  # a claim never confirmed and its lease is over: take it over, send the alert again
+    DONE = "done"  # notified for this start time already
+    IN_FLIGHT = "in_flight"  # claimed moments ago (by us or another instance): leave it alone
+
+
+def decide(marker: Marker | None, *, start_epoch: float, now: float, settings: PrematchSettings) -> Decision:
+    """What to do for one follower. ``PrematchMarks.claim`` enforces the same rule in DynamoDB."""
+    if marker is None or marker.start_epoch is None:
+        return Decision.NOTIFY
+    if marker.expires_at is not None and marker.expires_at <= now:
+        return Decision.NOTIFY
+    if abs(marker.start_epoch - start_epoch) > settings.restart_notify_threshold_s:
+        return Decision.NOTIFY
+    if marker.state == STATE_SENT:
+        return Decision.DONE
+    if marker.claimed_ms is None or marker.claimed_ms / 1000 + settings.claim_lease_s <= now:
+        return Decision.RESEND
+    return Decision.IN_FLIGHT
+
+
+def marker_expiry(start_epoch: float, settings: PrematchSettings) -> int:
+    return int(start_epoch + settings.catch_up_s + settings.marker_grace_s)
+
+
+@dataclass(frozen=True)
+class DueMatch:
+    match_id: str
+    start_iso: str
+    start_epoch: float
+    league_code: str | None
+    fixture: Mapping[str, Any]
+
+
+def due_matches(
+    fixtures: Sequence[Mapping[str, Any]], *, now: float, settings: PrematchSettings
+) -> list[DueMatch]:
+    """The fixtures whose followers should hear about them now: within the league's window ahead, or started
+    at most ``catch_up_s`` ago, and not over (finished, abandoned, cancelled, postponed)."""
+    due: dict[str, DueMatch] = {}
+    for fx in fixtures:
+        match_id, start_iso = fx.get("matchId"), fx.get("startTime")
+        if not isinstance(match_id, str) or not isinstance(start_iso, str):
+            continue
+        try:
+            start = epoch_of(start_iso)
+        except ValueError:
+            log.warning("prematch_bad_start_time", match_id=match_id, start_time=start_iso)
+            continue
+        if fx.get("status") in TERMINAL_STATUSES:
+            continue
+        code = fx.get("leagueCode") if isinstance(fx.get("leagueCode"), str) else None
+        if not (now - settings.catch_up_s <= start <= now + settings.window_for(code)):
+            continue
+        due[match_id] = DueMatch(match_id, start_iso, start, code, fx)
+    return sorted(due.values(), key=lambda d: (d.start_epoch, d.match_id))
+
+
+def collapse_id(match_id: str, start_iso: str) -> str:
+    """``prematch:{matchId}:{startTime}``: the same for every send of one notification, so repeats collapse."""
+    cid = f"prematch:{match_id}:{start_iso}"
+    if len(cid.encode()) <= COLLAPSE_ID_MAX:
+        return cid
+    return "prematch:" + hashlib.sha256(cid.encode()).hexdigest()[:40]
+
+
+def prematch_text(
+    fixture: Mapping[str, Any], teams: Mapping[str, Mapping[str, Any]], *, start_epoch: float, now: float
+) -> tuple[str, str]:
+    """Title and body of the alert ("Pakistan v Sri Lanka", "1st T20I starts in 25 min")."""
+
+    def name(key: str, fallback: str) -> str:
+        team = teams.get(str(fixture.get(key) or ""))
+        return str(team.get("name")) if team and team.get("name") else fallback
+
+    title = f"{name('localteamId', 'Home')} v {name('visitorteamId', 'Away')}"
+    what = fixture.get("round") or fixture.get("type") or "Your match"
+    delta = start_epoch - now
+    if delta >= 90:
+        body = f"{what} starts in {round(delta / 60)} min"
+    elif delta >= -90:
+        body = f"{what} is starting now"
+    else:
+        body = f"{what} started {round(-delta / 60)} min ago"
+    return title, body
+
+
+class UnfollowedMemo:
+    """Matches nobody followed when we looked, until their window has passed (defect 5). Bounded LRU."""
+
+    def __init__(self, max_size: int) -> None:
+        self._max = max_size
+        self._entries: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def remember(self, match_id: str, start_iso: str, *, forget_at: float) -> None:
+        if self._max <= 0:
+            return
+        key = (match_id, start_iso)
+        self._entries[key] = forget_at
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    def knows(self, match_id: str, start_iso: str, *, now: float) -> bool:
+        forget_at = self._entries.get((match_id, start_iso))
+        if forget_at is None:
+            return False
+        if forget_at <= now:
+            del self._entries[(match_id, start_iso)]
+            return False
+        return True
+
+    def prune(self, now: float) -> None:
+        for key in [k for k, t in self._entries.items() if t <= now]:
+            del self._entries[key]
+
+
+# --- the marker on the follow item (adapter over the data layer's Dynamo) ---------------------------------
+
+
+class PrematchMarks:
+    """Conditional writes of the prematch marker on ``cricket-match-follows`` items.
+
+    The data layer's ``mark_prematch_notified`` claims by start time alone (any change re-notifies, no
+    lease, no expiry); this adapter adds the lease, the threshold and the expiry the crash-safety scheme
+    needs, on the same table through ``Dynamo.call``. It shares ``prematchFor`` with it, so the data
+    layer's ``clear_prematch_mark`` still hands a notification back.
+    """
+
+    def __init__(self, dynamo: Any) -> None:
+        self._dynamo = dynamo
+
+    @staticmethod
+    def _key(match_id: str, user_id: str) -> dict[str, Any]:
+        return {"matchId": {"S": match_id}, "userId": {"S": user_id}}
+
+    async def _update(self, match_id: str, user_id: str, **kwargs: Any) -> bool:
+        try:
+            await self._dynamo.call(FOLLOWS_TABLE, "update_item", Key=self._key(match_id, user_id), **kwargs)
+        except Exception as exc:
+            if is_condition_failed(exc):
+                return False
+            raise
+        return True
+
+    async def claim(
+        self,
+        match_id: str,
+        user_id: str,
+        *,
+        start_iso: str,
+        start_epoch: float,
+        now: float,
+        settings: PrematchSettings,
+    ) -> int | None:
+        """A fresh claim for this start time; the claim stamp (ms), or None when the marker forbids it."""
+        stamp = int(now * 1000)
+        threshold = settings.restart_notify_threshold_s
+        ok = await self._update(
+            match_id,
+            user_id,
+            UpdateExpression=(
+                "SET #for = :for, #start = :start, #state = :claimed, #ms = :ms, #exp = :exp, #at = :at "
+                "REMOVE #result"
+            ),
+            ConditionExpression=(
+                "attribute_exists(#uid) AND (attribute_not_exists(#for) OR attribute_not_exists(#start) "
+                "OR #exp <= :now OR #start < :lo OR #start > :hi)"
+            ),
+            ExpressionAttributeNames={
+                "#uid": "userId",
+                "#for": "prematchFor",
+                "#start": "prematchStart",
+                "#state": "prematchState",
+                "#ms": "prematchClaimedMs",
+                "#exp": "prematchExpiresAt",
+                "#at": "prematchAt",
+                "#result": "prematchResult",
+            },
+            ExpressionAttributeValues={
+                ":for": {"S": start_iso},
+                ":start": _n(start_epoch),
+                ":claimed": {"S": STATE_CLAIMED},
+                ":ms": _n(stamp),
+                ":exp": _n(marker_expiry(start_epoch, settings)),
+                ":at": {"S": iso_utc(now)},
+                ":now": _n(now),
+                ":lo": _n(start_epoch - threshold),
+                ":hi": _n(start_epoch + threshold),
+            },
+        )
+        return stamp if ok else None
+
+    async def reclaim(self, match_id: str, user_id: str, *, seen_ms: int, now: float) -> int | None:
+        """Take over a claim whose lease ran out, only if it is still exactly the claim we saw."""
+        stamp = int(now * 1000)
+        if stamp <= seen_ms:
+            stamp = seen_ms + 1
+        ok = await self._update(
+            match_id,
+            user_id,
+            UpdateExpression="SET #ms = :ms, #at = :at",
+            ConditionExpression="#state = :claimed AND #ms = :seen",
+            ExpressionAttributeNames={
+                "#state": "prematchState",
+                "#ms": "prematchClaimedMs",
+                "#at": "prematchAt",
+            },
+            ExpressionAttributeValues={
+                ":claimed": {"S": STATE_CLAIMED},
+                ":ms": _n(stamp),
+                ":seen": _n(seen_ms),
+                ":at": {"S": iso_utc(now)},
+            },
+        )
+        return stamp if ok else None
+
+    async def confirm(self, match_id: str, user_id: str, *, claimed_ms: int, result: str) -> bool:
+        """The claim's notification is settled; False if the claim is no longer ours (taken over)."""
+        return await self._update(
+            match_id,
+            user_id,
+            UpdateExpression="SET #state = :sent, #result = :result",
+            ConditionExpression="#ms = :mine",
+            ExpressionAttributeNames={
+                "#state": "prematchState",
+                "#result": "prematchResult",
+                "#ms": "prematchClaimedMs",
+            },
+            ExpressionAttributeValues={
+                ":sent": {"S": STATE_SENT},
+                ":result": {"S": result},
+                ":mine": _n(claimed_ms),
+            },
+        )
+
+
+# --- the actor -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class CycleReport:
+    matches_due: int = 0
+    matches_unfollowed: int = 0
+    matches_skipped_unfollowed: int = 0
+    follower_reads: int = 0
+    claimed: int = 0
+    recovered: int = 0
+    lost_claims: int = 0
+    done: int = 0
+    in_flight: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    failed: int = 0
+    no_device: int = 0
+    tokens_removed: int = 0
+    push_to_start: int = 0
+
+
+@dataclass
+class _Claim:
+    match: DueMatch
+    user_id: str
+    stamp: int
+    decision: Decision
+    collapse_start: str
+    device: Mapping[str, Any] | None = None
+    alert_id: str | None = None
+    start_id: str | None = None
+    start_token: str | None = None
+    results: dict[str, PushResult] = field(default_factory=dict)
+
+
+class PrematchNotifier:
+    """Prematch notifications, every ``interval_s``, with the six legacy defects fixed (see the module)."""
+
+    def __init__(
+        self,
+        repos: Any,
+        sender: PushSink,
+        settings: PrematchSettings | None = None,
+        *,
+        topic: str = "",
+        clock: Callable[[], float] = time.time,
+        leagues: LeagueDirectory | None = None,
+        marks: PrematchMarks | None = None,
+    ) -> None:
+        self._repos = repos
+        self._sender = sender
+        self.settings = settings or PrematchSettings()
+        self._topic = self.settings.topic or topic
+        self._clock = clock
+        self.leagues = leagues or LeagueDirectory(
+            repos.leagues, max_age_s=self.settings.active_leagues_cache_s
+        )
+        self.marks = marks or PrematchMarks(getattr(repos, "dynamo", None) or repos.follows.dynamo)
+        self.unfollowed = UnfollowedMemo(self.settings.unfollowed_memo_size)
+        self._teams: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
+        self.failures = 0
+        self.cycles = 0
+        self.last_report: CycleReport | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        s = self.settings
+        if not s.enabled:
+            log.info("prematch_disabled")
+            await trio.sleep_forever()
+        if not self._topic:
+            log.warning("prematch_without_topic", hint="set [apns] topic or [jobs.prematch] topic")
+        while True:
+            started = trio.current_time()
+            try:
+                await self.run_cycle()
+            except trio.Cancelled:
+                raise
+            except Exception as exc:
+                self.failures += 1
+                metrics.JOB_CYCLES.labels(JOB, "error").inc()
+                log.warning(
+                    "prematch_cycle_failed", error=f"{type(exc).__name__}: {exc}", failures=self.failures
+                )
+                await trio.sleep(backoff_delay(self.failures, s.backoff_base_s, s.backoff_max_s))
+                continue
+            self.failures = 0
+            await trio.sleep_until(started + s.interval_s)
+
+    # -- one cycle --
+
+    async def run_cycle(self) -> CycleReport:
+        s = self.settings
+        report = CycleReport()
+        now = self._clock()
+        codes = list(s.league_codes) or await self.leagues.active_codes()
+        lo, hi = iso_utc(now - s.catch_up_s), iso_utc(now + s.longest_window_s)
+        fixtures: list[Mapping[str, Any]] = []
+        for code in codes:
+            fixtures.extend(await self._repos.fixtures.get_matches_by_date_range(code, lo, hi))
+        due = due_matches(fixtures, now=now, settings=s)
+        report.matches_due = len(due)
+        self.unfollowed.prune(now)
+        for match in due:
+            if self.unfollowed.knows(match.match_id, match.start_iso, now=now):
+                report.matches_skipped_unfollowed += 1
+                continue
+            followers = await self._repos.follows.get_followers_for_match(match.match_id)
+            report.follower_reads += 1
+            if not followers:
+                report.matches_unfollowed += 1
+                self.unfollowed.remember(
+                    match.match_id, match.start_iso, forget_at=match.start_epoch + s.catch_up_s
+                )
+                continue
+            await self._notify_match(match, followers, now, report)
+        self.cycles += 1
+        self.last_report = report
+        metrics.JOB_CYCLES.labels(JOB, "ok").inc()
+        metrics.JOB_LAST_SUCCESS.labels(JOB).set(now)
+        if report.claimed or report.recovered or report.matches_due:
+            log.info("prematch_cycle", **vars(report))
+        return report
+
+    async def _notify_match(
+        self, match: DueMatch, followers: Sequence[Mapping[str, Any]], now: float, report: CycleReport
+    ) -> None:
+        work: list[tuple[str, Decision, Marker | None]] = []
+        for follow in followers:
+            user_id = follow.get("userId")
+            if not isinstance(user_id, str) or not user_id:
+                continue
+            marker = Marker.of(follow)
+            decision = decide(marker, start_epoch=match.start_epoch, now=now, settings=self.settings)
+            if decision is Decision.DONE:
+                report.done += 1
+            elif decision is Decision.IN_FLIGHT:
+                report.in_flight += 1
+            else:
+                work.append((user_id, decision, marker))
+        if not work:
+            return
+        teams = await self._team_info(match.fixture)
+        size = self.settings.batch_size
+        for i in range(0, len(work), size):
+            await self._notify_batch(match, work[i : i + size], teams, now, report)
+
+    async def _notify_batch(
+        self,
+        match: DueMatch,
+        batch: Sequence[tuple[str, Decision, Marker | None]],
+        teams: Mapping[str, Mapping[str, Any]],
+        now: float,
+        report: CycleReport,
+    ) -> None:
+        # Room for every result of the batch, so the sender never waits on us.
+        results_in, results_out = trio.open_memory_channel[PushResult](2 * len(batch))
+        claims: list[_Claim] = []
+        waiting: dict[str, _Claim] = {}
+        limiter = trio.CapacityLimiter(self.settings.send_concurrency)
+
+        async def one(user_id: str, decision: Decision, marker: Marker | None) -> None:
+            async with limiter:
+                claim = await self._claim(match, user_id, decision, marker, now, report)
+                if claim is None:
+                    return
+                claims.append(claim)
+                for push in self._pushes(claim, teams, now, results_in):
+                    assert push.apns_id is not None
+                    waiting[push.apns_id] = claim
+                    await self._sender.send(push)
+
+        async with results_out:
+            async with trio.open_nursery() as nursery:
+                for user_id, decision, marker in batch:
+                    nursery.start_soon(one, user_id, decision, marker)
+            # Every push is with the sender now. Wait for the answers; a missing one is a failure, which
+            # leaves the claim unconfirmed and the lease brings it back (same collapse id).
+            with trio.move_on_after(self.settings.result_timeout_s):
+                pending = len(waiting)
+                while pending:
+                    result = await results_out.receive()
+                    claim = waiting.get(result.push.apns_id or "")
+                    if claim is None:
+                        continue
+                    claim.results[result.push.apns_id or ""] = result
+                    pending -= 1
+        for claim in claims:
+            await self._settle(claim, report)
+
+    async def _claim(
+        self,
+        match: DueMatch,
+        user_id: str,
+        decision: Decision,
+        marker: Marker | None,
+        now: float,
+        report: CycleReport,
+    ) -> _Claim | None:
+        if decision is Decision.NOTIFY:
+            stamp = await self.marks.claim(
+                match.match_id,
+                user_id,
+                start_iso=match.start_iso,
+                start_epoch=match.start_epoch,
+                now=now,
+                settings=self.settings,
+            )
+            collapse_start = match.start_iso
+        else:
+            assert marker is not None and marker.claimed_ms is not None
+            stamp = await self.marks.reclaim(match.match_id, user_id, seen_ms=marker.claimed_ms, now=now)
+            collapse_start = marker.start_iso  # the first send's id, so this copy collapses onto it
+        if stamp is None:  # another worker or instance holds it: its business now
+            report.lost_claims += 1
+            metrics.PREMATCH_NOTIFICATIONS.labels("lost_claim").inc()
+            return None
+        if decision is Decision.NOTIFY:
+            report.claimed += 1
+            metrics.PREMATCH_NOTIFICATIONS.labels("claimed").inc()
+        else:
+            report.recovered += 1
+            metrics.PREMATCH_NOTIFICATIONS.labels("recovered").inc()
+            log.info("prematch_resend_after_lease", match_id=match.match_id, user_id=user_id)
+        device = await self._repos.devices.get_device_for_user(user_id)
+        return _Claim(match, user_id, stamp, decision, collapse_start, device=device)
+
+    def _pushes(
+        self,
+        claim: _Claim,
+        teams: Mapping[str, Mapping[str, Any]],
+        now: float,
+        reply_to: trio.MemorySendChannel[PushResult],
+    ) -> list[Push]:
+        device = claim.device
+        if device is None:
+            return []
+        device_token = str(device.get("deviceToken") or "")
+        alert_token = device.get("apnsToken") or device_token
+        if not alert_token:
+            return []
+        match = claim.match
+        title, body = prematch_text(match.fixture, teams, start_epoch=match.start_epoch, now=now)
+        expiration = int(match.start_epoch + self.settings.catch_up_s)
+        claim.alert_id = str(uuid.uuid4())
+        pushes = [
+            Push(
+                token=str(alert_token),
+                push_type="alert",
+                topic=self._topic,
+                payload=_alert_payload(
+                    title,
+                    body,
+                    thread_id=f"match:{match.match_id}",
+                    data={"matchId": match.match_id, "type": "prematch", "startTime": claim.collapse_start},
+                ),
+                priority=10,
+                kind="alert",
+                expiration=expiration,
+                collapse_id=collapse_id(match.match_id, claim.collapse_start),
+                apns_id=claim.alert_id,
+                context=TokenRef("device", match.match_id, user_id=claim.user_id, device_token=device_token),
+                reply_to=reply_to,
+            )
+        ]
+        start_token = device.get("pushToStartToken")
+        if claim.decision is Decision.NOTIFY and self.settings.push_to_start and start_token:
+            claim.start_id = str(uuid.uuid4())
+            claim.start_token = str(start_token)
+            pushes.append(
+                Push(
+                    token=str(start_token),
+                    push_type="liveactivity",
+                    topic=self._topic,
+                    payload=_start_payload(
+                        _content_state(match, teams, title, body),
+                        attributes_type=self.settings.attributes_type,
+                        attributes=_attributes(match, teams),
+                        timestamp=int(now),
+                        alert=(title, body),
+                    ),
+                    priority=10,
+                    kind="start",
+                    expiration=expiration,
+                    apns_id=claim.start_id,
+                    context=TokenRef(
+                        "push_to_start", match.match_id, user_id=claim.user_id, device_token=device_token
+                    ),
+                    reply_to=reply_to,
+                )
+            )
+        return pushes
+
+    async def _settle(self, claim: _Claim, report: CycleReport) -> None:
+        match, user_id = claim.match, claim.user_id
+        device = claim.device
+        device_token = str(device.get("deviceToken") or "") if device else ""
+        if claim.start_id is not None:
+            started = claim.results.get(claim.start_id)
+            if started is not None and started.outcome == "accepted":
+                report.push_to_start += 1
+            elif started is not None and started.outcome == "rejected":
+                await self._repos.devices.clear_push_to_start_token(
+                    user_id, device_token, expected_token=claim.start_token
+                )
+                report.tokens_removed += 1
+                metrics.PREMATCH_NOTIFICATIONS.labels("token_removed").inc()
+                log.info(
+                    "prematch_push_to_start_token_removed",
+                    user_id=user_id,
+                    token=short_token(claim.start_token),
+                )
+        if claim.alert_id is None:  # no device, or a device without a token: nothing can reach this user
+            report.no_device += 1
+            metrics.PREMATCH_NOTIFICATIONS.labels("no_device").inc()
+            await self.marks.confirm(match.match_id, user_id, claimed_ms=claim.stamp, result="no_device")
+            return
+        result = claim.results.get(claim.alert_id)
+        if result is None or result.outcome not in ("accepted", "rejected"):
+            # Unknown fate (timeout) or retries exhausted: keep the claim; after the lease the alert is sent
+            # again under the same collapse id.
+            report.failed += 1
+            metrics.PREMATCH_NOTIFICATIONS.labels("failed").inc()
+            log.warning(
+                "prematch_alert_unconfirmed",
+                match_id=match.match_id,
+                user_id=user_id,
+                reason=None if result is None else result.reason,
+            )
+            return
+        if result.outcome == "rejected":
+            await self._repos.devices.delete_device(user_id, device_token)
+            report.rejected += 1
+            report.tokens_removed += 1
+            metrics.PREMATCH_NOTIFICATIONS.labels("rejected").inc()
+            metrics.PREMATCH_NOTIFICATIONS.labels("token_removed").inc()
+            log.info(
+                "prematch_device_removed",
+                user_id=user_id,
+                token=short_token(result.push.token),
+                reason=result.reason,
+            )
+        else:
+            report.accepted += 1
+            metrics.PREMATCH_NOTIFICATIONS.labels("accepted").inc()
+        await self.marks.confirm(match.match_id, user_id, claimed_ms=claim.stamp, result=result.outcome)
+
+    async def _team_info(self, fixture: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        """The two teams (name, code) from ``cricket-teams``, remembered; the text degrades without them."""
+        out: dict[str, Mapping[str, Any]] = {}
+        for key in ("localteamId", "visitorteamId"):
+            team_id = fixture.get(key)
+            if not isinstance(team_id, str) or not team_id:
+                continue
+            team = self._teams.get(team_id)
+            if team is None:
+                try:
+                    team = await self._repos.teams.get_team(team_id)
+                except trio.Cancelled:
+                    raise
+                except Exception as exc:
+                    log.warning(
+                        "prematch_team_unavailable", team_id=team_id, error=f"{type(exc).__name__}: {exc}"
+                    )
+                    team = None
+                if team is None:
+                    continue
+                self._teams[team_id] = team
+                while len(self._teams) > 1000:
+                    self._teams.popitem(last=False)
+            out[team_id] = team
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "cycles": self.cycles,
+            "failures": self.failures,
+            "unfollowed_remembered": len(self.unfollowed),
+            "last": vars(self.last_report) if self.last_report else None,
+        }
+
+
+# --- payloads ------------------------------------------------------------------------------------------
+
+
+def _attributes(match: DueMatch, teams: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The Live Activity's static attributes, shaped as the match actor's push-to-start sends them."""
+    attrs: dict[str, Any] = {"matchId": match.match_id}
+    for side, key in (("localteam", "localteamId"), ("visitorteam", "visitorteamId")):
+        team_id = str(match.fixture.get(key) or "")
+        team = teams.get(team_id) or {}
+        if team_id:
+            attrs[side] = {
+                "id": team_id,
+                "name": str(team.get("name") or ""),
+                "code": str(team.get("code") or ""),
+            }
+    return attrs
+
+
+def _content_state(
+    match: DueMatch, teams: Mapping[str, Mapping[str, Any]], title: str, body: str
+) -> dict[str, Any]:
+    """A pre-match content state: no score yet, only who plays and when."""
+    return {
+        "matchId": match.match_id,
+        "phase": "pre",
+        "status": str(match.fixture.get("status") or "NS"),
+        "title": title,
+        "subtitle": body,
+        "startTime": match.start_iso,
+    }
+
+
+def _alert_payload(title: str, body: str, *, thread_id: str, data: dict[str, Any]) -> bytes:
+    try:
+        from daemon.cricket.payloads import alert_payload
+    except ImportError:  # the engine's payload builders are optional for this job
+        aps = {"alert": {"title": title, "body": body}, "sound": "default", "thread-id": thread_id}
+        return json.dumps({"aps": aps, **data}, separators=(",", ":")).encode()
+    return alert_payload(title, body, thread_id=thread_id, data=data)
+
+
+def _start_payload(
+    content_state: dict[str, Any],
+    *,
+    attributes_type: str,
+    attributes: dict[str, Any],
+    timestamp: int,
+    alert: tuple[str, str],
+) -> bytes:
+    try:
+        from daemon.cricket.payloads import start_payload
+    except ImportError:
+        aps = {
+            "timestamp": timestamp,
+            "event": "start",
+            "content-state": content_state,
+            "attributes-type": attributes_type,
+            "attributes": attributes,
+            "alert": {"title": alert[0], "body": alert[1]},
+        }
+        return json.dumps({"aps": aps}, separators=(",", ":")).encode()
+    return start_payload(
+        content_state,
+        attributes_type=attributes_type,
+        attributes=attributes,
+        timestamp=timestamp,
+        alert=alert,
+    )
+
+
+def _n(value: float) -> dict[str, str]:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return {"N": repr(value) if isinstance(value, float) else str(value)}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
