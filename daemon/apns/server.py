@@ -408,7 +408,8 @@ class StormFault(_ScriptModel):
 
 
 class GoawayFault(_ScriptModel):
-    after: int = Field(0, ge=0, description="after N more answered requests (per connection); 0 = now")
+    after: int = Field(0, ge=0, description="the connection that answers the Nth next request (server-wide) "
+                       "sends it; 0 = every connection now")
     reason: str = Field("Shutdown", description="GOAWAY debug data is {\"reason\": ...}")
     error_code: int = Field(0, ge=0, description="HTTP/2 error code (0 NO_ERROR)")
     graceful: bool = Field(True, description="answer streams <= last_stream_id before sending GOAWAY")
@@ -476,6 +477,7 @@ class FaultState:
     storm_remaining: int | None = None
     storm_until: float | None = None
     goaway: GoawayFault | None = None
+    goaway_remaining: int = 0
     drop_after: int | None = None
     refuse_remaining: int = 0
     delay_s: float = 0.0
@@ -501,6 +503,7 @@ class FaultState:
             self.storm_until = now + storm.duration_s if storm.duration_s is not None else None
         if script.goaway is not None:
             self.goaway = script.goaway
+            self.goaway_remaining = script.goaway.after
         if script.drop is not None:
             self.drop_after = script.drop.after
         if script.refuse_streams is not None:
@@ -603,6 +606,8 @@ _MAX_HEADER_LIST_SIZE = 8000
 _DEFAULT_CONNECTION_WINDOW = 1 << 20
 _READ_SIZE = 1 << 16
 _TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# How long a connection stays open after its GOAWAY once every stream it kept is answered.
+_GOAWAY_LINGER_S = 1.0
 
 
 @dataclass(slots=True)
@@ -915,10 +920,14 @@ class _ServerConnection:
     # ---- GOAWAY and drops --------------------------------------------------------------------------
 
     def _maybe_goaway_after_answer(self, sid: int) -> None:
-        fault = self.server.faults.goaway
-        if fault is not None and fault.after > 0 and self.goaway_last is None and self.answered >= fault.after:
-            self.server.faults.goaway = None
-            self.start_goaway(fault, last_stream_id=max(sid, self.highest_stream))
+        faults = self.server.faults
+        fault = faults.goaway
+        if fault is not None and fault.after > 0 and self.goaway_last is None:
+            faults.goaway_remaining -= 1
+            if faults.goaway_remaining <= 0:
+                faults.goaway = None
+                # Requests already complete (answered or held) are at or below highest_stream.
+                self.start_goaway(fault, last_stream_id=max(sid, self.highest_stream))
         elif self.goaway_last is not None and not self.goaway_sent and not self.unanswered:
             self._emit_goaway()
 
@@ -954,17 +963,17 @@ class _ServerConnection:
             reason=fault.reason,
             pending=len(self.unanswered),
         )
-        if not self.unanswered:
-            self.closing = True
-        self._wake.set()
-        self._call_later(0.0, self._close_when_done)
+        self._call_later(_GOAWAY_LINGER_S, self._close_when_done)
 
     def _close_when_done(self) -> None:
+        # Closing a TCP socket with unread input makes the kernel send RST, which can destroy our GOAWAY
+        # before the client reads it; so we linger (reading and ignoring) and let the client close first.
         if not self.unanswered:
             self.closing = True
+            self._wake.set()
         else:
             # Non-graceful GOAWAY with answers still pending: check again once they have gone out.
-            self._call_later(0.05, self._close_when_done)
+            self._call_later(_GOAWAY_LINGER_S, self._close_when_done)
 
     def _abort(self) -> None:
         """Drop the TCP connection without a word (the client sees EOF / a reset)."""

@@ -167,6 +167,22 @@ class H2TestClient:
             await self._flush()
         return sid
 
+    async def start_batch(self, requests: list[tuple[str, dict[str, str], bytes]]) -> list[int]:
+        """Open several streams and send them in one write (bodies must fit the current windows)."""
+        await self.settings_received.wait()
+        sids = []
+        for path, headers, body in requests:
+            sid = self.h2.get_next_available_stream_id()
+            all_headers = [(":method", "POST"), (":path", path), (":scheme", "https"), (":authority", "localhost")]
+            self.responses[sid] = H2Response(sid)
+            self._done[sid] = trio.Event()
+            self.h2.send_headers(sid, all_headers + list(headers.items()), end_stream=not body)
+            if body:
+                self.h2.send_data(sid, body, end_stream=True)
+            sids.append(sid)
+        await self._flush()
+        return sids
+
     async def response(self, sid: int) -> H2Response:
         await self._done[sid].wait()
         return self.responses[sid]
