@@ -234,7 +234,8 @@ class ConfigError(Exception):
 
     def __init__(self, source: str, problems: Sequence[ConfigProblem]) -> None:
         self.source = source
-        self.problems = list(problems)
+        # Sorted by path so a section's problems read together, in the same order on every run.
+        self.problems = sorted(problems, key=lambda p: p.path)
         lines = [f"{source}: {len(self.problems)} problem(s)"] + [f"  {p}" for p in self.problems]
         super().__init__("\n".join(lines))
 
@@ -365,14 +366,35 @@ def _expand_vars(text: str, env: Mapping[str, str]) -> str:
     return _VAR_RE.sub(one, text)
 
 
-def _resolve_secret_files(
+def _resolve_paths(
     model: BaseModel, path: list[str], base_dir: Path, env: Mapping[str, str], problems: list[ConfigProblem]
 ) -> None:
+    """Every ``*_file`` / ``*_path`` value: ``$VAR`` expanded, and made absolute against the config's folder.
+
+    A config file that names ``run/admin.sock`` or ``secrets/apns.p8`` means beside itself, whatever the
+    daemon's working directory (systemd starts it in /, a container in its WORKDIR).
+    """
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            _resolve_paths(value, [*path, name], base_dir, env, problems)
+            continue
+        if not name.endswith(("_file", "_path")) or not isinstance(value, str) or not value:
+            continue
+        try:
+            expanded = Path(_expand_vars(value, env))
+        except ValueError as exc:
+            problems.append(ConfigProblem(".".join([*path, name]), str(exc)))
+            continue
+        setattr(model, name, str(expanded if expanded.is_absolute() else base_dir / expanded))
+
+
+def _resolve_secret_files(model: BaseModel, path: list[str], problems: list[ConfigProblem]) -> None:
     """For every ``X: SecretStr`` with a sibling ``X_file`` set: read the file into ``X``. Recurses."""
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
         if isinstance(value, BaseModel):
-            _resolve_secret_files(value, [*path, name], base_dir, env, problems)
+            _resolve_secret_files(value, [*path, name], problems)
             continue
         if not any(m is SecretStr for m in _unwrap_optional(field.annotation)):
             continue
@@ -388,17 +410,11 @@ def _resolve_secret_files(
                 ConfigProblem(dotted, f"both {name} and {file_key} are set; keep one (the file is preferred)")
             )
             continue
-        try:
-            secret_path = Path(_expand_vars(str(file_value), env))
-        except ValueError as exc:
-            problems.append(ConfigProblem(dotted, str(exc)))
-            continue
-        if not secret_path.is_absolute():
-            secret_path = base_dir / secret_path
+        secret_path = Path(file_value)
         try:
             text = secret_path.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
             problems.append(ConfigProblem(dotted, f"cannot read {secret_path}: {reason}"))
             continue
         if not text:
@@ -496,7 +512,9 @@ def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str] = os
         raise ConfigError(source, problems) from None
     if problems:
         raise ConfigError(source, problems)
-    _resolve_secret_files(config, [], base_dir, env, problems)
+    _resolve_paths(config, [], base_dir, env, problems)
+    if not problems:
+        _resolve_secret_files(config, [], problems)
     if problems:
         raise ConfigError(source, problems)
     _register_secrets(config)
@@ -518,9 +536,12 @@ _EXAMPLE_HEADER = """\
 # text (and secrets) take the value verbatim.
 #
 # Secrets (the APNs key, the SportMonks token) are never written here in production: point the
-# *_file key at a file (a relative path is relative to this file; $CREDENTIALS_DIRECTORY is expanded, for
-# systemd's LoadCredential=), or set SIGHTSCREEN_APNS__PRIVATE_KEY / SIGHTSCREEN_SPORTMONKS__API_TOKEN.
-# Secrets are never logged nor printed by check-config.
+# *_file key at a file (for systemd's LoadCredential=: "$CREDENTIALS_DIRECTORY/apns.p8"), or set
+# SIGHTSCREEN_APNS__PRIVATE_KEY / SIGHTSCREEN_SPORTMONKS__API_TOKEN. Secrets are never logged nor printed by
+# check-config.
+#
+# Paths (keys ending in _file or _path) may use $VARS from the environment; a relative path is relative to
+# the folder of the configuration file, not to the daemon's working directory.
 #
 # Check a file with: sightscreen check-config FILE   (exit 0: OK; exit 2: each wrong key and why)
 """
