@@ -203,11 +203,12 @@ def reset() -> None:
     _configured = False
 
 
-def configure_from(settings: Any, **context: Any) -> None:
+def configure_from(settings: Any, *, stream: TextIO | None = None, **context: Any) -> None:
     """Configure from a ``daemon.config.LoggingSettings`` (level, format auto|json|console, stdlib_level)."""
     fmt = getattr(settings, "format", "auto")
     json = None if fmt == "auto" else fmt == "json"
-    configure(settings.level, json, stdlib_level=getattr(settings, "stdlib_level", "warning"), **context)
+    configure(settings.level, json, stdlib_level=getattr(settings, "stdlib_level", "warning"), stream=stream,
+              **context)
 
 
 def get_logger(name: str, **bind: Any) -> Any:
