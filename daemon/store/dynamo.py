@@ -107,6 +107,18 @@ def _backoff(attempt: int, base_s: float, cap_s: float) -> float:
     return random.uniform(0.0, min(cap_s, base_s * (2**attempt)))
 
 
+_session: boto3.session.Session | None = None
+
+
+def _shared_session() -> boto3.session.Session:
+    """One boto3 session per process: it caches the service model, so each new client (tests make many)
+    costs milliseconds instead of re-reading the model. Clients are created on the caller's thread."""
+    global _session
+    if _session is None:
+        _session = boto3.session.Session()
+    return _session
+
+
 class Dynamo:
     """One DynamoDB client for the process (or one per test)."""
 
@@ -120,7 +132,7 @@ class Dynamo:
             # one pooled connection per worker thread, so threads never wait on the pool
             max_pool_connections=settings.max_threads,
         )
-        session = boto3.session.Session()
+        session = _shared_session()
         creds: dict[str, str] = {}
         if settings.endpoint_url and session.get_credentials() is None:
             # a local peer (moto, dynalite) accepts any key; AWS's own endpoint never gets here

@@ -186,28 +186,39 @@ async def create_tables(
     """
     specs = TABLE_SPECS if specs is None else specs
     created: list[str] = []
-    for logical, spec in specs.items():
-        if await _describe(dynamo, logical) is None:
+
+    async def ensure(logical: str, spec: TableSpec) -> None:
+        table = await _describe(dynamo, logical)
+        new = False
+        if table is None:
             try:
-                await dynamo.call(logical, "create_table", **spec.create_params(dynamo.table(logical)))
+                resp = await dynamo.call(logical, "create_table", **spec.create_params(dynamo.table(logical)))
+                table = dict(resp["TableDescription"])
                 created.append(dynamo.table(logical))
+                new = True
             except ClientError as exc:
                 if _code(exc) != "ResourceInUseException":  # another instance created it meanwhile
                     raise
-    for logical in specs:
-        await _wait_active(dynamo, logical, timeout_s)
-    for logical, spec in specs.items():
+                table = None
+        if table is None or not _table_ready(table):
+            await _wait_active(dynamo, logical, timeout_s)
         if spec.ttl_attribute is None:
-            continue
-        desc = await _ttl_description(dynamo, logical)
-        if desc.get("TimeToLiveStatus") in ("ENABLED", "ENABLING"):
-            continue
+            return
+        if not new:
+            desc = await _ttl_description(dynamo, logical)
+            if desc.get("TimeToLiveStatus") in ("ENABLED", "ENABLING"):
+                return
         await dynamo.call(
             logical,
             "update_time_to_live",
             TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
         )
-    return created
+
+    # tables are independent: create them side by side (each call still runs in a worker thread)
+    async with trio.open_nursery() as nursery:
+        for logical, spec in specs.items():
+            nursery.start_soon(ensure, logical, spec)
+    return sorted(created)
 
 
 def _key_schema(schema: list[dict[str, str]]) -> tuple[str | None, str | None]:

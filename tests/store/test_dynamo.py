@@ -1,0 +1,115 @@
+"""The Dynamo client shell: naming, thread offload, metrics, call counting, pagination, batch limits."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+from botocore.exceptions import ClientError
+
+from daemon.metrics import REGISTRY
+from daemon.store import TABLE_SPECS, Dynamo, DynamoSettings, count_calls, create_tables
+from daemon.store.dynamo import BatchIncomplete
+from tests.store import faults
+
+
+def _calls(table: str, op: str) -> float:
+    return REGISTRY.get_sample_value("sightscreen_dynamodb_calls_total", {"table": table, "operation": op}) or 0.0
+
+
+def test_table_names_take_the_prefix():
+    d = Dynamo(DynamoSettings(endpoint_url="http://127.0.0.1:1", table_prefix="staging-"))
+    assert d.table("active-matches") == "staging-active-matches"
+    assert d.table("DisplayStateCache") == "staging-DisplayStateCache"
+
+
+def test_retry_mode_and_attempts_reach_botocore():
+    d = Dynamo(DynamoSettings(endpoint_url="http://127.0.0.1:1", retry_mode="adaptive", max_attempts=7))
+    assert d.client.meta.config.retries == {"mode": "adaptive", "total_max_attempts": 7}
+
+
+async def test_calls_run_off_the_trio_thread_and_are_counted(dynamo: Dynamo):
+    seen: list[str] = []
+    dynamo.client.meta.events.register(
+        "before-send.dynamodb.GetItem", lambda **_: seen.append(threading.current_thread().name)
+    )
+    before = _calls("cricket-teams", "GetItem")
+    await dynamo.call("cricket-teams", "get_item", Key={"teamId": {"S": "1"}})
+    await dynamo.call("cricket-teams", "GetItem", Key={"teamId": {"S": "1"}})
+    assert _calls("cricket-teams", "GetItem") == before + 2
+    assert seen and all(name != threading.main_thread().name for name in seen)
+
+
+async def test_count_calls_counts_this_task_and_its_children_not_siblings(dynamo: Dynamo):
+    key = {"teamId": {"S": "1"}}
+    sibling_done = trio.Event()
+
+    async def sibling():
+        for _ in range(3):
+            await dynamo.call("cricket-teams", "get_item", Key=key)
+        sibling_done.set()
+
+    async def child():
+        await dynamo.call("cricket-teams", "get_item", Key=key)
+
+    async with trio.open_nursery() as outer:
+        outer.start_soon(sibling)
+        with count_calls() as c:
+            await dynamo.call("cricket-teams", "get_item", Key=key)
+            with count_calls() as inner:
+                async with trio.open_nursery() as n:
+                    n.start_soon(child)
+                    n.start_soon(child)
+            await sibling_done.wait()
+    assert inner.n == 2
+    assert c.n == 3
+
+
+async def test_errors_propagate_and_are_counted(dynamo: Dynamo):
+    before = REGISTRY.get_sample_value(
+        "sightscreen_dynamodb_errors_total",
+        {"table": "no-such", "operation": "GetItem", "code": "ResourceNotFoundException"},
+    ) or 0.0
+    with pytest.raises(ClientError):
+        await dynamo.call("no-such", "get_item", Key={"x": {"S": "1"}})
+    after = REGISTRY.get_sample_value(
+        "sightscreen_dynamodb_errors_total",
+        {"table": "no-such", "operation": "GetItem", "code": "ResourceNotFoundException"},
+    )
+    assert after == before + 1
+
+
+async def test_unknown_operation_is_a_clear_error(dynamo: Dynamo):
+    with pytest.raises(ValueError, match="unknown DynamoDB operation 'fly'"):
+        await dynamo.call("cricket-teams", "fly")
+
+
+async def test_batch_write_chunks_to_25_and_batch_get_to_100(dynamo: Dynamo):
+    hook = faults.unprocessed_batches(dynamo.client, calls=0)  # observe sizes only
+    items = [{"PutRequest": {"Item": {"teamId": {"S": str(i)}}}} for i in range(130)]
+    calls = await dynamo.batch_write("cricket-teams", items)
+    assert calls == 6
+    assert hook.sizes == [25, 25, 25, 25, 25, 5]
+    hook.sizes.clear()
+    got = await dynamo.batch_get("cricket-teams", [{"teamId": {"S": str(i)}} for i in range(250)])
+    assert hook.sizes == [100, 100, 50]
+    assert sorted(int(x["teamId"]["S"]) for x in got) == list(range(130))
+
+
+async def test_batch_gives_up_at_the_deadline_naming_what_is_left(moto_server, table_prefix):
+    d = Dynamo(DynamoSettings(endpoint_url=moto_server.url, table_prefix=table_prefix, batch_deadline_s=0.05,
+                              batch_backoff_base_s=0.01, batch_backoff_max_s=0.02))
+    await create_tables(d, {"cricket-teams": TABLE_SPECS["cricket-teams"]})
+    faults.always_unprocessed(d.client)
+    with pytest.raises(BatchIncomplete, match=r"BatchWriteItem on cricket-teams: \d+ request\(s\) still unprocessed"):
+        await d.batch_write("cricket-teams", [{"PutRequest": {"Item": {"teamId": {"S": str(i)}}}} for i in range(8)])
+
+
+async def test_paginate_follows_every_page(dynamo: Dynamo):
+    await dynamo.batch_write("cricket-teams", [{"PutRequest": {"Item": {"teamId": {"S": str(i)}}}} for i in range(7)])
+    faults.page_size(dynamo.client, 2)
+    with count_calls() as c:
+        items = await dynamo.paginate("cricket-teams", "scan")
+    assert len(items) == 7
+    assert c.n == 4

@@ -1,0 +1,100 @@
+"""cricket-locks: acquire / extend / release / get, and 16 clients racing for one lock."""
+
+from __future__ import annotations
+
+import random
+
+import trio
+
+from daemon.store import Dynamo, DynamoSettings, LockRepository, Repositories, match_lock_key
+
+T0 = 1_800_000_000.0
+
+
+async def test_acquire_free_lock_then_others_are_refused_until_it_expires(repos: Repositories):
+    locks = repos.locks
+    key = match_lock_key("71344")
+    assert key == "match:71344"
+    assert await locks.acquire(key, "inst-a", 10, now=T0) is True
+    assert await locks.acquire(key, "inst-b", 10, now=T0 + 5) is False
+    held = await locks.get(key, now=T0 + 5)
+    assert held is not None and held["owner"] == "inst-a" and held["expiresAt"] == T0 + 10
+    # the lease ran out: the lock is free for anyone, and reads no longer show it
+    assert await locks.get(key, now=T0 + 11) is None
+    assert await locks.acquire(key, "inst-b", 10, now=T0 + 11) is True
+    assert (await locks.get(key, now=T0 + 12))["owner"] == "inst-b"
+
+
+async def test_acquire_is_idempotent_for_the_owner(repos: Repositories):
+    key = match_lock_key("1")
+    assert await repos.locks.acquire(key, "inst-a", 10, now=T0)
+    # e.g. botocore retried a PutItem whose first answer was lost: still ours, lease renewed
+    assert await repos.locks.acquire(key, "inst-a", 10, now=T0 + 1)
+    assert (await repos.locks.get(key, now=T0 + 2))["expiresAt"] == T0 + 11
+
+
+async def test_extend_and_release_only_by_the_owner(repos: Repositories):
+    locks = repos.locks
+    key = match_lock_key("2")
+    assert await locks.extend(key, "inst-a", 10, now=T0) is False  # no lock yet
+    assert await locks.release(key, "inst-a") is False
+    assert await locks.acquire(key, "inst-a", 10, now=T0)
+    assert await locks.extend(key, "inst-b", 10, now=T0 + 1) is False
+    assert await locks.release(key, "inst-b") is False
+    assert await locks.extend(key, "inst-a", 30, now=T0 + 5) is True
+    assert (await locks.get(key, now=T0 + 6))["expiresAt"] == T0 + 35
+    assert await locks.acquire(key, "inst-b", 10, now=T0 + 20) is False  # extended lease still runs
+    assert await locks.release(key, "inst-a") is True
+    assert await locks.get(key, now=T0 + 21) is None
+    assert await locks.release(key, "inst-a") is False
+
+
+async def test_former_owner_cannot_extend_or_release_after_takeover(repos: Repositories):
+    locks = repos.locks
+    key = match_lock_key("3")
+    assert await locks.acquire(key, "inst-a", 10, now=T0)
+    assert await locks.acquire(key, "inst-b", 10, now=T0 + 15)  # a's lease lapsed
+    assert await locks.extend(key, "inst-a", 10, now=T0 + 16) is False
+    assert await locks.release(key, "inst-a") is False
+    assert (await locks.get(key, now=T0 + 16))["owner"] == "inst-b"
+
+
+async def test_sixteen_clients_racing_for_one_lock_have_exactly_one_winner_each_round(
+    moto_server, table_prefix, dynamo
+):
+    # 16 independent clients (own boto3 client, own threads), all hitting the same lock key each round;
+    # every round the previous lease has expired, so all 16 conditions could pass in isolation.
+    clients = [
+        Dynamo(DynamoSettings(endpoint_url=moto_server.url, table_prefix=table_prefix, max_attempts=1))
+        for _ in range(16)
+    ]
+    repos = [LockRepository(c) for c in clients]
+    key = match_lock_key("race")
+    rng = random.Random(7)
+    previous = None
+    for rnd in range(20):
+        now = T0 + rnd * 100
+        results: dict[int, bool] = {}
+
+        async def contend(i: int, now: float = now, results: dict[int, bool] = results) -> None:
+            results[i] = await repos[i].acquire(key, f"inst-{i}", 10, now=now)
+
+        async with trio.open_nursery() as n:
+            for i in range(16):
+                n.start_soon(contend, i)
+        winners = [i for i, won in results.items() if won]
+        assert len(winners) == 1, f"round {rnd}: winners {winners}"
+        winner = winners[0]
+        held = await repos[0].get(key, now=now + 1)
+        assert held is not None and held["owner"] == f"inst-{winner}"
+        # non-owners (including last round's winner) can neither extend nor release
+        losers = rng.sample([i for i in range(16) if i != winner], 1)
+        if previous is not None and previous != winner:
+            losers.append(previous)
+        for i in losers:
+            assert await repos[i].extend(key, f"inst-{i}", 10, now=now + 1) is False
+            assert await repos[i].release(key, f"inst-{i}") is False
+        assert await repos[winner].extend(key, f"inst-{winner}", 10, now=now + 1) is True
+        previous = winner
+    for c in clients:
+        c.close()
