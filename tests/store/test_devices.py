@@ -1,0 +1,66 @@
+"""cricket-devices: single-device registration, tokens, deletion, TTL filtering."""
+
+from __future__ import annotations
+
+from daemon.store import Repositories, alert_token
+
+T0 = 1_800_000_000.0
+
+
+async def test_register_device_keeps_one_device_per_user(repos: Repositories):
+    dev = repos.devices
+    await dev.register_device("u1", "tok-old", os_version="18.2", app_version="2.0.0", now=T0)
+    await dev.register_device("u2", "tok-other", now=T0)
+    await dev.register_device("u1", "tok-new", os_version="18.3.1", push_to_start_token="p2s", now=T0 + 5)
+    assert [d["deviceToken"] for d in await dev.get_devices_for_user("u1", now=T0 + 6)] == ["tok-new"]
+    d = await dev.get_device_for_user("u1", now=T0 + 6)
+    assert d["osVersion"] == "18.3.1" and d["pushToStartToken"] == "p2s" and d["platform"] == "ios"
+    assert d["ttl"] == int(T0 + 5 + 90 * 24 * 3600)
+    assert (await dev.get_device_for_user("u2", now=T0 + 6))["deviceToken"] == "tok-other"
+
+
+async def test_re_registering_keeps_fields_not_given(repos: Repositories):
+    dev = repos.devices
+    await dev.register_device("u1", "tok", os_version="18.2", apns_token="apns-1", push_to_start_token="p2s")
+    await dev.register_device("u1", "tok", app_version="2.1.0")
+    d = await dev.get_device_for_user("u1")
+    assert (d["osVersion"], d["appVersion"], d["apnsToken"], d["pushToStartToken"]) == (
+        "18.2", "2.1.0", "apns-1", "p2s")
+
+
+async def test_get_device_skips_expired_records(repos: Repositories):
+    dev = repos.devices
+    await dev.register_device("u1", "tok", ttl=int(T0 - 1))
+    assert await dev.get_device_for_user("u1", now=T0) is None
+    # a record with a later key but alive is still found although Limit 1 hits the expired one first
+    await dev.dynamo.call("cricket-devices", "put_item", Item={
+        "userId": {"S": "u1"}, "deviceToken": {"S": "zzz"}, "ttl": {"N": str(int(T0 + 100))}})
+    assert (await dev.get_device_for_user("u1", now=T0))["deviceToken"] == "zzz"
+
+
+async def test_push_to_start_token_update_and_clear(repos: Repositories):
+    dev = repos.devices
+    assert await dev.update_push_to_start_token("u1", "tok", "p2s-1") is False  # not registered
+    await dev.register_device("u1", "tok")
+    assert await dev.update_push_to_start_token("u1", "tok", "p2s-1") is True
+    # APNs rejected p2s-0, but the app already rotated to p2s-1: keep the new one
+    assert await dev.clear_push_to_start_token("u1", "tok", expected_token="p2s-0") is False
+    assert (await dev.get_device_for_user("u1"))["pushToStartToken"] == "p2s-1"
+    assert await dev.clear_push_to_start_token("u1", "tok", expected_token="p2s-1") is True
+    assert "pushToStartToken" not in await dev.get_device_for_user("u1")
+    assert await dev.clear_push_to_start_token("u9", "tok") is False
+
+
+async def test_delete_device_returns_the_old_record(repos: Repositories):
+    dev = repos.devices
+    assert await dev.delete_device("u1", "tok") is None
+    await dev.register_device("u1", "tok", os_version="18")
+    old = await dev.delete_device("u1", "tok")
+    assert old["deviceToken"] == "tok" and old["osVersion"] == "18"
+    assert await dev.get_device_for_user("u1") is None
+
+
+def test_alert_token_prefers_apns_token_over_device_token():
+    assert alert_token({"deviceToken": "d", "apnsToken": "a"}) == "a"
+    assert alert_token({"deviceToken": "d"}) == "d"
+    assert alert_token({}) is None
