@@ -1,0 +1,40 @@
+"""Fixtures of the jobs' tests: a fake SportMonks server on loopback and the real client pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from tests.jobs.fake_sportmonks import FakeSportMonks
+
+
+@pytest.fixture
+async def sportmonks(nursery: trio.Nursery) -> FakeSportMonks:
+    fake = FakeSportMonks()
+    await nursery.start(fake.serve)
+    return fake
+
+
+@pytest.fixture
+async def sm_client(sportmonks: FakeSportMonks) -> AsyncIterator[object]:
+    """The project's ``SportMonksClient`` against the fake: no retries inside a call (the jobs' own
+    resume/backoff is what these tests exercise) and a breaker that stays closed."""
+    from daemon.sportmonks.client import SportMonksClient
+    from daemon.sportmonks.settings import SportMonksSettings
+
+    settings = SportMonksSettings(
+        base_url=sportmonks.base_url,
+        api_token="test-token",
+        max_retries=0,
+        backoff_base_s=0.01,
+        backoff_max_s=0.02,
+        breaker_failure_threshold=1000,
+        timeout_s=5.0,
+    )
+    client = SportMonksClient(settings)
+    try:
+        yield client
+    finally:
+        await client.aclose()
