@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
@@ -10,12 +12,39 @@ class ApnsSettings(BaseModel):
 
     url: str = Field("https://api.push.apple.com", description="https://HOST[:PORT] of APNs (sandbox or production)")
     ca_file: str | None = Field(None, description="extra CA bundle (the local APNs server's CA in tests/demo)")
-    team_id: str = ""
-    key_id: str = ""
+    team_id: str = Field("", description="Apple developer team id (10 characters), the JWT's iss")
+    key_id: str = Field("", description="id of the .p8 signing key (10 characters), the JWT's kid")
     private_key: SecretStr | None = Field(None, description="the .p8 key's PEM; prefer private_key_file")
-    private_key_file: str | None = None
+    private_key_file: str | None = Field(None, description="path of the .p8 signing key (PEM)")
     topic: str = Field("", description="the app's bundle id; Live Activity pushes add .push-type.liveactivity")
-    connections: int = Field(2, ge=1, le=32)
-    inbox_size: int = Field(10000, ge=1)
-    request_timeout_s: float = Field(10.0, gt=0)
-    max_retries: int = Field(5, ge=0)
+    connections: int = Field(2, ge=1, le=32, description="HTTP/2 connections in the pool")
+    inbox_size: int = Field(10000, ge=1, description="capacity of the sender's inbox; a full inbox blocks producers")
+    request_timeout_s: float = Field(10.0, gt=0, description="deadline for one request, from send to answer")
+    max_retries: int = Field(5, ge=0, description="retries of a transient failure (429, 5xx, lost connection, deadline)")
+    retry_backoff_s: float = Field(1.0, gt=0, description="first retry delay; doubles per attempt (with jitter)")
+    retry_backoff_max_s: float = Field(60.0, gt=0, description="cap of the retry delay")
+    connect_timeout_s: float = Field(10.0, gt=0, description="deadline for TCP+TLS+SETTINGS of a new connection")
+    reconnect_backoff_s: float = Field(0.5, gt=0, description="first delay before reconnecting; doubles per failure")
+    reconnect_backoff_max_s: float = Field(30.0, gt=0, description="cap of the reconnect delay")
+    ping_idle_s: float = Field(
+        600.0, gt=0, description="send a PING after this long without traffic (APNs: fine after an hour idle)"
+    )
+    ping_timeout_s: float = Field(20.0, gt=0, description="a PING unanswered this long means the connection is dead")
+    max_streams_per_connection: int = Field(
+        1000, ge=1, description="local cap on concurrent streams, below the server's MAX_CONCURRENT_STREAMS"
+    )
+    token_refresh_s: float = Field(
+        3000.0, ge=1200, lt=3600, description="mint a new provider token once the current one is this old"
+    )
+
+    def signing_key_pem(self) -> str:
+        """The .p8 PEM from ``private_key`` or ``private_key_file``; the error names the field, never the key."""
+        if self.private_key is not None:
+            return self.private_key.get_secret_value()
+        if self.private_key_file:
+            path = Path(self.private_key_file)
+            try:
+                return path.read_text()
+            except OSError as exc:
+                raise ValueError(f"apns.private_key_file: cannot read {path}: {exc.strerror}") from exc
+        raise ValueError("apns: set private_key_file (or private_key) to the .p8 signing key")

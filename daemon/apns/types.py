@@ -1,0 +1,83 @@
+"""The sender's vocabulary: a push request, its one result, and the error that stops the sender.
+
+Owns: ``Push`` (what producers hand the sender), ``PushResult`` (what the sender hands back, exactly once per
+push), ``ApnsConfigurationError``. Must not touch: I/O, HTTP/2, provider tokens (see ``connection`` and
+``token``), payload building (``daemon.cricket.payloads``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import trio
+
+PUSH_TYPES: Final = frozenset(
+    {"liveactivity", "alert", "background", "voip", "location", "complication", "fileprovider", "mdm",
+     "pushtotalk", "widgets", "controls"}
+)
+KINDS: Final = frozenset({"start", "update", "end", "alert"})
+OUTCOMES: Final = ("accepted", "rejected", "failed")
+
+# apns.md §1.3: Live Activity pushes go to the bundle's ".push-type.liveactivity" topic.
+LIVEACTIVITY_TOPIC_SUFFIX: Final = ".push-type.liveactivity"
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """One notification request. ``context`` is opaque to the sender and comes back in the result."""
+
+    token: str
+    push_type: str
+    topic: str
+    payload: bytes
+    priority: int = 10
+    kind: str = "alert"
+    expiration: int | None = None
+    collapse_id: str | None = None
+    apns_id: str | None = None
+    context: Any = None
+    reply_to: trio.MemorySendChannel[PushResult] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def wire_topic(self) -> str:
+        """The ``apns-topic`` actually sent: Live Activity pushes get their suffix when the caller left it off."""
+        if self.push_type == "liveactivity" and not self.topic.endswith(LIVEACTIVITY_TOPIC_SUFFIX):
+            return self.topic + LIVEACTIVITY_TOPIC_SUFFIX
+        return self.topic
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """The one answer for a push.
+
+    ``outcome``: "accepted" (APNs took it), "rejected" (final for this token: 410, BadDeviceToken, ...), or
+    "failed" (our bug, a configuration error, or retries exhausted). ``status`` is None when no HTTP answer
+    was had (deadline, connection lost, refused before sending). ``attempts`` counts requests put on the wire.
+    """
+
+    push: Push
+    outcome: str
+    status: int | None
+    reason: str | None
+    apns_id: str | None
+    attempts: int
+    latency_s: float
+
+    @property
+    def token(self) -> str:
+        return self.push.token
+
+
+class ApnsConfigurationError(Exception):
+    """APNs refused our credentials or topic (403 class): retrying cannot help, so the sender stops."""
+
+    def __init__(self, reason: str, status: int | None = None, detail: str = "") -> None:
+        self.reason = reason
+        self.status = status
+        message = f"APNs configuration error: {reason}"
+        if status is not None:
+            message += f" (HTTP {status})"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)

@@ -1,0 +1,359 @@
+"""ApnsConnection (sans-I/O) against h2's own server side, fed in memory: an independent HTTP/2 peer that
+validates our frames and headers, so a drift in our direct request path shows up as an h2 protocol error."""
+
+from __future__ import annotations
+
+import json
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+import hpack
+import pytest
+from h2.errors import ErrorCodes
+from h2.settings import SettingCodes
+from hyperframe.frame import GoAwayFrame
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daemon.apns.connection import Answered, ApnsConnection, RequestHeaderEncoder, Unanswered
+from daemon.apns.token import ProviderToken
+from daemon.apns.types import Push
+
+TOKEN = ProviderToken(team_id="TEAM123456", key_id="KEY1234567", issued_at=1000, jwt="eyJhbGciOi.x.y")
+TOKEN2 = ProviderToken(team_id="TEAM123456", key_id="KEY1234567", issued_at=2000, jwt="eyJhbGciOi.z.w")
+
+
+def make_push(i: int = 0, **kw: object) -> Push:
+    base: dict[str, object] = {
+        "token": f"{i:064x}",
+        "push_type": "liveactivity",
+        "topic": "com.example.app",
+        "payload": b'{"aps":{"event":"update"}}',
+        "priority": 5,
+    }
+    base.update(kw)
+    return Push(**base)  # type: ignore[arg-type]
+
+
+class ServerPeer:
+    """h2's server connection with inbound validation on; records what it got."""
+
+    def __init__(self, settings: dict[int, int] | None = None) -> None:
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+        self.h2.initiate_connection()
+        if settings:
+            self.h2.update_settings(settings)
+        self.requests: dict[int, dict[str, str]] = {}
+        self.bodies: dict[int, bytes] = {}
+        self.complete: list[int] = []
+        self.resets: list[int] = []
+        self.pings = 0
+
+    def feed(self, data: bytes) -> None:
+        for event in self.h2.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                self.requests[event.stream_id] = dict(event.headers)
+                self.bodies[event.stream_id] = b""
+            elif isinstance(event, h2.events.DataReceived):
+                self.bodies[event.stream_id] += event.data
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                self.complete.append(event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                self.resets.append(event.stream_id)
+            elif isinstance(event, h2.events.PingReceived):
+                self.pings += 1
+
+    def answer(self, stream_id: int, status: int = 200, body: dict[str, object] | None = None) -> None:
+        headers = [(":status", str(status)), ("apns-id", f"00000000-0000-0000-0000-{stream_id:012d}")]
+        if body is None:
+            self.h2.send_headers(stream_id, headers, end_stream=True)
+        else:
+            self.h2.send_headers(stream_id, headers)
+            self.h2.send_data(stream_id, json.dumps(body).encode(), end_stream=True)
+
+    def out(self) -> bytes:
+        return self.h2.data_to_send()
+
+
+def connect(settings: dict[int, int] | None = None, **kw: object) -> tuple[ApnsConnection, ServerPeer]:
+    conn = ApnsConnection("api.example.test:443", **kw)  # type: ignore[arg-type]
+    conn.initiate(0.0)
+    conn.use_token(TOKEN)
+    server = ServerPeer(settings)
+    server.feed(conn.data_to_send())
+    return conn, server
+
+
+def exchange(conn: ApnsConnection, server: ServerPeer, now: float = 0.0) -> list[object]:
+    """Shuttle bytes both ways until quiet; returns the client's outcomes."""
+    outcomes: list[object] = []
+    for _ in range(20):
+        to_server = conn.data_to_send()
+        if to_server:
+            server.feed(to_server)
+        to_client = server.out()
+        if to_client:
+            outcomes.extend(conn.receive_data(to_client, now))
+        if not to_server and not to_client:
+            break
+    return outcomes
+
+
+def test_no_request_before_the_servers_settings_arrive() -> None:
+    conn = ApnsConnection("a.test:443")
+    conn.initiate(0.0)
+    conn.use_token(TOKEN)
+    assert conn.state == "connecting"
+    assert not conn.can_send()
+    server = ServerPeer()
+    server.feed(conn.data_to_send())
+    conn.receive_data(server.out(), 0.0)
+    assert conn.state == "open" and conn.can_send()
+
+
+def test_request_headers_and_body_reach_a_validating_server_intact() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    push = make_push(7, expiration=1700000000, collapse_id="wicket-1", apns_id="123e4567-e89b-12d3-a456-426614174000")
+    sid = conn.send(push, "ctx", 0.0)
+    exchange(conn, server)
+    headers = server.requests[sid]
+    assert headers[":method"] == "POST" and headers[":scheme"] == "https"
+    assert headers[":authority"] == "api.example.test:443"
+    assert headers[":path"] == f"/3/device/{7:064x}"
+    assert headers["authorization"] == "bearer " + TOKEN.jwt
+    assert headers["apns-topic"] == "com.example.app.push-type.liveactivity"
+    assert headers["apns-push-type"] == "liveactivity" and headers["apns-priority"] == "5"
+    assert headers["apns-expiration"] == "1700000000"
+    assert headers["apns-collapse-id"] == "wicket-1"
+    assert headers["apns-id"] == "123e4567-e89b-12d3-a456-426614174000"
+    assert server.bodies[sid] == push.payload and sid in server.complete
+
+
+def test_answers_are_matched_to_their_stream_and_closed_streams_are_forgotten() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    sids = [conn.send(make_push(i), f"push{i}", 0.0) for i in range(50)]
+    exchange(conn, server)
+    for sid in reversed(sids):
+        server.answer(sid, 200)
+    outcomes = exchange(conn, server)
+    got = {o.exchange: o for o in outcomes if isinstance(o, Answered)}
+    assert set(got) == {f"push{i}" for i in range(50)}
+    assert got["push3"].status == 200 and got["push3"].apns_id == f"00000000-0000-0000-0000-{sids[3]:012d}"
+    assert conn.in_flight == 0 and conn._h2.streams == {}
+
+
+def test_error_answer_carries_reason_and_410_timestamp() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    sid = conn.send(make_push(1), "x", 0.0)
+    exchange(conn, server)
+    server.answer(sid, 410, {"reason": "Unregistered", "timestamp": 1700000000123})
+    (outcome,) = exchange(conn, server)
+    assert isinstance(outcome, Answered)
+    assert (outcome.status, outcome.reason, outcome.timestamp_ms) == (410, "Unregistered", 1700000000123)
+
+
+def test_stream_limit_of_one_is_obeyed_until_the_server_raises_it() -> None:
+    conn, server = connect({SettingCodes.MAX_CONCURRENT_STREAMS: 1})
+    exchange(conn, server)
+    assert conn.max_concurrent == 1
+    sid = conn.send(make_push(1), "a", 0.0)
+    assert not conn.can_send()
+    exchange(conn, server)
+    server.answer(sid)
+    server.h2.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: 1000})
+    exchange(conn, server)
+    assert conn.max_concurrent == 1000
+    for i in range(1000):
+        conn.send(make_push(i), i, 0.0)
+    assert conn.in_flight == 1000 and not conn.can_send()
+
+
+def test_limit_drop_to_one_stops_new_streams_until_in_flight_falls_below_it() -> None:
+    conn, server = connect({SettingCodes.MAX_CONCURRENT_STREAMS: 100})
+    exchange(conn, server)
+    sids = [conn.send(make_push(i), i, 0.0) for i in range(10)]
+    exchange(conn, server)
+    server.h2.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: 1})
+    exchange(conn, server)
+    assert conn.max_concurrent == 1 and not conn.can_send()
+    for sid in sids[:9]:
+        server.answer(sid)
+    exchange(conn, server)
+    assert conn.in_flight == 1 and not conn.can_send()
+    server.answer(sids[9])
+    exchange(conn, server)
+    assert conn.can_send()
+
+
+def test_small_window_holds_bodies_back_until_window_update_and_never_overruns() -> None:
+    # The server's stream window is 100 bytes: a 600-byte body must go out in window-sized pieces.
+    conn, server = connect({SettingCodes.INITIAL_WINDOW_SIZE: 100})
+    exchange(conn, server)
+    push = make_push(1, payload=b"x" * 600)
+    sid = conn.send(push, "big", 0.0)
+    assert not conn.can_send()  # a body is waiting for window: no new stream meanwhile
+    exchange(conn, server)  # the server acknowledges what it got -> WINDOW_UPDATEs -> more body
+    assert server.bodies[sid] == push.payload and sid in server.complete
+    assert conn.can_send()
+
+
+def test_connection_window_exhaustion_waits_instead_of_raising() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    # Never let the server read: the client must stop at the 65535-byte connection window.
+    bodies = 0
+    while conn.can_send():
+        conn.send(make_push(bodies, payload=b"y" * 4000), bodies, 0.0)
+        bodies += 1
+    assert conn.send_window >= 0
+    assert 16 <= bodies <= 17  # ~65535 / 4000, the last one partly sent
+    exchange(conn, server)
+    assert len(server.complete) == bodies
+
+
+def test_goaway_requeues_streams_above_last_stream_id_and_still_takes_answers_below() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    sids = [conn.send(make_push(i), f"p{i}", 0.0) for i in range(6)]
+    exchange(conn, server)
+    goaway = GoAwayFrame(0, last_stream_id=sids[2], error_code=0, additional_data=b'{"reason":"Shutdown"}')
+    outcomes = conn.receive_data(goaway.serialize(), 0.0)
+    requeued = {o.exchange for o in outcomes if isinstance(o, Unanswered)}
+    assert requeued == {"p3", "p4", "p5"}
+    assert all(not o.processed and o.cause == "goaway" for o in outcomes)
+    assert conn.goaway is not None and conn.goaway.reason == "Shutdown"
+    assert conn.state == "draining" and not conn.can_send()
+    for sid in sids[:3]:
+        server.answer(sid)
+    answered = exchange(conn, server)
+    assert {o.exchange for o in answered} == {"p0", "p1", "p2"}
+    assert conn.state == "closed"
+
+
+def test_error_goaway_gives_back_every_stream() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    for i in range(3):
+        conn.send(make_push(i), i, 0.0)
+    frame = GoAwayFrame(0, last_stream_id=3, error_code=ErrorCodes.PROTOCOL_ERROR)
+    outcomes = conn.receive_data(frame.serialize(), 0.0)
+    assert sorted(o.exchange for o in outcomes) == [0, 1, 2]
+    assert conn.state == "closed"
+
+
+def test_refused_stream_comes_back_as_unprocessed() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    sid = conn.send(make_push(1), "r", 0.0)
+    exchange(conn, server)
+    server.h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+    (outcome,) = exchange(conn, server)
+    assert isinstance(outcome, Unanswered) and outcome.cause == "refused" and not outcome.processed
+
+
+def test_deadline_cancels_the_stream_and_gives_the_push_back() -> None:
+    conn, server = connect(request_timeout_s=5.0)
+    exchange(conn, server)
+    sid_a = conn.send(make_push(1), "a", 0.0)
+    sid_b = conn.send(make_push(2), "b", 3.0)
+    assert conn.next_deadline() == 5.0
+    assert conn.expire(4.9) == []
+    expired = conn.expire(5.0)
+    assert [(o.exchange, o.cause) for o in expired] == [("a", "timeout")]
+    assert conn.next_deadline() == 8.0
+    exchange(conn, server)
+    assert sid_a in server.resets and sid_b not in server.resets
+    server.answer(sid_b)
+    assert [o.exchange for o in exchange(conn, server)] == ["b"]
+
+
+def test_idle_connection_pings_and_notices_a_missing_ack() -> None:
+    conn, server = connect()
+    exchange(conn, server, now=0.0)
+    assert not conn.ping_due(50.0, 60.0)
+    assert conn.ping_due(61.0, 60.0)
+    conn.send_ping(61.0)
+    assert not conn.ping_due(200.0, 60.0)
+    assert conn.ping_overdue(90.0, 20.0)
+    exchange(conn, server, now=91.0)
+    assert server.pings == 1 and not conn.ping_overdue(200.0, 20.0)
+
+
+def test_connection_lost_returns_every_unanswered_push() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    for i in range(4):
+        conn.send(make_push(i), i, 0.0)
+    orphans = conn.connection_lost()
+    assert sorted(o.exchange for o in orphans) == [0, 1, 2, 3] and all(o.cause == "lost" for o in orphans)
+    assert conn.state == "closed" and not conn.can_send()
+
+
+def test_token_switch_sends_the_new_authorization() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    sid1 = conn.send(make_push(1), 1, 0.0)
+    conn.use_token(TOKEN2)
+    sid2 = conn.send(make_push(2), 2, 0.0)
+    exchange(conn, server)
+    assert server.requests[sid1]["authorization"] == "bearer " + TOKEN.jwt
+    assert server.requests[sid2]["authorization"] == "bearer " + TOKEN2.jwt
+
+
+@pytest.mark.parametrize("table_size", [0, 64, 300, 4096, 65536])
+def test_server_header_table_size_is_respected(table_size: int) -> None:
+    conn, server = connect({SettingCodes.HEADER_TABLE_SIZE: table_size})
+    exchange(conn, server)
+    sids = [conn.send(make_push(i, priority=10 if i % 2 else 5), i, 0.0) for i in range(20)]
+    exchange(conn, server)
+    assert all(server.requests[sid][":path"] == f"/3/device/{i:064x}" for i, sid in enumerate(sids))
+    assert all(server.requests[sid]["apns-priority"] == ("10" if i % 2 else "5") for i, sid in enumerate(sids))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("resize"), st.sampled_from([0, 40, 100, 250, 500, 1000, 4096, 8192])),
+            st.tuples(
+                st.just("req"),
+                st.tuples(
+                    st.sampled_from([b"bearer aaa", b"bearer " + b"b" * 200, b"bearer c"]),
+                    st.sampled_from([b"com.a", b"com.b.push-type.liveactivity"]),
+                    st.sampled_from([b"5", b"10"]),
+                    st.binary(min_size=1, max_size=20),
+                ),
+            ),
+        ),
+        max_size=40,
+    )
+)
+def test_encoder_stays_in_step_with_an_independent_hpack_decoder(ops: list[tuple[str, object]]) -> None:
+    encoder = RequestHeaderEncoder()
+    decoder = hpack.Decoder()
+    pseudo = ((b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"h:443"))
+    limit = 4096
+    for op, arg in ops:
+        if op == "resize":
+            assert isinstance(arg, int)
+            limit = arg  # the decoder's SETTINGS_HEADER_TABLE_SIZE
+            decoder.max_allowed_table_size = arg
+            encoder.header_table_size = arg
+            continue
+        auth, topic, prio, path = arg  # type: ignore[misc]
+        constant = ((b"authorization", auth), (b"apns-topic", topic), (b"apns-priority", prio))
+        block = bytearray()
+        encoder.start_block(block)
+        encoder.encode_constant(pseudo, block)
+        block += b"\x04" + bytes([len(path)]) + path  # literal :path, as ApnsConnection writes it
+        encoder.encode_constant(constant, block)
+        decoded = decoder.decode(bytes(block), raw=True)
+        assert decoded == [*pseudo, (b":path", path), *constant]
+        # A shrink must have been signalled, so the decoder never holds more than its setting allows.
+        assert decoder.header_table.maxsize <= limit
