@@ -1,9 +1,129 @@
-"""Match engine settings (``[engine]``): cooldowns, staleness thresholds, definitions. Owned by the engine."""
+"""Match engine settings (``[engine]``): cooldowns, staleness thresholds, definitions. Owned by the engine.
+
+Every number here is a product decision, so each has a default, a description and a reason. The engine reads
+them only through ``EngineSettings``; nothing else in the daemon depends on their values.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+EVENT_TYPES: tuple[str, ...] = (
+    "match_end",
+    "innings_end",
+    "hattrick",
+    "hundred",
+    "wicket",
+    "fifty",
+    "on_hattrick",
+    "consecutive_sixes",
+    "bowler_on_fire",
+    "batsman_on_fire",
+    "batsman_on_90s",
+    "six",
+    "four",
+    "new_batsman",
+    "maiden",
+)
+"""All fifteen key-event types, most important first (this order *is* the default priority, P1..P15)."""
+
+# Cooldown per event key ("type:subject"), in seconds of feed time. Keys are specific (a wicket is keyed by
+# its number in the innings, a maiden by its over), so a cooldown only ever suppresses a *repeat* of the same
+# event (a flip-flopping correction, a stale cache serving old data again), never a different event. The
+# boundary cooldowns are the exception on purpose: they are keyed by batter, so a batter hitting three fours
+# in an over headlines the first only (the over's balls still show every boundary).
+DEFAULT_COOLDOWNS: dict[str, float] = {
+    "match_end": 6 * 3600.0,
+    "innings_end": 3600.0,
+    "hattrick": 3600.0,
+    "hundred": 3600.0,
+    "wicket": 300.0,
+    "fifty": 3600.0,
+    "on_hattrick": 600.0,
+    "consecutive_sixes": 300.0,
+    "bowler_on_fire": 3600.0,
+    "batsman_on_fire": 900.0,
+    "batsman_on_90s": 3600.0,
+    "six": 60.0,
+    "four": 60.0,
+    "new_batsman": 3600.0,
+    "maiden": 600.0,
+}
+
+# Alert-worthy events go out at APNs priority 10 with an alert (title, body); Apple budgets priority 10
+# (about 15 an hour is the folklore figure), and a T20 has roughly 14 wickets, 2 innings ends and a few
+# milestones over 3.5 hours, which fits. Boundaries and the rest are routine (priority 5).
+DEFAULT_ALERT_WORTHY: tuple[str, ...] = (
+    "match_end",
+    "innings_end",
+    "hattrick",
+    "hundred",
+    "wicket",
+    "fifty",
+    "on_hattrick",
+)
 
 
 class EngineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    cooldowns_s: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_COOLDOWNS),
+        description="cooldown in seconds per event type; an event key cannot fire again before it expires",
+    )
+    alert_worthy: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ALERT_WORTHY),
+        description="event types pushed at APNs priority 10 with an alert title and body",
+    )
+    new_batsman_stale_after_balls: int = Field(
+        3, ge=1, description="a new_batsman event is stale once the batter has faced this many balls"
+    )
+    ball_event_max_age: int = Field(
+        12,
+        ge=1,
+        description="four, six, maiden, consecutive_sixes are stale once this many deliveries were bowled "
+        "after them (a long outage does not replay old boundaries); wickets never go stale",
+    )
+    batter_on_fire_min_runs: int = Field(
+        30, ge=1, description="batsman_on_fire: at least this many runs in the innings ..."
+    )
+    batter_on_fire_min_strike_rate: float = Field(
+        200.0, gt=0, description="... at a strike rate (runs per 100 balls) of at least this"
+    )
+    bowler_on_fire_wickets: int = Field(
+        3, ge=1, description="bowler_on_fire fires when a bowler reaches this many wickets, and at each one after"
+    )
+    consecutive_sixes_min: int = Field(
+        2, ge=2, description="consecutive_sixes: sixes off this many consecutive balls faced by one batter"
+    )
+    recent_event_balls: int = Field(
+        6, ge=0, description="the display keeps showing the last key event's text for this many legal balls"
+    )
+    reported_wickets_max: int = Field(
+        64, ge=10, description="how many reported wicket keys the match state keeps (bounds the record)"
+    )
+
+    @field_validator("cooldowns_s")
+    @classmethod
+    def _known_cooldowns(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(EVENT_TYPES))
+        if unknown:
+            raise ValueError(f"unknown event type(s) {unknown}; known: {list(EVENT_TYPES)}")
+        negative = sorted(k for k, v in value.items() if v < 0)
+        if negative:
+            raise ValueError(f"cooldown must be >= 0 for {negative}")
+        return {**DEFAULT_COOLDOWNS, **value}
+
+    @field_validator("alert_worthy")
+    @classmethod
+    def _known_alerts(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(EVENT_TYPES))
+        if unknown:
+            raise ValueError(f"unknown event type(s) {unknown}; known: {list(EVENT_TYPES)}")
+        return value
+
+    def cooldown(self, event_type: str) -> float:
+        return float(self.cooldowns_s.get(event_type, DEFAULT_COOLDOWNS.get(event_type, 0.0)))
+
+    def priority(self, event_type: str) -> int:
+        return EVENT_TYPES.index(event_type) + 1

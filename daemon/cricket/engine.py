@@ -1,0 +1,208 @@
+"""The match engine's one entry point: ``process_tick`` (previous state + snapshot -> events, display, state).
+
+Owns the pipeline of platform-docs §11 (Tier0 and Tier1 detectors, staleness and cooldown filters,
+``pick_best_event``), the display per perspective, and the next ``MatchState``. Pure and deterministic: the
+same previous state and snapshot give the same result, which is what makes delivery idempotent (after a
+crash between push and state write, the next owner re-runs the tick and pushes the same thing, with the same
+``timestamp``, which the device de-duplicates). It must not do I/O or read the wall clock; ``now`` is used
+only where the feed gives no time at all.
+
+Policies the match actor relies on:
+- **First tick** (``prev is None``, a match picked up at start or mid-innings): the engine records the match
+  as it stands (wickets already fallen count as reported, batters as seen, innings as ended) and reports no
+  event, so a match picked up mid-innings does not replay its history. The display is built (and "changed").
+  Likewise, when the ball feed first appears for a match that already had play (``previousBallId`` unset),
+  those balls are history: ball events are not reported from them, wickets are reported only if the
+  tables had not shown them.
+- **Clock**: cooldowns run on the feed's clock (the newest ``updated_at`` in the fixture, never going
+  backwards), falling back to ``now`` only when the feed carries no time. A re-run therefore decides the
+  same, and a replay at any speed keeps cooldowns in match time.
+- **timestamp** = ``max(prev.last_timestamp + 1, snapshot time)`` on a tick whose display changed (or that has
+  events), else the previous one: strictly increasing across pushes, deterministic for a given snapshot.
+- **display_changed** is false when no perspective's content-state changed and there is no event: the actor
+  then sends nothing.
+- **Wickets exactly once**: reported wicket keys (``S1#3``) are kept in the state (bounded); a key is
+  forgotten only when the innings' wicket count falls below it (a wicket corrected away), so the next real
+  wicket with that number is reported (unless it comes inside the key's cooldown).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.cricket.detectors import (
+    BallDiff,
+    Context,
+    KeyEvent,
+    detect_ball_events,
+    detect_batting_milestones,
+    detect_bowler_on_fire,
+    detect_innings_end,
+    detect_match_end,
+    detect_new_batsmen,
+    detect_wickets,
+    diff_balls,
+    ended_innings,
+    result_text,
+    wicket_count,
+)
+from daemon.cricket.display import build_display
+from daemon.cricket.filters import (
+    arm_cooldowns,
+    cooldown_filter,
+    ordered,
+    pick_best_event,
+    staleness_filter,
+)
+from daemon.cricket.settings import EngineSettings
+from daemon.cricket.snapshot import FINAL_PHASES, MatchSnapshot
+from daemon.cricket.state import LAST_BALLS, BatterMemo, BowlerMemo, MatchState, RecentEvent, ScoreMemo
+
+__all__ = ["KeyEvent", "TickResult", "process_tick", "pick_best_event"]
+
+
+@dataclass(frozen=True)
+class TickResult:
+    state: MatchState
+    events: tuple[KeyEvent, ...]
+    best: KeyEvent | None
+    display: Mapping[str, dict[str, Any]]
+    display_changed: bool
+    phase: str
+    ended: bool
+    timestamp: int
+
+
+def _legal_balls(snap: MatchSnapshot) -> int:
+    return sum(i.legal_balls for i in snap.innings)
+
+
+def _had_play(state: MatchState) -> bool:
+    return any(s.legal_balls or s.runs or s.wickets for s in state.previous_score)
+
+
+def process_tick(prev: MatchState | None, snap: MatchSnapshot, *, now: float, marquee: bool,
+                 settings: EngineSettings) -> TickResult:
+    first = prev is None
+    base = prev if prev is not None else MatchState()
+    clock = max(base.feed_clock, float(snap.updated_at) if snap.updated_at else float(now))
+
+    diff = diff_balls(base, snap) if (snap.balls or base.last30_balls) else BallDiff((), (), (), ())
+    ball_history = base.previous_ball_id is None and _had_play(base)
+    detect_diff = BallDiff(diff.window, (), diff.corrected, diff.deleted) if ball_history else diff
+    ctx = Context(prev=base, snap=snap, diff=detect_diff, settings=settings, marquee=marquee)
+
+    wickets = detect_wickets(ctx)
+    new_batsmen, seen = detect_new_batsmen(ctx)
+    if ball_history:
+        # Batters at the crease in the newly arrived ball history are not news either.
+        seen = tuple(dict.fromkeys(seen + tuple(f"{b.scoreboard}:{c}" for b in diff.window for c in b.crease)))
+    candidates: list[KeyEvent] = []
+    if not first:
+        candidates += detect_match_end(ctx)
+        candidates += detect_innings_end(ctx)
+        candidates += wickets
+        candidates += detect_batting_milestones(ctx)
+        candidates += detect_bowler_on_fire(ctx)
+        candidates += new_batsmen
+        if marquee and snap.balls:
+            candidates += detect_ball_events(ctx)
+
+    fresh = staleness_filter(ordered(candidates), snap, diff.window, settings)
+    events = tuple(cooldown_filter(fresh, base.cooldowns, clock))
+    best = pick_best_event(events)
+
+    # ---- the next state ---------------------------------------------------------------------------------
+    reported = list(base.reported_wickets)
+    for event in wickets:  # every detected wicket is now known, emitted or (a repeat) filtered
+        if event.subject not in reported:
+            reported.append(event.subject)
+    reported = [key for key in reported if _still_fallen(key, snap)][-settings.reported_wickets_max:]
+
+    recent = base.recent_event
+    if best is not None:
+        recent = RecentEvent(type=best.type, text=best.text, at_balls=_legal_balls(snap))
+    show = None
+    if recent is not None and _legal_balls(snap) - recent.at_balls <= settings.recent_event_balls:
+        show = recent
+    result = result_text(snap) if snap.final else None
+    display = build_display(
+        snap,
+        event=show.text if show else None,
+        event_type=show.type if show else None,
+        result=result,
+        alert_event=bool(show and show.type in settings.alert_worthy),
+    )
+    display_hash = hashlib.sha256(json.dumps(display, sort_keys=True).encode()).hexdigest()[:20]
+    display_changed = display_hash != base.display_hash or bool(events)
+    timestamp = base.last_timestamp
+    if display_changed or first:
+        timestamp = max(base.last_timestamp + 1, int(snap.updated_at or now))
+
+    ball_ids = [b.id for b in snap.balls]
+    previous_ball_id = max([*ball_ids, base.previous_ball_id or 0]) if ball_ids else base.previous_ball_id
+    state = MatchState(
+        match_phase=snap.phase,
+        previous_status=snap.status,
+        previous_ball_id=previous_ball_id,
+        previous_score=_merge_scores(base, snap),
+        previous_batting=_merge_batting(base, snap),
+        previous_bowling=_merge_bowling(base, snap),
+        last30_balls=diff.window[-LAST_BALLS:],
+        cooldowns=arm_cooldowns(base.cooldowns, events, clock, settings),
+        last_timestamp=timestamp,
+        feed_clock=clock,
+        reported_wickets=tuple(reported),
+        ended_innings=tuple(dict.fromkeys(base.ended_innings + ended_innings(snap, diff.window))),
+        seen_batters=seen,
+        display_hash=display_hash,
+        recent_event=recent,
+    )
+    return TickResult(
+        state=state,
+        events=events,
+        best=best,
+        display=display,
+        display_changed=display_changed,
+        phase=snap.phase,
+        ended=snap.phase in FINAL_PHASES and base.match_phase not in FINAL_PHASES,
+        timestamp=timestamp,
+    )
+
+
+def _still_fallen(key: str, snap: MatchSnapshot) -> bool:
+    board, _, number = key.partition("#")
+    if not number.isdigit():
+        return False
+    if snap.innings_for(board) is None and not snap.balls_in(board):
+        return True  # this snapshot says nothing about that innings: keep what we know
+    return int(number) <= wicket_count(snap, board)
+
+
+def _merge_scores(base: MatchState, snap: MatchSnapshot) -> tuple[ScoreMemo, ...]:
+    # A row missing from this snapshot keeps its last known value, so a partial response does not make the
+    # next tick see old milestones and wickets as new.
+    rows = {s.inning: s for s in base.previous_score}
+    for i in snap.innings:
+        rows[i.inning] = ScoreMemo(i.inning, i.team_id, i.runs, i.wickets, i.legal_balls)
+    return tuple(rows[k] for k in sorted(rows))
+
+
+def _merge_batting(base: MatchState, snap: MatchSnapshot) -> tuple[BatterMemo, ...]:
+    rows = {(b.scoreboard, b.player_id): b for b in base.previous_batting}
+    for b in snap.batting:
+        rows[(b.scoreboard, b.player_id)] = BatterMemo(b.scoreboard, b.player_id, b.runs, b.balls, b.out)
+    return tuple(rows[k] for k in sorted(rows))
+
+
+def _merge_bowling(base: MatchState, snap: MatchSnapshot) -> tuple[BowlerMemo, ...]:
+    rows = {(b.scoreboard, b.player_id): b for b in base.previous_bowling}
+    for b in snap.bowling:
+        rows[(b.scoreboard, b.player_id)] = BowlerMemo(
+            b.scoreboard, b.player_id, b.legal_balls, b.runs, b.wickets, b.maidens
+        )
+    return tuple(rows[k] for k in sorted(rows))

@@ -1,0 +1,196 @@
+"""APNs payload builders: Live Activity start / update / end, and plain alerts. Every one fits in 4 KB.
+
+Owns the JSON bodies (spec/apns.md §2.2) and their size discipline. Pure: returns compact UTF-8 JSON bytes;
+it must not choose recipients, headers other than the priority rule, or send anything.
+
+- ``update``: ``{"aps": {"timestamp", "event": "update", "content-state", ["stale-date"], ["alert"]}}``. The
+  content-state carries ``event`` (the headline event's text) and ``events`` (every event of the tick as
+  ``{type, text, ballId}``), so a burst that gave a wicket and a six loses neither. An alert-worthy headline
+  adds ``alert: {title, body, sound}`` (and the sender uses priority 10, ``apns_priority``).
+- ``start`` (push-to-start): adds ``attributes-type``, ``attributes`` and an ``alert`` (Apple requires one;
+  when none is given it is built from the content-state's title and subtitle).
+- ``end``: ``event: "end"``, the final content-state and ``dismissal-date`` (optionally an alert).
+- ``alert_payload``: a plain notification, ``{"aps": {"alert", "sound", ["thread-id"]}, ...data}``.
+
+Pruning, applied in this order only while the body is over ``MAX_PAYLOAD`` bytes (the schema never loses a
+key, so the app's decoding never breaks; lists get shorter and strings get cut with "…"):
+1. ``events`` keeps the headline event only; 2. ``thisOver`` keeps its last 3 deliveries; 3. every team's
+``innings`` list keeps its last entry; 4. every string in the content-state is cut to 64 characters, then
+5. to 24; 6. ``attributes`` (start only) keep string values only, cut to 24; 7. alert title and body are
+cut to 64, then 24 characters. A body still too large after that (only possible with absurd input) raises
+``PayloadTooLarge`` rather than being sent to be rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from daemon.cricket.detectors import KeyEvent
+
+MAX_PAYLOAD = 4096
+
+
+class PayloadTooLarge(ValueError):
+    """A payload that no documented pruning step brings under 4096 bytes."""
+
+
+def apns_priority(event: KeyEvent | None) -> int:
+    """10 (immediate, budgeted) for an alert-worthy event, else 5 (opportunistic, unbudgeted)."""
+    return 10 if event is not None and event.alert_worthy else 5
+
+
+def _encode(body: Mapping[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def _cut_strings(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return _cut(value, limit)
+    if isinstance(value, list):
+        return [_cut_strings(v, limit) for v in value]
+    if isinstance(value, dict):
+        return {k: _cut_strings(v, limit) for k, v in value.items()}
+    return value
+
+
+def _prune_steps(aps: dict[str, Any]) -> list[Callable[[], None]]:
+    state: dict[str, Any] = aps["content-state"]
+
+    def events_head() -> None:
+        if isinstance(state.get("events"), list):
+            state["events"] = state["events"][:1]
+
+    def over_tail() -> None:
+        if isinstance(state.get("thisOver"), list):
+            state["thisOver"] = state["thisOver"][-3:]
+
+    def innings_tail() -> None:
+        for team in state.get("teams") or []:
+            if isinstance(team, dict) and isinstance(team.get("innings"), list):
+                team["innings"] = team["innings"][-1:]
+
+    def strings(limit: int) -> Callable[[], None]:
+        def step() -> None:
+            for key in list(state):
+                state[key] = _cut_strings(state[key], limit)
+        return step
+
+    def attributes() -> None:
+        if isinstance(aps.get("attributes"), dict):
+            aps["attributes"] = {k: _cut(v, 24) for k, v in aps["attributes"].items() if isinstance(v, str)}
+
+    def alert(limit: int) -> Callable[[], None]:
+        def step() -> None:
+            if isinstance(aps.get("alert"), dict):
+                aps["alert"] = {k: _cut(v, limit) if isinstance(v, str) else v for k, v in aps["alert"].items()}
+        return step
+
+    return [events_head, over_tail, innings_tail, strings(64), strings(24), attributes, alert(64), alert(24)]
+
+
+def _fit(body: dict[str, Any]) -> bytes:
+    data = _encode(body)
+    if len(data) <= MAX_PAYLOAD:
+        return data
+    for step in _prune_steps(body["aps"]):
+        step()
+        data = _encode(body)
+        if len(data) <= MAX_PAYLOAD:
+            return data
+    raise PayloadTooLarge(f"payload is {len(data)} bytes after every pruning step (limit {MAX_PAYLOAD})")
+
+
+def _alert(title: str, body: str) -> dict[str, str]:
+    return {"title": title, "body": body, "sound": "default"}
+
+
+def _state_copy(content_state: Mapping[str, Any]) -> dict[str, Any]:
+    # A deep copy through JSON: pruning must not touch the caller's (shared, cached) display state, and
+    # anything that is not JSON fails here, loudly, rather than on the device.
+    copied = json.loads(json.dumps(content_state))
+    if not isinstance(copied, dict):
+        raise TypeError("content_state must be a JSON object")
+    return copied
+
+
+def update_payload(content_state: Mapping[str, Any], *, timestamp: int, event: KeyEvent | None,
+                   events: Iterable[KeyEvent] = (), stale_date: int | None = None) -> bytes:
+    state = _state_copy(content_state)
+    items = [e.short() for e in events]
+    if event is not None:
+        state["event"] = event.text
+        state["eventType"] = event.type
+        if not any(i["type"] == event.type and i["ballId"] == event.ball_id and i["text"] == event.text
+                   for i in items):
+            items.insert(0, event.short())
+        else:  # the headline first, so pruning to one keeps it
+            items.sort(key=lambda i: not (i["type"] == event.type and i["text"] == event.text))
+    state["events"] = items
+    aps: dict[str, Any] = {"timestamp": int(timestamp), "event": "update", "content-state": state}
+    if stale_date is not None:
+        aps["stale-date"] = int(stale_date)
+    if event is not None and event.alert_worthy:
+        aps["alert"] = _alert(event.title, event.body)
+    return _fit({"aps": aps})
+
+
+def start_payload(content_state: Mapping[str, Any], *, attributes_type: str, attributes: Mapping[str, Any],
+                  timestamp: int, alert: tuple[str, str] | None) -> bytes:
+    if not attributes_type:
+        raise ValueError("attributes_type: required for a push-to-start")
+    state = _state_copy(content_state)
+    state.setdefault("events", [])
+    if alert is None:
+        alert = (str(state.get("title") or "Match live"), str(state.get("subtitle") or ""))
+    aps: dict[str, Any] = {
+        "timestamp": int(timestamp),
+        "event": "start",
+        "content-state": state,
+        "attributes-type": attributes_type,
+        "attributes": json.loads(json.dumps(dict(attributes))),
+        "alert": _alert(*alert),
+    }
+    return _fit({"aps": aps})
+
+
+def end_payload(content_state: Mapping[str, Any], *, timestamp: int, dismissal_date: int,
+                alert: tuple[str, str] | None = None) -> bytes:
+    state = _state_copy(content_state)
+    state.setdefault("events", [])
+    aps: dict[str, Any] = {
+        "timestamp": int(timestamp),
+        "event": "end",
+        "content-state": state,
+        "dismissal-date": int(dismissal_date),
+    }
+    if alert is not None:
+        aps["alert"] = _alert(*alert)
+    return _fit({"aps": aps})
+
+
+def alert_payload(title: str, body: str, *, thread_id: str | None = None,
+                  data: Mapping[str, Any] | None = None) -> bytes:
+    """A plain alert; ``data`` becomes top-level custom keys (it may not use ``aps``).
+
+    Too large: title, body and the strings in ``data`` are cut to 256, then 64, then 24 characters.
+    """
+    if data and "aps" in data:
+        raise ValueError("data: the key 'aps' is reserved for Apple")
+    extra: dict[str, Any] = json.loads(json.dumps(dict(data or {})))
+    size = 0
+    for limit in (None, 256, 64, 24):
+        cut: Callable[[Any], Any] = (lambda v: v) if limit is None else (lambda v, n=limit: _cut_strings(v, n))
+        aps: dict[str, Any] = {"alert": {"title": cut(title), "body": cut(body)}, "sound": "default"}
+        if thread_id:
+            aps["thread-id"] = thread_id
+        encoded = _encode({"aps": aps, **cut(extra)})
+        size = len(encoded)
+        if size <= MAX_PAYLOAD:
+            return encoded
+    raise PayloadTooLarge(f"alert payload is {size} bytes after pruning (limit {MAX_PAYLOAD})")

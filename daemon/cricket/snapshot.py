@@ -1,0 +1,733 @@
+"""A SportMonks fixture as a typed, immutable match snapshot.
+
+Owns the one translation from the raw SportMonks fixture (``/fixtures/{id}`` or a ``/livescores`` item, with
+whatever includes the Feed asked for) to ``MatchSnapshot``. Pure: no I/O, no clock, no state. It must not
+decide anything about events or display; it only reads the feed faithfully, applying the feed's known
+quirks (spec/sportmonks-api.md §6, §7, §9):
+
+- balls are ordered by ``id`` (``ball`` repeats for extras and ``updated_at`` is not monotonic);
+- legal delivery = not a wide and ``noball == 0`` (``score.ball`` is true on no-balls);
+- runs charged to the bowler = ``score.runs``; team runs = ``runs + bye + leg_bye``; bat runs = ``runs`` minus
+  the no-ball penalty, 0 on a wide;
+- ``batsmanout_id`` can be wrong (71344 ball 9.4 names a batter already out): the dismissed batter is taken
+  from the batting table's ``fow_balls`` when it names one, else ``batsmanout_id`` when that batter is at the
+  crease, else the striker;
+- includes may come bare or wrapped in ``{"data": ...}``;
+- ``overs`` floats (``3.4``) are read as completed overs + balls, never as a decimal.
+
+Malformed input raises ``SnapshotError`` naming the field (``balls[12].score.runs``); the caller keeps its
+last good state and skips the tick.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+PHASES: tuple[str, ...] = ("pre", "live", "innings_break", "completed", "abandoned")
+FINAL_PHASES: frozenset[str] = frozenset({"completed", "abandoned"})
+
+_LIVE_STATUSES = {"1st Innings", "2nd Innings", "3rd Innings", "4th Innings"}
+_BREAK_STATUSES = {"Innings Break"}
+_COMPLETED_STATUSES = {"Finished"}
+_ABANDONED_STATUSES = {"Aban.", "Cancl.", "Postp."}
+# Play has stopped for a while but the match is on: shown as live once a ball has been bowled, else pre.
+_PAUSE_STATUSES = {"Stump Day 1", "Stump Day 2", "Stump Day 3", "Stump Day 4", "Lunch", "Tea Break", "Dinner",
+                   "Delayed", "Int."}
+_NOT_STARTED = {"NS", ""}
+_NOT_OUT_SCORE_ID = 84
+_MULTI_DAY_TYPES = {"Test", "Test/5day", "4day"}
+
+
+class SnapshotError(ValueError):
+    """A SportMonks fixture the engine cannot read; ``field`` names the offending field."""
+
+    def __init__(self, field_path: str, reason: str) -> None:
+        super().__init__(f"{field_path}: {reason}")
+        self.field = field_path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Team:
+    id: str
+    name: str
+    code: str
+
+
+@dataclass(frozen=True)
+class InningsScore:
+    inning: int
+    scoreboard: str
+    team_id: str
+    runs: int
+    wickets: int
+    legal_balls: int
+
+    @property
+    def overs(self) -> str:
+        return format_overs(self.legal_balls)
+
+    @property
+    def score(self) -> str:
+        return f"{self.runs}/{self.wickets}" if self.wickets < 10 else f"{self.runs}"
+
+
+@dataclass(frozen=True)
+class BatterLine:
+    player_id: str
+    team_id: str
+    scoreboard: str
+    sort: int
+    runs: int
+    balls: int
+    fours: int
+    sixes: int
+    out: bool
+    dismissal_score_id: int | None
+    fielder_id: str | None
+    bowler_id: str | None
+    fow_score: int
+    fow_over: str | None
+
+
+@dataclass(frozen=True)
+class BowlerLine:
+    player_id: str
+    team_id: str
+    scoreboard: str
+    sort: int
+    legal_balls: int
+    maidens: int
+    runs: int
+    wickets: int
+
+    @property
+    def overs(self) -> str:
+        return format_overs(self.legal_balls)
+
+    @property
+    def figures(self) -> str:
+        return f"{self.wickets}-{self.runs} ({self.overs})"
+
+
+@dataclass(frozen=True)
+class Ball:
+    """One delivery. ``over`` is the feed's ``ball`` formatted to one decimal ("18.3")."""
+
+    id: int
+    scoreboard: str
+    over: str
+    team_id: str
+    batsman_id: str
+    bowler_id: str
+    out_id: str | None
+    crease: tuple[str, ...]
+    score_id: int
+    score_name: str
+    runs: int
+    bye: int
+    leg_bye: int
+    noball: int
+    noball_runs: int
+    four: bool
+    six: bool
+    is_wicket: bool
+    wide: bool
+    run_out: bool
+    fielder_id: str | None
+
+    @property
+    def legal(self) -> bool:
+        return not self.wide and self.noball == 0
+
+    @property
+    def bat_runs(self) -> int:
+        if self.wide:
+            return 0
+        if self.noball:
+            return max(0, self.runs - self.noball_runs)
+        return self.runs
+
+    @property
+    def team_runs(self) -> int:
+        return self.runs + self.bye + self.leg_bye
+
+    @property
+    def bowler_wicket(self) -> bool:
+        """A wicket credited to the bowler: run outs (and retirements, obstruction) are not."""
+        if not self.is_wicket or self.run_out:
+            return False
+        name = self.score_name.lower()
+        return "retired" not in name and "obstruct" not in name
+
+    @property
+    def over_index(self) -> int:
+        return int(self.over.split(".")[0])
+
+    @property
+    def ball_in_over(self) -> int:
+        return int(self.over.split(".")[1])
+
+    @property
+    def faced(self) -> bool:
+        """Counts as a ball faced by the striker (wides do not)."""
+        return not self.wide
+
+    @property
+    def symbol(self) -> str:
+        """How the ball shows in the over's strip: "0", "4", "6", "W", "1wd", "nb", "2lb", "1b"."""
+        if self.is_wicket:
+            return "W"
+        if self.wide:
+            return f"{self.runs}wd" if self.runs != 1 else "wd"
+        if self.noball:
+            extra = self.bat_runs + self.bye + self.leg_bye
+            return f"{extra}nb" if extra else "nb"
+        if self.bye:
+            return f"{self.bye}b"
+        if self.leg_bye:
+            return f"{self.leg_bye}lb"
+        return str(self.runs)
+
+
+@dataclass(frozen=True)
+class MatchSnapshot:
+    fixture_id: str
+    status: str
+    phase: str
+    league_id: str | None
+    fixture_type: str
+    round: str
+    localteam: Team
+    visitorteam: Team
+    innings: tuple[InningsScore, ...]
+    batting: tuple[BatterLine, ...]
+    bowling: tuple[BowlerLine, ...]
+    balls: tuple[Ball, ...]
+    note: str
+    winner_team_id: str | None
+    draw_noresult: str | None
+    toss_won_team_id: str | None
+    elected: str | None
+    scheduled_overs: int | None
+    rpc_target: int | None
+    rpc_overs: float | None
+    updated_at: int | None
+    starting_at: int | None
+    players: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    # ---- derived views used by detectors and the display -------------------------------------------------
+    @property
+    def final(self) -> bool:
+        return self.phase in FINAL_PHASES
+
+    @property
+    def limited_overs(self) -> bool:
+        return self.fixture_type not in _MULTI_DAY_TYPES
+
+    @property
+    def current_innings(self) -> InningsScore | None:
+        return self.innings[-1] if self.innings else None
+
+    @property
+    def current_scoreboard(self) -> str | None:
+        boards = [i.scoreboard for i in self.innings]
+        boards += [b.scoreboard for b in self.balls[-1:]]
+        return max(boards, key=_board_order) if boards else None
+
+    def team(self, team_id: str | None) -> Team | None:
+        for team in (self.localteam, self.visitorteam):
+            if team.id == team_id:
+                return team
+        return None
+
+    def other_team(self, team_id: str | None) -> Team | None:
+        if team_id == self.localteam.id:
+            return self.visitorteam
+        if team_id == self.visitorteam.id:
+            return self.localteam
+        return None
+
+    def name(self, player_id: str | None) -> str:
+        if not player_id:
+            return "?"
+        return self.players.get(player_id) or f"#{player_id}"
+
+    def innings_for(self, scoreboard: str) -> InningsScore | None:
+        for inns in self.innings:
+            if inns.scoreboard == scoreboard:
+                return inns
+        return None
+
+    def batter(self, scoreboard: str, player_id: str) -> BatterLine | None:
+        for line in self.batting:
+            if line.scoreboard == scoreboard and line.player_id == player_id:
+                return line
+        return None
+
+    def bowler(self, scoreboard: str, player_id: str) -> BowlerLine | None:
+        for line in self.bowling:
+            if line.scoreboard == scoreboard and line.player_id == player_id:
+                return line
+        return None
+
+    def balls_in(self, scoreboard: str) -> tuple[Ball, ...]:
+        return tuple(b for b in self.balls if b.scoreboard == scoreboard)
+
+    @property
+    def is_last_innings(self) -> bool:
+        """The current innings is the one that can finish the match (2nd of a limited-overs match, 4th Test)."""
+        inns = self.current_innings
+        if inns is None:
+            return False
+        return inns.inning >= (2 if self.limited_overs else 4)
+
+    @property
+    def target(self) -> int | None:
+        """Runs the side batting last needs, when the current innings is a chase."""
+        inns = self.current_innings
+        if inns is None or not self.is_last_innings:
+            return None
+        if self.rpc_target:
+            return self.rpc_target
+        against = sum(i.runs for i in self.innings if i.team_id != inns.team_id)
+        own_before = sum(i.runs for i in self.innings if i.team_id == inns.team_id and i.inning < inns.inning)
+        return against - own_before + 1
+
+    @property
+    def balls_per_innings(self) -> int | None:
+        if not self.limited_overs:
+            return None
+        if self.rpc_overs:
+            return overs_to_balls(self.rpc_overs)
+        return self.scheduled_overs * 6 if self.scheduled_overs else None
+
+
+# ---- formatting helpers shared by the engine ------------------------------------------------------------
+def format_overs(legal_balls: int) -> str:
+    overs, balls = divmod(max(0, legal_balls), 6)
+    return f"{overs}.{balls}" if balls else f"{overs}"
+
+
+def overs_to_balls(overs: float | int) -> int:
+    """3.4 -> 22 legal balls. Rounded first because 18.4 is stored as 18.399999…"""
+    text = f"{float(overs):.1f}"
+    whole, part = text.split(".")
+    return int(whole) * 6 + int(part)
+
+
+def _board_order(board: str) -> tuple[int, str]:
+    digits = "".join(ch for ch in board if ch.isdigit())
+    return (int(digits) if digits else 0, board)
+
+
+# ---- parsing --------------------------------------------------------------------------------------------
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, Mapping) and set(value) == {"data"}:
+        return value["data"]
+    return value
+
+
+def _req(obj: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in obj or obj[key] is None:
+        raise SnapshotError(f"{path}.{key}" if path else key, "missing")
+    return obj[key]
+
+
+def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None = None) -> int:
+    where = f"{path}.{key}" if path else key
+    value = obj.get(key)
+    if value is None:
+        if default is None:
+            raise SnapshotError(where, "missing")
+        return default
+    if isinstance(value, bool):
+        raise SnapshotError(where, f"expected a number, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise SnapshotError(where, f"expected an integer, got {value!r}")
+
+
+def _num(obj: Mapping[str, Any], key: str, path: str, default: float | None = None) -> float:
+    where = f"{path}.{key}" if path else key
+    value = obj.get(key)
+    if value is None:
+        if default is None:
+            raise SnapshotError(where, "missing")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise SnapshotError(where, f"expected a number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise SnapshotError(where, f"expected a number, got {value!r}") from exc
+    if not math.isfinite(number) or number < 0:
+        raise SnapshotError(where, f"expected a finite number >= 0, got {value!r}")
+    return number
+
+
+def _id(obj: Mapping[str, Any], key: str, path: str, *, required: bool = True) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise SnapshotError(f"{path}.{key}" if path else key, "missing")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str) or str(value) == "":
+        raise SnapshotError(f"{path}.{key}" if path else key, f"expected an id, got {value!r}")
+    return str(value)
+
+
+def _str(obj: Mapping[str, Any], key: str, default: str = "") -> str:
+    value = obj.get(key)
+    return value if isinstance(value, str) else default
+
+
+def _bool(obj: Mapping[str, Any], key: str) -> bool:
+    return bool(obj.get(key) or False)
+
+
+def _epoch(value: Any) -> int | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return None
+
+
+def _list(raw: Mapping[str, Any], key: str) -> list[Any]:
+    value = _unwrap(raw.get(key))
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SnapshotError(key, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _over_text(value: float, path: str) -> str:
+    text = f"{value:.1f}"
+    ball = int(text.split(".")[1])
+    if ball < 1 or ball > 9:
+        raise SnapshotError(path, f"ball number {value!r} is not over.ball (ball 1-9)")
+    return text
+
+
+def _player_name(player: Any) -> str | None:
+    """The short display name, "L Udara" (the Live Activity has little room)."""
+    if not isinstance(player, Mapping):
+        return None
+    first = _str(player, "firstname").strip()
+    last = _str(player, "lastname").strip()
+    if first and last:
+        return f"{first[0]} {last}"
+    full = _str(player, "fullname").strip()
+    return full or last or first or None
+
+
+def _full_name(player: Any) -> str | None:
+    if not isinstance(player, Mapping):
+        return None
+    full = _str(player, "fullname").strip()
+    if full:
+        return full
+    joined = f"{_str(player, 'firstname').strip()} {_str(player, 'lastname').strip()}".strip()
+    return joined or None
+
+
+def _disambiguate(short: dict[str, str], full: Mapping[str, str]) -> dict[str, str]:
+    """Two players with one short name (Kusal and Kamindu Mendis are both "K Mendis") get their full names."""
+    by_name: dict[str, list[str]] = {}
+    for pid, name in short.items():
+        by_name.setdefault(name, []).append(pid)
+    out = dict(short)
+    for pids in by_name.values():
+        if len(pids) > 1:
+            for pid in pids:
+                out[pid] = full.get(pid, out[pid])
+    return out
+
+
+def _team(raw: Mapping[str, Any], side: str) -> Team:
+    team_id = _id(raw, f"{side}_id", "", required=False)
+    obj = _unwrap(raw.get(side))
+    if obj is not None and not isinstance(obj, Mapping):
+        raise SnapshotError(side, f"expected an object, got {type(obj).__name__}")
+    obj = obj or {}
+    if team_id is None:
+        team_id = _id(obj, "id", side)
+    assert team_id is not None
+    name = _str(obj, "name") or f"Team {team_id}"
+    code = _str(obj, "code") or name[:3].upper()
+    return Team(id=team_id, name=name, code=code)
+
+
+def _phase(status: str, has_play: bool) -> str:
+    if status in _LIVE_STATUSES:
+        return "live"
+    if status in _BREAK_STATUSES:
+        return "innings_break"
+    if status in _COMPLETED_STATUSES:
+        return "completed"
+    if status in _ABANDONED_STATUSES:
+        return "abandoned"
+    if status in _NOT_STARTED:
+        return "pre"
+    # Pauses, and any status SportMonks adds later: the match is on if a ball has been bowled.
+    return "live" if has_play else "pre"
+
+
+def _ball(raw: Any, index: int, crease_out: Mapping[tuple[str, str], str]) -> tuple[Ball, dict[str, str]]:
+    path = f"balls[{index}]"
+    if not isinstance(raw, Mapping):
+        raise SnapshotError(path, f"expected an object, got {type(raw).__name__}")
+    score = raw.get("score")
+    if not isinstance(score, Mapping):
+        raise SnapshotError(f"{path}.score", "missing (the Feed must include balls.score)")
+    spath = f"{path}.score"
+    number = _num(raw, "ball", path)
+    over = _over_text(number, f"{path}.ball")
+    scoreboard = _str(raw, "scoreboard")
+    if not scoreboard:
+        raise SnapshotError(f"{path}.scoreboard", "missing")
+    batsman = _id(raw, "batsman_id", path)
+    assert batsman is not None
+    crease = tuple(
+        c for c in (_id(raw, "batsman_one_on_creeze_id", path, required=False),
+                    _id(raw, "batsman_two_on_creeze_id", path, required=False)) if c
+    )
+    name = _str(score, "name")
+    is_wicket = _bool(score, "is_wicket")
+    wide = (score.get("ball") is False and _int(score, "noball", spath, 0) == 0) or "wide" in name.lower()
+    run_out = is_wicket and ("run out" in name.lower() or raw.get("runout_by_id") is not None)
+    out_id: str | None = None
+    if is_wicket:
+        # batsmanout_id is sometimes wrong; the batting table's fall-of-wicket over is the better witness.
+        named = _id(raw, "batsmanout_id", path, required=False)
+        from_table = crease_out.get((scoreboard, over))
+        if from_table:
+            out_id = from_table
+        elif named and (not crease or named in crease):
+            out_id = named
+        else:
+            out_id = batsman
+    ball = Ball(
+        id=_int(raw, "id", path),
+        scoreboard=scoreboard,
+        over=over,
+        team_id=_id(raw, "team_id", path) or "",
+        batsman_id=batsman,
+        bowler_id=_id(raw, "bowler_id", path) or "",
+        out_id=out_id,
+        crease=crease,
+        score_id=_int(raw, "score_id", path, _int(score, "id", spath, 0)),
+        score_name=name,
+        runs=_int(score, "runs", spath),
+        bye=_int(score, "bye", spath, 0),
+        leg_bye=_int(score, "leg_bye", spath, 0),
+        noball=_int(score, "noball", spath, 0),
+        noball_runs=_int(score, "noball_runs", spath, 0),
+        four=_bool(score, "four"),
+        six=_bool(score, "six"),
+        is_wicket=is_wicket,
+        wide=wide,
+        run_out=run_out,
+        fielder_id=_id(raw, "catchstump_id", path, required=False) or _id(raw, "runout_by_id", path, required=False),
+    )
+    names: dict[str, str] = {}
+    for key, id_key in (("batsman", "batsman_id"), ("bowler", "bowler_id")):
+        name_text = _player_name(raw.get(key))
+        if name_text and raw.get(id_key) is not None:
+            names[str(raw[id_key])] = name_text
+    return ball, names
+
+
+def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
+    """Parse one SportMonks fixture (bare, or a ``{"data": fixture}`` envelope) into a ``MatchSnapshot``."""
+    raw = _unwrap(raw)
+    if not isinstance(raw, Mapping):
+        raise SnapshotError("fixture", f"expected an object, got {type(raw).__name__}")
+    fixture_id = _id(raw, "id", "")
+    assert fixture_id is not None
+    status = raw.get("status")
+    if status is None:
+        status = "NS"
+    if not isinstance(status, str):
+        raise SnapshotError("status", f"expected a string, got {status!r}")
+
+    stamps: list[int] = []
+    players: dict[str, str] = {}
+    full_names: dict[str, str] = {}
+    for i, player in enumerate(_list(raw, "lineup")):
+        if not isinstance(player, Mapping):
+            raise SnapshotError(f"lineup[{i}]", "expected an object")
+        name = _player_name(player)
+        if name and player.get("id") is not None:
+            players[str(player["id"])] = name
+            full_names[str(player["id"])] = _full_name(player) or name
+
+    innings: list[InningsScore] = []
+    for i, row in enumerate(_list(raw, "runs")):
+        path = f"runs[{i}]"
+        if not isinstance(row, Mapping):
+            raise SnapshotError(path, "expected an object")
+        inning = _int(row, "inning", path)
+        if inning < 1:
+            raise SnapshotError(f"{path}.inning", f"expected >= 1, got {inning}")
+        innings.append(
+            InningsScore(
+                inning=inning,
+                scoreboard=f"S{inning}",
+                team_id=_id(row, "team_id", path) or "",
+                runs=_int(row, "score", path, 0),
+                wickets=_int(row, "wickets", path, 0),
+                legal_balls=overs_to_balls(_num(row, "overs", path, 0.0)),
+            )
+        )
+        stamp = _epoch(row.get("updated_at"))
+        if stamp:
+            stamps.append(stamp)
+    innings.sort(key=lambda x: x.inning)
+    seen_innings = {x.inning for x in innings}
+    if len(seen_innings) != len(innings):
+        raise SnapshotError("runs", "two rows for the same inning")
+
+    batting: list[BatterLine] = []
+    crease_out: dict[tuple[str, str], str] = {}
+    for i, row in enumerate(_list(raw, "batting")):
+        path = f"batting[{i}]"
+        if not isinstance(row, Mapping):
+            raise SnapshotError(path, "expected an object")
+        player_id = _id(row, "player_id", path)
+        assert player_id is not None
+        scoreboard = _str(row, "scoreboard")
+        if not scoreboard:
+            raise SnapshotError(f"{path}.scoreboard", "missing")
+        how = row.get("score_id") if row.get("score_id") is not None else row.get("wicket_id")
+        fow_balls = _num(row, "fow_balls", path, 0.0)
+        out = (how is not None and int(how) != _NOT_OUT_SCORE_ID) or fow_balls > 0
+        fow_over = _over_text(fow_balls, f"{path}.fow_balls") if fow_balls > 0 else None
+        if fow_over:
+            crease_out[(scoreboard, fow_over)] = player_id
+        batting.append(
+            BatterLine(
+                player_id=player_id,
+                team_id=_id(row, "team_id", path, required=False) or "",
+                scoreboard=scoreboard,
+                sort=_int(row, "sort", path, 0),
+                runs=_int(row, "score", path, 0),
+                balls=_int(row, "ball", path, 0),
+                fours=_int(row, "four_x", path, 0),
+                sixes=_int(row, "six_x", path, 0),
+                out=out,
+                dismissal_score_id=int(how) if how is not None else None,
+                fielder_id=_id(row, "catch_stump_player_id", path, required=False)
+                or _id(row, "runout_by_id", path, required=False),
+                bowler_id=_id(row, "bowling_player_id", path, required=False),
+                fow_score=_int(row, "fow_score", path, 0),
+                fow_over=fow_over,
+            )
+        )
+        name = _player_name(_unwrap(row.get("batsman")))
+        if name:
+            players.setdefault(player_id, name)
+            full_names.setdefault(player_id, _full_name(_unwrap(row.get("batsman"))) or name)
+        stamp = _epoch(row.get("updated_at"))
+        if stamp:
+            stamps.append(stamp)
+
+    bowling: list[BowlerLine] = []
+    for i, row in enumerate(_list(raw, "bowling")):
+        path = f"bowling[{i}]"
+        if not isinstance(row, Mapping):
+            raise SnapshotError(path, "expected an object")
+        player_id = _id(row, "player_id", path)
+        assert player_id is not None
+        scoreboard = _str(row, "scoreboard")
+        if not scoreboard:
+            raise SnapshotError(f"{path}.scoreboard", "missing")
+        bowling.append(
+            BowlerLine(
+                player_id=player_id,
+                team_id=_id(row, "team_id", path, required=False) or "",
+                scoreboard=scoreboard,
+                sort=_int(row, "sort", path, 0),
+                legal_balls=overs_to_balls(_num(row, "overs", path, 0.0)),
+                maidens=_int(row, "medians", path, 0),
+                runs=_int(row, "runs", path, 0),
+                wickets=_int(row, "wickets", path, 0),
+            )
+        )
+        name = _player_name(_unwrap(row.get("bowler")))
+        if name:
+            players.setdefault(player_id, name)
+            full_names.setdefault(player_id, _full_name(_unwrap(row.get("bowler"))) or name)
+        stamp = _epoch(row.get("updated_at"))
+        if stamp:
+            stamps.append(stamp)
+
+    balls: list[Ball] = []
+    seen_ids: set[int] = set()
+    for i, row in enumerate(_list(raw, "balls")):
+        ball, names = _ball(row, i, crease_out)
+        for key, id_key in (("batsman", "batsman_id"), ("bowler", "bowler_id")):
+            full = _full_name(row.get(key)) if isinstance(row, Mapping) else None
+            if full and row.get(id_key) is not None:
+                full_names.setdefault(str(row[id_key]), full)
+        if ball.id in seen_ids:
+            raise SnapshotError(f"balls[{i}].id", f"ball id {ball.id} appears twice")
+        seen_ids.add(ball.id)
+        balls.append(ball)
+        for pid, name in names.items():
+            players.setdefault(pid, name)
+        stamp = _epoch(row.get("updated_at"))
+        if stamp:
+            stamps.append(stamp)
+    balls.sort(key=lambda b: b.id)
+
+    fixture_stamp = _epoch(raw.get("updated_at"))
+    if fixture_stamp:
+        stamps.append(fixture_stamp)
+
+    note = raw.get("note")
+    if note is not None and not isinstance(note, str):
+        raise SnapshotError("note", f"expected a string, got {note!r}")
+    scheduled = raw.get("total_overs_played")
+    rpc_target = raw.get("rpc_target")
+    rpc_overs = raw.get("rpc_overs")
+    return MatchSnapshot(
+        fixture_id=fixture_id,
+        status=status,
+        phase=_phase(status, bool(innings or balls)),
+        league_id=_id(raw, "league_id", "", required=False),
+        fixture_type=_str(raw, "type", "T20"),
+        round=_str(raw, "round"),
+        localteam=_team(raw, "localteam"),
+        visitorteam=_team(raw, "visitorteam"),
+        innings=tuple(innings),
+        batting=tuple(batting),
+        bowling=tuple(bowling),
+        balls=tuple(balls),
+        note=note or "",
+        winner_team_id=_id(raw, "winner_team_id", "", required=False),
+        draw_noresult=raw.get("draw_noresult") if isinstance(raw.get("draw_noresult"), str) else None,
+        toss_won_team_id=_id(raw, "toss_won_team_id", "", required=False),
+        elected=raw.get("elected") if isinstance(raw.get("elected"), str) else None,
+        scheduled_overs=_int(raw, "total_overs_played", "", 0) or None if scheduled is not None else None,
+        rpc_target=_int(raw, "rpc_target", "", 0) or None if rpc_target is not None else None,
+        rpc_overs=_num(raw, "rpc_overs", "", 0.0) or None if rpc_overs is not None else None,
+        updated_at=max(stamps) if stamps else None,
+        starting_at=_epoch(raw.get("starting_at")),
+        players=_disambiguate(players, full_names),
+    )
+
+
+def balls_faced(balls: Sequence[Ball], scoreboard: str, player_id: str) -> int:
+    return sum(1 for b in balls if b.scoreboard == scoreboard and b.batsman_id == player_id and b.faced)
