@@ -69,6 +69,7 @@ POWERPLAYS: dict[int, tuple[str | None, str | None, str | None]] = {
 STATUS_FINISHED = "Finished"
 STATUS_BREAK = "Innings Break"
 STATUS_NOT_STARTED = "NS"
+TERMINAL_STATUSES = frozenset({"Finished", "Aban.", "Cancl.", "Postp."})
 
 
 class TapeError(ValueError):
@@ -399,7 +400,6 @@ class Tape(BaseModel):
                 raise ValueError(f"lineups[{i}].team_id {lineup.team_id} is neither team")
         posted: set[int] = set()
         live: set[int] = set()
-        last_id = -1
         for i, entry in enumerate(self.entries):
             where = f"entries[{i}]"
             if entry.ball is not None:
@@ -418,11 +418,12 @@ class Tape(BaseModel):
                     if pid not in players:
                         raise ValueError(f"{where}.ball.{name} {pid} is not in `players`")
             if entry.op == "ball":
-                if entry.target_id <= last_id:
+                # ids are unique; they normally increase too, but a recorded feed can post a lower id late
+                # (clients sort by id, spec §7), so only uniqueness is a hard rule
+                if entry.target_id in posted:
                     raise ValueError(
-                        f"{where}: ball id {entry.target_id} is not above the previous {last_id}"
+                        f"{where}: ball id {entry.target_id} was already posted (ids are unique)"
                     )
-                last_id = entry.target_id
                 posted.add(entry.target_id)
                 live.add(entry.target_id)
             else:
@@ -1027,36 +1028,54 @@ def tape_from_fixture(payload: dict[str, Any], *, source: str | None = None) -> 
     lineup and the balls' nested objects; score rows the catalogue lacks are taken from the balls; the ids
     of runs/batting/bowling rows are kept so a replay reproduces them.
     """
-    data = payload.get("data", payload)
+    data = payload.get("data", payload) if isinstance(payload, dict) else payload
     if not isinstance(data, dict):
         raise TapeError("fixture payload: `data` must be an object")
     if not isinstance(data.get("balls"), list):
         raise TapeError("fixture payload: `balls` is missing (fetch it with include=balls)")
+    entries = [
+        {"op": "ball", "ball": ball_fields(ball, f"balls[{i}]"), "updated_at": ball.get("updated_at")}
+        for i, ball in enumerate(sorted(data["balls"], key=lambda b: b.get("id", 0)))
+    ]
+    raw = tape_metadata(data)
+    return _validate({**raw, "source": source, "entries": entries}, "fixture payload")
+
+
+def ball_fields(ball: Any, where: str) -> dict[str, Any]:
+    """The tape fields of one ``balls[]`` item (nested objects dropped); a clear error if any is missing."""
+    if not isinstance(ball, dict):
+        raise TapeError(f"{where}: a ball must be an object")
+    missing = [f for f in _BALL_FIELDS if f not in ball]
+    if missing:
+        raise TapeError(f"{where} (id {ball.get('id')}): missing field(s) {', '.join(missing)}")
+    return {f: ball[f] for f in _BALL_FIELDS}
+
+
+def tape_metadata(data: dict[str, Any], previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every tape field but ``entries``/``source`` from a fixture object, merged over ``previous`` (the
+    same fields from an earlier poll, so players, score rows and row ids seen once are never lost)."""
+    previous = previous or {}
     try:
-        players: dict[int, dict[str, Any]] = {}
+        players: dict[int, dict[str, Any]] = {p["id"]: p for p in previous.get("players", [])}
         for row in data.get("lineup") or []:
             players[row["id"]] = {k: v for k, v in row.items() if k not in _PLAYER_STRIP}
-        scores: dict[int, dict[str, Any]] = {}
-        entries: list[dict[str, Any]] = []
-        for i, ball in enumerate(sorted(data["balls"], key=lambda b: b["id"])):
+        scores: dict[int, dict[str, Any]] = {s["id"]: s for s in previous.get("scores", [])}
+        for ball in data.get("balls") or []:
             for key in ("batsman", "bowler"):
                 obj = ball.get(key)
                 if isinstance(obj, dict) and obj.get("id") not in players:
                     players[obj["id"]] = {k: v for k, v in obj.items() if k not in _PLAYER_STRIP}
             score = ball.get("score")
             if isinstance(score, dict):
-                scores[score["id"]] = {k: v for k, v in score.items() if k != "resource"}
-            missing = [f for f in _BALL_FIELDS if f not in ball]
-            if missing:
-                raise TapeError(f"balls[{i}] (id {ball.get('id')}): missing field(s) {', '.join(missing)}")
-            entries.append(
-                {
-                    "op": "ball",
-                    "ball": {f: ball[f] for f in _BALL_FIELDS},
-                    "updated_at": ball.get("updated_at"),
-                }
-            )
-        row_ids: dict[str, int] = {}
+                row = {k: v for k, v in score.items() if k != "resource"}
+                if SCORES.get(row["id"]) is None or SCORES[row["id"]].model_dump() != row:
+                    scores[row["id"]] = row
+            # a batter at the crease may be in no lineup and have faced nothing yet: keep the tape valid
+            for key in ("batsman_id", "bowler_id", "batsman_one_on_creeze_id", "batsman_two_on_creeze_id"):
+                pid = ball.get(key)
+                if isinstance(pid, int) and pid not in players:
+                    players[pid] = {"id": pid, "fullname": f"Player {pid}"}
+        row_ids: dict[str, int] = dict(previous.get("row_ids", {}))
         for row in data.get("runs") or []:
             row_ids[f"runs:{row['inning']}"] = row["id"]
         for row in data.get("batting") or []:
@@ -1067,35 +1086,40 @@ def tape_from_fixture(payload: dict[str, Any], *, source: str | None = None) -> 
             {"player_id": row["id"], **(row.get("lineup") or {})}
             for row in data.get("lineup") or []
             if "lineup" in row
-        ]
-        toss = None
+        ] or previous.get("lineups", [])
+        toss = previous.get("toss")
         if data.get("toss_won_team_id") and data.get("elected"):
             toss = {"won_team_id": data["toss_won_team_id"], "elected": data["elected"]}
-        result = None
-        if data.get("status") == STATUS_FINISHED and data.get("note"):
+        result = previous.get("result")
+        if data.get("status") in TERMINAL_STATUSES and data.get("note"):
             result = {
                 "winner_team_id": data.get("winner_team_id"),
                 "note": data["note"],
                 "draw_noresult": data.get("draw_noresult"),
             }
-        kept = {
-            k: data[k]
-            for k in (
-                "first_umpire_id",
-                "second_umpire_id",
-                "tv_umpire_id",
-                "referee_id",
-                "man_of_match_id",
-                "man_of_series_id",
-            )
-            if data.get(k) is not None
-        }
+        kept = dict(previous.get("fixture_fields", {}))
+        kept.update(
+            {
+                k: data[k]
+                for k in (
+                    "first_umpire_id",
+                    "second_umpire_id",
+                    "tv_umpire_id",
+                    "referee_id",
+                    "man_of_match_id",
+                    "man_of_series_id",
+                )
+                if data.get(k) is not None
+            }
+        )
 
         def obj(key: str) -> dict[str, Any] | None:
             value = data.get(key)
             if isinstance(value, dict) and "data" in value and isinstance(value["data"], dict):
                 value = value["data"]  # some endpoints wrap includes (spec §9.11)
-            return {k: v for k, v in value.items() if k != "resource"} if isinstance(value, dict) else None
+            if isinstance(value, dict):
+                return {k: v for k, v in value.items() if k != "resource"}
+            return previous.get(key)
 
         localteam = obj("localteam") or {
             "id": data["localteam_id"],
@@ -1107,8 +1131,7 @@ def tape_from_fixture(payload: dict[str, Any], *, source: str | None = None) -> 
             "name": str(data["visitorteam_id"]),
             "code": "AWAY",
         }
-        raw = {
-            "source": source,
+        return {
             "fixture_id": str(data["id"]),
             "league_id": data["league_id"],
             "season_id": data["season_id"],
@@ -1126,17 +1149,13 @@ def tape_from_fixture(payload: dict[str, Any], *, source: str | None = None) -> 
             "toss": toss,
             "lineups": lineups,
             "players": list(players.values()),
-            "scores": [
-                s for sid, s in scores.items() if SCORES.get(sid) is None or SCORES[sid].model_dump() != s
-            ],
+            "scores": list(scores.values()),
             "fixture_fields": kept,
             "row_ids": row_ids,
             "result": result,
-            "entries": entries,
         }
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, AttributeError) as exc:
         raise TapeError(f"fixture payload: missing or malformed field {exc}") from exc
-    return _validate(raw, "fixture payload")
 
 
 def _validate(raw: Any, where: str) -> Tape:

@@ -187,7 +187,7 @@ def test_ball_updated_at_comes_from_the_entry_that_last_changed_it() -> None:
                     {"op": "ball", "ball": _ball(5, 0.2, 69)},
                 ]
             },
-            "not above",
+            "already posted",
         ),
         ({"entries": [{"op": "delete", "ball_id": 7}]}, "never posted"),
         ({"entries": [{"op": "ball", "ball": _ball(5, 0.1, 69, bowler_id=999)}]}, "bowler_id"),
