@@ -1,0 +1,492 @@
+"""The Feed actor: the one place the running daemon gets SportMonks fixtures from.
+
+Owns the polling schedule, the subscriptions of match actors, the latest ``/livescores`` answer (for the
+orchestrator) and the writes to ``cricket-fixture-cache``. It must not touch match state, locks or APNs, and it
+never calls SportMonks except through its ``SportMonksClient`` (which owns budget, breaker, timeouts, retries).
+
+Subscribers
+    ``subscribe(match_id, marquee=...)`` returns a bounded ``trio.MemoryReceiveChannel[FeedUpdate]``. Each
+    subscription has a one-slot mailbox and a forwarder task: the feed only ever drops the newest update into
+    the slot (never awaits a subscriber), and the forwarder hands the slot's content to the channel. A slow
+    subscriber therefore never blocks the feed or anyone else, undelivered older updates are coalesced, and it
+    always ends up with the newest one. An error update (fixture None) does not displace an undelivered good
+    fixture: newest *data* wins. ``unsubscribe`` closes the channel (the receiver sees end-of-channel).
+
+Schedule and cost (SportMonks allows ~2,000 calls per endpoint per hour, spec §4)
+    * While anything is subscribed, one ``/livescores`` call per ``livescores_cadence_s`` (5 s: 720 calls/h)
+      serves every live match at once. While any marquee match is subscribed (``marquee=True`` or its league in
+      ``marquee_leagues``) and ``marquee_source = "livescores"`` (default), that one call carries
+      ``balls`` and runs every ``marquee_cadence_s`` instead (2.5 s: 1,440 calls/h); spec §3 says one
+      ``/livescores?include=balls`` returns every live match ball by ball. Either way the livescores cost is
+      at most 3600 / cadence per hour **whatever the number of live matches**: 1 match or 20 cost the same.
+      Non-marquee subscribers get the fixture without ``balls`` (``strip_balls_for_non_marquee``).
+    * ``/fixtures/{id}`` only for a subscribed match that is absent from a successful ``/livescores`` answer
+      (it finished, or is not live yet): fetched at once, with the marquee or non-marquee include set, and
+      delivered with ``in_livescores=False`` (how match end is detected); then every
+      ``off_livescores_cadence_s`` (30 s: 120 calls/h per such match) until unsubscribed or back in livescores.
+      Match actors unsubscribe shortly after the end, so this is a handful of calls per match.
+    * ``marquee_source = "fixture"`` is the DESIGN's literal alternative: ``/fixtures/{id}`` per marquee match
+      every ``marquee_cadence_s`` (1,440 calls/h **per marquee match**: only one fits a 2,000/h budget), the
+      5 s ``/livescores`` (without balls) still serving everyone else and telling who is live.
+    * The orchestrator's ``livescores(max_age_s=...)`` reuses the latest answer when fresh enough, and joins a
+      call already in flight instead of making a second one.
+    * Every call goes to the client with ``budget_wait_s=0``: when the hourly budget has no room the call is
+      **skipped** (BudgetExhausted, counted in ``sightscreen_sportmonks_calls{outcome="skipped_budget"}``), and the
+      next cadence tries again; a feed tick never waits for budget.
+
+Errors
+    A ``/livescores`` answer is checked fixture by fixture: a malformed fixture yields an update with
+    ``error`` set and ``fixture=None`` for that match only. A failed call (HTTP error, timeout, breaker open,
+    budget) yields an error update for every subscriber that relies on ``/livescores``. The actor keeps
+    running; match actors keep their last good state.
+
+Cache
+    Fixtures delivered are written to ``cricket-fixture-cache`` by a background writer (latest per match wins,
+    written only when changed or when half the TTL has passed), with ``cache_ttl_live_s`` until the status is
+    terminal (``Finished``, ``Aban.``, ``Cancl.``, ``Postp.``) and ``cache_ttl_final_s`` after. A cache failure is
+    logged and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from daemon.logs import get_logger
+from daemon.sportmonks.client import (
+    DEFAULT_FIXTURE_INCLUDE,
+    DEFAULT_LIVE_INCLUDE,
+    LiveScores,
+    SportMonksClient,
+)
+from daemon.sportmonks.errors import BudgetExhausted, SportMonksError
+from daemon.sportmonks.settings import FeedSettings
+
+log = get_logger("actors.feed")
+
+TERMINAL_STATUSES = frozenset({"Finished", "Aban.", "Cancl.", "Postp."})
+
+
+@dataclass(frozen=True)
+class FeedUpdate:
+    match_id: str
+    fixture: dict[str, Any] | None  # SportMonks fixture JSON (with balls for marquee), None on error
+    fetched_at: float  # time.time() when received
+    source: str  # "livescores" | "fixture"
+    in_livescores: bool  # False once the match left /livescores: the fixture then comes from /fixtures/{id}
+    error: str | None = None  # a clear message when this tick's data was malformed or unavailable
+
+
+class FixtureCache(Protocol):
+    """What the feed needs of ``daemon.store.FixtureCacheRepository``."""
+
+    async def put_single_fixture(
+        self,
+        match_id: str,
+        raw_fixture: Mapping[str, Any],
+        *,
+        league_id: str | None,
+        starting_at: str | None,
+        ttl_s: float,
+    ) -> None: ...
+
+
+# ------------------------------------------------------------------------------------------------ pure helpers
+
+
+def is_terminal(fixture: Mapping[str, Any]) -> bool:
+    return fixture.get("status") in TERMINAL_STATUSES
+
+
+def cache_ttl_s(fixture: Mapping[str, Any], settings: FeedSettings) -> int:
+    """Short TTL while a match can still change, long once its status is terminal."""
+    return settings.cache_ttl_final_s if is_terminal(fixture) else settings.cache_ttl_live_s
+
+
+def without_balls(fixture: dict[str, Any]) -> dict[str, Any]:
+    """The fixture minus its ``balls`` include (a shallow copy; the original is shared and left untouched)."""
+    if "balls" not in fixture:
+        return fixture
+    return {key: value for key, value in fixture.items() if key != "balls"}
+
+
+def check_match_id(match_id: str) -> str:
+    text = str(match_id).strip()
+    if not text.isdigit():
+        raise ValueError(f"match_id: expected a numeric SportMonks fixture id, got {match_id!r}")
+    return text
+
+
+# ------------------------------------------------------------------------------------------------ subscriptions
+
+
+@dataclass(eq=False)
+class _Subscription:
+    match_id: str
+    marquee: bool
+    send: trio.MemorySendChannel[FeedUpdate]
+    receive: trio.MemoryReceiveChannel[FeedUpdate]
+    pending: FeedUpdate | None = None
+    wake: trio.Event = field(default_factory=trio.Event)
+    cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    forwarding: bool = False
+    in_livescores: bool | None = None  # None until a successful /livescores answer said either way
+    league_id: int | None = None
+    next_fixture_at: float = -math.inf
+    offered: int = 0
+    delivered: int = 0
+    last_error: str | None = None
+    last_update_at: float | None = None
+
+    def offer(self, update: FeedUpdate) -> None:
+        """Put ``update`` in the one-slot mailbox (never blocks)."""
+        self.offered += 1
+        self.last_update_at = update.fetched_at
+        self.last_error = update.error
+        if update.fixture is None and self.pending is not None and self.pending.fixture is not None:
+            return  # keep the undelivered good fixture; the next good one will supersede it anyway
+        self.pending = update
+        self.wake.set()
+
+
+@dataclass
+class _Flight:
+    done: trio.Event = field(default_factory=trio.Event)
+    result: LiveScores | None = None
+    error: SportMonksError | None = None
+
+
+# ------------------------------------------------------------------------------------------------ the actor
+
+
+class FeedActor:
+    def __init__(
+        self,
+        client: SportMonksClient,
+        settings: FeedSettings,
+        *,
+        fixture_cache: FixtureCache | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self._cache = fixture_cache
+        self._marquee_leagues = frozenset(settings.marquee_leagues)
+        self._subs: dict[str, _Subscription] = {}
+        self._nursery: trio.Nursery | None = None
+        self._wakeup = trio.Event()
+        self._next_livescores_at = -math.inf
+        self._inflight: _Flight | None = None
+        self._latest: LiveScores | None = None
+        self._latest_at = -math.inf
+        self._latest_with_balls = False
+        # cache writer state: newest fixture per match waiting to be written, and what was last written
+        self._cache_pending: dict[str, dict[str, Any]] = {}
+        self._cache_wake = trio.Event()
+        self._cache_written: dict[str, tuple[dict[str, Any], float]] = {}
+        self.cache_writes = 0
+        self.cache_errors = 0
+
+    # ------------------------------------------------------------------------------------------ public API
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                for sub in self._subs.values():
+                    self._start_forwarder(sub)
+                if self._cache is not None:
+                    nursery.start_soon(self._cache_writer)
+                task_status.started()
+                await self._poll_loop()
+            finally:
+                self._nursery = None
+
+    def subscribe(self, match_id: str, *, marquee: bool) -> trio.MemoryReceiveChannel[FeedUpdate]:
+        """Updates for one match; replaces (and closes) an earlier subscription to the same match."""
+        match_id = check_match_id(match_id)
+        if match_id in self._subs:
+            self.unsubscribe(match_id)
+        send, receive = trio.open_memory_channel[FeedUpdate](self.settings.subscriber_buffer)
+        sub = _Subscription(match_id=match_id, marquee=marquee, send=send, receive=receive)
+        self._subs[match_id] = sub
+        if self._nursery is not None:
+            self._start_forwarder(sub)
+        log.info("feed_subscribe", match_id=match_id, marquee=marquee)
+        self._wakeup.set()
+        return receive
+
+    def unsubscribe(self, match_id: str) -> None:
+        sub = self._subs.pop(str(match_id).strip(), None)
+        if sub is None:
+            return
+        self._cache_written.pop(sub.match_id, None)
+        if sub.forwarding:
+            sub.cancel_scope.cancel()  # the forwarder closes the channel on its way out
+        else:
+            sub.send.close()
+        log.info("feed_unsubscribe", match_id=sub.match_id)
+        self._wakeup.set()
+
+    async def livescores(self, *, max_age_s: float | None = None) -> list[dict[str, Any]]:
+        """The latest valid ``/livescores`` fixtures, fetched now if older than ``max_age_s``
+        (default: the livescores cadence). Raises ``SportMonksError`` when a needed fetch fails."""
+        max_age = self.settings.livescores_cadence_s if max_age_s is None else max_age_s
+        if self._latest is not None and trio.current_time() - self._latest_at <= max_age:
+            return list(self._latest.fixtures)
+        return list((await self._refresh_livescores()).fixtures)
+
+    @property
+    def breaker_open(self) -> bool:
+        return self.client.breaker.state == "open"
+
+    def is_marquee_league(self, league_id: int | None) -> bool:
+        return league_id is not None and league_id in self._marquee_leagues
+
+    def stats(self) -> dict[str, Any]:
+        """For the admin socket: calls, budget, breaker, cache and one line per subscriber."""
+        now = trio.current_time()
+        return {
+            "calls": {endpoint: dict(per) for endpoint, per in self.client.calls.items()},
+            "budget": self.client.budget.snapshot(),
+            "breaker": self.client.breaker.state,
+            "livescores_age_s": None if self._latest is None else round(now - self._latest_at, 3),
+            "livescores_matches": 0 if self._latest is None else len(self._latest.fixtures),
+            "livescores_with_balls": self._latest_with_balls,
+            "cadence_s": self._livescores_cadence(),
+            "cache": {"writes": self.cache_writes, "errors": self.cache_errors,
+                      "pending": len(self._cache_pending)},
+            "subscribers": [
+                {
+                    "match_id": sub.match_id,
+                    "marquee": self._is_marquee(sub),
+                    "in_livescores": sub.in_livescores,
+                    "offered": sub.offered,
+                    "delivered": sub.delivered,
+                    "last_update_at": sub.last_update_at,
+                    "last_error": sub.last_error,
+                }
+                for sub in self._subs.values()
+            ],
+        }
+
+    # ------------------------------------------------------------------------------------------ scheduling
+
+    def _is_marquee(self, sub: _Subscription) -> bool:
+        return sub.marquee or self.is_marquee_league(sub.league_id)
+
+    def _balls_via_livescores(self) -> bool:
+        """Whether the /livescores call should carry balls: a marquee match is (or may be) live."""
+        return self.settings.marquee_source == "livescores" and any(
+            self._is_marquee(sub) and sub.in_livescores is not False for sub in self._subs.values()
+        )
+
+    def _livescores_cadence(self) -> float:
+        if self._balls_via_livescores():
+            return min(self.settings.marquee_cadence_s, self.settings.livescores_cadence_s)
+        return self.settings.livescores_cadence_s
+
+    def _fixture_cadence(self, sub: _Subscription) -> float | None:
+        """How often this subscriber needs ``/fixtures/{id}``; None while ``/livescores`` serves it."""
+        if sub.in_livescores is False:
+            return self.settings.off_livescores_cadence_s
+        if sub.in_livescores and self.settings.marquee_source == "fixture" and self._is_marquee(sub):
+            return self.settings.marquee_cadence_s
+        return None
+
+    def _next_wake(self) -> float:
+        if not self._subs:
+            return math.inf
+        times = [self._next_livescores_at]
+        times += [sub.next_fixture_at for sub in self._subs.values() if self._fixture_cadence(sub) is not None]
+        return min(times)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            if self._subs and trio.current_time() >= self._next_livescores_at:
+                try:
+                    await self._refresh_livescores()
+                except SportMonksError:
+                    pass  # already delivered as error updates and logged
+            await self._fetch_due_fixtures()
+            self._wakeup = trio.Event()
+            with trio.move_on_at(self._next_wake()):
+                await self._wakeup.wait()
+
+    # ------------------------------------------------------------------------------------------ /livescores
+
+    async def _refresh_livescores(self) -> LiveScores:
+        """One /livescores call (or join the one in flight), then hand its fixtures to the subscribers."""
+        if self._inflight is not None:
+            flight = self._inflight
+            await flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            assert flight.result is not None
+            return flight.result
+        flight = self._inflight = _Flight()
+        started = trio.current_time()
+        with_balls = self._balls_via_livescores()
+        include = DEFAULT_FIXTURE_INCLUDE if with_balls else DEFAULT_LIVE_INCLUDE
+        try:
+            result = await self.client.livescores_checked(include, budget_wait_s=0)
+        except SportMonksError as exc:
+            flight.error = exc
+            self._deliver_livescores_error(exc)
+            raise
+        except BaseException:
+            flight.error = SportMonksError("the /livescores call was cancelled")
+            raise
+        finally:
+            self._inflight = None
+            self._next_livescores_at = max(started + self._livescores_cadence(), trio.current_time())
+            flight.done.set()
+        flight.result = result
+        self._latest, self._latest_at, self._latest_with_balls = result, trio.current_time(), with_balls
+        self._distribute(result, fetched_at=time.time())
+        return result
+
+    def _deliver_livescores_error(self, exc: SportMonksError) -> None:
+        level = log.info if isinstance(exc, BudgetExhausted) else log.warning
+        level("feed_livescores_failed", error=str(exc), subscribers=len(self._subs))
+        wall = time.time()
+        for sub in self._subs.values():
+            if self._fixture_cadence(sub) is None:
+                sub.offer(FeedUpdate(sub.match_id, None, wall, "livescores", True, error=str(exc)))
+
+    def _distribute(self, result: LiveScores, *, fetched_at: float) -> None:
+        by_id = {str(fixture["id"]): fixture for fixture in result.fixtures}
+        for key, problem in result.invalid.items():
+            log.warning("feed_malformed_fixture", match_id=key, error=str(problem))
+        now = trio.current_time()
+        for sub in list(self._subs.values()):
+            problem = result.invalid.get(sub.match_id)
+            if problem is not None:
+                sub.in_livescores = True
+                sub.offer(FeedUpdate(sub.match_id, None, fetched_at, "livescores", True, error=str(problem)))
+                continue
+            fixture = by_id.get(sub.match_id)
+            if fixture is None:
+                if sub.in_livescores is not False:
+                    # Left (or not yet in) /livescores: fetch its own fixture now for the final state.
+                    log.info("feed_match_not_in_livescores", match_id=sub.match_id, was=sub.in_livescores)
+                    sub.in_livescores = False
+                    sub.next_fixture_at = now
+                continue
+            if sub.in_livescores is False:
+                log.info("feed_match_back_in_livescores", match_id=sub.match_id)
+            sub.in_livescores = True
+            league = fixture.get("league_id")
+            sub.league_id = league if isinstance(league, int) else None
+            marquee = self._is_marquee(sub)
+            if marquee and self.settings.marquee_source == "fixture":
+                continue  # its ball-by-ball fixture comes from /fixtures/{id}; here it only proved it is live
+            if not marquee and self.settings.strip_balls_for_non_marquee:
+                fixture = without_balls(fixture)
+            sub.offer(FeedUpdate(sub.match_id, fixture, fetched_at, "livescores", True))
+            self._cache_put(sub.match_id, fixture)
+
+    # ------------------------------------------------------------------------------------------ /fixtures/{id}
+
+    async def _fetch_due_fixtures(self) -> None:
+        now = trio.current_time()
+        due = [sub for sub in self._subs.values()
+               if self._fixture_cadence(sub) is not None and sub.next_fixture_at <= now]
+        if not due:
+            return
+        limiter = trio.CapacityLimiter(self.settings.fixture_fetch_concurrency)
+        async with trio.open_nursery() as nursery:
+            for sub in due:
+                nursery.start_soon(self._fetch_fixture, sub, limiter)
+
+    async def _fetch_fixture(self, sub: _Subscription, limiter: trio.CapacityLimiter) -> None:
+        cadence = self._fixture_cadence(sub)
+        if cadence is None:
+            return
+        # Scheduled before the call, so a slow answer does not trigger a second fetch.
+        sub.next_fixture_at = trio.current_time() + cadence
+        marquee = self._is_marquee(sub)
+        in_livescores = bool(sub.in_livescores)
+        include = DEFAULT_FIXTURE_INCLUDE if marquee else DEFAULT_LIVE_INCLUDE
+        async with limiter:
+            try:
+                fixture = await self.client.fixture(sub.match_id, include, budget_wait_s=0)
+            except BudgetExhausted as exc:
+                log.info("feed_fixture_skipped", match_id=sub.match_id, error=str(exc))
+                return  # no data this time, nothing wrong with the match: try at the next slot
+            except SportMonksError as exc:
+                log.warning("feed_fixture_failed", match_id=sub.match_id, error=str(exc))
+                if self._subs.get(sub.match_id) is sub:
+                    sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", in_livescores, error=str(exc)))
+                return
+        if self._subs.get(sub.match_id) is not sub:
+            return  # unsubscribed while the call was out
+        sub.offer(FeedUpdate(sub.match_id, fixture, time.time(), "fixture", in_livescores))
+        self._cache_put(sub.match_id, fixture)
+
+    # ------------------------------------------------------------------------------------------ forwarding
+
+    def _start_forwarder(self, sub: _Subscription) -> None:
+        assert self._nursery is not None
+        sub.forwarding = True
+        self._nursery.start_soon(self._forward, sub)
+
+    async def _forward(self, sub: _Subscription) -> None:
+        with sub.cancel_scope:
+            try:
+                async with sub.send:
+                    while True:
+                        await sub.wake.wait()
+                        sub.wake = trio.Event()
+                        update, sub.pending = sub.pending, None
+                        if update is None:
+                            continue
+                        await sub.send.send(update)
+                        sub.delivered += 1
+            except trio.BrokenResourceError:
+                # The match actor closed its end: treat it as an unsubscribe.
+                if self._subs.get(sub.match_id) is sub:
+                    del self._subs[sub.match_id]
+                    log.info("feed_subscriber_gone", match_id=sub.match_id)
+
+    # ------------------------------------------------------------------------------------------ cache
+
+    def _cache_put(self, match_id: str, fixture: dict[str, Any]) -> None:
+        if self._cache is None:
+            return
+        self._cache_pending[match_id] = fixture
+        self._cache_wake.set()
+
+    async def _cache_writer(self) -> None:
+        assert self._cache is not None
+        while True:
+            await self._cache_wake.wait()
+            self._cache_wake = trio.Event()
+            while self._cache_pending:
+                match_id = next(iter(self._cache_pending))
+                fixture = self._cache_pending.pop(match_id)
+                ttl = cache_ttl_s(fixture, self.settings)
+                now = trio.current_time()
+                last = self._cache_written.get(match_id)
+                if last is not None and last[1] + ttl / 2 > now and last[0] == fixture:
+                    continue  # unchanged and the stored copy is far from expiring
+                league = fixture.get("league_id")
+                try:
+                    await self._cache.put_single_fixture(
+                        match_id,
+                        fixture,
+                        league_id=None if league is None else str(league),
+                        starting_at=fixture.get("starting_at"),
+                        ttl_s=ttl,
+                    )
+                except Exception as exc:  # noqa: BLE001 - the cache is best effort; the feed must go on
+                    self.cache_errors += 1
+                    log.warning("feed_cache_write_failed", match_id=match_id, error=f"{type(exc).__name__}: {exc}")
+                    continue
+                self.cache_writes += 1
+                if match_id in self._subs:
+                    self._cache_written[match_id] = (fixture, now)

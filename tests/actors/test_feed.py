@@ -1,0 +1,535 @@
+"""The Feed actor on trio's MockClock against the in-memory SportMonks fake (no sockets, no wall clock)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+
+from actors.feed import FeedActor, FeedUpdate, cache_ttl_s, without_balls
+from daemon.sportmonks.client import SportMonksClient
+from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
+from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
+
+MARQUEE_LEAGUE = 5
+
+
+def make_feed(fake: FakeSportMonks, *, feed: dict[str, Any] | None = None, cache: Any = None,
+              **client_settings: Any) -> FeedActor:
+    settings = SportMonksSettings(api_token="secret-token", base_url=fake.base_url,
+                                  **({"max_retries": 0} | client_settings))
+    client = SportMonksClient(settings, http=httpx.AsyncClient(transport=fake.transport()), rng=random.Random(3))
+    feed_settings = FeedSettings(**({"marquee_leagues": [MARQUEE_LEAGUE]} | (feed or {})))
+    return FeedActor(client, feed_settings, fixture_cache=cache)
+
+
+@asynccontextmanager
+async def running(feed: FeedActor) -> AsyncIterator[trio.Nursery]:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(feed.run)
+        yield nursery
+        nursery.cancel_scope.cancel()
+
+
+class Collector:
+    """Drains subscriptions into lists, like a fast match actor."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
+        self.updates: dict[str, list[FeedUpdate]] = {}
+        self.closed: set[str] = set()
+
+    def drain(self, match_id: str, channel: trio.MemoryReceiveChannel[FeedUpdate]) -> None:
+        self.updates.setdefault(match_id, [])
+
+        async def loop() -> None:
+            async for update in channel:
+                self.updates[match_id].append(update)
+            self.closed.add(match_id)
+
+        self.nursery.start_soon(loop)
+
+
+def live_sm_calls(fake: FakeSportMonks) -> int:
+    return len(fake.calls("/livescores"))
+
+
+# ------------------------------------------------------------------------------------------------ basics
+
+
+async def test_subscriber_gets_its_fixture_from_livescores(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, score=5), minimal_fixture(12, score=9)]
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(1)
+    (update,) = collector.updates["12"]
+    assert update.match_id == "12"
+    assert update.fixture == minimal_fixture(12, score=9)
+    assert update.source == "livescores" and update.in_livescores is True and update.error is None
+
+
+async def test_non_marquee_cadence_is_5s_without_balls(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, balls=3)]
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        await trio.sleep(60 - 0.001)
+    assert live_sm_calls(fake) == 12
+    assert "balls" not in fake.calls("/livescores")[0].query["include"].split(",")
+    assert all("balls" not in u.fixture for u in collector.updates["11"] if u.fixture)
+
+
+async def test_marquee_subscriber_switches_livescores_to_balls_every_2_5s(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, balls=3), minimal_fixture(12, balls=2)]
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=True))
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(60 - 0.001)
+    assert live_sm_calls(fake) == 24
+    assert all("balls" in r.query["include"].split(",") for r in fake.calls("/livescores"))
+    assert len(collector.updates["11"][-1].fixture["balls"]) == 3  # type: ignore[index]
+    assert "balls" not in collector.updates["12"][-1].fixture  # type: ignore[operator]
+    assert not fake.calls("/fixtures")
+
+
+async def test_marquee_league_from_configuration(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, league_id=MARQUEE_LEAGUE, balls=2)]
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        await trio.sleep(20)
+    # The first call learns the league; from then on balls at the marquee cadence.
+    includes = [r.query["include"] for r in fake.calls("/livescores")]
+    assert "balls" not in includes[0] and all("balls" in inc for inc in includes[1:])
+    assert feed.stats()["subscribers"][0]["marquee"] is True
+    assert "balls" in collector.updates["11"][-1].fixture  # type: ignore[operator]
+
+
+async def test_no_subscribers_no_calls(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    feed = make_feed(fake)
+    async with running(feed):
+        await trio.sleep(600)
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("marquee", [False, True])
+async def test_twenty_live_matches_cost_the_same_calls_as_one(
+    autojump_clock: trio.testing.MockClock, marquee: bool
+) -> None:
+    async def calls_for(n: int) -> tuple[int, int, dict[str, int]]:
+        fake = FakeSportMonks()
+        fake.live = [minimal_fixture(100 + i, balls=4) for i in range(n)]
+        feed = make_feed(fake)
+        async with running(feed) as nursery:
+            collector = Collector(nursery)
+            for i in range(n):
+                # one marquee match among them when marquee=True
+                collector.drain(str(100 + i), feed.subscribe(str(100 + i), marquee=marquee and i == 0))
+            await trio.sleep(600 - 0.001)
+        delivered = {m: len(u) for m, u in collector.updates.items()}
+        return len(fake.requests), live_sm_calls(fake), delivered
+
+    total_1, live_1, _ = await calls_for(1)
+    total_20, live_20, delivered_20 = await calls_for(20)
+    expected = 240 if marquee else 120  # 600 s at 2.5 s or 5 s
+    assert total_1 == live_1 == expected
+    assert total_20 == live_20 == expected
+    assert set(delivered_20.values()) == {expected}  # every match got every tick
+
+
+# ------------------------------------------------------------------------------------------------ match end
+
+
+async def test_match_leaving_livescores_gets_its_final_fixture_then_slow_refetch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, score=100), minimal_fixture(12)]
+    final = minimal_fixture(11, status="Finished", score=180)
+    fake.fixtures_by_id[11] = final
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(12)
+        fake.live = [minimal_fixture(12)]  # 11 finished and dropped out
+        await trio.sleep(6)
+        updates = collector.updates["11"]
+        assert updates[-1].in_livescores is False
+        assert updates[-1].source == "fixture"
+        assert updates[-1].fixture == final
+        assert len(fake.calls("/fixtures/11")) == 1
+        assert "balls" not in fake.calls("/fixtures/11")[0].query["include"]
+        await trio.sleep(65)
+        assert len(fake.calls("/fixtures/11")) == 3  # every 30 s while subscribed
+        feed.unsubscribe("11")
+        await trio.sleep(120)
+        assert len(fake.calls("/fixtures/11")) == 3
+        assert "11" in collector.closed
+    assert all(u.in_livescores for u in collector.updates["12"])
+
+
+async def test_marquee_match_end_is_fetched_with_balls(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11)]
+    fake.fixtures_by_id[11] = minimal_fixture(11, status="Finished", balls=6)
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=True))
+        await trio.sleep(3)
+        fake.live = []
+        await trio.sleep(3)
+    assert "balls" in fake.calls("/fixtures/11")[0].query["include"].split(",")
+    assert collector.updates["11"][-1].fixture["status"] == "Finished"  # type: ignore[index]
+
+
+async def test_match_not_yet_live_is_fetched_by_id_and_switches_to_livescores(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.fixtures_by_id[11] = minimal_fixture(11, status="NS")
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        await trio.sleep(1)
+        assert collector.updates["11"][-1].fixture["status"] == "NS"  # type: ignore[index]
+        assert collector.updates["11"][-1].in_livescores is False
+        fake.live = [minimal_fixture(11)]
+        await trio.sleep(40)
+    assert collector.updates["11"][-1].in_livescores is True
+    assert collector.updates["11"][-1].source == "livescores"
+    assert len(fake.calls("/fixtures/11")) == 1
+
+
+# ------------------------------------------------------------------------------------------------ errors
+
+
+async def test_malformed_fixture_spoils_only_its_own_match(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    bad = minimal_fixture(11)
+    bad["runs"][0]["score"] = "lots"
+    fake.live = [bad, minimal_fixture(12)]
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(1)
+        fake.live = [minimal_fixture(11, score=4), minimal_fixture(12)]
+        await trio.sleep(5)
+    first, second = collector.updates["11"]
+    assert first.fixture is None and first.in_livescores is True
+    assert first.error is not None and "data[0].runs[0].score: expected integer, got string 'lots'" in first.error
+    assert second.fixture == minimal_fixture(11, score=4) and second.error is None
+    assert [u.error for u in collector.updates["12"]] == [None, None]
+    assert not fake.calls("/fixtures")  # a malformed match is not mistaken for a finished one
+
+
+async def test_failed_call_gives_error_updates_and_the_breaker_stops_calls(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11)]
+    feed = make_feed(fake, breaker_failure_threshold=3, breaker_cooldown_s=60)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        await trio.sleep(1)
+        fake.fail_next(500, times=100)
+        await trio.sleep(15)  # three failed calls open the breaker
+        assert feed.breaker_open
+        sent = len(fake.requests)
+        await trio.sleep(40)
+        assert len(fake.requests) == sent  # nothing sent while open
+        errors = [u for u in collector.updates["11"] if u.error]
+        assert errors and all(u.fixture is None for u in errors)
+        assert "circuit breaker is open" in errors[-1].error  # type: ignore[operator]
+        fake._script.clear()
+        await trio.sleep(30)  # cooldown over: one trial, it succeeds, the feed resumes
+        assert not feed.breaker_open
+    assert collector.updates["11"][-1].fixture == minimal_fixture(11)
+    assert feed.stats()["calls"]["livescores"]["skipped_breaker"] >= 7
+
+
+async def test_budget_holds_and_ticks_are_skipped_not_delayed(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11)]
+    feed = make_feed(fake, endpoint_budgets={"livescores": 10})
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=True))
+        await trio.sleep(3600 - 1)
+        assert live_sm_calls(fake) == 10
+        assert feed.stats()["budget"]["livescores"]["remaining"] == 0
+        await trio.sleep(2)  # the first call leaves the sliding hour
+        assert live_sm_calls(fake) == 11
+    stats = feed.stats()
+    assert stats["calls"]["livescores"]["skipped_budget"] > 1000
+    assert stats["budget"]["livescores"]["delayed"] == 0
+
+
+async def test_fixture_fetches_respect_the_budget(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    for i in range(10):
+        fake.fixtures_by_id[200 + i] = minimal_fixture(200 + i, status="Finished")
+    feed = make_feed(fake, endpoint_budgets={"fixtures": 25})
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        for i in range(10):
+            collector.drain(str(200 + i), feed.subscribe(str(200 + i), marquee=False))
+        await trio.sleep(1800)
+    assert len(fake.calls("/fixtures")) == 25
+    assert all(u.error is None for updates in collector.updates.values() for u in updates)
+
+
+# ------------------------------------------------------------------------------------------------ subscribers
+
+
+async def test_slow_subscriber_blocks_nobody_and_ends_with_the_newest(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    feed = make_feed(fake)
+    def live(score: int) -> list[dict[str, Any]]:
+        return [minimal_fixture(11, score=score), minimal_fixture(12, score=score)]
+
+    fake.live = live(0)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        slow = feed.subscribe("11", marquee=False)  # never read during the match
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(2.5)  # change the data half-way between polls (polls at 0, 5, 10, ...)
+        for score in range(1, 21):
+            fake.live = live(score)
+            await trio.sleep(5)
+        assert [u.fixture["runs"][0]["score"] for u in collector.updates["12"]] == list(range(21))  # type: ignore[index]
+        got = []
+        while True:
+            try:
+                got.append(slow.receive_nowait())
+            except trio.WouldBlock:
+                await trio.testing.wait_all_tasks_blocked()
+                try:
+                    got.append(slow.receive_nowait())
+                except trio.WouldBlock:
+                    break
+    scores = [u.fixture["runs"][0]["score"] for u in got]  # type: ignore[index]
+    assert scores[-1] == 20
+    assert len(scores) <= 3  # coalesced: at most the buffered one, the one in hand, the newest
+
+
+async def test_error_does_not_displace_an_undelivered_good_fixture(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, score=7)]
+    feed = make_feed(fake, feed={"subscriber_buffer": 0})
+    async with running(feed):
+        channel = feed.subscribe("11", marquee=False)
+        await trio.sleep(1)
+        fake.fail_next(500, times=3)
+        await trio.sleep(15)
+        update = channel.receive_nowait()
+        assert update.fixture == minimal_fixture(11, score=7)
+        await trio.testing.wait_all_tasks_blocked()
+        assert channel.receive_nowait().error is not None  # the error follows once the good one is taken
+
+
+async def test_subscriber_closing_its_channel_unsubscribes(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11)]
+    feed = make_feed(fake)
+    async with running(feed):
+        channel = feed.subscribe("11", marquee=False)
+        await trio.sleep(1)
+        await channel.aclose()
+        await trio.sleep(20)
+        assert feed.stats()["subscribers"] == []
+        calls = len(fake.requests)
+        await trio.sleep(60)
+        assert len(fake.requests) == calls  # no subscribers, no polling
+
+
+async def test_subscribe_before_run_and_resubscribe_replaces(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11)]
+    feed = make_feed(fake)
+    early = feed.subscribe("11", marquee=False)
+    async with running(feed):
+        await trio.sleep(1)
+        assert early.receive_nowait().fixture == minimal_fixture(11)
+        late = feed.subscribe("11", marquee=False)
+        with pytest.raises(trio.EndOfChannel):
+            await early.receive()
+        await trio.sleep(5)
+        assert late.receive_nowait().fixture == minimal_fixture(11)
+
+
+def test_subscribe_rejects_a_non_numeric_match_id() -> None:
+    feed = make_feed(FakeSportMonks())
+    with pytest.raises(ValueError, match="match_id: expected a numeric SportMonks fixture id"):
+        feed.subscribe("../teams", marquee=False)
+
+
+# ------------------------------------------------------------------------------------------------ orchestrator
+
+
+async def test_livescores_for_the_orchestrator_reuses_fresh_data(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11), minimal_fixture(12)]
+    feed = make_feed(fake)
+    assert [f["id"] for f in await feed.livescores()] == [11, 12]
+    await trio.sleep(3)
+    assert [f["id"] for f in await feed.livescores(max_age_s=30)] == [11, 12]
+    assert live_sm_calls(fake) == 1
+    await trio.sleep(30)
+    await feed.livescores(max_age_s=30)
+    assert live_sm_calls(fake) == 2
+
+
+async def test_concurrent_livescores_requests_share_one_call(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11)]
+    slow = fake.transport()
+
+    feed = make_feed(fake)
+
+    async def delayed(request: httpx.Request) -> httpx.Response:
+        await trio.sleep(1)
+        return await slow.handle_async_request(request)
+
+    feed.client._http = httpx.AsyncClient(transport=httpx.MockTransport(delayed))
+    results: list[list[dict[str, Any]]] = []
+
+    async def ask() -> None:
+        results.append(await feed.livescores(max_age_s=0))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(ask)
+    assert len(results) == 5 and all(r == [minimal_fixture(11)] for r in results)
+    assert live_sm_calls(fake) == 1
+
+
+async def test_orchestrator_fetch_feeds_subscribers_without_an_extra_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11)]
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        await trio.sleep(2)
+        await feed.livescores(max_age_s=0)  # a forced refresh by the orchestrator ...
+        await trio.sleep(4.5)  # ... pushes the feed's own next call back
+        assert live_sm_calls(fake) == 2
+    assert len(collector.updates["11"]) == 2
+
+
+# ------------------------------------------------------------------------------------------------ fixture mode
+
+
+async def test_fixture_mode_polls_marquee_matches_by_id(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11), minimal_fixture(12)]
+    fake.fixtures_by_id[11] = minimal_fixture(11, balls=5)
+    feed = make_feed(fake, feed={"marquee_source": "fixture"})
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=True))
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(60 - 0.001)
+    assert live_sm_calls(fake) == 12  # 5 s, without balls
+    assert all("balls" not in r.query["include"] for r in fake.calls("/livescores"))
+    assert 23 <= len(fake.calls("/fixtures/11")) <= 24  # 2.5 s once it is known live
+    assert {u.source for u in collector.updates["11"]} == {"fixture"}
+    assert collector.updates["11"][-1].in_livescores is True
+    assert {u.source for u in collector.updates["12"]} == {"livescores"}
+
+
+# ------------------------------------------------------------------------------------------------ cache
+
+
+class RecordingCache:
+    def __init__(self, fail: Callable[[str], bool] = lambda _: False) -> None:
+        self.puts: list[dict[str, Any]] = []
+        self.fail = fail
+
+    async def put_single_fixture(self, match_id: str, raw_fixture: Any, *, league_id: str | None,
+                                 starting_at: str | None, ttl_s: float) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.fail(match_id):
+            raise RuntimeError("dynamodb is down")
+        self.puts.append({"match_id": match_id, "fixture": raw_fixture, "league_id": league_id,
+                          "starting_at": starting_at, "ttl_s": ttl_s})
+
+
+async def test_cache_gets_changed_fixtures_with_a_state_dependent_ttl(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, score=1)]
+    fake.fixtures_by_id[11] = minimal_fixture(11, status="Finished", score=150)
+    cache = RecordingCache()
+    feed = make_feed(fake, cache=cache, feed={"cache_ttl_live_s": 600, "cache_ttl_final_s": 86400})
+    async with running(feed) as nursery:
+        Collector(nursery).drain("11", feed.subscribe("11", marquee=False))
+        await trio.sleep(17.5)  # four identical polls (0, 5, 10, 15 s): one write
+        assert len(cache.puts) == 1
+        fake.live = [minimal_fixture(11, score=2)]
+        await trio.sleep(5)
+        assert len(cache.puts) == 2
+        fake.live = []  # finished: its final fixture comes from /fixtures/11
+        await trio.sleep(5)
+    assert [p["ttl_s"] for p in cache.puts] == [600, 600, 86400]
+    assert cache.puts[-1]["fixture"]["status"] == "Finished"
+    assert cache.puts[0]["league_id"] == "3" and cache.puts[0]["starting_at"] == "2026-10-09T13:00:00.000000Z"
+
+
+async def test_cache_failure_never_stops_the_feed(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11), minimal_fixture(12)]
+    cache = RecordingCache(fail=lambda match_id: match_id == "11")
+    feed = make_feed(fake, cache=cache)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(30)
+    assert len(collector.updates["11"]) == 6
+    assert feed.stats()["cache"]["errors"] >= 1
+    assert [p["match_id"] for p in cache.puts] == ["12"]
+
+
+def test_pure_helpers() -> None:
+    settings = FeedSettings(cache_ttl_live_s=60, cache_ttl_final_s=999)
+    assert cache_ttl_s({"status": "2nd Innings"}, settings) == 60
+    for status in ("Finished", "Aban.", "Cancl.", "Postp."):
+        assert cache_ttl_s({"status": status}, settings) == 999
+    fixture = minimal_fixture(1, balls=2)
+    stripped = without_balls(fixture)
+    assert "balls" not in stripped and "balls" in fixture and stripped["runs"] is fixture["runs"]
