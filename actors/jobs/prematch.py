@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import time
 import uuid
 from collections import OrderedDict
@@ -63,6 +62,9 @@ from actors.jobs.reference_sync import LeagueDirectory, backoff_delay
 from actors.jobs.settings import PrematchSettings
 from daemon import metrics
 from daemon.apns.types import Push, PushResult
+from daemon.cricket.display import NEUTRAL, build_display
+from daemon.cricket.payloads import alert_payload, start_payload
+from daemon.cricket.snapshot import snapshot_from_fixture
 from daemon.logs import get_logger, short_token
 from daemon.store.dynamo import is_condition_failed
 
@@ -373,6 +375,14 @@ class CycleReport:
     push_to_start: int = 0
 
 
+@dataclass(frozen=True)
+class _Work:
+    user_id: str
+    decision: Decision
+    marker: Marker | None
+    team_id: str | None
+
+
 @dataclass
 class _Claim:
     match: DueMatch
@@ -380,6 +390,7 @@ class _Claim:
     stamp: int
     decision: Decision
     collapse_start: str
+    team_id: str | None = None
     device: Mapping[str, Any] | None = None
     alert_id: str | None = None
     start_id: str | None = None
@@ -479,7 +490,7 @@ class PrematchNotifier:
     async def _notify_match(
         self, match: DueMatch, followers: Sequence[Mapping[str, Any]], now: float, report: CycleReport
     ) -> None:
-        work: list[tuple[str, Decision, Marker | None]] = []
+        work: list[_Work] = []
         for follow in followers:
             user_id = follow.get("userId")
             if not isinstance(user_id, str) or not user_id:
@@ -491,7 +502,8 @@ class PrematchNotifier:
             elif decision is Decision.IN_FLIGHT:
                 report.in_flight += 1
             else:
-                work.append((user_id, decision, marker))
+                team_id = follow.get("teamId")
+                work.append(_Work(user_id, decision, marker, team_id if isinstance(team_id, str) else None))
         if not work:
             return
         teams = await self._team_info(match.fixture)
@@ -502,7 +514,7 @@ class PrematchNotifier:
     async def _notify_batch(
         self,
         match: DueMatch,
-        batch: Sequence[tuple[str, Decision, Marker | None]],
+        batch: Sequence[_Work],
         teams: Mapping[str, Mapping[str, Any]],
         now: float,
         report: CycleReport,
@@ -513,9 +525,9 @@ class PrematchNotifier:
         waiting: dict[str, _Claim] = {}
         limiter = trio.CapacityLimiter(self.settings.send_concurrency)
 
-        async def one(user_id: str, decision: Decision, marker: Marker | None) -> None:
+        async def one(work: _Work) -> None:
             async with limiter:
-                claim = await self._claim(match, user_id, decision, marker, now, report)
+                claim = await self._claim(match, work, now, report)
                 if claim is None:
                     return
                 claims.append(claim)
@@ -526,8 +538,8 @@ class PrematchNotifier:
 
         async with results_out:
             async with trio.open_nursery() as nursery:
-                for user_id, decision, marker in batch:
-                    nursery.start_soon(one, user_id, decision, marker)
+                for work in batch:
+                    nursery.start_soon(one, work)
             # Every push is with the sender now. Wait for the answers; a missing one is a failure, which
             # leaves the claim unconfirmed and the lease brings it back (same collapse id).
             with trio.move_on_after(self.settings.result_timeout_s):
@@ -542,15 +554,8 @@ class PrematchNotifier:
         for claim in claims:
             await self._settle(claim, report)
 
-    async def _claim(
-        self,
-        match: DueMatch,
-        user_id: str,
-        decision: Decision,
-        marker: Marker | None,
-        now: float,
-        report: CycleReport,
-    ) -> _Claim | None:
+    async def _claim(self, match: DueMatch, work: _Work, now: float, report: CycleReport) -> _Claim | None:
+        user_id, decision, marker = work.user_id, work.decision, work.marker
         if decision is Decision.NOTIFY:
             stamp = await self.marks.claim(
                 match.match_id,
@@ -577,7 +582,7 @@ class PrematchNotifier:
             metrics.PREMATCH_NOTIFICATIONS.labels("recovered").inc()
             log.info("prematch_resend_after_lease", match_id=match.match_id, user_id=user_id)
         device = await self._repos.devices.get_device_for_user(user_id)
-        return _Claim(match, user_id, stamp, decision, collapse_start, device=device)
+        return _Claim(match, user_id, stamp, decision, collapse_start, team_id=work.team_id, device=device)
 
     def _pushes(
         self,
@@ -602,7 +607,7 @@ class PrematchNotifier:
                 token=str(alert_token),
                 push_type="alert",
                 topic=self._topic,
-                payload=_alert_payload(
+                payload=alert_payload(
                     title,
                     body,
                     thread_id=f"match:{match.match_id}",
@@ -619,6 +624,17 @@ class PrematchNotifier:
         ]
         start_token = device.get("pushToStartToken")
         if claim.decision is Decision.NOTIFY and self.settings.push_to_start and start_token:
+            try:
+                payload = start_payload(
+                    _content_state(match, teams, claim.team_id),
+                    attributes_type=self.settings.attributes_type,
+                    attributes=_attributes(match, teams),
+                    timestamp=int(now),
+                    alert=(title, body),
+                )
+            except ValueError as exc:  # SnapshotError, PayloadTooLarge: the alert still goes
+                log.warning("prematch_push_to_start_skipped", match_id=match.match_id, error=str(exc))
+                return pushes
             claim.start_id = str(uuid.uuid4())
             claim.start_token = str(start_token)
             pushes.append(
@@ -626,13 +642,7 @@ class PrematchNotifier:
                     token=str(start_token),
                     push_type="liveactivity",
                     topic=self._topic,
-                    payload=_start_payload(
-                        _content_state(match, teams, title, body),
-                        attributes_type=self.settings.attributes_type,
-                        attributes=_attributes(match, teams),
-                        timestamp=int(now),
-                        alert=(title, body),
-                    ),
+                    payload=payload,
                     priority=10,
                     kind="start",
                     expiration=expiration,
@@ -753,55 +763,32 @@ def _attributes(match: DueMatch, teams: Mapping[str, Mapping[str, Any]]) -> dict
 
 
 def _content_state(
-    match: DueMatch, teams: Mapping[str, Mapping[str, Any]], title: str, body: str
+    match: DueMatch, teams: Mapping[str, Mapping[str, Any]], perspective: str | None
 ) -> dict[str, Any]:
-    """A pre-match content state: no score yet, only who plays and when."""
-    return {
-        "matchId": match.match_id,
-        "phase": "pre",
-        "status": str(match.fixture.get("status") or "NS"),
-        "title": title,
-        "subtitle": body,
-        "startTime": match.start_iso,
+    """The engine's pre-match content-state (every key the app decodes), for the follower's team if known.
+
+    Built from the fixture item as the SportMonks fixture it came from, so the Live Activity started now
+    shows exactly what the match actor's first update will refine."""
+    fx = match.fixture
+    raw: dict[str, Any] = {
+        "id": match.match_id,
+        "league_id": fx.get("leagueId"),
+        "status": fx.get("status") or "NS",
+        "localteam_id": fx.get("localteamId"),
+        "visitorteam_id": fx.get("visitorteamId"),
+        "starting_at": match.start_iso,
+        "type": fx.get("type"),
+        "round": fx.get("round"),
+        "note": fx.get("note"),
     }
-
-
-def _alert_payload(title: str, body: str, *, thread_id: str, data: dict[str, Any]) -> bytes:
-    try:
-        from daemon.cricket.payloads import alert_payload
-    except ImportError:  # the engine's payload builders are optional for this job
-        aps = {"alert": {"title": title, "body": body}, "sound": "default", "thread-id": thread_id}
-        return json.dumps({"aps": aps, **data}, separators=(",", ":")).encode()
-    return alert_payload(title, body, thread_id=thread_id, data=data)
-
-
-def _start_payload(
-    content_state: dict[str, Any],
-    *,
-    attributes_type: str,
-    attributes: dict[str, Any],
-    timestamp: int,
-    alert: tuple[str, str],
-) -> bytes:
-    try:
-        from daemon.cricket.payloads import start_payload
-    except ImportError:
-        aps = {
-            "timestamp": timestamp,
-            "event": "start",
-            "content-state": content_state,
-            "attributes-type": attributes_type,
-            "attributes": attributes,
-            "alert": {"title": alert[0], "body": alert[1]},
-        }
-        return json.dumps({"aps": aps}, separators=(",", ":")).encode()
-    return start_payload(
-        content_state,
-        attributes_type=attributes_type,
-        attributes=attributes,
-        timestamp=timestamp,
-        alert=alert,
+    for side, key in (("localteam", "localteamId"), ("visitorteam", "visitorteamId")):
+        team = teams.get(str(fx.get(key) or ""))
+        if team:
+            raw[side] = {"id": fx.get(key), "name": team.get("name"), "code": team.get("code")}
+    display = build_display(
+        snapshot_from_fixture(raw), event=None, event_type=None, result=None, alert_event=False
     )
+    return dict(display.get(perspective or NEUTRAL) or display[NEUTRAL])
 
 
 def _n(value: float) -> dict[str, str]:

@@ -1,0 +1,133 @@
+"""Test scaffolding for the prematch tests (tests only): seeding DynamoDB, a recording sender, and the device's
+view of what arrived.
+
+``RecordingSender`` has the ``ApnsSender`` interface the notifier uses (``await send(push)``, one
+``PushResult`` per push on ``push.reply_to``) and answers as APNs would for scripted tokens; it can hold
+answers back or block sends, which is how the tests stop a notifier "between sending and recording".
+
+``Device`` is what a phone shows: an alert with an ``apns-collapse-id`` replaces an earlier one with the
+same id instead of adding a second; a push-to-start always starts another Live Activity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from actors.jobs.convert import fixture_item
+from daemon.apns.types import Push, PushResult
+from tests.jobs.fake_sportmonks import make_fixture
+
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+MINUTE = 60.0
+TOPIC = "com.sightscreen.ios"
+
+
+def token(user: str, kind: str = "alert") -> str:
+    """A 64-hex-digit token per user and kind, as APNs tokens look."""
+    seed = f"{kind}:{user}".encode().hex()
+    return (seed * 4)[:64]
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def seed_reference(repos: Any) -> None:
+    await repos.leagues.put_league(
+        {"leagueId": "3", "name": "Twenty20 International", "code": "T20I", "active": True}
+    )
+    await repos.teams.batch_write_teams(
+        [
+            {"teamId": "1", "name": "Pakistan", "code": "PAK"},
+            {"teamId": "39", "name": "Sri Lanka", "code": "SL"},
+        ]
+    )
+
+
+async def put_fixture(repos: Any, match_id: int, start: float, **kwargs: Any) -> dict[str, Any]:
+    item = fixture_item(make_fixture(match_id, start, **kwargs), league_codes={"3": "T20I", "5": "BBL"})
+    await repos.fixtures.batch_write_fixtures([item])
+    return item
+
+
+async def follow(repos: Any, match_id: int, user: str, *, start: float, team_id: str | None = "1") -> None:
+    await repos.follows.follow_match(str(match_id), user, team_id, start + 48 * 3600)
+
+
+async def register(repos: Any, user: str, *, push_to_start: bool = True) -> None:
+    await repos.devices.register_device(
+        user, token(user), push_to_start_token=token(user, "start") if push_to_start else None
+    )
+
+
+@dataclass
+class RecordingSender:
+    """An ``ApnsSender`` stand-in: records every push and answers like APNs."""
+
+    pushes: list[Push] = field(default_factory=list)
+    rejected: dict[str, tuple[int, str]] = field(default_factory=dict)  # token -> (status, reason)
+    failing: set[str] = field(default_factory=set)  # tokens whose pushes end "failed" (retries exhausted)
+    answer: bool = True  # False: hold every answer back (the process dies before it reads them)
+    accept_sends: bool = True  # False: block in send() (the process dies before the push leaves)
+    sent_event: trio.Event = field(default_factory=trio.Event)
+    blocked_event: trio.Event = field(default_factory=trio.Event)
+
+    async def send(self, push: Push) -> None:
+        if not self.accept_sends:
+            self.blocked_event.set()
+            await trio.sleep_forever()
+        self.pushes.append(push)
+        self.sent_event.set()
+        if not self.answer or push.reply_to is None:
+            return
+        if push.token in self.rejected:
+            status, reason = self.rejected[push.token]
+            result = PushResult(push, "rejected", status, reason, push.apns_id, 1, 0.001)
+        elif push.token in self.failing:
+            result = PushResult(push, "failed", 503, "ServiceUnavailable", push.apns_id, 6, 0.001)
+        else:
+            result = PushResult(push, "accepted", 200, None, push.apns_id, 1, 0.001)
+        await push.reply_to.send(result)
+
+    def to(self, tok: str, kind: str | None = None) -> list[Push]:
+        return [p for p in self.pushes if p.token == tok and (kind is None or p.kind == kind)]
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One push as the device sees it (from a recording sender or the APNs test server's records)."""
+
+    token: str
+    push_type: str
+    collapse_id: str | None
+
+
+def delivered_from_pushes(pushes: Iterable[Push], *, dead: Sequence[str] = ()) -> list[Delivered]:
+    return [Delivered(p.token, p.push_type, p.collapse_id) for p in pushes if p.token not in dead]
+
+
+def alerts_shown(delivered: Iterable[Delivered], tok: str) -> int:
+    """Notifications on the device: same collapse id = one notification (the later replaces the earlier)."""
+    shown = 0
+    ids: set[str] = set()
+    for d in delivered:
+        if d.token != tok or d.push_type != "alert":
+            continue
+        if d.collapse_id is None:
+            shown += 1
+        elif d.collapse_id not in ids:
+            ids.add(d.collapse_id)
+            shown += 1
+    return shown
+
+
+def activities_started(delivered: Iterable[Delivered], tok: str) -> int:
+    return sum(1 for d in delivered if d.token == tok and d.push_type == "liveactivity")

@@ -1,0 +1,328 @@
+"""PrematchNotifier: the pure decision core, then whole cycles against moto's DynamoDB server.
+
+The legacy flow's six defects each have their own legacy-vs-ours test in ``test_prematch_defects.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from actors.janitor import TokenRef
+from actors.jobs.prematch import (
+    Decision,
+    Marker,
+    PrematchNotifier,
+    UnfollowedMemo,
+    collapse_id,
+    decide,
+    due_matches,
+    prematch_text,
+)
+from actors.jobs.settings import PrematchSettings
+from tests.jobs.prematch_world import (
+    MINUTE,
+    T0,
+    TOPIC,
+    Clock,
+    RecordingSender,
+    follow,
+    put_fixture,
+    register,
+    seed_reference,
+    token,
+)
+
+S = PrematchSettings()
+START = T0 + 20 * MINUTE
+
+
+def marker(**kw: Any) -> Marker:
+    base: dict[str, Any] = {
+        "start_iso": "2027-01-15T08:20:00Z",
+        "start_epoch": START,
+        "state": "sent",
+        "claimed_ms": int((T0 - 60) * 1000),
+        "expires_at": START + S.catch_up_s + S.marker_grace_s,
+    }
+    base.update(kw)
+    return Marker(**base)
+
+
+# --- pure core -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mark", "now", "expected"),
+    [
+        (None, T0, Decision.NOTIFY),
+        (marker(), T0, Decision.DONE),
+        (marker(start_epoch=START - S.restart_notify_threshold_s - 1), T0, Decision.NOTIFY),  # moved later
+        (marker(start_epoch=START + 10 * MINUTE), T0, Decision.DONE),  # moved, but within the threshold
+        (marker(expires_at=T0), T0, Decision.NOTIFY),  # an expired marker counts as absent
+        (marker(state="claimed", claimed_ms=int(T0 * 1000)), T0 + 1, Decision.IN_FLIGHT),
+        (marker(state="claimed", claimed_ms=int(T0 * 1000)), T0 + S.claim_lease_s, Decision.RESEND),
+        (marker(start_epoch=None), T0, Decision.NOTIFY),  # a bare prematchFor (data layer's own mark)
+    ],
+)
+def test_decide(mark: Marker | None, now: float, expected: Decision) -> None:
+    assert decide(mark, start_epoch=START, now=now, settings=S) is expected
+
+
+def test_marker_is_read_from_the_follow_item() -> None:
+    follow_item = {
+        "matchId": "7",
+        "userId": "u1",
+        "prematchFor": "2027-01-15T08:20:00Z",
+        "prematchStart": int(START),
+        "prematchState": "claimed",
+        "prematchClaimedMs": 1_799_999_940_000,
+        "prematchExpiresAt": int(START + 4200),
+    }
+    m = Marker.of(follow_item)
+    assert m == Marker("2027-01-15T08:20:00Z", START, "claimed", 1_799_999_940_000, START + 4200)
+    assert Marker.of({"matchId": "7", "userId": "u1"}) is None
+
+
+def test_due_matches_window_catch_up_terminal_and_per_league_window() -> None:
+    settings = PrematchSettings(window_s=1800, catch_up_s=600, window_s_by_league={"BBL": 3600})
+
+    def fx(mid: str, minutes: float, status: str = "NS", code: str = "T20I") -> dict[str, Any]:
+        from actors.jobs.convert import iso_utc
+
+        return {
+            "matchId": mid,
+            "startTime": iso_utc(T0 + minutes * MINUTE),
+            "status": status,
+            "leagueCode": code,
+        }
+
+    fixtures = [
+        fx("soon", 29),
+        fx("later", 31),
+        fx("bbl-later", 50, code="BBL"),
+        fx("just-started", -9, status="1st Innings"),
+        fx("long-started", -11, status="1st Innings"),
+        fx("abandoned", 5, status="Aban."),
+        fx("finished", -5, status="Finished"),
+        {"matchId": "broken", "startTime": "not a time", "status": "NS"},
+    ]
+    due = due_matches(fixtures, now=T0, settings=settings)
+    assert [d.match_id for d in due] == ["just-started", "soon", "bbl-later"]
+
+
+def test_collapse_id_is_deterministic_and_fits_apns_limit() -> None:
+    assert collapse_id("71344", "2027-01-15T08:20:00Z") == "prematch:71344:2027-01-15T08:20:00Z"
+    long = collapse_id("9" * 80, "2027-01-15T08:20:00Z")
+    assert len(long.encode()) <= 64 and long == collapse_id("9" * 80, "2027-01-15T08:20:00Z")
+
+
+def test_prematch_text() -> None:
+    fx = {"localteamId": "1", "visitorteamId": "39", "round": "1st T20I"}
+    teams = {"1": {"name": "Pakistan"}, "39": {"name": "Sri Lanka"}}
+    assert prematch_text(fx, teams, start_epoch=T0 + 1500, now=T0) == (
+        "Pakistan v Sri Lanka",
+        "1st T20I starts in 25 min",
+    )
+    assert prematch_text(fx, teams, start_epoch=T0 + 30, now=T0)[1] == "1st T20I is starting now"
+    assert prematch_text(fx, teams, start_epoch=T0 - 300, now=T0)[1] == "1st T20I started 5 min ago"
+    assert prematch_text(fx, {}, start_epoch=T0, now=T0)[0] == "Home v Away"
+
+
+def test_unfollowed_memo_is_bounded_and_forgets_after_the_window() -> None:
+    memo = UnfollowedMemo(max_size=2)
+    memo.remember("a", "s", forget_at=100)
+    memo.remember("b", "s", forget_at=100)
+    memo.remember("c", "s", forget_at=100)
+    assert len(memo) == 2 and not memo.knows("a", "s", now=0)  # oldest evicted
+    assert memo.knows("c", "s", now=99) and not memo.knows("c", "s", now=100)
+    assert not memo.knows("b", "other start", now=0)  # a rescheduled match is a new entry
+
+
+# --- whole cycles against DynamoDB ------------------------------------------------------------------------
+
+
+async def test_followers_get_one_alert_and_push_to_start_where_they_have_a_token(repos: Any) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    for user in ("u1", "u2", "u3"):
+        await follow(repos, 7, user, start=START, team_id="39" if user == "u1" else None)
+    await register(repos, "u1")
+    await register(repos, "u2", push_to_start=False)  # u3 has no device at all
+    sender = RecordingSender()
+    clock = Clock()
+    notifier = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=clock)
+
+    report = await notifier.run_cycle()
+
+    assert (report.matches_due, report.claimed, report.accepted, report.no_device, report.push_to_start) == (
+        1,
+        3,
+        2,
+        1,
+        1,
+    )
+    alert = sender.to(token("u1"), "alert")[0]
+    assert alert.push_type == "alert" and alert.topic == TOPIC and alert.priority == 10
+    assert alert.collapse_id == "prematch:7:2027-01-15T08:20:00Z"
+    assert alert.expiration == int(START + 600)  # no later than the catch-up window
+    assert alert.context == TokenRef("device", "7", user_id="u1", device_token=token("u1"))
+    body = json.loads(alert.payload)
+    assert body["aps"]["alert"] == {"title": "Pakistan v Sri Lanka", "body": "1st T20I starts in 20 min"}
+    assert body["matchId"] == "7" and body["type"] == "prematch"
+    start = sender.to(token("u1", "start"))[0]
+    assert start.push_type == "liveactivity" and start.kind == "start"
+    aps = json.loads(start.payload)["aps"]
+    assert aps["event"] == "start" and aps["attributes"]["matchId"] == "7"
+    assert aps["content-state"]["phase"] == "pre" and aps["content-state"]["perspective"] == "39"
+    assert aps["content-state"]["title"] == "SL v PAK"  # the follower's team first
+    assert sender.to(token("u2", "start")) == []
+    follows = {f["userId"]: f for f in await repos.follows.get_followers_for_match("7")}
+    assert {u: (f["prematchState"], f["prematchResult"]) for u, f in follows.items()} == {
+        "u1": ("sent", "accepted"),
+        "u2": ("sent", "accepted"),
+        "u3": ("sent", "no_device"),
+    }
+
+    clock.now += MINUTE
+    again = await notifier.run_cycle()
+    assert again.done == 3 and again.claimed == 0 and len(sender.pushes) == 3
+
+
+async def test_two_instances_at_once_notify_each_follower_exactly_once(repos: Any) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    users = [f"u{i}" for i in range(12)]
+    for user in users:
+        await follow(repos, 7, user, start=START)
+        await register(repos, user)
+    sender = RecordingSender()
+    a = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
+    b = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(a.run_cycle)
+        nursery.start_soon(b.run_cycle)
+    for user in users:
+        assert len(sender.to(token(user), "alert")) == 1
+        assert len(sender.to(token(user, "start"))) == 1
+    assert a.last_report is not None and b.last_report is not None
+    assert a.last_report.claimed + b.last_report.claimed == 12
+
+
+async def test_failed_alert_is_resent_after_the_lease_under_the_same_collapse_id_without_push_to_start(
+    repos: Any,
+) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    await follow(repos, 7, "u1", start=START)
+    await register(repos, "u1")
+    sender = RecordingSender(failing={token("u1")})
+    clock = Clock()
+    notifier = PrematchNotifier(repos, sender, PrematchSettings(claim_lease_s=120), topic=TOPIC, clock=clock)
+
+    assert (await notifier.run_cycle()).failed == 1
+    clock.now += MINUTE
+    assert (await notifier.run_cycle()).in_flight == 1  # the lease still runs: nobody resends yet
+    sender.failing.clear()
+    clock.now += MINUTE
+    report = await notifier.run_cycle()
+    assert report.recovered == 1 and report.accepted == 1
+    alerts = sender.to(token("u1"), "alert")
+    assert len(alerts) == 2 and {a.collapse_id for a in alerts} == {"prematch:7:2027-01-15T08:20:00Z"}
+    assert json.loads(alerts[1].payload)["aps"]["alert"]["body"] == "1st T20I starts in 18 min"
+    assert len(sender.to(token("u1", "start"))) == 1  # push-to-start went once, with the first claim
+
+
+async def test_small_start_time_moves_do_not_renotify_but_a_big_move_does(repos: Any) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    await follow(repos, 7, "u1", start=START)
+    await register(repos, "u1", push_to_start=False)
+    sender = RecordingSender()
+    clock = Clock()
+    notifier = PrematchNotifier(
+        repos, sender, PrematchSettings(restart_notify_threshold_s=900), topic=TOPIC, clock=clock
+    )
+    await notifier.run_cycle()
+
+    await put_fixture(repos, 7, START + 10 * MINUTE)  # a 10-minute delay: the same notification
+    clock.now += MINUTE
+    assert (await notifier.run_cycle()).done == 1
+
+    await put_fixture(repos, 7, START + 2 * 3600)  # pushed back two hours
+    clock.now = START + 2 * 3600 - 25 * MINUTE
+    report = await notifier.run_cycle()
+    assert report.claimed == 1
+    alerts = sender.to(token("u1"), "alert")
+    assert [a.collapse_id for a in alerts] == [
+        "prematch:7:2027-01-15T08:20:00Z",
+        "prematch:7:2027-01-15T10:20:00Z",
+    ]
+
+
+async def test_watches_only_the_configured_or_active_leagues(repos: Any) -> None:
+    await seed_reference(repos)
+    await repos.leagues.put_league(
+        {"leagueId": "5", "name": "Big Bash League", "code": "BBL", "active": False}
+    )
+    await put_fixture(repos, 7, START)
+    await put_fixture(repos, 8, START, league_id=5)
+    for mid in (7, 8):
+        await follow(repos, mid, "u1", start=START)
+    await register(repos, "u1", push_to_start=False)
+    sender = RecordingSender()
+    await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    assert [json.loads(p.payload)["matchId"] for p in sender.pushes] == ["7"]
+    sender2 = RecordingSender()
+    await PrematchNotifier(
+        repos, sender2, PrematchSettings(league_codes=["BBL"]), topic=TOPIC, clock=Clock()
+    ).run_cycle()
+    assert [json.loads(p.payload)["matchId"] for p in sender2.pushes] == ["8"]
+
+
+class FlakyFixtures:
+    """The fixtures repository, failing its first ``n`` GSI queries (a DynamoDB outage)."""
+
+    def __init__(self, real: Any, n: int) -> None:
+        self._real, self.n = real, n
+
+    async def get_matches_by_date_range(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        if self.n > 0:
+            self.n -= 1
+            raise RuntimeError("DynamoDB unavailable")
+        return await self._real.get_matches_by_date_range(*args, **kwargs)
+
+
+class ReposView:
+    def __init__(self, repos: Any, **override: Any) -> None:
+        self._repos, self._override = repos, override
+
+    def __getattr__(self, name: str) -> Any:
+        return self._override.get(name) or getattr(self._repos, name)
+
+
+async def test_actor_survives_failing_cycles_and_notifies_once_they_pass(repos: Any) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    await follow(repos, 7, "u1", start=START)
+    await register(repos, "u1", push_to_start=False)
+    sender = RecordingSender()
+    flaky = ReposView(repos, fixtures=FlakyFixtures(repos.fixtures, 3))
+    settings = PrematchSettings(interval_s=0.05, backoff_base_s=0.01, backoff_max_s=0.02)
+    notifier = PrematchNotifier(flaky, sender, settings, topic=TOPIC, clock=Clock())
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(notifier.run)
+            await sender.sent_event.wait()
+            while notifier.cycles < 2:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert len(sender.pushes) == 1 and notifier.failures == 0
+
+
+def test_settings_refuse_a_lease_shorter_than_the_result_wait() -> None:
+    with pytest.raises(ValueError, match="claim_lease_s"):
+        PrematchSettings(claim_lease_s=10, result_timeout_s=30)
