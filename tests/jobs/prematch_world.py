@@ -76,6 +76,7 @@ class RecordingSender:
     rejected: dict[str, tuple[int, str]] = field(default_factory=dict)  # token -> (status, reason)
     failing: set[str] = field(default_factory=set)  # tokens whose pushes end "failed" (retries exhausted)
     answer: bool = True  # False: hold every answer back (the process dies before it reads them)
+    hold_kinds: set[str] = field(default_factory=set)  # kinds ("alert", "start") whose answers are held back
     accept_sends: bool = True  # False: block in send() (the process dies before the push leaves)
     sent_event: trio.Event = field(default_factory=trio.Event)
     blocked_event: trio.Event = field(default_factory=trio.Event)
@@ -86,7 +87,7 @@ class RecordingSender:
             await trio.sleep_forever()
         self.pushes.append(push)
         self.sent_event.set()
-        if not self.answer or push.reply_to is None:
+        if not self.answer or push.kind in self.hold_kinds or push.reply_to is None:
             return
         if push.token in self.rejected:
             status, reason = self.rejected[push.token]
