@@ -205,6 +205,9 @@ class FeedActor:
                 await self._poll_loop()
             finally:
                 self._nursery = None
+                # Channels of subscriptions served by this run are closed now (their receivers saw
+                # end-of-channel); only subscriptions never served survive to a restarted run.
+                self._subs = {key: sub for key, sub in self._subs.items() if not sub.forwarding}
 
     def subscribe(self, match_id: str, *, marquee: bool) -> trio.MemoryReceiveChannel[FeedUpdate]:
         """Updates for one match; replaces (and closes) an earlier subscription to the same match."""

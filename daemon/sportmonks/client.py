@@ -214,7 +214,10 @@ class SportMonksClient:
     ) -> LiveScores:
         """Like ``livescores`` but one malformed fixture spoils only itself (the feed's per-match isolation)."""
         body, source = await self._call("/livescores", self._query(include=include), budget_wait_s=budget_wait_s)
-        return await self._decode(body, source, _split_livescores)
+        result: LiveScores = await self._decode(body, source, _split_livescores, "livescores")
+        if result.invalid:
+            self._count("livescores", "malformed")
+        return result
 
     async def fixture(
         self,
@@ -225,7 +228,7 @@ class SportMonksClient:
     ) -> dict[str, Any]:
         path = f"/fixtures/{_checked_id(fixture_id, 'fixture_id')}"
         body, source = await self._call(path, self._query(include=include), budget_wait_s=budget_wait_s)
-        return await self._decode(body, source, _single(models.FixtureEnvelope))
+        return await self._decode(body, source, _single(models.FixtureEnvelope), "fixtures")
 
     async def fixtures(
         self,
@@ -255,7 +258,7 @@ class SportMonksClient:
     ) -> dict[str, Any]:
         path = f"/seasons/{_checked_id(season_id, 'season_id')}"
         body, source = await self._call(path, self._query(include=include), budget_wait_s=budget_wait_s)
-        return await self._decode(body, source, _single(models.SeasonEnvelope))
+        return await self._decode(body, source, _single(models.SeasonEnvelope), "seasons")
 
     async def aclose(self) -> None:
         if self._owns_http:
@@ -306,7 +309,7 @@ class SportMonksClient:
         seen_pages: set[str] = set()
         for _ in range(self.settings.max_pages):
             body, source = await self._call(url_path, page_query, budget_wait_s=budget_wait_s)
-            page = await self._decode(body, source, _page(envelope))
+            page = await self._decode(body, source, _page(envelope), endpoint_of(path))
             items.extend(page.items)
             if not page.next_url:
                 return items
@@ -372,11 +375,11 @@ class SportMonksClient:
                 try:
                     with trio.fail_after(self.settings.timeout_s):
                         response = await self._http.get(url, params=params)
-                except (trio.TooSlowError, httpx.TransportError) as exc:
+                except (trio.TooSlowError, httpx.RequestError) as exc:
                     self.breaker.record_failure()
                     outcome_recorded = True
                     reason = "timed out" if isinstance(exc, trio.TooSlowError | httpx.TimeoutException) else (
-                        f"transport error {type(exc).__name__}"
+                        f"request error {type(exc).__name__}"
                     )
                     if last or self.breaker.state == "open":
                         self._count(endpoint, "error")
@@ -429,13 +432,16 @@ class SportMonksClient:
     def _backoff(self, attempt: int) -> float:
         return backoff_delay(attempt, base=self.settings.backoff_base_s, cap=self.settings.backoff_max_s, rng=self._rng)
 
-    async def _decode(self, body: bytes, source: str, check: Callable[[Any, str], Any]) -> Any:
+    async def _decode(self, body: bytes, source: str, check: Callable[[Any, str], Any], endpoint: str) -> Any:
         """JSON-decode, normalise and validate; big bodies go to a worker thread to keep the event loop free."""
-        if len(body) >= self.settings.offload_parse_bytes:
-            result = await trio.to_thread.run_sync(_decode_sync, body, source, check)
-        else:
-            result = _decode_sync(body, source, check)
-        return result
+        try:
+            if len(body) >= self.settings.offload_parse_bytes:
+                return await trio.to_thread.run_sync(_decode_sync, body, source, check)
+            return _decode_sync(body, source, check)
+        except MalformedPayload as exc:
+            self._count(endpoint, "malformed")
+            log.warning("sportmonks_malformed", source=source, error=str(exc))
+            raise
 
 
 # ------------------------------------------------------------------------------------------------ pure helpers

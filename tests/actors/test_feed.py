@@ -117,10 +117,10 @@ async def test_marquee_league_from_configuration(autojump_clock: trio.testing.Mo
         collector = Collector(nursery)
         collector.drain("11", feed.subscribe("11", marquee=False))
         await trio.sleep(20)
+        assert feed.stats()["subscribers"][0]["marquee"] is True
     # The first call learns the league; from then on balls at the marquee cadence.
     includes = [r.query["include"] for r in fake.calls("/livescores")]
     assert "balls" not in includes[0] and all("balls" in inc for inc in includes[1:])
-    assert feed.stats()["subscribers"][0]["marquee"] is True
     assert "balls" in collector.updates["11"][-1].fixture  # type: ignore[operator]
 
 

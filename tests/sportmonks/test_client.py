@@ -132,11 +132,13 @@ async def test_malformed_payload_names_the_field_path() -> None:
     bad["runs"][0]["score"] = "12"
     fake.live = [bad]
     before = counter("livescores", "ok")
+    client = make_client(fake)
     with pytest.raises(MalformedPayload) as info:
-        await make_client(fake).livescores()
+        await client.livescores()
     assert info.value.field_path == "data[0].runs[0].score"
     assert "data[0].runs[0].score: expected integer, got string '12'" in str(info.value)
     assert counter("livescores", "ok") == before + 1  # the HTTP call itself succeeded
+    assert client.calls["livescores"]["malformed"] == 1
 
 
 async def test_livescores_checked_isolates_a_malformed_fixture() -> None:
