@@ -360,6 +360,7 @@ class ApnsConnection:
         self.settings_received = False
         self.peak_in_flight = 0
         self.requests_sent = 0
+        self.answers_received = 0
         self.last_activity = 0.0
         self._ping_sent_at: float | None = None
 
@@ -571,6 +572,7 @@ class ApnsConnection:
                 stream = streams.pop(event.stream_id, None)
                 h2c.forget_stream(event.stream_id)
                 if stream is not None:
+                    self.answers_received += 1
                     outcomes.append(self._answered(stream))
             elif kind is h2.events.DataReceived:
                 h2c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)

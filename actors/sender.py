@@ -1,0 +1,727 @@
+"""The APNs sender actor: one per process, every push goes through it.
+
+Owns: the inbox of ``Push`` requests (bounded: a full inbox blocks producers), the priority queues (10 before
+5), the pool of HTTP/2 connections (TLS with ALPN h2, one reader and one writer task per connection), the
+provider-token cache, retries, the set of tokens APNs declared dead, and the one ``PushResult`` per push.
+Must not touch: DynamoDB or Live Activity sessions (the janitor gets the rejected results and acts on them),
+payload building, HTTP/2 framing details (``daemon.apns.connection``), Apple's answer table
+(``daemon.apns.rules``).
+
+Delivery contract:
+- every push gets exactly one ``PushResult`` on ``push.reply_to`` (when set);
+- a "rejected" result (the token is dead for the topic) also goes to the janitor, once per token; later
+  pushes to that token are rejected at once, without a request;
+- a push is never lost to GOAWAY, REFUSED_STREAM, a dropped connection or a deadline: it is re-sent
+  (possibly twice delivered, which the payloads make harmless: DESIGN.md "Idempotent delivery") until it is
+  answered or its retry budget is spent ("failed").
+
+Throughput: nothing here runs per push except a few dict/deque operations. Each connection's writer fills
+every free stream slot from the queues in one pass, and ships the whole batch in one TLS write; its reader
+settles a whole TLS read's worth of answers before yielding. There are no per-push tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import random
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import h2.exceptions
+import trio
+
+from daemon import metrics
+from daemon.apns.connection import Answered, ApnsConnection, Outcome, Unanswered
+from daemon.apns.rules import Action, backoff_delay, check_push, classify
+from daemon.apns.settings import ApnsSettings
+from daemon.apns.token import ProviderToken, ProviderTokenPolicy, ProviderTokens, load_signing_key
+from daemon.apns.types import ApnsConfigurationError, Push, PushResult
+from daemon.logs import get_logger, short_token
+
+log = get_logger("apns.sender")
+
+_READ_SIZE: Final = 1 << 18
+# Re-sending a push APNs never processed (REFUSED_STREAM, above GOAWAY's last stream) is free of side
+# effects, so it does not use the retry budget; this bound only stops a server that refuses forever.
+_MAX_REQUEUES: Final = 50
+_MAX_DEAD_TOKENS: Final = 1_000_000
+_LATENCY_SAMPLES: Final = 20_000
+
+
+@dataclass(slots=True, eq=False)
+class _Exchange:
+    """One push's journey through the sender, across attempts and connections."""
+
+    push: Push
+    enqueued_at: float
+    attempts: int = 0  # requests put on the wire
+    retries: int = 0  # transient failures consumed from the budget
+    requeues: int = 0  # re-sends of requests APNs never processed
+    provider_token_retried: bool = False
+    last_status: int | None = None
+    last_reason: str | None = None
+
+
+class _Wakeup:
+    """A level-triggered wake-up: ``set`` before ``wait`` is not lost, and ``wait`` re-arms it."""
+
+    __slots__ = ("_event", "_flag")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._flag = False
+
+    def set(self) -> None:
+        if not self._flag:
+            self._flag = True
+            self._event.set()
+
+    async def wait(self) -> None:
+        if not self._flag:
+            await self._event.wait()
+        self._flag = False
+        self._event = trio.Event()
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One pool position: its current connection (replaced on reconnect) and that connection's wake-up."""
+
+    index: int
+    conn: ApnsConnection | None = None
+    wake: _Wakeup = field(default_factory=_Wakeup)
+    token_switched_at: float | None = None
+    connected_at: float | None = None
+    recycle_reason: str | None = None
+
+
+class _ConnectionFailed(Exception):
+    """This connection cannot go on (transport error, protocol error, ping timeout, ALPN refused)."""
+
+
+class ApnsSender:
+    """The actor. ``run`` it in a nursery (``await nursery.start(sender.run)``); producers use ``inbox()``."""
+
+    def __init__(
+        self,
+        settings: ApnsSettings,
+        *,
+        janitor: trio.MemorySendChannel[PushResult] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        parts = urlsplit(settings.url)
+        if parts.scheme != "https" or not parts.hostname:
+            raise ValueError(f"apns.url: expected https://HOST[:PORT], got {settings.url!r}")
+        self._host = parts.hostname
+        self._port = parts.port or 443
+        self._authority = self._host if self._port == 443 else f"{self._host}:{self._port}"
+        key = load_signing_key(settings.signing_key_pem())
+        policy = ProviderTokenPolicy(refresh_after_s=settings.token_refresh_s)
+        self._tokens = ProviderTokens(key, team_id=settings.team_id, key_id=settings.key_id, policy=policy, clock=clock)
+        self._clock = clock
+        self._ssl_context = ssl_context or self._default_ssl_context(settings)
+        self._janitor = janitor
+        self._rng = rng or random.Random()
+        self._inbox_send, self._inbox_recv = trio.open_memory_channel[Push](settings.inbox_size)
+        self._high: deque[_Exchange] = deque()
+        self._low: deque[_Exchange] = deque()
+        self._queue_cap = settings.inbox_size
+        self._room = _Wakeup()
+        self._retry_heap: list[tuple[float, int, _Exchange]] = []
+        self._retry_seq = itertools.count()
+        self._retry_wake = _Wakeup()
+        self._slots = [_Slot(i) for i in range(settings.connections)]
+        self._dead: dict[str, str] = {}
+        self._undelivered: deque[tuple[trio.MemorySendChannel[PushResult], PushResult]] = deque()
+        self._delivery_wake = _Wakeup()
+        self._idle_wake = _Wakeup()
+        self._outstanding = 0  # pushes taken from the inbox and not yet settled
+        self._draining = False
+        self._stopped = False
+        self._fatal: ApnsConfigurationError | None = None
+        self._cancel_scope: trio.CancelScope | None = None
+        self._counts: dict[str, int] = {"accepted": 0, "rejected": 0, "failed": 0}
+        self._latencies: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
+        self._retries_total = 0
+        self._requeues_total = 0
+        self._connects = 0
+        self._pushes_metric = {
+            (kind, outcome): metrics.PUSHES.labels(kind=kind, outcome=outcome)
+            for kind in ("start", "update", "end", "alert")
+            for outcome in ("accepted", "rejected", "failed")
+        }
+
+    @staticmethod
+    def _default_ssl_context(settings: ApnsSettings) -> ssl.SSLContext:
+        ctx = ssl.create_default_context()
+        if settings.ca_file:
+            try:
+                ctx.load_verify_locations(cafile=settings.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"apns.ca_file: cannot load {settings.ca_file}: {exc}") from exc
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.set_alpn_protocols(["h2"])
+        return ctx
+
+    # -- the public interface -----------------------------------------------------------------------------
+    def inbox(self) -> trio.MemorySendChannel[Push]:
+        """A handle on the inbox for one producer (close it when done; the sender stops on its own terms)."""
+        return self._inbox_send.clone()
+
+    async def send(self, push: Push) -> None:
+        """Enqueue ``push``; blocks while the inbox is full (backpressure)."""
+        await self._inbox_send.send(push)
+
+    async def send_and_wait(self, push: Push) -> PushResult:
+        reply_send, reply_recv = trio.open_memory_channel[PushResult](1)
+        await self.send(dataclasses.replace(push, reply_to=reply_send))
+        async with reply_recv:
+            return await reply_recv.receive()
+
+    @property
+    def connected(self) -> bool:
+        return any(slot.conn is not None and slot.conn.state == "open" for slot in self._slots)
+
+    def stats(self) -> dict[str, Any]:
+        samples = sorted(self._latencies)
+
+        def pct(p: float) -> float | None:
+            if not samples:
+                return None
+            return round(samples[min(len(samples) - 1, int(p * len(samples)))] * 1000, 3)
+
+        conns = [slot.conn for slot in self._slots if slot.conn is not None]
+        return {
+            "connections": sum(1 for c in conns if c.state == "open"),
+            "connection_states": [c.state for c in conns],
+            "streams_in_flight": sum(c.in_flight for c in conns),
+            "max_concurrent_streams": [c.max_concurrent for c in conns],
+            "queued": {"high": len(self._high), "low": len(self._low), "retry": len(self._retry_heap)},
+            "inbox": self._inbox_recv.statistics().current_buffer_used,
+            "pushes": dict(self._counts),
+            "retries": self._retries_total,
+            "requeues": self._requeues_total,
+            "dead_tokens": len(self._dead),
+            "connects": self._connects,
+            "provider_tokens_minted": self._tokens.minted,
+            "latency_ms": {"p50": pct(0.50), "p99": pct(0.99)},
+        }
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop taking new pushes; finish what was taken within ``grace_s``; fail the rest; then stop ``run``."""
+        self._draining = True
+        # Take what producers already handed over, then close the inbox: later sends raise
+        # BrokenResourceError at the producer instead of waiting in a queue nobody reads.
+        while True:
+            try:
+                push = self._inbox_recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            self._accept(push)
+        self._inbox_recv.close()
+        self._wake_writers()
+        with trio.move_on_after(grace_s):
+            while self._outstanding > 0:
+                await self._idle_wake.wait()
+        self._stop("ShuttingDown")
+
+    # -- the actor ----------------------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled or drained. Raises ``ApnsConfigurationError`` when APNs refuses our credentials."""
+        log.info("apns_sender_starting", url=self.settings.url, connections=len(self._slots))
+        try:
+            with trio.CancelScope() as scope:
+                self._cancel_scope = scope
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._intake)
+                    nursery.start_soon(self._retry_loop)
+                    nursery.start_soon(self._delivery_loop)
+                    for slot in self._slots:
+                        nursery.start_soon(self._connection_loop, slot)
+                    # Connections come up in the background: an unreachable APNs must not block start-up.
+                    task_status.started()
+        finally:
+            self._stopped = True
+            reason = self._fatal.reason if self._fatal is not None else "ShuttingDown"
+            self._fail_everything(reason)
+            self._inbox_recv.close()
+            metrics.APNS_CONNECTIONS.set(0)
+            metrics.APNS_STREAMS.set(0)
+            log.info("apns_sender_stopped", **self._counts)
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _stop(self, reason: str) -> None:
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    # -- intake and queues --------------------------------------------------------------------------------
+    async def _intake(self) -> None:
+        recv = self._inbox_recv
+        while True:
+            # Backpressure: take from the inbox only while the internal queues have room, so a slow APNs
+            # fills the inbox and producers block on it.
+            while len(self._high) + len(self._low) >= self._queue_cap:
+                await self._room.wait()
+            try:
+                push = await recv.receive()
+            except (trio.EndOfChannel, trio.ClosedResourceError):
+                return  # drained (or every producer is gone)
+            self._accept(push)
+            # Take whatever else is already waiting without yielding per push.
+            while len(self._high) + len(self._low) < self._queue_cap:
+                try:
+                    push = recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                self._accept(push)
+            self._wake_writers()
+
+    def _accept(self, push: Push) -> None:
+        now = trio.current_time()
+        exchange = _Exchange(push, now)
+        self._outstanding += 1
+        dead_reason = self._dead.get(push.token)
+        if dead_reason is not None:
+            self._settle(exchange, "rejected", None, dead_reason, None, report_dead=False)
+            return
+        problem = check_push(push)
+        if problem is not None:
+            log.error("apns_push_invalid", reason=problem, kind=push.kind, token=short_token(push.token),
+                      payload_bytes=len(push.payload), note="bug in the push's producer: not sent")
+            self._settle(exchange, "failed", None, problem, None)
+            return
+        (self._high if push.priority == 10 else self._low).append(exchange)
+
+    def _requeue_front(self, exchange: _Exchange) -> None:
+        (self._high if exchange.push.priority == 10 else self._low).appendleft(exchange)
+
+    def _next_exchange(self) -> _Exchange | None:
+        if self._high:
+            return self._high.popleft()
+        if self._low:
+            return self._low.popleft()
+        return None
+
+    def _wake_writers(self) -> None:
+        for slot in self._slots:
+            conn = slot.conn
+            if conn is not None and conn.can_send():
+                slot.wake.set()
+
+    async def _retry_loop(self) -> None:
+        heap = self._retry_heap
+        while True:
+            if heap:
+                with trio.move_on_at(heap[0][0]):
+                    await self._retry_wake.wait()
+            else:
+                await self._retry_wake.wait()
+            now = trio.current_time()
+            moved = False
+            while heap and heap[0][0] <= now:
+                _, _, exchange = heapq.heappop(heap)
+                self._requeue_front(exchange)
+                moved = True
+            if moved:
+                self._wake_writers()
+
+    def _schedule_retry(self, exchange: _Exchange, delay: float) -> None:
+        if delay <= 0:
+            self._requeue_front(exchange)
+            self._wake_writers()
+            return
+        heapq.heappush(self._retry_heap, (trio.current_time() + delay, next(self._retry_seq), exchange))
+        self._retry_wake.set()
+
+    # -- results ------------------------------------------------------------------------------------------
+    def _settle(
+        self,
+        exchange: _Exchange,
+        outcome: str,
+        status: int | None,
+        reason: str | None,
+        apns_id: str | None,
+        *,
+        report_dead: bool = False,
+    ) -> None:
+        """Give ``exchange`` its one result."""
+        push = exchange.push
+        latency = trio.current_time() - exchange.enqueued_at
+        result = PushResult(push, outcome, status, reason, apns_id, exchange.attempts, latency)
+        self._counts[outcome] += 1
+        self._latencies.append(latency)
+        counter = self._pushes_metric.get((push.kind, outcome))
+        if counter is None:
+            counter = metrics.PUSHES.labels(kind=push.kind, outcome=outcome)
+        counter.inc()
+        metrics.PUSH_LATENCY.observe(latency)
+        if push.reply_to is not None:
+            self._deliver(push.reply_to, result)
+        if report_dead and self._janitor is not None:
+            self._deliver(self._janitor, result)
+        self._outstanding -= 1
+        if self._outstanding == 0:
+            self._idle_wake.set()
+
+    def _deliver(self, channel: trio.MemorySendChannel[PushResult], result: PushResult) -> None:
+        if self._undelivered:
+            self._undelivered.append((channel, result))  # keep order behind earlier blocked results
+            return
+        try:
+            channel.send_nowait(result)
+        except trio.WouldBlock:
+            # A slow consumer must not stall a connection's reader: park the result for the delivery task.
+            self._undelivered.append((channel, result))
+            self._delivery_wake.set()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            log.warning("apns_result_undeliverable", token=short_token(result.push.token), outcome=result.outcome)
+
+    async def _delivery_loop(self) -> None:
+        while True:
+            while not self._undelivered:
+                await self._delivery_wake.wait()
+            channel, result = self._undelivered[0]
+            try:
+                await channel.send(result)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                log.warning("apns_result_undeliverable", token=short_token(result.push.token), outcome=result.outcome)
+            self._undelivered.popleft()
+
+    def _mark_dead(self, exchange: _Exchange, status: int, reason: str, apns_id: str | None) -> None:
+        token = exchange.push.token
+        first = token not in self._dead
+        if first:
+            if len(self._dead) >= _MAX_DEAD_TOKENS:
+                self._dead.pop(next(iter(self._dead)))
+            self._dead[token] = reason
+            metrics.DEAD_TOKENS.labels(reason=reason).inc()
+            log.info("apns_token_dead", token=short_token(token), reason=reason, status=status)
+        self._settle(exchange, "rejected", status, reason, apns_id, report_dead=first)
+
+    def _fail_everything(self, reason: str) -> None:
+        """Stopping: every push not yet answered gets its "failed" result now."""
+        leftovers: list[_Exchange] = [*self._high, *self._low, *(e for _, _, e in self._retry_heap)]
+        self._high.clear()
+        self._low.clear()
+        self._retry_heap.clear()
+        for slot in self._slots:
+            if slot.conn is not None:
+                leftovers.extend(o.exchange for o in slot.conn.connection_lost())
+        while True:
+            try:
+                push = self._inbox_recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            self._outstanding += 1
+            leftovers.append(_Exchange(push, trio.current_time()))
+        for exchange in leftovers:
+            self._settle(exchange, "failed", exchange.last_status, reason, None)
+        # Results parked for slow consumers: last chance, without blocking.
+        while self._undelivered:
+            channel, result = self._undelivered.popleft()
+            try:
+                channel.send_nowait(result)
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                log.warning("apns_result_dropped_at_stop", token=short_token(result.push.token))
+
+    # -- outcomes -----------------------------------------------------------------------------------------
+    def _handle(self, slot: _Slot, outcome: Outcome) -> None:
+        exchange: _Exchange = outcome.exchange
+        if type(outcome) is Answered:
+            if outcome.status == 200:  # the hot path
+                self._settle(exchange, "accepted", 200, None, outcome.apns_id)
+                return
+            self._handle_error(slot, exchange, outcome)
+            return
+        assert isinstance(outcome, Unanswered)
+        if not outcome.processed:
+            exchange.requeues += 1
+            self._requeues_total += 1
+            if exchange.requeues > _MAX_REQUEUES:
+                self._settle(exchange, "failed", None, "Unprocessed", None)
+            else:
+                self._schedule_retry(exchange, 0.0)
+            return
+        self._retry(exchange, outcome.cause.capitalize() if outcome.cause != "timeout" else "Timeout", None, 0.0)
+
+    def _retry(self, exchange: _Exchange, reason: str, status: int | None, delay: float) -> None:
+        exchange.last_status, exchange.last_reason = status, reason
+        if exchange.retries >= self.settings.max_retries:
+            self._settle(exchange, "failed", status, reason, None)
+            return
+        exchange.retries += 1
+        self._retries_total += 1
+        self._schedule_retry(exchange, delay)
+
+    def _backoff(self, exchange: _Exchange) -> float:
+        return backoff_delay(
+            exchange.retries + 1,
+            base_s=self.settings.retry_backoff_s,
+            cap_s=self.settings.retry_backoff_max_s,
+            rng=self._rng,
+        )
+
+    def _handle_error(self, slot: _Slot, exchange: _Exchange, answer: Answered) -> None:
+        verdict = classify(answer.status, answer.reason)
+        reason = verdict.reason or f"HTTP{answer.status}"
+        action = verdict.action
+        push = exchange.push
+        if action is Action.DEAD_TOKEN:
+            self._mark_dead(exchange, answer.status, reason, answer.apns_id)
+        elif action is Action.RETRY:
+            self._retry(exchange, reason, answer.status, self._backoff(exchange))
+        elif action is Action.RETRY_NEW_CONNECTION:
+            self._recycle(slot, reason)
+            self._retry(exchange, reason, answer.status, self._backoff(exchange))
+        elif action is Action.REFRESH_PROVIDER_TOKEN:
+            conn = slot.conn
+            if conn is not None and conn.token is not None:
+                self._tokens.invalidate(conn.token)
+            # Pushy found a connection wedged after ExpiredProviderToken: a fresh connection adopts the
+            # fresh token without counting as a token switch.
+            self._recycle(slot, reason)
+            if exchange.provider_token_retried:
+                self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
+            else:
+                exchange.provider_token_retried = True
+                self._schedule_retry(exchange, 0.0)
+        elif action is Action.CONFIGURATION:
+            self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
+            self._configuration_error(reason, answer.status)
+        elif action is Action.PAYLOAD_BUG:
+            log.error("apns_payload_too_large", kind=push.kind, push_type=push.push_type,
+                      payload_bytes=len(push.payload), token=short_token(push.token),
+                      note="bug in the payload builder: APNs refused the body size")
+            self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
+        else:
+            log.error("apns_request_rejected_as_malformed", status=answer.status, reason=reason, kind=push.kind,
+                      push_type=push.push_type, token=short_token(push.token), note="bug in our request")
+            self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
+
+    def _configuration_error(self, reason: str, status: int | None, detail: str = "") -> None:
+        if self._fatal is None:
+            hint = {
+                "InvalidProviderToken": "check apns.team_id, apns.key_id and the .p8 key",
+                "BadEnvironmentKeyIdInToken": "the key belongs to the other APNs environment (apns.url)",
+                "BadEnvironmentKeyInToken": "the key belongs to the other APNs environment (apns.url)",
+                "TopicDisallowed": "the key may not push to apns.topic",
+                "BadTopic": "apns.topic is not a valid bundle id",
+                "Forbidden": "APNs forbids this action for the key",
+            }.get(reason, "")
+            self._fatal = ApnsConfigurationError(reason, status, detail or hint)
+            log.error("apns_configuration_error", reason=reason, status=status, detail=detail or hint)
+        self._stop(reason)
+
+    def _recycle(self, slot: _Slot, reason: str) -> None:
+        conn = slot.conn
+        if conn is not None and conn.state in ("connecting", "open"):
+            log.info("apns_connection_recycle", slot=slot.index, reason=reason)
+            slot.recycle_reason = reason
+            conn.start_draining()
+            slot.wake.set()
+
+    # -- connections --------------------------------------------------------------------------------------
+    async def _connection_loop(self, slot: _Slot) -> None:
+        settings = self.settings
+        failures = 0
+        while True:
+            healthy = False
+            try:
+                healthy = await self._run_connection(slot)
+            except (_ConnectionFailed, OSError, ssl.SSLError, trio.BrokenResourceError, trio.TooSlowError,
+                    h2.exceptions.H2Error) as exc:
+                log.warning("apns_connection_failed", slot=slot.index, error=f"{type(exc).__name__}: {exc}",
+                            failures=failures + 1)
+            failures = 0 if healthy else failures + 1
+            if failures:
+                ceiling = min(settings.reconnect_backoff_max_s, settings.reconnect_backoff_s * 2 ** (failures - 1))
+                await trio.sleep(ceiling * (0.5 + 0.5 * self._rng.random()))
+
+    async def _open_stream(self) -> trio.SSLStream[trio.SocketStream]:
+        tcp = await trio.open_tcp_stream(self._host, self._port)
+        tls = trio.SSLStream(tcp, self._ssl_context, server_hostname=self._host, https_compatible=True)
+        try:
+            await tls.do_handshake()
+            if tls.selected_alpn_protocol() != "h2":
+                raise _ConnectionFailed(f"server did not agree to HTTP/2 (ALPN {tls.selected_alpn_protocol()!r})")
+        except BaseException:
+            await trio.aclose_forcefully(tls)
+            raise
+        return tls
+
+    async def _run_connection(self, slot: _Slot) -> bool:
+        """Connect, serve until the connection ends; returns True if it carried traffic (healthy)."""
+        settings = self.settings
+        with trio.fail_after(settings.connect_timeout_s):
+            stream = await self._open_stream()
+        conn = ApnsConnection(
+            self._authority,
+            request_timeout_s=settings.request_timeout_s,
+            local_stream_cap=settings.max_streams_per_connection,
+        )
+        now = trio.current_time()
+        conn.initiate(now)
+        choice = self._tokens.for_connection(None, None)
+        conn.use_token(choice.token)
+        slot.token_switched_at = self._tokens_clock()
+        slot.conn = conn
+        slot.recycle_reason = None
+        slot.connected_at = now
+        self._connects += 1
+        counted = False
+        failure: BaseException | None = None
+        try:
+            await stream.send_all(conn.data_to_send())
+            async with trio.open_nursery() as nursery:
+                settings_seen = trio.Event()
+                nursery.start_soon(self._reader, slot, conn, stream, settings_seen, nursery.cancel_scope)
+                # Errors are caught here, not outside the nursery, so they do not arrive wrapped in an
+                # ExceptionGroup; anything else is a bug and may take the actor down.
+                try:
+                    with trio.fail_after(settings.connect_timeout_s):
+                        await settings_seen.wait()
+                    metrics.APNS_CONNECTIONS.inc()
+                    counted = True
+                    log.info("apns_connection_open", slot=slot.index, max_streams=conn.max_concurrent)
+                    await self._writer(slot, conn, stream)
+                except (_ConnectionFailed, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
+                        OSError, h2.exceptions.H2Error) as exc:
+                    failure = exc
+                nursery.cancel_scope.cancel()
+        finally:
+            if counted:
+                metrics.APNS_CONNECTIONS.dec()
+            orphans = conn.connection_lost()
+            slot.conn = None
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+            if not self._stopped:
+                for orphan in orphans:
+                    self._handle(slot, orphan)
+                self._update_stream_gauge()
+            if conn.goaway is not None:
+                log.info("apns_connection_goaway", slot=slot.index, reason=conn.goaway.reason,
+                         error_code=conn.goaway.error_code, last_stream_id=conn.goaway.last_stream_id)
+        if failure is not None:
+            if conn.answers_received == 0:
+                raise failure
+            log.warning("apns_connection_broken", slot=slot.index, error=f"{type(failure).__name__}: {failure}")
+        # Healthy: APNs answered at least once. A server that drops us before any answer counts as a
+        # failure, so reconnects back off instead of hammering it (apns.md §1.6).
+        return conn.answers_received > 0
+
+    def _tokens_clock(self) -> float:
+        return self._clock()
+
+    async def _reader(
+        self,
+        slot: _Slot,
+        conn: ApnsConnection,
+        stream: trio.SSLStream[trio.SocketStream],
+        settings_seen: trio.Event,
+        scope: trio.CancelScope,
+    ) -> None:
+        handle = self._handle
+        try:
+            while True:
+                try:
+                    data = await stream.receive_some(_READ_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as exc:
+                    log.info("apns_connection_lost", slot=slot.index, error=type(exc).__name__)
+                    return
+                if not data:
+                    log.info("apns_connection_eof", slot=slot.index, in_flight=conn.in_flight)
+                    return
+                try:
+                    outcomes = conn.receive_data(data, trio.current_time())
+                except h2.exceptions.ProtocolError as exc:
+                    log.warning("apns_protocol_error", slot=slot.index, error=str(exc))
+                    return
+                if conn.settings_received and not settings_seen.is_set():
+                    settings_seen.set()
+                for outcome in outcomes:
+                    handle(slot, outcome)
+                goaway = conn.goaway
+                if goaway is not None and goaway.reason is not None and self._fatal is None:
+                    verdict = classify(403, goaway.reason)
+                    if verdict.action is Action.CONFIGURATION:
+                        self._configuration_error(goaway.reason, None, "from GOAWAY")
+                slot.wake.set()  # acks, window updates and freed stream slots: the writer has work
+                if conn.state == "closed":
+                    return
+        finally:
+            scope.cancel()
+
+    async def _writer(self, slot: _Slot, conn: ApnsConnection, stream: trio.SSLStream[trio.SocketStream]) -> None:
+        settings = self.settings
+        wake = slot.wake
+        dead = self._dead
+        while True:
+            if conn.state == "closed":
+                return
+            self._maybe_switch_token(slot, conn)
+            now = trio.current_time()
+            if conn.can_send() and (self._high or self._low):
+                sent = 0
+                while conn.can_send():
+                    exchange = self._next_exchange()
+                    if exchange is None:
+                        break
+                    push = exchange.push
+                    dead_reason = dead.get(push.token)
+                    if dead_reason is not None:  # died while this push waited in the queue
+                        self._settle(exchange, "rejected", None, dead_reason, None)
+                        continue
+                    exchange.attempts += 1
+                    conn.send(push, exchange, now)
+                    sent += 1
+                if sent:
+                    self._room.set()
+                    self._update_stream_gauge()
+            if conn.ping_due(now, settings.ping_idle_s):
+                conn.send_ping(now)
+            data = conn.data_to_send()
+            if data:
+                await stream.send_all(data)
+                continue
+            # Nothing to write: sleep until woken, the next request deadline or the ping schedule.
+            deadline = conn.next_deadline()
+            ping_at = (
+                conn._ping_sent_at + settings.ping_timeout_s
+                if conn._ping_sent_at is not None
+                else conn.last_activity + settings.ping_idle_s
+            )
+            if conn.state != "open" and conn._ping_sent_at is None:
+                ping_at = float("inf")  # draining: no new pings, only deadlines
+            wake_at = ping_at if deadline is None else min(deadline, ping_at)
+            with trio.move_on_at(wake_at):
+                await wake.wait()
+            now = trio.current_time()
+            for outcome in conn.expire(now):
+                log.info("apns_request_timeout", slot=slot.index, token=short_token(outcome.exchange.push.token))
+                self._handle(slot, outcome)
+            if conn.ping_overdue(now, settings.ping_timeout_s):
+                raise _ConnectionFailed("PING unanswered: connection presumed dead")
+
+    def _maybe_switch_token(self, slot: _Slot, conn: ApnsConnection) -> None:
+        held: ProviderToken | None = conn.token
+        choice = self._tokens.for_connection(held, slot.token_switched_at)
+        if choice.recycle:
+            self._recycle(slot, "ProviderTokenAging")
+        elif choice.switched:
+            conn.use_token(choice.token)
+            slot.token_switched_at = self._tokens_clock()
+
+    def _update_stream_gauge(self) -> None:
+        metrics.APNS_STREAMS.set(sum(s.conn.in_flight for s in self._slots if s.conn is not None))
