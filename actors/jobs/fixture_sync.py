@@ -134,7 +134,7 @@ class FixtureSyncJob:
         self._fixtures = repos.fixtures
         self.settings = settings or FixtureSyncSettings()
         # The feed already polls /livescores; the daemon may hand in its cached view to save calls.
-        self._livescores = livescores or (lambda: client.livescores(include=()))
+        self._livescores = livescores or (lambda: client.livescores(include=tuple(self.settings.include)))
         self._clock = clock
         self.leagues = leagues or LeagueDirectory(repos.leagues, max_age_s=600.0)
         self._hashes: OrderedDict[str, str] = OrderedDict()

@@ -250,3 +250,34 @@ async def test_actor_survives_a_sportmonks_outage_and_syncs_once_it_ends(
         "sightscreen_job_cycles_total", {"job": "fixture_sync_near", "outcome": "error"}
     )
     assert errors and errors >= 3
+
+
+async def test_syncs_from_the_project_replay_server_like_from_sportmonks(repos: Any) -> None:
+    """The demo and end-to-end runs point the daemon at the replay server: the job must work against it."""
+    from datetime import UTC, datetime, timedelta
+
+    from daemon.replay.server import ReplayServer
+    from daemon.replay.synth import synthesise
+    from daemon.sportmonks.client import SportMonksClient
+    from daemon.sportmonks.settings import SportMonksSettings
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    tapes = [
+        synthesise("T20", i, fixture_id=str(900 + i), starting_at=now + timedelta(hours=i)) for i in range(3)
+    ]
+    server = ReplayServer(tapes, page_size=2)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        client = SportMonksClient(
+            SportMonksSettings(base_url=f"http://127.0.0.1:{port}/api/v2.0", api_token="t", max_retries=0)
+        )
+        try:
+            job = FixtureSyncJob(client, repos, FixtureSyncSettings(), clock=lambda: now.timestamp())
+            report = await job.sync_near_window()
+        finally:
+            await client.aclose()
+            server.stop()
+    assert report.created == 3 and report.invalid == 0
+    items = await stored(repos, ["900", "901", "902"])
+    assert {it["leagueCode"] for it in items.values()} == {"SRL"}
+    assert server.requests_served["fixtures"] == 2  # two pages of two
