@@ -81,6 +81,9 @@ class DisplayStateCacheRepository(Repository):
         )
 
 
+DEFAULT_FIXTURE_CACHE_TTL_S = 3600.0
+"""TTL of a cached fixture when the caller gives none (the Feed passes shorter ones for live matches)."""
+
 TtlPolicy = float | Callable[[Mapping[str, Any]], float]
 
 
@@ -136,22 +139,39 @@ class FixtureCacheRepository(Repository):
         await self._put(self._item(match_id, raw_fixture, league_id, starting_at, ttl_s, self._now(now)))
 
     async def batch_put_fixtures(
-        self, raw_fixtures: Iterable[Mapping[str, Any]], *, ttl_s: TtlPolicy, now: float | None = None
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        ttl_s: TtlPolicy = DEFAULT_FIXTURE_CACHE_TTL_S,
+        now: float | None = None,
     ) -> int:
-        """Cache raw SportMonks fixtures (BatchWriteItem in 25s, unprocessed retried). Keys come from each
-        fixture's ``id``, ``league_id`` and ``starting_at``; ``ttl_s`` is seconds or a function of the
-        fixture (live matches get shorter TTLs). Returns how many were written."""
+        """Cache many fixtures (BatchWriteItem in 25s, unprocessed retried); returns how many were written.
+
+        Each item is either a raw SportMonks fixture (keys from its ``id``, ``league_id``, ``starting_at``)
+        or an envelope ``{"matchId", "rawFixture", "leagueId"?, "startingAt"?, "ttl_s"?}``. ``ttl_s`` is
+        seconds or a function of the raw fixture (live matches get shorter TTLs); an envelope's own
+        ``ttl_s`` wins."""
         t = self._now(now)
-        items = []
-        for i, raw in enumerate(raw_fixtures):
-            fixture_id = raw.get("id")
-            if fixture_id is None or isinstance(fixture_id, bool) or str(fixture_id) == "":
-                raise ValueError(f"raw_fixtures[{i}].id: missing; every SportMonks fixture has an id")
-            ttl = ttl_s(raw) if callable(ttl_s) else ttl_s
-            league = raw.get("league_id")
-            items.append(
+        out = []
+        for i, item in enumerate(items):
+            if "rawFixture" in item:
+                raw = item["rawFixture"]
+                match_id, league, starting = item.get("matchId"), item.get("leagueId"), item.get("startingAt")
+                where = f"items[{i}].matchId"
+            else:
+                raw = item
+                match_id, league, starting = item.get("id"), item.get("league_id"), item.get("starting_at")
+                where = f"items[{i}].id"
+            if match_id is None or isinstance(match_id, bool) or str(match_id) == "":
+                raise ValueError(f"{where}: missing; every cached fixture needs its SportMonks id")
+            if not isinstance(raw, Mapping):
+                raise ValueError(f"items[{i}].rawFixture: must be a JSON object, got {type(raw).__name__}")
+            own_ttl = item.get("ttl_s") if "rawFixture" in item else None
+            ttl = own_ttl if own_ttl is not None else (ttl_s(raw) if callable(ttl_s) else ttl_s)
+            out.append(
                 self._item(
-                    str(fixture_id), raw, None if league is None else str(league), raw.get("starting_at"), ttl, t
+                    str(match_id), raw, None if league is None else str(league),
+                    None if starting is None else str(starting), float(ttl), t,
                 )
             )
-        return await self._batch_put(items)
+        return await self._batch_put(out)

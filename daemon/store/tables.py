@@ -188,18 +188,19 @@ async def create_tables(
     created: list[str] = []
 
     async def ensure(logical: str, spec: TableSpec) -> None:
-        table = await _describe(dynamo, logical)
+        # CreateTable first: on a fresh account (and in every test) that saves a DescribeTable per table;
+        # an existing table answers ResourceInUseException and is then described instead
+        table: dict[str, Any] | None
         new = False
-        if table is None:
-            try:
-                resp = await dynamo.call(logical, "create_table", **spec.create_params(dynamo.table(logical)))
-                table = dict(resp["TableDescription"])
-                created.append(dynamo.table(logical))
-                new = True
-            except ClientError as exc:
-                if _code(exc) != "ResourceInUseException":  # another instance created it meanwhile
-                    raise
-                table = None
+        try:
+            resp = await dynamo.call(logical, "create_table", **spec.create_params(dynamo.table(logical)))
+            table = dict(resp["TableDescription"])
+            created.append(dynamo.table(logical))
+            new = True
+        except ClientError as exc:
+            if _code(exc) != "ResourceInUseException":
+                raise
+            table = await _describe(dynamo, logical)
         if table is None or not _table_ready(table):
             await _wait_active(dynamo, logical, timeout_s)
         if spec.ttl_attribute is None:

@@ -56,8 +56,21 @@ async def test_batch_put_and_reads_by_league_all_and_batch_get(repos: Repositori
 
 
 async def test_batch_put_refuses_a_fixture_without_id(repos: Repositories):
-    with pytest.raises(ValueError, match=r"raw_fixtures\[1\].id"):
+    with pytest.raises(ValueError, match=r"items\[1\].id: missing"):
         await repos.fixture_cache.batch_put_fixtures([_raw(1), {"league_id": 3}], ttl_s=10)
+
+
+async def test_batch_put_accepts_envelopes_with_their_own_ttl(repos: Repositories):
+    fc = repos.fixture_cache
+    await fc.batch_put_fixtures(
+        [{"matchId": "5", "rawFixture": {"id": 5, "x": 0.5}, "leagueId": "3", "startingAt": "2026", "ttl_s": 5},
+         _raw(1)],
+        now=T0,
+    )
+    assert await fc.get_cached_fixture("5", now=T0 + 4) == {"id": 5, "x": 0.5}
+    assert await fc.get_cached_fixture("5", now=T0 + 6) is None
+    assert await fc.get_cached_fixture("70001", now=T0 + 3599) == _raw(1)  # the default TTL, an hour
+    assert [r["id"] for r in await fc.get_fixtures_by_league("3", now=T0)] == [5, 70001]
 
 
 def test_encoding_refuses_oversized_and_nan():
