@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from daemon.sportmonks.budget import CallBudget
 from daemon.sportmonks.errors import BudgetExhausted
@@ -112,3 +114,22 @@ async def test_waiting_callers_get_slots_as_they_free_and_never_overshoot(
     for start in times:
         assert sum(1 for t in times if start <= t < start + 60.0) <= 4
     assert budget.snapshot()["livescores"]["delayed"] == 4
+
+
+@given(
+    limit=st.integers(min_value=1, max_value=20),
+    gaps=st.lists(st.floats(min_value=0.0, max_value=900.0), min_size=1, max_size=200),
+)
+def test_property_any_hour_holds_at_most_the_limit(limit: int, gaps: list[float]) -> None:
+    clock = Clock()
+    budget = CallBudget(default_limit=limit, clock=clock)
+    taken: list[float] = []
+    for gap in gaps:
+        clock.now += gap
+        if budget.try_take("fixtures"):
+            taken.append(clock.now)
+        else:
+            # refused only when the last hour really is full
+            assert sum(1 for t in taken if t > clock.now - 3600) == limit
+    for start in taken:
+        assert sum(1 for t in taken if start <= t < start + 3600) <= limit
