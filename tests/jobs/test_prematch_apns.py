@@ -1,0 +1,187 @@
+"""PrematchNotifier end to end: moto's DynamoDB server, the project's ApnsSender, the project's APNs server.
+
+What the APNs server recorded is what a device received; the device view (``alerts_shown``) then counts
+notifications the way iOS shows them (one per apns-collapse-id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import trio
+
+from actors.janitor import Janitor
+from actors.jobs.prematch import PrematchNotifier
+from actors.jobs.settings import PrematchSettings
+from actors.sender import ApnsSender
+from daemon.apns.certs import generate_signing_key
+from daemon.apns.server import ApnsTestServer
+from daemon.apns.settings import ApnsSettings
+from daemon.apns.types import Push
+from tests.jobs.prematch_world import (
+    MINUTE,
+    T0,
+    TOPIC,
+    Clock,
+    Delivered,
+    activities_started,
+    alerts_shown,
+    follow,
+    put_fixture,
+    register,
+    seed_reference,
+    token,
+)
+
+START = T0 + 20 * MINUTE
+TEAM_ID = "TEAM000001"
+
+
+@dataclass
+class Apns:
+    server: ApnsTestServer
+    sender: ApnsSender
+    janitor: Janitor
+
+    def delivered(self) -> list[Delivered]:
+        """What reached devices: every request APNs accepted."""
+        return [
+            Delivered(
+                r["token"], r["headers"].get("apns-push-type", ""), r["headers"].get("apns-collapse-id")
+            )
+            for r in self.server.records
+            if r["status"] == 200
+        ]
+
+
+@pytest.fixture
+async def apns(nursery: trio.Nursery, repos: Any) -> AsyncIterator[Apns]:
+    key = generate_signing_key("KEY0000001")
+    server = ApnsTestServer(team_id=TEAM_ID, keys={key.key_id: key.public_pem}, topics=[TOPIC])
+    await nursery.start(server.serve)
+    janitor = Janitor(repos)
+    await nursery.start(janitor.run)
+    settings = ApnsSettings(
+        url=server.url,
+        team_id=TEAM_ID,
+        key_id=key.key_id,
+        private_key=key.private_pem,
+        topic=TOPIC,
+        connections=1,
+        request_timeout_s=5.0,
+        max_retries=2,
+        retry_backoff_s=0.01,
+        retry_backoff_max_s=0.05,
+        reconnect_backoff_s=0.01,
+        reconnect_backoff_max_s=0.1,
+        connect_timeout_s=5.0,
+    )
+    sender = ApnsSender(settings, janitor=janitor.send_channel, ssl_context=server.ssl_context_for_clients())
+    await nursery.start(sender.run)
+    yield Apns(server, sender, janitor)
+
+
+class SendWatch:
+    """Forwards to the real sender and notes what was handed over (to stop a cycle right after)."""
+
+    def __init__(self, sender: ApnsSender) -> None:
+        self.sender = sender
+        self.handed: list[Push] = []
+
+    async def send(self, push: Push) -> None:
+        await self.sender.send(push)
+        self.handed.append(push)
+
+
+def notifier(repos: Any, sender: Any, clock: Clock, **settings: Any) -> PrematchNotifier:
+    return PrematchNotifier(repos, sender, PrematchSettings(**settings), topic=TOPIC, clock=clock)
+
+
+async def test_alerts_and_push_to_start_reach_apns_and_dead_tokens_are_cleaned(
+    repos: Any, apns: Apns
+) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    for user in ("u1", "u2", "u3"):
+        await follow(repos, 7, user, start=START)
+        await register(repos, user)
+    apns.server.set_token_status(token("u2"), 410, "Unregistered")
+    apns.server.set_token_status(token("u3", "start"), 400, "BadDeviceToken")
+
+    report = await notifier(repos, apns.sender, Clock()).run_cycle()
+
+    assert (report.claimed, report.accepted, report.rejected, report.tokens_removed) == (3, 2, 1, 2)
+    by_token = {(r["token"], r["headers"]["apns-push-type"]): r for r in apns.server.records}
+    alert = by_token[(token("u1"), "alert")]
+    assert alert["status"] == 200 and alert["headers"]["apns-topic"] == TOPIC
+    assert alert["headers"]["apns-collapse-id"] == "prematch:7:2027-01-15T08:20:00Z"
+    assert alert["headers"]["apns-priority"] == "10"
+    assert alert["headers"]["apns-expiration"] == str(int(START + 600))
+    assert alert["payload"]["aps"]["alert"]["title"] == "Pakistan v Sri Lanka"
+    start = by_token[(token("u1", "start"), "liveactivity")]
+    assert start["status"] == 200 and start["headers"]["apns-topic"] == TOPIC + ".push-type.liveactivity"
+    assert start["payload"]["aps"]["event"] == "start"
+    assert by_token[(token("u2"), "alert")]["status"] == 410
+    assert by_token[(token("u3", "start"), "liveactivity")]["status"] == 400
+    # Defect 1: the dead alert token's device record is gone; the dead push-to-start token alone is removed.
+    assert await repos.devices.get_device_for_user("u2") is None
+    u3 = await repos.devices.get_device_for_user("u3")
+    assert u3 is not None and "pushToStartToken" not in u3
+    follows = {f["userId"]: f for f in await repos.follows.get_followers_for_match("7")}
+    assert {u: f["prematchResult"] for u, f in follows.items()} == {
+        "u1": "accepted",
+        "u2": "rejected",
+        "u3": "accepted",
+    }
+
+
+async def test_crash_between_sending_and_recording_shows_one_alert_on_the_device(
+    repos: Any, apns: Apns
+) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    await follow(repos, 7, "u1", start=START)
+    await register(repos, "u1")
+    apns.server.delay(2.0, count=2)  # APNs answers slowly: the process dies before it hears back
+    clock = Clock()
+    watch = SendWatch(apns.sender)
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(notifier(repos, watch, clock).run_cycle)
+            while len(watch.handed) < 2:
+                await trio.sleep(0.005)
+            nursery.cancel_scope.cancel()  # the crash: nothing after the sends runs
+        await apns.server.wait_for_records(2)  # the first copies reached the device anyway
+
+        clock.now += 3 * MINUTE  # restarted after the claim lease
+        report = await notifier(repos, apns.sender, clock).run_cycle()
+
+    assert report.recovered == 1 and report.accepted == 1
+    delivered = apns.delivered()
+    assert sum(1 for d in delivered if d.token == token("u1") and d.push_type == "alert") == 2
+    assert alerts_shown(delivered, token("u1")) == 1
+    assert activities_started(delivered, token("u1", "start")) == 1
+    follow_item = (await repos.follows.get_followers_for_match("7"))[0]
+    assert follow_item["prematchState"] == "sent"
+
+
+async def test_late_follower_through_the_real_sender(repos: Any, apns: Apns) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    await follow(repos, 7, "u1", start=START)
+    await register(repos, "u1", push_to_start=False)
+    clock = Clock()
+    job = notifier(repos, apns.sender, clock)
+    await job.run_cycle()
+    await follow(repos, 7, "late", start=START)
+    await register(repos, "late", push_to_start=False)
+    clock.now += MINUTE
+    await job.run_cycle()
+    delivered = apns.delivered()
+    assert alerts_shown(delivered, token("u1")) == 1 and alerts_shown(delivered, token("late")) == 1
+    assert len(apns.server.records) == 2
+    assert apns.server.records[1]["payload"]["aps"]["alert"]["body"] == "1st T20I starts in 19 min"
