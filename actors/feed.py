@@ -75,7 +75,9 @@ TERMINAL_STATUSES = frozenset({"Finished", "Aban.", "Cancl.", "Postp."})
 @dataclass(frozen=True)
 class FeedUpdate:
     match_id: str
-    fixture: dict[str, Any] | None  # SportMonks fixture JSON (with balls for marquee), None on error
+    # SportMonks fixture JSON (with balls for marquee), None on error. Shared with the cache writer and the
+    # orchestrator's view: treat it as read-only.
+    fixture: dict[str, Any] | None
     fetched_at: float  # time.time() when received
     source: str  # "livescores" | "fixture"
     in_livescores: bool  # False once the match left /livescores: the fixture then comes from /fixtures/{id}
@@ -116,10 +118,11 @@ def without_balls(fixture: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_match_id(match_id: str) -> str:
+    """The canonical form of a match id (``str(fixture["id"])``), or ValueError naming the field."""
     text = str(match_id).strip()
     if not text.isdigit():
         raise ValueError(f"match_id: expected a numeric SportMonks fixture id, got {match_id!r}")
-    return text
+    return str(int(text))
 
 
 # ------------------------------------------------------------------------------------------------ subscriptions
@@ -224,7 +227,11 @@ class FeedActor:
         return receive
 
     def unsubscribe(self, match_id: str) -> None:
-        sub = self._subs.pop(str(match_id).strip(), None)
+        try:
+            key = check_match_id(match_id)
+        except ValueError:
+            return  # never subscribed: subscribe() refuses such ids
+        sub = self._subs.pop(key, None)
         if sub is None:
             return
         self._cache_written.pop(sub.match_id, None)
@@ -261,6 +268,7 @@ class FeedActor:
             "livescores_matches": 0 if self._latest is None else len(self._latest.fixtures),
             "livescores_with_balls": self._latest_with_balls,
             "cadence_s": self._livescores_cadence(),
+            "marquee_source": self.settings.marquee_source,
             "cache": {"writes": self.cache_writes, "errors": self.cache_errors,
                       "pending": len(self._cache_pending)},
             "subscribers": [

@@ -388,10 +388,15 @@ async def test_subscribe_before_run_and_resubscribe_replaces(autojump_clock: tri
         assert late.receive_nowait().fixture == minimal_fixture(11)
 
 
-def test_subscribe_rejects_a_non_numeric_match_id() -> None:
+async def test_subscribe_rejects_a_non_numeric_match_id_and_normalises_numeric_ones() -> None:
     feed = make_feed(FakeSportMonks())
     with pytest.raises(ValueError, match="match_id: expected a numeric SportMonks fixture id"):
         feed.subscribe("../teams", marquee=False)
+    feed.subscribe(" 0071 ", marquee=False)
+    assert [s["match_id"] for s in feed.stats()["subscribers"]] == ["71"]
+    feed.unsubscribe("71")
+    feed.unsubscribe("not-an-id")
+    assert feed.stats()["subscribers"] == []
 
 
 # ------------------------------------------------------------------------------------------------ orchestrator
