@@ -150,6 +150,13 @@ class _Match:
     cursor: int = 0
     version: int = 0  # bumped whenever already-served output can change (seek back, inserted entries)
     cache: dict[tuple[Any, ...], tuple[bytes, str]] = field(default_factory=dict)
+    ball_cache: dict[int, dict[str, Any]] = field(default_factory=dict)  # entry index -> ball object
+
+    def invalidate(self) -> None:
+        """Already-rendered output may be wrong now (seek back, an inserted entry)."""
+        self.version += 1
+        self.cache.clear()
+        self.ball_cache.clear()
 
 
 @dataclass
@@ -319,8 +326,7 @@ class ReplayServer:
             for i in range(entry_index, m.cursor):
                 m.visible_at[i] = None
             m.cursor = entry_index
-            m.version += 1
-            m.cache.clear()
+            m.invalidate()
         self._advance(m, now)
 
     def stop(self) -> None:
@@ -445,8 +451,7 @@ class ReplayServer:
         m.first_seen.insert(at, now)
         m.clock.insert(at, now)
         m.cursor = at + 1
-        m.version += 1
-        m.cache.clear()
+        m.invalidate()
         log.info("replay_feed_changed", fixture_id=m.tape.fixture_id, op=entry.op, ball_id=ball_id)
 
     # ------------------------------------------------------------------------------------------ rendering
@@ -470,6 +475,7 @@ class ReplayServer:
                 include=[name for name in include if name not in UNMODELLED_INCLUDES],
                 now=datetime.fromtimestamp(now, UTC),
                 entry_times=lambda i: times[i] if times[i] is not None else now,
+                ball_cache=m.ball_cache,
             )
             for name in include & UNMODELLED_INCLUDES.keys():
                 data[name] = UNMODELLED_INCLUDES[name]()
@@ -566,7 +572,7 @@ class ReplayServer:
                 desc, name = key.startswith("-"), key.lstrip("-")
                 if name not in FILTERABLE and name not in ("starting_at", "updated_at"):
                     raise ReplayRequestError(f"sort: cannot sort by {name!r}")
-                rows.sort(key=lambda r, n=name: (r[1].get(n) is None, str(r[1].get(n) or "")), reverse=desc)
+                rows.sort(key=lambda r, n=name: _sort_key(r[1].get(n)), reverse=desc)
         return rows
 
     def _livescores(self, query: dict[str, str], include: frozenset[str], now: float) -> bytes:
@@ -735,6 +741,14 @@ class ReplayServer:
                     return None, b""
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
+                # h11 bounds a head only while it is incomplete; one that arrived whole is checked here
+                size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
+                if size > MAX_HEAD_BYTES:
+                    msg = f"request head over {MAX_HEAD_BYTES} bytes"
+                    await self._send(
+                        conn, stream, _Response(431, _error_body(msg, 431), [("connection", "close")])
+                    )
+                    return None, b""
                 request = event
             elif isinstance(event, h11.Data):
                 body += event.data
@@ -794,6 +808,14 @@ def _integer(query: dict[str, str], name: str) -> int:
     if not raw.lstrip("-").isdigit():
         raise ReplayRequestError(f"{name}: not an integer: {raw!r}")
     return int(raw)
+
+
+def _sort_key(value: Any) -> tuple[int, float, str]:
+    if value is None:
+        return (2, 0.0, "")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
 
 
 def _parse_include(raw: str) -> frozenset[str]:

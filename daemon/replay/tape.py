@@ -35,10 +35,19 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 TAPES_DIR = Path(__file__).resolve().parent / "tapes"
 
@@ -101,19 +110,19 @@ class Score(BaseModel):
     ball: bool = True
     out: bool = False
 
-    @property
+    @cached_property
     def is_wide(self) -> bool:
         return (not self.ball) or "wide" in self.name.lower()
 
-    @property
+    @cached_property
     def is_legal(self) -> bool:
         return not self.is_wide and self.noball == 0
 
-    @property
+    @cached_property
     def is_run_out(self) -> bool:
         return self.is_wicket and "run out" in self.name.lower()
 
-    @property
+    @cached_property
     def bat_runs(self) -> int:
         if self.is_wide:
             return 0
@@ -121,12 +130,19 @@ class Score(BaseModel):
             return self.runs - self.noball_runs
         return self.runs
 
-    @property
+    @cached_property
     def team_runs(self) -> int:
         return self.runs + self.bye + self.leg_bye
 
     def to_json(self) -> dict[str, Any]:
-        return {"resource": "scores", **self.model_dump()}
+        cached = _SCORE_JSON.get(id(self))
+        if cached is None or cached[0] is not self:
+            cached = _SCORE_JSON[id(self)] = (self, {"resource": "scores", **self.model_dump()})
+        return dict(cached[1])
+
+
+# Score rows are immutable and few: their JSON is built once (keyed by identity, the row kept alive with it).
+_SCORE_JSON: dict[int, tuple[Score, dict[str, Any]]] = {}
 
 
 def _s(id: int, name: str, **kw: Any) -> Score:
@@ -374,6 +390,8 @@ class Tape(BaseModel):
     result: TapeResult | None = None
     ms_per_ball: float = Field(40_000.0, gt=0, description="pace at speed 1 (observed median ~40 s a ball)")
     entries: list[TapeEntry] = Field(default_factory=list)
+    # JSON of players and teams, which never change with the entries (so a copy with new entries may share it)
+    _json_cache: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("starting_at")
     @classmethod
@@ -439,6 +457,14 @@ class Tape(BaseModel):
     def __len__(self) -> int:
         return len(self.entries)
 
+    def __eq__(self, other: object) -> bool:
+        # the same tape whatever its render cache holds
+        if not isinstance(other, Tape):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]
+
     @property
     def fixture_int_id(self) -> int:
         return int(self.fixture_id)
@@ -454,6 +480,15 @@ class Tape(BaseModel):
 
     def player_map(self) -> dict[int, Player]:
         return {p.id: p for p in self.players}
+
+    def json_tables(self) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+        """Player and team objects as the feed nests them, built once per tape (callers copy before
+        changing them)."""
+        cache = self._json_cache
+        if "players" not in cache:
+            cache["players"] = {p.id: p.to_json() for p in self.players}
+            cache["teams"] = {t.id: t.to_json("teams") for t in (self.localteam, self.visitorteam)}
+        return cache["players"], cache["teams"]
 
     def ball_entry_indices(self) -> list[int]:
         """Indices of the entries that post a new delivery (corrections and deletions excluded)."""
@@ -508,6 +543,7 @@ class Tape(BaseModel):
         include: Collection[str] | None = None,
         now: datetime | None = None,
         entry_times: Sequence[datetime | float] | Callable[[int], datetime | float] | None = None,
+        ball_cache: dict[int, dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """The SportMonks fixture object (the ``data`` of ``/fixtures/{id}``) after the first ``cursor`` entries.
 
@@ -516,7 +552,9 @@ class Tape(BaseModel):
         ``entry_times`` gives the wall time each entry became visible (epoch seconds or datetimes, a list
         or a function of the entry index); each ball's ``updated_at`` is the time of the entry that last
         changed it. Without it, recorded stamps or the tape's own pace are used. ``now`` stamps the
-        aggregate rows when no ball is visible yet.
+        aggregate rows when no ball is visible yet. ``ball_cache`` (entry index -> ball object) lets a
+        caller whose entry times never change reuse the ball objects across calls; the objects in it are
+        shared, so it must not mutate the result's balls.
         """
         if not 0 <= cursor <= len(self.entries):
             raise TapeError(f"cursor {cursor} is outside 0..{len(self.entries)}")
@@ -524,7 +562,9 @@ class Tape(BaseModel):
         wanted = _wanted_includes(include)
         times = _time_lookup(self, entry_times)
         fallback_now = now or self.starting_at
-        return _render_fixture(self, card, status=status, wanted=wanted, times=times, now=fallback_now)
+        return _render_fixture(
+            self, card, status=status, wanted=wanted, times=times, now=fallback_now, ball_cache=ball_cache
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -729,22 +769,26 @@ def _wanted_includes(include: Collection[str] | None) -> set[str]:
     return {name.strip().split(".", 1)[0] for name in include if name.strip()}
 
 
+@lru_cache(maxsize=1 << 16)
+def _iso_of(value: datetime | float) -> str:
+    # entry times repeat on every request for the same cursor: format each once
+    if isinstance(value, datetime):
+        return iso(value if value.tzinfo else value.replace(tzinfo=UTC))
+    return iso(datetime.fromtimestamp(value, UTC))
+
+
 def _time_lookup(
     tape: Tape, entry_times: Sequence[datetime | float] | Callable[[int], datetime | float] | None
-) -> Callable[[int], datetime]:
-    def as_dt(value: datetime | float) -> datetime:
-        if isinstance(value, datetime):
-            return value if value.tzinfo else value.replace(tzinfo=UTC)
-        return datetime.fromtimestamp(value, UTC)
-
+) -> Callable[[int], str]:
+    """Entry index -> the ISO ``updated_at`` of that entry."""
     if entry_times is None:
         defaults = tape.default_entry_times()
-        return lambda i: defaults[i]
+        return lambda i: _iso_of(defaults[i])
     if callable(entry_times):
         fn = entry_times
-        return lambda i: as_dt(fn(i))
+        return lambda i: _iso_of(fn(i))
     seq = entry_times
-    return lambda i: as_dt(seq[i])
+    return lambda i: _iso_of(seq[i])
 
 
 def _row_id(tape: Tape, key: str, fallback: int) -> int:
@@ -800,8 +844,9 @@ def _render_fixture(
     *,
     status: str | None,
     wanted: set[str],
-    times: Callable[[int], datetime],
+    times: Callable[[int], str],
     now: datetime,
+    ball_cache: dict[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     fid = tape.fixture_int_id
     status = status or _derived_status(tape, card)
@@ -815,7 +860,7 @@ def _render_fixture(
         result = derive_result(tape, card)
         if result is not None:
             note, winner, draw_noresult = result.note, result.winner_team_id, result.draw_noresult
-    stamp = times(card.last_entry_index) if card.last_entry_index is not None else now
+    stamp = times(card.last_entry_index) if card.last_entry_index is not None else iso(now)
     data: dict[str, Any] = {
         "resource": "fixtures",
         "id": fid,
@@ -855,6 +900,7 @@ def _render_fixture(
         if key not in ("status", "note", "winner_team_id", "draw_noresult", "id"):
             data[key] = value
     players = tape.player_map()
+    player_json, team_json = tape.json_tables()
     scores = tape.score_catalogue()
     builders: dict[str, Callable[[], Any]] = {
         "league": lambda: tape.league.to_json("leagues") if tape.league else None,
@@ -866,7 +912,7 @@ def _render_fixture(
         "runs": lambda: [] if before_start else _runs_rows(tape, card, times),
         "lineup": lambda: _lineup(tape, players),
         "balls": lambda: (
-            [] if before_start else [_ball_json(tape, vb, players, scores, times) for vb in card.balls]
+            [] if before_start else _balls_json(tape, card, player_json, team_json, scores, times, ball_cache)
         ),
         "winnerteam": lambda: tape.team(winner).to_json("teams") if winner is not None else None,
         "tosswon": lambda: tape.team(tape.toss.won_team_id).to_json("teams") if tape.toss else None,
@@ -893,12 +939,33 @@ def _lineup(tape: Tape, players: dict[int, Player]) -> list[dict[str, Any]]:
     return out
 
 
+def _balls_json(
+    tape: Tape,
+    card: Scorecard,
+    players: dict[int, dict[str, Any]],
+    teams: dict[int, dict[str, Any]],
+    scores: dict[int, Score],
+    times: Callable[[int], str],
+    cache: dict[int, dict[str, Any]] | None,
+) -> list[dict[str, Any]]:
+    if cache is None:
+        return [_ball_json(tape, vb, players, teams, scores, times) for vb in card.balls]
+    out = []
+    for vb in card.balls:
+        obj = cache.get(vb.entry_index)
+        if obj is None:
+            obj = cache[vb.entry_index] = _ball_json(tape, vb, players, teams, scores, times)
+        out.append(obj)
+    return out
+
+
 def _ball_json(
     tape: Tape,
     vb: VisibleBall,
-    players: dict[int, Player],
+    players: dict[int, dict[str, Any]],
+    teams: dict[int, dict[str, Any]],
     scores: dict[int, Score],
-    times: Callable[[int], datetime],
+    times: Callable[[int], str],
 ) -> dict[str, Any]:
     b = vb.ball
     return {
@@ -916,15 +983,15 @@ def _ball_json(
         "catchstump_id": b.catchstump_id,
         "runout_by_id": b.runout_by_id,
         "score_id": b.score_id,
-        "batsman": players[b.batsman_id].to_json(),
-        "bowler": players[b.bowler_id].to_json(),
+        "batsman": dict(players[b.batsman_id]),
+        "bowler": dict(players[b.bowler_id]),
         "score": scores[b.score_id].to_json(),
-        "team": tape.team(b.team_id).to_json("teams"),
-        "updated_at": iso(times(vb.entry_index)),
+        "team": dict(teams[b.team_id]),
+        "updated_at": times(vb.entry_index),
     }
 
 
-def _runs_rows(tape: Tape, card: Scorecard, times: Callable[[int], datetime]) -> list[dict[str, Any]]:
+def _runs_rows(tape: Tape, card: Scorecard, times: Callable[[int], str]) -> list[dict[str, Any]]:
     pp = POWERPLAYS.get(tape.overs_per_innings, (None, None, None))
     rows = []
     for inn in card.innings:
@@ -943,13 +1010,13 @@ def _runs_rows(tape: Tape, card: Scorecard, times: Callable[[int], datetime]) ->
                 "pp1": pp[0],
                 "pp2": pp[1],
                 "pp3": pp[2],
-                "updated_at": iso(times(last)),
+                "updated_at": times(last),
             }
         )
     return rows
 
 
-def _batting_rows(tape: Tape, card: Scorecard, stamp: datetime) -> list[dict[str, Any]]:
+def _batting_rows(tape: Tape, card: Scorecard, stamp: str) -> list[dict[str, Any]]:
     rows = []
     for inn in card.innings:
         for bat in sorted(inn.batting.values(), key=lambda x: x.sort):
@@ -979,13 +1046,13 @@ def _batting_rows(tape: Tape, card: Scorecard, stamp: datetime) -> list[dict[str
                     "fow_score": bat.fow_score if out else 0,
                     "fow_balls": out.ball if out else 0,
                     "rate": strike_rate(bat.score, bat.balls),
-                    "updated_at": iso(stamp),
+                    "updated_at": stamp,
                 }
             )
     return rows
 
 
-def _bowling_rows(tape: Tape, card: Scorecard, stamp: datetime) -> list[dict[str, Any]]:
+def _bowling_rows(tape: Tape, card: Scorecard, stamp: str) -> list[dict[str, Any]]:
     rows = []
     for inn in card.innings:
         for bowl in sorted(inn.bowling.values(), key=lambda x: x.sort):
@@ -1007,7 +1074,7 @@ def _bowling_rows(tape: Tape, card: Scorecard, stamp: datetime) -> list[dict[str
                     "wide": bowl.wide,
                     "noball": bowl.noball,
                     "rate": economy(bowl.runs, bowl.legal),
-                    "updated_at": iso(stamp),
+                    "updated_at": stamp,
                 }
             )
     return rows
@@ -1038,7 +1105,7 @@ def tape_from_fixture(payload: dict[str, Any], *, source: str | None = None) -> 
         for i, ball in enumerate(sorted(data["balls"], key=lambda b: b.get("id", 0)))
     ]
     raw = tape_metadata(data)
-    return _validate({**raw, "source": source, "entries": entries}, "fixture payload")
+    return validate_tape({**raw, "source": source, "entries": entries}, "fixture payload")
 
 
 def ball_fields(ball: Any, where: str) -> dict[str, Any]:
@@ -1158,7 +1225,7 @@ def tape_metadata(data: dict[str, Any], previous: dict[str, Any] | None = None) 
         raise TapeError(f"fixture payload: missing or malformed field {exc}") from exc
 
 
-def _validate(raw: Any, where: str) -> Tape:
+def validate_tape(raw: Any, where: str) -> Tape:
     try:
         return Tape.model_validate(raw)
     except ValidationError as exc:
@@ -1185,7 +1252,7 @@ def load_tape(path: str | Path) -> Tape:
         raise TapeError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except (json.JSONDecodeError, UnicodeDecodeError, gzip.BadGzipFile, EOFError) as exc:
         raise TapeError(f"{path}: not a JSON tape: {exc}") from exc
-    return _validate(raw, str(path))
+    return validate_tape(raw, str(path))
 
 
 def save_tape(tape: Tape, path: str | Path) -> None:
