@@ -85,8 +85,9 @@ class BallDiff:
 
     window: tuple[Ball, ...]  # known balls, oldest first: last30Balls merged with the feed's list
     new: tuple[Ball, ...]  # bowled since the previous tick (id above previousBallId), oldest first
-    corrected: tuple[int, ...]  # seen before, now different: never an event
+    corrected: tuple[int, ...]  # seen before, now different: no event, except ...
     deleted: tuple[int, ...]  # seen before, now gone from the complete list: never an event
+    became_wicket: tuple[Ball, ...] = ()  # ... a seen ball corrected into a wicket (a catch given late)
 
 
 def diff_balls(prev: MatchState, snap: MatchSnapshot) -> BallDiff:
@@ -102,7 +103,9 @@ def diff_balls(prev: MatchState, snap: MatchSnapshot) -> BallDiff:
     window = tuple(merged[i] for i in sorted(merged))
     last = prev.previous_ball_id
     new = tuple(b for b in window if last is None or b.id > last)
-    return BallDiff(window=window, new=new, corrected=corrected, deleted=deleted)
+    became = tuple(b for b in snap.balls if b.id in known and b.is_wicket and not known[b.id].is_wicket
+                   and (last is None or b.id <= last))
+    return BallDiff(window=window, new=new, corrected=corrected, deleted=deleted, became_wicket=became)
 
 
 def _changed(old: Ball, snap: MatchSnapshot, ball_id: int) -> bool:
@@ -309,15 +312,20 @@ def detect_batting_milestones(ctx: Context) -> list[KeyEvent]:
         subject = f"{line.scoreboard}:{line.player_id}"
         figures = f"{line.runs} ({line.balls})"
         where = ctx.score_line(line.scoreboard)
-        for type_, threshold, title, text in (
-            ("hundred", 100, f"Hundred for {name}!", f"100 for {name}: {figures}"),
-            ("batsman_on_90s", 90, f"{name} into the 90s", f"{name} in the 90s: {figures}"),
-            ("fifty", 50, f"Fifty for {name}", f"50 for {name}: {figures}"),
+        for type_, threshold, title, label in (
+            ("hundred", 100, f"Hundred for {name}!", "100 for"),
+            ("batsman_on_90s", 90, f"{name} into the 90s", "90s for"),
+            ("fifty", 50, f"Fifty for {name}", "50 for"),
         ):
             if before < threshold <= line.runs:
                 ball = _milestone_ball(ctx, line, threshold)
-                events.append(ctx.event(type_, subject, title=title, body=f"{name} {figures} · {where}",
-                                        text=text, team_id=line.team_id or ctx.batting_team_of(line.scoreboard),
+                at = figures
+                if ball is not None:  # the figures on the ball that reached it, not after a burst
+                    runs, faced = ctx.batter_at(ball, line.player_id)
+                    at = f"{runs} ({faced})"
+                events.append(ctx.event(type_, subject, title=title, body=f"{name} {at} · {where}",
+                                        text=f"{label} {name}: {at}",
+                                        team_id=line.team_id or ctx.batting_team_of(line.scoreboard),
                                         ball=ball, scoreboard=line.scoreboard, player_id=line.player_id,
                                         over=_overs_of(ctx, line.scoreboard)))
 
@@ -381,57 +389,89 @@ def _wicket_event(ctx: Context, board: str, number: int, *, out_id: str | None, 
     team = ctx.batting_team_of(board)
     code = ctx.code(team)
     inns = ctx.snap.innings_for(board)
-    score = f"{code} {inns.runs}/{number}" if inns else f"{code} {number} down"
+    runs = inns.runs if inns else 0
+    if ball is not None:  # the score when this ball fell, not the latest
+        runs -= sum(b.team_runs for b in ctx.diff.window if b.scoreboard == board and b.id > ball.id)
+    score = f"{code} {runs}/{number}"
     who = ctx.name(out_id) if out_id else "Wicket"
     fig = f" {figures}" if figures else ""
     if out_id:
         body = f"{who} {how}{fig}"
         text = f"WICKET! {who}{fig}"
+        subject = f"{board}:{out_id}"
     else:
         body = f"Wicket number {number} · {ctx.score_line(board)}"
         text = f"WICKET! {score}"
-    return ctx.event("wicket", f"{board}#{number}", title=f"WICKET! {score}", body=body, text=text,
+        subject = f"{board}#{number}"
+    return ctx.event("wicket", subject, title=f"WICKET! {score}", body=body, text=text,
                      team_id=team, ball=ball, scoreboard=board, player_id=out_id, over=_overs_of(ctx, board))
 
 
 def detect_wickets(ctx: Context) -> list[KeyEvent]:
+    """Wickets not reported before. A wicket is identified by the dismissed batter and the innings
+    ("S1:914"): a batter is out at most once per innings, so the key survives a ball re-posted under a new
+    id, a late-given catch on an old ball, a lagging batting table and a switch between ball and score
+    feeds. Only when nothing in the snapshot names the batter (a score feed without a batting table) is a
+    wicket keyed by its number ("S1#3")."""
     events: dict[str, KeyEvent] = {}
     reported = set(ctx.prev.reported_wickets)
-    # Ball feed first: it names the ball, the bowler and the fielder.
-    for ball in ctx.diff.new:
-        if not ball.is_wicket:
+    # Ball feed first: it names the ball, the bowler and the fielder. A ball corrected into a wicket (a
+    # catch given late) counts like a new one.
+    for ball in sorted(ctx.diff.new + ctx.diff.became_wicket, key=lambda b: b.id):
+        if not ball.is_wicket or not ball.out_id:
             continue
-        number = ctx.wicket_number(ball)
-        subject = f"{ball.scoreboard}#{number}"
+        subject = f"{ball.scoreboard}:{ball.out_id}"
         if subject in reported or f"wicket:{subject}" in events:
             continue
-        line = ctx.snap.batter(ball.scoreboard, ball.out_id) if ball.out_id else None
-        figures = f"{line.runs} ({line.balls})" if line else None
-        if line is None and ball.out_id:
+        line = ctx.snap.batter(ball.scoreboard, ball.out_id)
+        if line is not None and line.out:
+            figures = f"{line.runs} ({line.balls})"
+        else:
             runs, faced = ctx.batter_at(ball, ball.out_id)
             figures = f"{runs} ({faced})"
         how = _dismissal(ctx, ball.out_id, ball.score_name, ball.bowler_id, ball.fielder_id)
-        ev = _wicket_event(ctx, ball.scoreboard, number, out_id=ball.out_id, how=how, figures=figures, ball=ball)
-        events[ev.key] = ev
-    # Score feed: any wicket the tables show that the balls did not (non-marquee, or a lagging ball list).
+        events[f"wicket:{subject}"] = _wicket_event(ctx, ball.scoreboard, ctx.wicket_number(ball),
+                                                    out_id=ball.out_id, how=how, figures=figures, ball=ball)
+    # Score feed: batters the batting table shows out that the balls did not (non-marquee, lagging balls).
     for inns in ctx.snap.innings:
-        memo = ctx.prev.score_for(inns.scoreboard)
+        board = inns.scoreboard
+        memo = ctx.prev.score_for(board)
         before = memo.wickets if memo else 0
-        if inns.wickets <= before:
-            continue
-        newly_out = [line for line in ctx.snap.batting if line.scoreboard == inns.scoreboard and line.out
-                     and not _was_out(ctx.prev, line)]
+        newly_out = [line for line in ctx.snap.batting if line.scoreboard == board and line.out
+                     and f"{board}:{line.player_id}" not in reported
+                     and f"wicket:{board}:{line.player_id}" not in events]
         newly_out.sort(key=lambda line: (_over_key(line.fow_over), line.fow_score, line.sort))
-        for offset, number in enumerate(range(before + 1, inns.wickets + 1)):
-            subject = f"{inns.scoreboard}#{number}"
-            if subject in reported or f"wicket:{subject}" in events:
-                continue
-            line = newly_out[offset] if offset < len(newly_out) else None
-            how = _dismissal(ctx, line.player_id, _score_name(line), line.bowler_id, line.fielder_id) if line else ""
-            ev = _wicket_event(ctx, inns.scoreboard, number, out_id=line.player_id if line else None, how=how,
-                               figures=f"{line.runs} ({line.balls})" if line else None, ball=None)
+        counted = sum(1 for line in ctx.snap.batting if line.scoreboard == board and line.out)
+        for line in newly_out:
+            number = counted - len(newly_out) + newly_out.index(line) + 1
+            how = _dismissal(ctx, line.player_id, _score_name(line), line.bowler_id, line.fielder_id)
+            ev = _wicket_event(ctx, board, max(number, 1), out_id=line.player_id, how=how,
+                               figures=f"{line.runs} ({line.balls})", ball=None)
             events[ev.key] = ev
+        has_table = any(line.scoreboard == board for line in ctx.snap.batting)
+        if not has_table and not ctx.snap.balls_in(board):
+            for number in range(before + 1, inns.wickets + 1):
+                if f"{board}#{number}" not in reported:
+                    ev = _wicket_event(ctx, board, number, out_id=None, how="", figures=None, ball=None)
+                    events[ev.key] = ev
     return list(events.values())
+
+
+def still_out(subject: str, snap: MatchSnapshot) -> bool:
+    """Whether a reported wicket still stands in this snapshot (False once corrected away)."""
+    if "#" in subject:
+        board, _, number = subject.partition("#")
+        if snap.innings_for(board) is None:
+            return True
+        return number.isdigit() and int(number) <= wicket_count(snap, board)
+    board, _, pid = subject.partition(":")
+    if any(b.scoreboard == board and b.is_wicket and b.out_id == pid for b in snap.balls):
+        return True
+    line = snap.batter(board, pid)
+    if line is not None:
+        return line.out
+    # No row and no wicket ball: with a ball list for the innings the wicket is gone, else we cannot tell.
+    return not snap.balls_in(board)
 
 
 def _was_out(prev: MatchState, line: BatterLine) -> bool:

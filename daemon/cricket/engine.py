@@ -21,9 +21,10 @@ Policies the match actor relies on:
   events), else the previous one: strictly increasing across pushes, deterministic for a given snapshot.
 - **display_changed** is false when no perspective's content-state changed and there is no event: the actor
   then sends nothing.
-- **Wickets exactly once**: reported wicket keys (``S1#3``) are kept in the state (bounded); a key is
-  forgotten only when the innings' wicket count falls below it (a wicket corrected away), so the next real
-  wicket with that number is reported (unless it comes inside the key's cooldown).
+- **Wickets exactly once**: reported wickets are kept in the state (bounded) keyed by innings and dismissed
+  batter (``S1:914``; see ``detectors.detect_wickets`` for why not ball ids). A key is forgotten, with its
+  cooldown, only when the snapshot shows the wicket corrected away (the batter not out and no wicket ball
+  names him), so his real dismissal later is reported.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from daemon.cricket.detectors import (
     diff_balls,
     ended_innings,
     result_text,
-    wicket_count,
+    still_out,
 )
 from daemon.cricket.display import build_display
 from daemon.cricket.filters import (
@@ -121,7 +122,8 @@ def process_tick(prev: MatchState | None, snap: MatchSnapshot, *, now: float, ma
     for event in wickets:  # every detected wicket is now known, emitted or (a repeat) filtered
         if event.subject not in reported:
             reported.append(event.subject)
-    reported = [key for key in reported if _still_fallen(key, snap)][-settings.reported_wickets_max:]
+    withdrawn = [key for key in reported if not still_out(key, snap)]
+    reported = [key for key in reported if key not in withdrawn][-settings.reported_wickets_max:]
 
     recent = base.recent_event
     if best is not None:
@@ -153,7 +155,9 @@ def process_tick(prev: MatchState | None, snap: MatchSnapshot, *, now: float, ma
         previous_batting=_merge_batting(base, snap),
         previous_bowling=_merge_bowling(base, snap),
         last30_balls=diff.window[-LAST_BALLS:],
-        cooldowns=arm_cooldowns(base.cooldowns, events, clock, settings),
+        # A withdrawn wicket's cooldown goes with it, so the batter's real dismissal later is not muted.
+        cooldowns={k: v for k, v in arm_cooldowns(base.cooldowns, events, clock, settings).items()
+                   if k.removeprefix("wicket:") not in withdrawn},
         last_timestamp=timestamp,
         feed_clock=clock,
         reported_wickets=tuple(reported),
@@ -172,15 +176,6 @@ def process_tick(prev: MatchState | None, snap: MatchSnapshot, *, now: float, ma
         ended=snap.phase in FINAL_PHASES and base.match_phase not in FINAL_PHASES,
         timestamp=timestamp,
     )
-
-
-def _still_fallen(key: str, snap: MatchSnapshot) -> bool:
-    board, _, number = key.partition("#")
-    if not number.isdigit():
-        return False
-    if snap.innings_for(board) is None and not snap.balls_in(board):
-        return True  # this snapshot says nothing about that innings: keep what we know
-    return int(number) <= wicket_count(snap, board)
 
 
 def _merge_scores(base: MatchState, snap: MatchSnapshot) -> tuple[ScoreMemo, ...]:

@@ -14,7 +14,7 @@ Staleness rules (an event is dropped when the match has already moved past it):
 - ``four``, ``six``, ``maiden``, ``consecutive_sixes`` once ``ball_event_max_age`` deliveries followed the
   ball (an outage or a slow cadence does not replay old boundaries);
 - ``six`` when the same ball made ``consecutive_sixes``; a ``consecutive_sixes`` or ``bowler_on_fire`` when the
-  same tick has a bigger one for the same player;
+  same tick has a bigger one for the same player; ``bowler_on_fire`` when the same tick has his ``hattrick``;
 - ``on_hattrick`` once the bowler has bowled again, or when the same tick has his ``hattrick``;
 - ``innings_end`` once the next innings is ``ball_event_max_age`` legal balls old.
 Never stale: ``wicket`` (each is reported exactly once), ``hattrick``, ``hundred``, ``match_end``.
@@ -58,6 +58,8 @@ def is_stale(event: KeyEvent, tick: Sequence[KeyEvent], snap: MatchSnapshot, win
             return True
     if event.type == "six":
         return any(e.type == "consecutive_sixes" and e.ball_id == event.ball_id for e in tick)
+    if event.type == "bowler_on_fire" and any(e.type == "hattrick" and e.player_id == pid for e in tick):
+        return True
     if event.type in ("consecutive_sixes", "bowler_on_fire"):
         mine = _count(event)
         return any(e.type == event.type and e.player_id == pid and e.scoreboard == board and _count(e) > mine
