@@ -265,14 +265,14 @@ def compare_table(spec: TableSpec, name: str, table: dict[str, Any] | None, ttl:
 
     status = ttl.get("TimeToLiveStatus", "DISABLED")
     enabled = status in ("ENABLED", "ENABLING")
-    attr = ttl.get("AttributeName")
+    ttl_attr = ttl.get("AttributeName")
     if spec.ttl_attribute is None:
         if enabled:
-            diffs.append(f"{name}: TTL is enabled on {attr}, spec says no TTL")
+            diffs.append(f"{name}: TTL is enabled on {ttl_attr}, spec says no TTL")
     elif not enabled:
         diffs.append(f"{name}: TTL is {status}, spec says enabled on {spec.ttl_attribute}")
-    elif attr != spec.ttl_attribute:
-        diffs.append(f"{name}: TTL attribute is {attr}, spec says {spec.ttl_attribute}")
+    elif ttl_attr != spec.ttl_attribute:
+        diffs.append(f"{name}: TTL attribute is {ttl_attr}, spec says {spec.ttl_attribute}")
     return diffs
 
 

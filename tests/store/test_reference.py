@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.store import Repositories
+from daemon.store import Repositories, count_calls
 from tests.store import faults
 
 
@@ -43,3 +43,13 @@ async def test_leagues(repos: Repositories):
     assert (await lg.delete_league("2"))["name"] == "BBL"
     assert await lg.delete_league("2") is None
     assert await lg.get_league("2") is None
+
+
+async def test_scan_follows_real_one_megabyte_pages(repos: Repositories):
+    # no forced Limit here: 12 items of ~120 KB make the server itself cut the scan at 1 MB
+    blob = "x" * 120_000
+    await repos.teams.batch_write_teams([{"teamId": str(i), "blob": blob} for i in range(12)])
+    with count_calls() as c:
+        teams = await repos.teams.get_all_teams()
+    assert sorted(int(t["teamId"]) for t in teams) == list(range(12))
+    assert c.n >= 2
