@@ -10,7 +10,9 @@ Subscribers
     the slot (never awaits a subscriber), and the forwarder hands the slot's content to the channel. A slow
     subscriber therefore never blocks the feed or anyone else, undelivered older updates are coalesced, and it
     always ends up with the newest one. An error update (fixture None) does not displace an undelivered good
-    fixture: newest *data* wins. ``unsubscribe`` closes the channel (the receiver sees end-of-channel).
+    fixture: newest *data* wins. ``unsubscribe`` closes the channel (the receiver sees end-of-channel); a
+    subscriber closing its end unsubscribes it. Subscriptions outlive a run of the actor, so a feed restarted
+    by its supervisor carries on serving the same channels.
 
 Schedule and cost (SportMonks allows ~2,000 calls per endpoint per hour, spec §4)
     * While anything is subscribed, one ``/livescores`` call per ``livescores_cadence_s`` (5 s: 720 calls/h)
@@ -136,8 +138,7 @@ class _Subscription:
     receive: trio.MemoryReceiveChannel[FeedUpdate]
     pending: FeedUpdate | None = None
     wake: trio.Event = field(default_factory=trio.Event)
-    cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    forwarding: bool = False
+    cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)  # the current forwarder's
     in_livescores: bool | None = None  # None until a successful /livescores answer said either way
     league_id: int | None = None
     next_fixture_at: float = -math.inf
@@ -207,10 +208,9 @@ class FeedActor:
                 task_status.started()
                 await self._poll_loop()
             finally:
+                # Subscriptions outlive a run: their channels stay open, so a feed restarted by the
+                # supervisor picks them up again and match actors only notice a pause.
                 self._nursery = None
-                # Channels of subscriptions served by this run are closed now (their receivers saw
-                # end-of-channel); only subscriptions never served survive to a restarted run.
-                self._subs = {key: sub for key, sub in self._subs.items() if not sub.forwarding}
 
     def subscribe(self, match_id: str, *, marquee: bool) -> trio.MemoryReceiveChannel[FeedUpdate]:
         """Updates for one match; replaces (and closes) an earlier subscription to the same match."""
@@ -235,10 +235,8 @@ class FeedActor:
         if sub is None:
             return
         self._cache_written.pop(sub.match_id, None)
-        if sub.forwarding:
-            sub.cancel_scope.cancel()  # the forwarder closes the channel on its way out
-        else:
-            sub.send.close()
+        sub.cancel_scope.cancel()
+        sub.send.close()  # the receiver sees end-of-channel once it has taken what is buffered
         log.info("feed_unsubscribe", match_id=sub.match_id)
         self._wakeup.set()
 
@@ -443,21 +441,23 @@ class FeedActor:
 
     def _start_forwarder(self, sub: _Subscription) -> None:
         assert self._nursery is not None
-        sub.forwarding = True
-        self._nursery.start_soon(self._forward, sub)
+        sub.cancel_scope = trio.CancelScope()
+        self._nursery.start_soon(self._forward, sub, sub.cancel_scope)
 
-    async def _forward(self, sub: _Subscription) -> None:
-        with sub.cancel_scope:
+    async def _forward(self, sub: _Subscription, scope: trio.CancelScope) -> None:
+        """Move the mailbox's newest update into the channel; the only place that may wait on a subscriber."""
+        with scope:
             try:
-                async with sub.send:
-                    while True:
-                        await sub.wake.wait()
-                        sub.wake = trio.Event()
-                        update, sub.pending = sub.pending, None
-                        if update is None:
-                            continue
-                        await sub.send.send(update)
-                        sub.delivered += 1
+                while True:
+                    await sub.wake.wait()
+                    sub.wake = trio.Event()
+                    update, sub.pending = sub.pending, None
+                    if update is None:
+                        continue
+                    await sub.send.send(update)
+                    sub.delivered += 1
+            except trio.ClosedResourceError:
+                pass  # unsubscribed
             except trio.BrokenResourceError:
                 # The match actor closed its end: treat it as an unsubscribe.
                 if self._subs.get(sub.match_id) is sub:

@@ -388,6 +388,22 @@ async def test_subscribe_before_run_and_resubscribe_replaces(autojump_clock: tri
         assert late.receive_nowait().fixture == minimal_fixture(11)
 
 
+async def test_subscriptions_survive_a_restart_of_the_feed(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, score=1)]
+    feed = make_feed(fake)
+    channel = feed.subscribe("11", marquee=False)
+    async with running(feed):
+        await trio.sleep(1)
+        assert channel.receive_nowait().fixture == minimal_fixture(11, score=1)
+    # The supervisor restarts the actor (same instance); the match actor keeps its channel.
+    fake.live = [minimal_fixture(11, score=2)]
+    async with running(feed):
+        with trio.fail_after(10):
+            update = await channel.receive()
+    assert update.fixture == minimal_fixture(11, score=2)
+
+
 async def test_subscribe_rejects_a_non_numeric_match_id_and_normalises_numeric_ones() -> None:
     feed = make_feed(FakeSportMonks())
     with pytest.raises(ValueError, match="match_id: expected a numeric SportMonks fixture id"):
