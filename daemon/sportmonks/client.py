@@ -459,7 +459,7 @@ def _error_message(response: httpx.Response) -> str:
     try:
         body = response.json()
     except ValueError:
-        return response.text[:160].strip()
+        return redact(response.text[:160].strip())
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
