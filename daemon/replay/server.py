@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from daemon.logs import get_logger
 from daemon.replay.cursor import ReplayClock
-from daemon.replay.tape import FIXTURE_INCLUDES, Tape, TapeEntry, iso
+from daemon.replay.tape import FIXTURE_INCLUDES, Scorecard, Tape, TapeEntry, iso
 
 log = get_logger("daemon.replay.server")
 
@@ -79,6 +79,8 @@ MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 64 * 1024  # only fault specs arrive with a body
 IDLE_TIMEOUT_S = 60.0
 CACHE_PER_FIXTURE = 16
+_BALLS_SENTINEL = "\x00balls\x00"
+_BALLS_SENTINEL_JSON = b'"\\u0000balls\\u0000"'
 FaultMode = Literal[
     "5xx",
     "429",
@@ -151,12 +153,16 @@ class _Match:
     version: int = 0  # bumped whenever already-served output can change (seek back, inserted entries)
     cache: dict[tuple[Any, ...], tuple[bytes, str]] = field(default_factory=dict)
     ball_cache: dict[int, dict[str, Any]] = field(default_factory=dict)  # entry index -> ball object
+    ball_bytes: dict[int, bytes] = field(default_factory=dict)  # id(ball object) -> its JSON
+    card: Scorecard | None = None  # the scorecard at `cursor`, shared by every include set
+    card_version: int = -1
 
     def invalidate(self) -> None:
         """Already-rendered output may be wrong now (seek back, an inserted entry)."""
         self.version += 1
         self.cache.clear()
         self.ball_cache.clear()
+        self.ball_bytes.clear()
 
 
 @dataclass
@@ -476,14 +482,39 @@ class ReplayServer:
                 now=datetime.fromtimestamp(now, UTC),
                 entry_times=lambda i: times[i] if times[i] is not None else now,
                 ball_cache=m.ball_cache,
+                scorecard=self._scorecard(m),
             )
             for name in include & UNMODELLED_INCLUDES.keys():
                 data[name] = UNMODELLED_INCLUDES[name]()
-            cached = (encode_json(data), data["status"])
+            cached = (self._encode_fixture(m, data), data["status"])
             if len(m.cache) >= CACHE_PER_FIXTURE:
                 m.cache.pop(next(iter(m.cache)))
             m.cache[key] = cached
         return cached
+
+    @staticmethod
+    def _scorecard(m: _Match) -> Scorecard:
+        if m.card is None or m.card.cursor != m.cursor or m.card_version != m.version:
+            m.card, m.card_version = m.tape.scorecard_at(m.cursor), m.version
+        return m.card
+
+    @staticmethod
+    def _encode_fixture(m: _Match, data: dict[str, Any]) -> bytes:
+        """Encode a fixture, reusing each ball's bytes: balls are most of the payload and never change once
+        visible, so only the rest is encoded per cursor."""
+        balls = data.get("balls")
+        if not balls:
+            return encode_json(data)
+        data["balls"] = _BALLS_SENTINEL
+        parts = []
+        for ball in balls:
+            raw = m.ball_bytes.get(id(ball))  # ball objects live in m.ball_cache until invalidate()
+            if raw is None:
+                raw = m.ball_bytes[id(ball)] = encode_json(ball)
+            parts.append(raw)
+        encoded = encode_json(data)
+        data["balls"] = balls
+        return encoded.replace(_BALLS_SENTINEL_JSON, b"[" + b",".join(parts) + b"]", 1)
 
     def fixture(self, fixture_id: str | int, include: Iterable[str] | None = None) -> dict[str, Any]:
         """The fixture as ``/fixtures/{id}`` serves it now (in-process convenience)."""

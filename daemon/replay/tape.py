@@ -506,11 +506,17 @@ class Tape(BaseModel):
 
         The replay server holds the cursor here for the innings break. None when the tape has one innings.
         """
+        key = ("break", id(self.entries), len(self.entries))  # a tape with other entries has another list
+        if key in self._json_cache:
+            return self._json_cache[key]  # type: ignore[no-any-return]
         first = next((e.ball.scoreboard for e in self.entries if e.op == "ball" and e.ball), None)
+        found = None
         for i, e in enumerate(self.entries):
             if e.op == "ball" and e.ball is not None and e.ball.scoreboard != first:
-                return i
-        return None
+                found = i
+                break
+        self._json_cache[key] = found
+        return found
 
     def default_entry_times(self, *, innings_break_s: float = 1200.0) -> list[datetime]:
         """When each entry appears if nobody says otherwise: the recorded stamp, else the tape's own pace
@@ -544,6 +550,7 @@ class Tape(BaseModel):
         now: datetime | None = None,
         entry_times: Sequence[datetime | float] | Callable[[int], datetime | float] | None = None,
         ball_cache: dict[int, dict[str, Any]] | None = None,
+        scorecard: Scorecard | None = None,
     ) -> dict[str, Any]:
         """The SportMonks fixture object (the ``data`` of ``/fixtures/{id}``) after the first ``cursor`` entries.
 
@@ -554,11 +561,12 @@ class Tape(BaseModel):
         changed it. Without it, recorded stamps or the tape's own pace are used. ``now`` stamps the
         aggregate rows when no ball is visible yet. ``ball_cache`` (entry index -> ball object) lets a
         caller whose entry times never change reuse the ball objects across calls; the objects in it are
-        shared, so it must not mutate the result's balls.
+        shared, so it must not mutate the result's balls. ``scorecard`` is ``scorecard_at(cursor)`` when the
+        caller already has it.
         """
         if not 0 <= cursor <= len(self.entries):
             raise TapeError(f"cursor {cursor} is outside 0..{len(self.entries)}")
-        card = rebuild(self, cursor)
+        card = scorecard if scorecard is not None and scorecard.cursor == cursor else rebuild(self, cursor)
         wanted = _wanted_includes(include)
         times = _time_lookup(self, entry_times)
         fallback_now = now or self.starting_at
@@ -647,8 +655,8 @@ def visible_balls(tape: Tape, cursor: int) -> list[VisibleBall]:
 
 
 def _over_of(ball: float) -> tuple[int, int]:
-    over, _, in_over = f"{ball:.1f}".partition(".")
-    return int(over), int(in_over)
+    tenths = int(round(ball * 10))  # `ball` is rounded to one decimal on load, so this is exact
+    return tenths // 10, tenths % 10
 
 
 def rebuild(tape: Tape, cursor: int) -> Scorecard:
