@@ -2,7 +2,7 @@
 
 This module owns how configuration is *read*: the file, the ``SIGHTSCREEN_<SECTION>__<KEY>`` environment
 overrides, the ``*_file`` secret indirection, and how a wrong key is reported (its dotted path and why). It
-owns the ``[instance]``, ``[admin]`` and ``[logging]`` sections. Every other section is the settings class
+owns the ``[instance]``, ``[admin]``, ``[logging]`` and ``[metrics]`` sections. Every other section is the settings class
 of the component that uses it, imported here and never redefined: a component changes its own keys without
 touching this file.
 
@@ -193,6 +193,29 @@ class LoggingSettings(BaseModel):
         return value.strip().lower() if isinstance(value, str) else value
 
 
+class MetricsSettings(BaseModel):
+    """Prometheus metrics. The admin socket's `metrics` command always answers; HTTP is for scrapers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    listen: str = Field(
+        "",
+        description="HOST:PORT serving GET /metrics over HTTP for a Prometheus scraper, e.g. 127.0.0.1:9464; "
+        "empty: no HTTP listener (nothing but the admin socket is exposed). Bind to loopback or a private "
+        "interface: metrics name match ids and call volumes",
+        examples=["127.0.0.1:9464"],
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        if value:
+            from daemon.admin import parse_listen
+
+            parse_listen(value)
+        return value
+
+
 class Config(BaseModel):
     """The whole configuration. Each attribute is one TOML section."""
 
@@ -209,6 +232,7 @@ class Config(BaseModel):
     jobs: JobsSettings = Field(default_factory=JobsSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     def redacted(self) -> dict[str, Any]:
         """The effective configuration as plain data, secrets shown as ``**********``."""

@@ -6,13 +6,23 @@ import io
 import os
 import socket
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
 from daemon import metrics
-from daemon.admin import AdminError, AdminServer, AdminSocketError, encode_answer, expect_args, parse_request
+from daemon.admin import (
+    AdminError,
+    AdminServer,
+    AdminSocketError,
+    MetricsHttpServer,
+    encode_answer,
+    expect_args,
+    parse_listen,
+    parse_request,
+)
 
 from .conftest import Calls, Client, log_lines, make_handlers
 
@@ -314,3 +324,66 @@ async def test_the_daemon_may_replace_a_builtin_but_not_help(sock_dir: Path) -> 
             "metrics": "the daemon's own metrics",
         }
         nursery.cancel_scope.cancel()
+
+
+# --- Prometheus over HTTP --------------------------------------------------------------------------------
+
+
+async def http_get(port: int, request: bytes) -> bytes:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(request)
+    data = bytearray()
+    with trio.fail_after(10):
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+    await stream.aclose()
+    return bytes(data)
+
+
+@pytest.fixture
+async def metrics_port() -> AsyncIterator[int]:
+    server = MetricsHttpServer("127.0.0.1:0", client_timeout_s=0.5, max_clients=2)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        yield port
+        nursery.cancel_scope.cancel()
+
+
+async def test_metrics_over_http_serves_the_registry_to_a_scraper(metrics_port: int) -> None:
+    metrics.LOCK_LOSSES.inc()
+    answer = await http_get(metrics_port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"Content-Type: text/plain; version=0.0.4; charset=utf-8" in head
+    assert f"Content-Length: {len(body)}".encode() in head
+    assert b"\nsightscreen_lock_losses_total " in body
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET /admin HTTP/1.1\r\n\r\n", b"404"),
+        (b"POST /metrics HTTP/1.1\r\n\r\n", b"405"),
+        (b"hello\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nX: " + b"y" * 9000 + b"\r\n\r\n", b"431"),
+    ],
+)
+async def test_metrics_over_http_refuses_anything_else(metrics_port: int, request_bytes: bytes, status: bytes) -> None:
+    answer = await http_get(metrics_port, request_bytes)
+    assert answer.split(b" ")[1] == status
+
+
+async def test_metrics_over_http_drops_a_client_that_sends_nothing_and_serves_the_next(metrics_port: int) -> None:
+    silent = [await trio.open_tcp_stream("127.0.0.1", metrics_port) for _ in range(2)]  # max_clients=2
+    answer = await http_get(metrics_port, b"GET /metrics HTTP/1.0\r\n\r\n")  # waits for a slot, then served
+    assert answer.startswith(b"HTTP/1.1 200 OK")
+    for stream in silent:
+        await stream.aclose()
+
+
+def test_listen_addresses_are_checked() -> None:
+    assert parse_listen("127.0.0.1:9464") == ("127.0.0.1", 9464)
+    assert parse_listen("[::1]:9464") == ("::1", 9464)
+    for bad in ("9464", ":9464", "host:", "host:http", "host:70000"):
+        with pytest.raises(ValueError, match="HOST:PORT"):
+            parse_listen(bad)
