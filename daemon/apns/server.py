@@ -50,6 +50,8 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
+import hpack.hpack
 import jwt
 import trio
 import trustme
@@ -610,6 +612,144 @@ _TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _GOAWAY_LINGER_S = 1.0
 
 
+class _ServerH2Connection(h2.connection.H2Connection):
+    """h2's server connection without its O(open streams) walk on every new stream.
+
+    h2 counts open inbound streams by walking every stream each time a HEADERS frame opens one; with 1000
+    streams in flight that walk costs more than the rest of the request. The server enforces
+    MAX_CONCURRENT_STREAMS itself, in event order (``_ServerConnection._dispatch``), answering an excess
+    stream with RST_STREAM REFUSED_STREAM as RFC 9113 §5.1.2 allows; h2 only has to forget closed streams
+    now and then, which the sweep below keeps amortised.
+    """
+
+    _SWEEP_EVERY = 512
+    _new_streams = 0
+
+    @property
+    def open_inbound_streams(self) -> int:
+        self._new_streams += 1
+        if self._new_streams >= self._SWEEP_EVERY:
+            self._new_streams = 0
+            self._open_streams(1)  # drops closed streams from self.streams
+        return 0
+
+
+_HUFFMAN_CACHE_MIN = 32
+_HUFFMAN_CACHE_LIMIT = 4096
+
+
+def _install_huffman_cache() -> None:
+    """Memoise hpack's Huffman decoding of long literals (process-wide, idempotent).
+
+    h2 (and other APNs clients) send ``authorization`` as a never-indexed literal, so the ~200-byte
+    Huffman-coded JWT is decoded on every request although it changes once per ~50 minutes; decoding it is
+    the largest single cost of a request in pure-Python hpack. ``decode_huffman`` is a pure function of its
+    input, so caching it changes nothing but the time.
+    """
+    original = hpack.hpack.decode_huffman
+    if getattr(original, "_sightscreen_cached", False):
+        return
+    cache: dict[bytes, bytes] = {}
+
+    def decode_huffman(data: bytes) -> bytes:
+        if len(data) < _HUFFMAN_CACHE_MIN:
+            return original(data)
+        decoded = cache.get(data)
+        if decoded is None:
+            decoded = original(data)
+            if len(cache) >= _HUFFMAN_CACHE_LIMIT:
+                cache.clear()
+            cache[bytes(data)] = decoded
+        return decoded
+
+    decode_huffman._sightscreen_cached = True  # type: ignore[attr-defined]
+    hpack.hpack.decode_huffman = decode_huffman  # type: ignore[assignment]
+
+
+def _hpack_int(value: int, prefix_bits: int, first_byte: int) -> bytes:
+    """RFC 7541 §5.1 integer with an N-bit prefix, OR-ed into ``first_byte``."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([first_byte | value])
+    out = bytearray([first_byte | limit])
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _hpack_str(data: bytes) -> bytes:
+    return _hpack_int(len(data), 7, 0x00) + data  # raw octets, no Huffman: cheaper to make than to shrink
+
+
+class _ResponseEncoder:
+    """HPACK for the server's answers, built from the static table and literals *without indexing*.
+
+    h2's encoder Huffman-codes and table-searches every header; each answer carries two fresh UUIDs, so
+    that work buys nothing. Literals without indexing never touch the dynamic table, so the peer's decoder
+    stays in step. When the peer changes HEADER_TABLE_SIZE, the next block goes through hpack's own encoder,
+    which emits the required table-size update (RFC 7541 §4.2).
+    """
+
+    _STATIC_STATUS = {b"200": 8, b"204": 9, b"206": 10, b"304": 11, b"400": 12, b"404": 13, b"500": 14}
+    _STATIC_NAME = {b":status": 8, b"content-type": 31}
+
+    def __init__(self) -> None:
+        self._inner = hpack.Encoder()
+        self._fixed: dict[tuple[bytes, bytes], bytes] = {}
+        self._names: dict[bytes, bytes] = {}
+
+    @property
+    def header_table_size(self) -> int:
+        return self._inner.header_table_size
+
+    @header_table_size.setter
+    def header_table_size(self, value: int) -> None:
+        self._inner.header_table_size = value
+
+    def encode(self, headers: Any, huffman: bool = True) -> bytes:
+        if self._inner.header_table.resized:
+            return self._inner.encode(headers, huffman)
+        out = []
+        for name, value in headers:
+            if name == b"apns-id" or name == b"apns-unique-id":
+                out.append(self._name(name) + _hpack_str(value))
+                continue
+            fixed = self._fixed.get((name, value))
+            if fixed is None:
+                index = self._STATIC_STATUS.get(value) if name == b":status" else None
+                if index is not None:
+                    fixed = bytes([0x80 | index])
+                else:
+                    fixed = self._name(name) + _hpack_str(value)
+                self._fixed[(name, value)] = fixed
+            out.append(fixed)
+        return b"".join(out)
+
+    def _name(self, name: bytes) -> bytes:
+        prefix = self._names.get(name)
+        if prefix is None:
+            index = self._STATIC_NAME.get(name)
+            # Literal without indexing (0000xxxx), indexed name or new name.
+            prefix = _hpack_int(index, 4, 0x00) if index is not None else b"\x00" + _hpack_str(name)
+            self._names[name] = prefix
+        return prefix
+
+
+class _ApnsIds:
+    """Fresh canonical UUIDs (version 4 layout) for apns-id / apns-unique-id, cheaply: random + counter."""
+
+    def __init__(self) -> None:
+        raw = uuid.uuid4().hex
+        self._prefix = f"{raw[:8]}-{raw[8:12]}-4{raw[13:16]}-a{raw[17:20]}-"
+        self._counter = itertools.count(int(raw[20:], 16) & 0xFFFFFFFF)
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFF:012x}"
+
+
 @dataclass(slots=True)
 class _Request:
     stream_id: int
@@ -634,7 +774,8 @@ class _ServerConnection:
         self.server = server
         self.id = conn_id
         self.stream = stream
-        self.h2 = h2.connection.H2Connection(config=_H2_CONFIG)
+        self.h2 = _ServerH2Connection(config=_H2_CONFIG)
+        self.h2.encoder = _ResponseEncoder()  # type: ignore[assignment]
         faults = server.faults
         self.max_streams = faults.max_concurrent_streams
         self.advertised_streams = faults.initial_streams or faults.max_concurrent_streams
@@ -656,6 +797,7 @@ class _ServerConnection:
         self._wake = trio.Event()
         self._window_event = trio.Event()
         self._pending_body: dict[int, memoryview] = {}
+        self._closed_unflushed = 0  # streams we ended or reset whose frames are not yet written
         self._nursery: trio.Nursery | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------------
@@ -712,9 +854,17 @@ class _ServerConnection:
         kind = type(event)
         if kind is h2.events.RequestReceived:
             sid = event.stream_id  # type: ignore[attr-defined]
+            # Streams we closed in this batch still count: the client cannot know before we flush.
+            open_now = len(self.requests) + len(self.unanswered) + self._closed_unflushed + 1
+            if open_now > self.h2.local_settings.max_concurrent_streams:
+                # Over the limit the client has acknowledged: refuse the stream (RFC 9113 §5.1.2), count it.
+                self.server._stream_limit_violation(self, sid, open_now - 1)
+                self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+                self._closed_unflushed += 1
+                return
             self.requests[sid] = _Request(sid, event.headers)  # type: ignore[attr-defined]
-            if len(self.requests) + len(self.unanswered) > self.max_open:
-                self.max_open = len(self.requests) + len(self.unanswered)
+            if open_now > self.max_open:
+                self.max_open = open_now
         elif kind is h2.events.DataReceived:
             sid = event.stream_id  # type: ignore[attr-defined]
             req = self.requests.get(sid)
@@ -730,6 +880,7 @@ class _ServerConnection:
         elif kind is h2.events.StreamReset:
             sid = event.stream_id  # type: ignore[attr-defined]
             self.requests.pop(sid, None)
+            self.unanswered.discard(sid)
             self._pending_body.pop(sid, None)
         elif kind is h2.events.ConnectionTerminated:
             self.closing = True
@@ -750,6 +901,7 @@ class _ServerConnection:
     async def _flush(self) -> None:
         async with self._send_lock:
             data = self.h2.data_to_send()
+            self._closed_unflushed = 0
             if self._out:
                 data = b"".join(self._out) + data
                 self._out.clear()
@@ -816,6 +968,7 @@ class _ServerConnection:
         if faults.take_refusal():
             server._stats_inc("refused_streams")
             self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            self._closed_unflushed += 1
             return
         self.unanswered.add(sid)
         answer, delay = server._decide(self, req)
@@ -858,6 +1011,7 @@ class _ServerConnection:
             self.server._stats_inc("answers_to_closed_streams")
             return
         self.unanswered.discard(sid)
+        self._closed_unflushed += 1
         self.answered += 1
         self._adjust_stream_limit(answer.status)
         self.server._answered(self, answer)
@@ -1047,6 +1201,8 @@ class ApnsTestServer:
         self._stats: dict[str, int] = {}
         self._statuses: dict[str, int] = {}
         self.protocol_errors: list[str] = []
+        self._ids = _ApnsIds()
+        _install_huffman_cache()
 
     # ---- public API --------------------------------------------------------------------------------
 
@@ -1187,7 +1343,7 @@ class ApnsTestServer:
     def _unique_id_header(self) -> list[tuple[bytes, bytes]]:
         if not self.sandbox:
             return []
-        return [(b"apns-unique-id", str(uuid.uuid4()).encode())]
+        return [(b"apns-unique-id", self._ids.next().encode())]
 
     async def _handle_tcp(self, tcp: trio.SocketStream, server_ctx: ssl.SSLContext) -> None:
         tls = trio.SSLStream(tcp, server_ctx, server_side=True, https_compatible=True)
@@ -1216,6 +1372,13 @@ class ApnsTestServer:
                                                          conn.max_open)
             log.debug("apns_server_connection_closed", connection_id=conn.id, answered=conn.answered)
 
+    def _stream_limit_violation(self, conn: _ServerConnection, stream_id: int, open_streams: int) -> None:
+        self._stats_inc("stream_limit_violations")
+        limit = conn.h2.local_settings.max_concurrent_streams
+        message = f"connection {conn.id}: stream {stream_id} opened with {open_streams} open, limit {limit}"
+        self.protocol_errors.append(message)
+        log.warning("apns_server_stream_limit_violated", connection_id=conn.id, error=message)
+
     def _protocol_error(self, conn: _ServerConnection, exc: Exception) -> None:
         name = type(exc).__name__
         if isinstance(exc, h2.exceptions.TooManyStreamsError):
@@ -1229,7 +1392,7 @@ class ApnsTestServer:
     def _decide(self, conn: _ServerConnection, req: _Request) -> tuple[_Answer, float]:
         """Validate one request and apply the script; returns the answer and how long to hold it."""
         headers, duplicate = headers_to_dict(req.headers)
-        apns_id = headers.get("apns-id") or str(uuid.uuid4())
+        apns_id = headers.get("apns-id") or self._ids.next()
         faults = self.faults
         now_wall = time.time()
         check: TokenCheck | None = None

@@ -303,3 +303,47 @@ class TestFaultState:
         server = ApnsTestServer(team_id=TEAM, keys={}, topics=["com.example.app"])
         with pytest.raises(ValueError, match=field.replace(".", r"\.")):
             server.script(**script)
+
+
+class TestResponseEncoder:
+    def test_blocks_decode_with_a_standard_hpack_decoder_and_leave_its_table_empty(self):
+        import hpack
+
+        from daemon.apns.server import _ResponseEncoder
+
+        encoder, decoder = _ResponseEncoder(), hpack.Decoder()
+        answers = [
+            [(b":status", b"200"), (b"apns-id", b"6f1c5f43-0d3e-4c77-a1a8-000000000001"),
+             (b"apns-unique-id", b"6f1c5f43-0d3e-4c77-a1a8-000000000002")],
+            [(b":status", b"410"), (b"content-type", b"application/json"), (b"apns-id", b"x" * 200)],
+            [(b":status", b"429"), (b"content-type", b"application/json")],
+            [(b":status", b"400"), (b"x-long-name-" + b"n" * 20, b"v")],
+        ]
+        for headers in answers * 2:
+            assert decoder.decode(encoder.encode(headers), raw=True) == headers
+        assert len(decoder.header_table.dynamic_entries) == 0
+
+    def test_table_size_change_is_signalled_in_the_next_block(self):
+        import hpack
+
+        from daemon.apns.server import _ResponseEncoder
+
+        encoder, decoder = _ResponseEncoder(), hpack.Decoder()
+        encoder.header_table_size = 0
+        decoder.max_allowed_table_size = 0
+        headers = [(b":status", b"200"), (b"apns-id", b"abc")]
+        block = encoder.encode(headers)
+        assert block[0] & 0xE0 == 0x20  # dynamic table size update first (RFC 7541 §6.3)
+        assert decoder.decode(block, raw=True) == headers
+        assert decoder.decode(encoder.encode(headers), raw=True) == headers
+
+
+def test_generated_apns_ids_are_unique_canonical_uuids():
+    import re
+
+    from daemon.apns.server import _ApnsIds
+
+    ids = _ApnsIds()
+    values = [ids.next() for _ in range(1000)]
+    assert len(set(values)) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-a[0-9a-f]{3}-[0-9a-f]{12}", v) for v in values)
