@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import trio
 
 from tests.jobs.fake_sportmonks import FakeSportMonks
+from tests.jobs.prematch_world import ApnsWorld, start_apns_world
 
 
 @pytest.fixture
@@ -38,3 +39,13 @@ async def sm_client(sportmonks: FakeSportMonks) -> AsyncIterator[object]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+def start_apns(nursery: trio.Nursery) -> Callable[..., Awaitable[ApnsWorld]]:
+    """``await start_apns(janitor=...)``: the project's APNs test server and an ``ApnsSender`` on it."""
+
+    async def start(**kwargs: object) -> ApnsWorld:
+        return await start_apns_world(nursery, **kwargs)
+
+    return start

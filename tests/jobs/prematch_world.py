@@ -2,8 +2,9 @@
 view of what arrived.
 
 ``RecordingSender`` has the ``ApnsSender`` interface the notifier uses (``await send(push)``, one
-``PushResult`` per push on ``push.reply_to``) and answers as APNs would for scripted tokens; it can hold
-answers back or block sends, which is how the tests stop a notifier "between sending and recording".
+``PushResult`` per push on ``push.reply_to``) and answers as APNs would for scripted tokens, for the fast
+cycle tests. ``start_apns_world`` runs the real thing: the project's APNs test server and ``ApnsSender``;
+``SendWatch`` wraps a sender to stop a notifier "between sending and recording".
 
 ``Device`` is what a phone shows: an alert with an ``apns-collapse-id`` replaces an earlier one with the
 same id instead of adding a second; a push-to-start always starts another Live Activity.
@@ -11,7 +12,7 @@ same id instead of adding a second; a push-to-start always starts another Live A
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,24 +71,17 @@ async def register(repos: Any, user: str, *, push_to_start: bool = True) -> None
 
 @dataclass
 class RecordingSender:
-    """An ``ApnsSender`` stand-in: records every push and answers like APNs."""
+    """An ``ApnsSender`` stand-in for the cycle tests: records every push and answers like APNs at once."""
 
     pushes: list[Push] = field(default_factory=list)
     rejected: dict[str, tuple[int, str]] = field(default_factory=dict)  # token -> (status, reason)
     failing: set[str] = field(default_factory=set)  # tokens whose pushes end "failed" (retries exhausted)
-    answer: bool = True  # False: hold every answer back (the process dies before it reads them)
-    hold_kinds: set[str] = field(default_factory=set)  # kinds ("alert", "start") whose answers are held back
-    accept_sends: bool = True  # False: block in send() (the process dies before the push leaves)
     sent_event: trio.Event = field(default_factory=trio.Event)
-    blocked_event: trio.Event = field(default_factory=trio.Event)
 
     async def send(self, push: Push) -> None:
-        if not self.accept_sends:
-            self.blocked_event.set()
-            await trio.sleep_forever()
         self.pushes.append(push)
         self.sent_event.set()
-        if not self.answer or push.kind in self.hold_kinds or push.reply_to is None:
+        if push.reply_to is None:
             return
         if push.token in self.rejected:
             status, reason = self.rejected[push.token]
@@ -111,10 +105,6 @@ class Delivered:
     collapse_id: str | None
 
 
-def delivered_from_pushes(pushes: Iterable[Push], *, dead: Sequence[str] = ()) -> list[Delivered]:
-    return [Delivered(p.token, p.push_type, p.collapse_id) for p in pushes if p.token not in dead]
-
-
 def alerts_shown(delivered: Iterable[Delivered], tok: str) -> int:
     """Notifications on the device: same collapse id = one notification (the later replaces the earlier)."""
     shown = 0
@@ -132,3 +122,76 @@ def alerts_shown(delivered: Iterable[Delivered], tok: str) -> int:
 
 def activities_started(delivered: Iterable[Delivered], tok: str) -> int:
     return sum(1 for d in delivered if d.token == tok and d.push_type == "liveactivity")
+
+
+# --- the project's APNs server + sender, as a device's view of the world -------------------------------
+
+TEAM_ID = "TEAM000001"
+
+
+@dataclass
+class ApnsWorld:
+    """One APNs (the project's test server) and the daemon's sender talking to it."""
+
+    server: Any
+    sender: Any
+
+    def delivered(self) -> list[Delivered]:
+        """What reached devices: every request APNs accepted."""
+        return [
+            Delivered(
+                r["token"], r["headers"].get("apns-push-type", ""), r["headers"].get("apns-collapse-id")
+            )
+            for r in self.server.records
+            if r["status"] == 200
+        ]
+
+
+async def start_apns_world(nursery: trio.Nursery, *, janitor: Any = None) -> ApnsWorld:
+    from actors.sender import ApnsSender
+    from daemon.apns.certs import generate_signing_key
+    from daemon.apns.server import ApnsTestServer
+    from daemon.apns.settings import ApnsSettings
+
+    key = generate_signing_key("KEY0000001")
+    server = ApnsTestServer(team_id=TEAM_ID, keys={key.key_id: key.public_pem}, topics=[TOPIC])
+    await nursery.start(server.serve)
+    settings = ApnsSettings(
+        url=server.url,
+        team_id=TEAM_ID,
+        key_id=key.key_id,
+        private_key=key.private_pem,
+        topic=TOPIC,
+        connections=1,
+        request_timeout_s=5.0,
+        max_retries=2,
+        retry_backoff_s=0.01,
+        retry_backoff_max_s=0.05,
+        reconnect_backoff_s=0.01,
+        reconnect_backoff_max_s=0.1,
+        connect_timeout_s=5.0,
+    )
+    sender = ApnsSender(settings, janitor=janitor, ssl_context=server.ssl_context_for_clients())
+    await nursery.start(sender.run)
+    return ApnsWorld(server, sender)
+
+
+class SendWatch:
+    """Forwards pushes to a real sender and notes each one handed over; ``block`` makes ``send`` hang before
+    forwarding (a process that dies before its push leaves)."""
+
+    def __init__(self, sender: Any) -> None:
+        self.sender = sender
+        self.handed: list[Push] = []
+        self.block = False
+        self.blocked = trio.Event()
+
+    async def send(self, push: Push) -> None:
+        if self.block:
+            self.blocked.set()
+            await trio.sleep_forever()
+        await self.sender.send(push)
+        self.handed.append(push)
+
+    def kinds(self) -> list[str]:
+        return [p.kind for p in self.handed]

@@ -6,8 +6,7 @@ notifications the way iOS shows them (one per apns-collapse-id).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -16,17 +15,13 @@ import trio
 from actors.janitor import Janitor
 from actors.jobs.prematch import PrematchNotifier
 from actors.jobs.settings import PrematchSettings
-from actors.sender import ApnsSender
-from daemon.apns.certs import generate_signing_key
-from daemon.apns.server import ApnsTestServer
-from daemon.apns.settings import ApnsSettings
-from daemon.apns.types import Push
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
     TOPIC,
+    ApnsWorld,
     Clock,
-    Delivered,
+    SendWatch,
     activities_started,
     alerts_shown,
     follow,
@@ -37,63 +32,16 @@ from tests.jobs.prematch_world import (
 )
 
 START = T0 + 20 * MINUTE
-TEAM_ID = "TEAM000001"
-
-
-@dataclass
-class Apns:
-    server: ApnsTestServer
-    sender: ApnsSender
-    janitor: Janitor
-
-    def delivered(self) -> list[Delivered]:
-        """What reached devices: every request APNs accepted."""
-        return [
-            Delivered(
-                r["token"], r["headers"].get("apns-push-type", ""), r["headers"].get("apns-collapse-id")
-            )
-            for r in self.server.records
-            if r["status"] == 200
-        ]
 
 
 @pytest.fixture
-async def apns(nursery: trio.Nursery, repos: Any) -> AsyncIterator[Apns]:
-    key = generate_signing_key("KEY0000001")
-    server = ApnsTestServer(team_id=TEAM_ID, keys={key.key_id: key.public_pem}, topics=[TOPIC])
-    await nursery.start(server.serve)
+async def apns(
+    nursery: trio.Nursery, repos: Any, start_apns: Callable[..., Awaitable[ApnsWorld]]
+) -> ApnsWorld:
+    """APNs and the sender wired as in production: rejected tokens also go to the token janitor."""
     janitor = Janitor(repos)
     await nursery.start(janitor.run)
-    settings = ApnsSettings(
-        url=server.url,
-        team_id=TEAM_ID,
-        key_id=key.key_id,
-        private_key=key.private_pem,
-        topic=TOPIC,
-        connections=1,
-        request_timeout_s=5.0,
-        max_retries=2,
-        retry_backoff_s=0.01,
-        retry_backoff_max_s=0.05,
-        reconnect_backoff_s=0.01,
-        reconnect_backoff_max_s=0.1,
-        connect_timeout_s=5.0,
-    )
-    sender = ApnsSender(settings, janitor=janitor.send_channel, ssl_context=server.ssl_context_for_clients())
-    await nursery.start(sender.run)
-    yield Apns(server, sender, janitor)
-
-
-class SendWatch:
-    """Forwards to the real sender and notes what was handed over (to stop a cycle right after)."""
-
-    def __init__(self, sender: ApnsSender) -> None:
-        self.sender = sender
-        self.handed: list[Push] = []
-
-    async def send(self, push: Push) -> None:
-        await self.sender.send(push)
-        self.handed.append(push)
+    return await start_apns(janitor=janitor.send_channel)
 
 
 def notifier(repos: Any, sender: Any, clock: Clock, **settings: Any) -> PrematchNotifier:
@@ -101,7 +49,7 @@ def notifier(repos: Any, sender: Any, clock: Clock, **settings: Any) -> Prematch
 
 
 async def test_alerts_and_push_to_start_reach_apns_and_dead_tokens_are_cleaned(
-    repos: Any, apns: Apns
+    repos: Any, apns: ApnsWorld
 ) -> None:
     await seed_reference(repos)
     await put_fixture(repos, 7, START)
@@ -139,7 +87,7 @@ async def test_alerts_and_push_to_start_reach_apns_and_dead_tokens_are_cleaned(
 
 
 async def test_crash_between_sending_and_recording_shows_one_alert_on_the_device(
-    repos: Any, apns: Apns
+    repos: Any, apns: ApnsWorld
 ) -> None:
     await seed_reference(repos)
     await put_fixture(repos, 7, START)
@@ -169,7 +117,7 @@ async def test_crash_between_sending_and_recording_shows_one_alert_on_the_device
     assert follow_item["prematchState"] == "sent"
 
 
-async def test_late_follower_through_the_real_sender(repos: Any, apns: Apns) -> None:
+async def test_late_follower_through_the_real_sender(repos: Any, apns: ApnsWorld) -> None:
     await seed_reference(repos)
     await put_fixture(repos, 7, START)
     await follow(repos, 7, "u1", start=START)

@@ -8,39 +8,44 @@ there are none); a dedup store keyed by ``matchId`` alone with a 48 h TTL (the r
 ``sendPushToStartBatch`` then ``sendAlertPushBatch`` without ``onInvalidToken`` and without a collapse id;
 ``markNotificationSent`` only after both batches.
 
-In each test both flows run against the same DynamoDB world with their own sender (so each has its own
-device view); the legacy flow runs first where ours changes shared state (device records).
+In each test both flows run against the same DynamoDB world (moto's server), each with its own APNs (the
+project's APNs test server) and the daemon's ``ApnsSender`` (no token janitor, so only the flow itself can
+clean up): what each APNs server accepted is what that flow's devices received. The legacy flow runs first
+where ours changes shared state (device records).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+import pytest
 import trio
 
 from actors.jobs.convert import iso_utc
 from actors.jobs.prematch import Marker, PrematchNotifier
 from actors.jobs.settings import PrematchSettings
 from daemon.apns.types import Push, PushResult
+from daemon.cricket.payloads import alert_payload, start_payload
 from daemon.metrics import REGISTRY
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
     TOPIC,
+    ApnsWorld,
     Clock,
-    RecordingSender,
+    SendWatch,
     activities_started,
     alerts_shown,
-    delivered_from_pushes,
     follow,
     put_fixture,
     register,
     seed_reference,
     token,
 )
+
+StartApns = Callable[..., Awaitable[ApnsWorld]]
 
 START = T0 + 20 * MINUTE  # 2027-01-15T08:20:00Z
 HOUR = 3600.0
@@ -84,25 +89,23 @@ class LegacyPrematchFlow:
                     continue  # "skipping (will retry)": next tick queries again
                 devices = [await self.repos.devices.get_device_for_user(f["userId"]) for f in followers]
                 devices = [d for d in devices if d]
+                start = start_payload(
+                    {"matchId": match_id},
+                    attributes_type="MatchAttributes",
+                    attributes={"matchId": match_id},
+                    timestamp=int(now),
+                    alert=("Match starting soon", match_id),
+                )
                 await self._batch(
                     [
-                        Push(
-                            d["pushToStartToken"],
-                            "liveactivity",
-                            TOPIC,
-                            b'{"aps":{"event":"start"}}',
-                            kind="start",
-                        )
+                        Push(d["pushToStartToken"], "liveactivity", TOPIC, start, kind="start")
                         for d in devices
                         if d.get("pushToStartToken")
                     ]
                 )
-                body = {"aps": {"alert": {"title": "Match starting soon", "body": match_id}}}
+                alert = alert_payload("Match starting soon", match_id)  # no collapse id
                 await self._batch(
-                    [
-                        Push(d["deviceToken"], "alert", TOPIC, json.dumps(body).encode(), kind="alert")
-                        for d in devices
-                    ]
+                    [Push(d["deviceToken"], "alert", TOPIC, alert, kind="alert") for d in devices]
                 )
                 self.store[match_id] = now + self.DEDUP_TTL_S  # markNotificationSent, after both batches
 
@@ -130,12 +133,20 @@ async def one_follower_world(repos: Any, *, users: tuple[str, ...] = ("u1",)) ->
 
 async def crash_when(run: Callable[[], Awaitable[Any]], condition: Callable[[], bool]) -> None:
     """Run one cycle and kill it (cancel: no further code of the cycle runs) once ``condition`` holds."""
-    with trio.fail_after(10):
+    with trio.fail_after(15):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
             while not condition():
                 await trio.sleep(0.005)
             nursery.cancel_scope.cancel()
+
+
+def alerts_to(world: ApnsWorld, tok: str) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in world.server.records
+        if r["token"] == tok and r["headers"].get("apns-push-type") == "alert" and r["status"] == 200
+    ]
 
 
 def follower_queries() -> float:
@@ -145,23 +156,30 @@ def follower_queries() -> float:
     return value or 0.0
 
 
+@pytest.fixture
+async def two_apns(start_apns: StartApns) -> tuple[ApnsWorld, ApnsWorld]:
+    """(the legacy flow's APNs, ours): separate servers, so separate device views."""
+    return await start_apns(), await start_apns()
+
+
 # --- 1. tokens APNs rejects are cleaned up ----------------------------------------------------------------
 
 
-async def test_defect1_rejected_tokens_are_cleaned_up(repos: Any) -> None:
+async def test_defect1_rejected_tokens_are_cleaned_up(
+    repos: Any, two_apns: tuple[ApnsWorld, ApnsWorld]
+) -> None:
     await one_follower_world(repos, users=("u1", "u2"))
+    for world in two_apns:
+        world.server.set_token_status(token("u1"), 410, "Unregistered")
+        world.server.set_token_status(token("u2", "start"), 400, "BadDeviceToken")
+    legacy_apns, our_apns = two_apns
 
-    def apns() -> RecordingSender:
-        return RecordingSender(
-            rejected={token("u1"): (410, "Unregistered"), token("u2", "start"): (400, "BadDeviceToken")}
-        )
-
-    await LegacyPrematchFlow(repos, apns(), clock=Clock()).tick()
+    await LegacyPrematchFlow(repos, legacy_apns.sender, clock=Clock()).tick()
     assert await repos.devices.get_device_for_user("u1") is not None  # legacy: the dead token stays
     legacy_u2 = await repos.devices.get_device_for_user("u2")
     assert legacy_u2 is not None and legacy_u2.get("pushToStartToken") == token("u2", "start")
 
-    report = await ours(repos, apns(), Clock()).run_cycle()
+    report = await ours(repos, our_apns.sender, Clock()).run_cycle()
 
     assert report.rejected == 1 and report.tokens_removed == 2
     assert await repos.devices.get_device_for_user("u1") is None  # the device record, as the data model says
@@ -174,82 +192,94 @@ async def test_defect1_rejected_tokens_are_cleaned_up(repos: Any) -> None:
 # --- 2. a crash between sending and recording: no second alert, none lost -----------------------------------
 
 
-async def test_defect2_crash_after_sending_shows_one_alert_and_starts_one_activity(repos: Any) -> None:
+async def test_defect2_crash_after_sending_shows_one_alert_and_starts_one_activity(
+    repos: Any, two_apns: tuple[ApnsWorld, ApnsWorld]
+) -> None:
     await one_follower_world(repos)
+    legacy_apns, our_apns = two_apns
     legacy_store: dict[str, float] = {}
-    legacy_apns, our_apns = RecordingSender(hold_kinds={"alert"}), RecordingSender(hold_kinds={"alert"})
     clock = Clock()
+    for world in two_apns:
+        world.server.delay(1.5, count=2)  # APNs answers slowly, so the process dies before it hears back
 
-    # The process dies once the alert (the last push) is with APNs, before anything is recorded.
-    legacy = LegacyPrematchFlow(repos, legacy_apns, clock=clock, store=legacy_store)
-    await crash_when(legacy.tick, lambda: bool(legacy_apns.to(token("u1"), "alert")))
-    await crash_when(ours(repos, our_apns, clock).run_cycle, lambda: bool(our_apns.to(token("u1"), "alert")))
+    # The process dies once the alert (the last push) is with the sender, before anything is recorded.
+    legacy_watch, our_watch = SendWatch(legacy_apns.sender), SendWatch(our_apns.sender)
+    legacy = LegacyPrematchFlow(repos, legacy_watch, clock=clock, store=legacy_store)
+    await crash_when(legacy.tick, lambda: "alert" in legacy_watch.kinds())
+    await crash_when(ours(repos, our_watch, clock).run_cycle, lambda: len(our_watch.handed) == 2)
+    with trio.fail_after(15):
+        for world in two_apns:
+            await world.server.wait_for_records(2)  # the first copies reached the device anyway
 
-    # Restarted three minutes later (past the 2-minute claim lease); APNs answers normally now.
+    # Restarted three minutes later (past the 2-minute claim lease).
     clock.now += 3 * MINUTE
-    legacy_apns.hold_kinds.clear()
-    our_apns.hold_kinds.clear()
-    await LegacyPrematchFlow(repos, legacy_apns, clock=clock, store=legacy_store).tick()
-    report = await ours(repos, our_apns, clock).run_cycle()
+    await LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock, store=legacy_store).tick()
+    report = await ours(repos, our_apns.sender, clock).run_cycle()
 
-    legacy_device = delivered_from_pushes(legacy_apns.pushes)
+    legacy_device = legacy_apns.delivered()
     assert alerts_shown(legacy_device, token("u1")) == 2  # legacy: a second alert on the device
     assert activities_started(legacy_device, token("u1", "start")) == 2  # and a second Live Activity
-    our_device = delivered_from_pushes(our_apns.pushes)
+    our_device = our_apns.delivered()
     assert report.recovered == 1
-    assert len(our_apns.to(token("u1"), "alert")) == 2  # sent again (its fate was unknown) ...
+    assert len(alerts_to(our_apns, token("u1"))) == 2  # sent again (its fate was unknown) ...
     assert alerts_shown(our_device, token("u1")) == 1  # ... but it collapses onto the first
     assert activities_started(our_device, token("u1", "start")) == 1
 
 
-async def test_defect2_crash_after_claiming_before_sending_loses_nothing(repos: Any) -> None:
+async def test_defect2_crash_after_claiming_before_sending_loses_nothing(
+    repos: Any, start_apns: StartApns
+) -> None:
     await one_follower_world(repos)
-    apns = RecordingSender(accept_sends=False)
+    apns = await start_apns()
+    watch = SendWatch(apns.sender)
+    watch.block = True
     clock = Clock()
-    await crash_when(ours(repos, apns, clock).run_cycle, apns.blocked_event.is_set)
-    assert apns.pushes == []
+    await crash_when(ours(repos, watch, clock).run_cycle, watch.blocked.is_set)
+    assert apns.server.records == []
     follows = await repos.follows.get_followers_for_match("7")
     assert follows[0]["prematchState"] == "claimed"  # the claim outlived the crash
 
-    apns.accept_sends = True
     clock.now += MINUTE
-    assert (await ours(repos, apns, clock).run_cycle()).in_flight == 1  # within the lease: leave it be
+    assert (await ours(repos, apns.sender, clock).run_cycle()).in_flight == 1  # within the lease: leave it be
     clock.now += 2 * MINUTE
-    await ours(repos, apns, clock).run_cycle()
-    assert alerts_shown(delivered_from_pushes(apns.pushes), token("u1")) == 1  # not lost
+    await ours(repos, apns.sender, clock).run_cycle()
+    assert alerts_shown(apns.delivered(), token("u1")) == 1  # not lost
 
 
 # --- 3. downtime during the window is caught up ---------------------------------------------------------
 
 
-async def test_defect3_match_that_started_moments_ago_during_downtime_is_still_notified(repos: Any) -> None:
+async def test_defect3_match_that_started_moments_ago_during_downtime_is_still_notified(
+    repos: Any, two_apns: tuple[ApnsWorld, ApnsWorld]
+) -> None:
     await one_follower_world(repos)
+    legacy_apns, our_apns = two_apns
     back_at = Clock(START + 2 * MINUTE)  # down for the whole window, back 2 minutes after the start
-    legacy_apns, our_apns = RecordingSender(), RecordingSender()
 
-    await LegacyPrematchFlow(repos, legacy_apns, clock=back_at).tick()
-    await ours(repos, our_apns, back_at).run_cycle()
+    await LegacyPrematchFlow(repos, legacy_apns.sender, clock=back_at).tick()
+    await ours(repos, our_apns.sender, back_at).run_cycle()
 
-    assert legacy_apns.pushes == []  # legacy: timeUntilStart < 0, skipped for good
-    alert = our_apns.to(token("u1"), "alert")
-    assert len(alert) == 1
-    assert json.loads(alert[0].payload)["aps"]["alert"]["body"] == "1st T20I started 2 min ago"
+    assert legacy_apns.server.records == []  # legacy: timeUntilStart < 0, skipped for good
+    alerts = alerts_to(our_apns, token("u1"))
+    assert len(alerts) == 1
+    assert alerts[0]["payload"]["aps"]["alert"]["body"] == "1st T20I started 2 min ago"
     # ... but a match long under way is not announced as "starting".
-    late = Clock(START + 30 * MINUTE)
     await put_fixture(repos, 8, START)
     await follow(repos, 8, "u1", start=START)
-    assert (await ours(repos, RecordingSender(), late).run_cycle()).matches_due == 0
+    assert (await ours(repos, our_apns.sender, Clock(START + 30 * MINUTE)).run_cycle()).matches_due == 0
 
 
 # --- 4. dedup per user and match ---------------------------------------------------------------------------
 
 
-async def test_defect4_a_late_follower_is_notified_on_the_next_cycle(repos: Any) -> None:
+async def test_defect4_a_late_follower_is_notified_on_the_next_cycle(
+    repos: Any, two_apns: tuple[ApnsWorld, ApnsWorld]
+) -> None:
     await one_follower_world(repos)
+    legacy_apns, our_apns = two_apns
     clock = Clock()
-    legacy_apns, our_apns = RecordingSender(), RecordingSender()
-    legacy = LegacyPrematchFlow(repos, legacy_apns, clock=clock)
-    notifier = ours(repos, our_apns, clock)
+    legacy = LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock)
+    notifier = ours(repos, our_apns.sender, clock)
     await legacy.tick()
     await notifier.run_cycle()
 
@@ -259,17 +289,20 @@ async def test_defect4_a_late_follower_is_notified_on_the_next_cycle(repos: Any)
     await legacy.tick()
     await notifier.run_cycle()
 
-    assert legacy_apns.to(token("late"), "alert") == []  # legacy: the match counts as notified for all
-    assert len(our_apns.to(token("late"), "alert")) == 1
-    assert len(our_apns.to(token("u1"), "alert")) == 1  # and the first follower is not told twice
+    assert alerts_to(legacy_apns, token("late")) == []  # legacy: the match counts as notified for all
+    assert len(alerts_to(our_apns, token("late"))) == 1
+    assert len(alerts_to(our_apns, token("u1"))) == 1  # and the first follower is not told twice
 
 
 # --- 5. a match nobody follows costs no repeated reads ------------------------------------------------------
 
 
-async def test_defect5_a_match_nobody_follows_is_read_once_per_window(repos: Any) -> None:
+async def test_defect5_a_match_nobody_follows_is_read_once_per_window(
+    repos: Any, two_apns: tuple[ApnsWorld, ApnsWorld]
+) -> None:
     await seed_reference(repos)
     await put_fixture(repos, 7, T0 + 29 * MINUTE)  # in the window for the next 29 cycles
+    legacy_apns, our_apns = two_apns
     clock = Clock()
 
     async def queries_over_ten_cycles(tick: Callable[[], Awaitable[Any]]) -> float:
@@ -281,9 +314,9 @@ async def test_defect5_a_match_nobody_follows_is_read_once_per_window(repos: Any
         return follower_queries() - before
 
     legacy_reads = await queries_over_ten_cycles(
-        LegacyPrematchFlow(repos, RecordingSender(), clock=clock).tick
+        LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock).tick
     )
-    notifier = ours(repos, RecordingSender(), clock)
+    notifier = ours(repos, our_apns.sender, clock)
     our_reads = await queries_over_ten_cycles(notifier.run_cycle)
 
     assert legacy_reads == 10  # legacy: "skipping (will retry)" every 60 s
@@ -294,12 +327,15 @@ async def test_defect5_a_match_nobody_follows_is_read_once_per_window(repos: Any
 # --- 6. the sent marker expires soon after the window ---------------------------------------------------------
 
 
-async def test_defect6_the_sent_marker_expires_soon_after_the_window(repos: Any) -> None:
+async def test_defect6_the_sent_marker_expires_soon_after_the_window(
+    repos: Any, two_apns: tuple[ApnsWorld, ApnsWorld]
+) -> None:
     await one_follower_world(repos)
+    legacy_apns, our_apns = two_apns
     clock = Clock()
-    legacy = LegacyPrematchFlow(repos, RecordingSender(), clock=clock)
+    legacy = LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock)
     await legacy.tick()
-    await ours(repos, RecordingSender(), clock).run_cycle()
+    await ours(repos, our_apns.sender, clock).run_cycle()
 
     three_hours_after = START + 3 * HOUR
     assert legacy.notified("7", three_hours_after)  # legacy: the record lives for 48 h
@@ -314,12 +350,14 @@ async def test_defect6_the_sent_marker_expires_soon_after_the_window(repos: Any)
 # --- and: a start time that moves notifies again ---------------------------------------------------------------
 
 
-async def test_rescheduled_match_notifies_its_followers_again(repos: Any) -> None:
+async def test_rescheduled_match_notifies_its_followers_again(
+    repos: Any, two_apns: tuple[ApnsWorld, ApnsWorld]
+) -> None:
     await one_follower_world(repos)
+    legacy_apns, our_apns = two_apns
     clock = Clock()
-    legacy_apns, our_apns = RecordingSender(), RecordingSender()
-    legacy = LegacyPrematchFlow(repos, legacy_apns, clock=clock)
-    notifier = ours(repos, our_apns, clock)
+    legacy = LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock)
+    notifier = ours(repos, our_apns.sender, clock)
     await legacy.tick()
     await notifier.run_cycle()
 
@@ -328,6 +366,9 @@ async def test_rescheduled_match_notifies_its_followers_again(repos: Any) -> Non
     await legacy.tick()
     await notifier.run_cycle()
 
-    assert len(legacy_apns.to(token("u1"), "alert")) == 1  # legacy: never told of the new time
-    our_alerts = our_apns.to(token("u1"), "alert")
-    assert len(our_alerts) == 2 and our_alerts[0].collapse_id != our_alerts[1].collapse_id
+    assert len(alerts_to(legacy_apns, token("u1"))) == 1  # legacy: never told of the new time
+    our_alerts = alerts_to(our_apns, token("u1"))
+    assert [a["headers"]["apns-collapse-id"] for a in our_alerts] == [
+        "prematch:7:2027-01-15T08:20:00Z",
+        "prematch:7:2027-01-15T10:20:00Z",
+    ]
