@@ -447,11 +447,15 @@ def _resolve_secret_files(model: BaseModel, path: list[str], problems: list[Conf
         setattr(model, name, SecretStr(text))
 
 
-def _register_secrets(model: BaseModel) -> None:
+def register_secrets(model: BaseModel) -> None:
+    """Register every ``SecretStr`` in ``model`` with ``daemon.logs`` for scrubbing.
+
+    ``load_config`` does it; code that builds a ``Config`` itself (``Config.model_validate``) calls this.
+    """
     for name in type(model).model_fields:
         value = getattr(model, name)
         if isinstance(value, BaseModel):
-            _register_secrets(value)
+            register_secrets(value)
         elif isinstance(value, SecretStr):
             logs.register_secret(value.get_secret_value())
 
@@ -541,7 +545,7 @@ def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str] = os
         _resolve_secret_files(config, [], problems)
     if problems:
         raise ConfigError(source, problems)
-    _register_secrets(config)
+    register_secrets(config)
     return config
 
 

@@ -298,3 +298,14 @@ def test_a_loaded_secret_never_reaches_the_logs(tmp_path: Path, log_stream: io.S
     for body_line in PEM.splitlines()[1:-1]:
         assert body_line not in text
     assert "[redacted]" in lines[1]["event"] and lines[4]["logger"] == "httpx"
+
+
+def test_a_config_built_in_code_can_register_its_secrets(log_stream: io.StringIO) -> None:
+    from daemon.config import register_secrets
+
+    secret = "demo-only-token-0123456789"
+    config = Config.model_validate({"sportmonks": {"api_token": secret}})
+    register_secrets(config)
+    logs.get_logger("demo").info(f"token is {secret}")
+    assert secret not in log_stream.getvalue()
+    assert log_lines(log_stream)[0]["event"] == "token is [redacted]"
