@@ -4,6 +4,15 @@ Every other part of the daemon reads and writes DynamoDB through the repositorie
 one method per access pattern of the data model - and never through boto3 directly. ``Dynamo`` is the
 thread-pooled client shell, ``tables`` the declarative table specs.
 
+Conventions shared by every repository:
+- items in and out are plain dicts (numbers come back ``int`` when integral, else ``float``; never Decimal);
+- every ``now=`` argument is wall-clock epoch seconds (default: the repository's clock, ``time.time``);
+- ``*At`` attributes are ISO-8601 UTC strings; ``ttl``/``expiresAt`` are epoch seconds (numbers);
+- a failed condition the data model expects (lock held, match already registered, fence lost, no such
+  item) is a ``False``/``None`` result, never an exception; other DynamoDB errors raise botocore's
+  ``ClientError``, and a batch that cannot finish by its deadline raises ``BatchIncomplete``;
+- reads of a table with a TTL never return expired items.
+
 Usage::
 
     dynamo = Dynamo(settings.dynamodb)
