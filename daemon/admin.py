@@ -95,6 +95,8 @@ def parse_request(line: bytes) -> AdminRequest:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise AdminError(f"bad JSON: {exc.msg} at column {exc.colno}") from None
+        except RecursionError:  # [[[[... thousands deep: the parser gives up before the line limit does
+            raise AdminError("bad JSON: nested too deeply") from None
         if not isinstance(data, dict):
             raise AdminError("request must be a JSON object")
         try:
@@ -246,6 +248,9 @@ class AdminServer:
             request = parse_request(line)
         except AdminError as exc:
             return encode_answer(ok=False, error=str(exc))
+        except Exception:  # a parser bug must cost one error answer, never the server
+            log.exception("admin_request_unparseable")
+            return encode_answer(ok=False, error="bad request")
         request_id = request.id
         handler = self._handlers.get(request.cmd)
         if handler is None:
@@ -414,6 +419,9 @@ class AdminServer:
             await self._send(stream, encode_answer(ok=False, error=error))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away mid-answer: nothing to tell it
+        except Exception:
+            # One connection's bug must not take the server (and every other client) down with it.
+            log.exception("admin_connection_failed")
         finally:
             self._clients -= 1
             with trio.CancelScope(shield=True):

@@ -55,6 +55,7 @@ def test_numeric_json_args_are_taken_as_text() -> None:
         (b"\xff\xfe", "UTF-8"),
         (b"match 'unterminated", "bad command line"),
         (b"bad;cmd", "cmd"),
+        (b'{"cmd": "health", "args": ' + b"[" * 50000 + b"]" * 50000 + b"}", "nested too deeply"),
     ],
 )
 def test_malformed_requests_are_rejected_with_a_reason(line: bytes, expected: str) -> None:
