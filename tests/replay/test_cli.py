@@ -5,16 +5,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from daemon import logs
 from daemon.cli import main
 from daemon.replay.synth import synthesise
 from daemon.replay.tape import load_tape, tape_to_json
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    # the commands configure logging onto the (captured, then closed) stderr: undo it for later tests
+    yield
+    logs.reset()
 
 
 def test_tape_synth_writes_the_same_tape_as_the_library(
