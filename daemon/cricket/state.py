@@ -199,13 +199,14 @@ class MatchState:
 
 # ---- compact ball encoding ------------------------------------------------------------------------------
 # [id, scoreboard, over, team, batsman, bowler, out|None, crease-list, scoreId, scoreName, runs, bye, legBye,
-#  noball, noballRuns, flags] with flags a string of: 4 six-hit "6", "W" wicket, "w" wide, "R" run out.
+#  noball, noballRuns, flags, fielder|None] with flags a string of "4" four, "6" six, "W" wicket, "w" wide,
+#  "R" run out. Records written before the fielder was kept have 16 items.
 def _ball_to_list(b: Ball) -> list[Any]:
     flags = "".join(
         ch for ch, on in (("4", b.four), ("6", b.six), ("W", b.is_wicket), ("w", b.wide), ("R", b.run_out)) if on
     )
     return [b.id, b.scoreboard, b.over, b.team_id, b.batsman_id, b.bowler_id, b.out_id, list(b.crease),
-            b.score_id, b.score_name, b.runs, b.bye, b.leg_bye, b.noball, b.noball_runs, flags]
+            b.score_id, b.score_name, b.runs, b.bye, b.leg_bye, b.noball, b.noball_runs, flags, b.fielder_id]
 
 
 def _ball_from_list(row: Any, path: str) -> Ball:
@@ -236,7 +237,7 @@ def _ball_from_list(row: Any, path: str) -> Ball:
         is_wicket="W" in flags,
         wide="w" in flags,
         run_out="R" in flags,
-        fielder_id=None,
+        fielder_id=None if len(row) < 17 or row[16] is None else str(row[16]),
     )
 
 
