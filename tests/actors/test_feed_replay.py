@@ -36,8 +36,8 @@ async def test_feed_follows_a_replayed_match_to_its_end() -> None:
                 updates.append(update)
                 if not update.in_livescores and update.fixture and update.fixture["status"] == "Finished":
                     break
-        await client.aclose()
         nursery.cancel_scope.cancel()
+    await client.aclose()  # after the feed stopped: it owns no client, so the test closes it
     assert all(u.error is None for u in updates), [u.error for u in updates if u.error][:3]
     live = [u for u in updates if u.in_livescores]
     assert live and all(u.source == "livescores" and "balls" in u.fixture for u in live)  # type: ignore[operator]
