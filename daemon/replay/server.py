@@ -43,12 +43,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from daemon.logs import get_logger
 from daemon.replay.cursor import ReplayClock
-from daemon.replay.tape import FIXTURE_INCLUDES, Scorecard, Tape, TapeEntry, iso
+from daemon.replay.tape import FIXTURE_INCLUDES, SCORES, Scorecard, Tape, TapeEntry, iso
 
 log = get_logger("daemon.replay.server")
 
 API_PREFIX = "/api/v2.0"
-ENDPOINTS = ("livescores", "fixture", "fixtures")
+ENDPOINTS = ("livescores", "fixture", "fixtures", "teams", "leagues", "seasons", "scores")
+REFERENCE_INCLUDES: dict[str, set[str]] = {
+    "teams": {"squad"},
+    "leagues": {"season", "seasons"},
+    "seasons": {"league", "teams", "fixtures"},
+    "scores": set(),
+}
 # Includes SportMonks knows but tapes do not model: answered empty rather than refused.
 UNMODELLED_INCLUDES = {
     "scoreboards": list,
@@ -109,7 +115,9 @@ class FaultSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: FaultMode
-    endpoint: Literal["livescores", "fixture", "fixtures"] | None = None
+    endpoint: Literal["livescores", "fixture", "fixtures", "teams", "leagues", "seasons", "scores"] | None = (
+        None
+    )
     count: int | None = Field(None, ge=1, description="apply to this many requests, then expire")
     duration_s: float | None = Field(None, gt=0, description="apply for this long (server clock)")
     status: int = Field(500, ge=500, le=599, description="5xx: the status to answer")
@@ -545,34 +553,106 @@ class ReplayServer:
         if segments[:1] == ["replay"]:
             self.requests_served["control"] += 1
             return self._control(method, segments[1:], query, body)
-        if segments == ["livescores"]:
-            endpoint = "livescores"
-        elif segments == ["fixtures"]:
-            endpoint = "fixtures"
-        elif len(segments) == 2 and segments[0] == "fixtures":
-            endpoint = "fixture"
-        else:
+        endpoint = _endpoint_of(segments)
+        if endpoint is None:
             raise ReplayRequestError(f"no route for {path}", status=404)
         if method != "GET":
             raise ReplayRequestError(f"{method} is not allowed on {path}", status=405)
         if self.api_token is not None and query.get("api_token") != self.api_token:
             raise ReplayRequestError("Unauthenticated.", status=401)
-        self.requests_served[endpoint] += 1
+        self.requests_served[endpoint] = self.requests_served.get(endpoint, 0) + 1
         fault = self._take_fault(endpoint)
         if fault is not None and fault.mode in ("5xx", "429", "disconnect"):
             return _fault_response(fault)
         now = self.clock()
-        include = _parse_include(query.get("include", ""))
-        if endpoint == "fixture":
-            body_out = self._one_fixture(segments[1], include, now)
-        elif endpoint == "livescores":
-            body_out = self._livescores(query, include, now)
+        if endpoint in ("fixture", "livescores", "fixtures"):
+            include = _parse_include(query.get("include", ""))
+            if endpoint == "fixture":
+                body_out = self._one_fixture(segments[1], include, now)
+            elif endpoint == "livescores":
+                body_out = self._livescores(query, include, now)
+            else:
+                rows = self._filtered(query, now)
+                items = [self._fixture_bytes(m, now, include)[0] for m, _ in rows]
+                body_out = self._page(items, query, host, prefix + path)
         else:
-            body_out = self._fixtures_page(query, include, now, host, prefix + path)
+            body_out = self._reference(endpoint, segments, query, host, prefix + path, now)
         response = _Response(200, body_out, [("content-type", "application/json")])
         if fault is not None:
             response = _apply_body_fault(fault, response)
         return response
+
+    # --- reference data: what the tapes know about teams, leagues, seasons and the score catalogue ------
+
+    def _reference(
+        self, endpoint: str, segments: list[str], query: dict[str, str], host: str, path: str, now: float
+    ) -> bytes:
+        kind = segments[0]
+        allowed = REFERENCE_INCLUDES[kind]
+        include = {
+            item.strip().split(".", 1)[0] for item in query.get("include", "").split(",") if item.strip()
+        }
+        unknown = include - allowed
+        if unknown:
+            raise ReplayRequestError(f"include: {kind} cannot include {', '.join(sorted(unknown))}")
+        objects = self._reference_objects(kind, include, now)
+        if len(segments) == 2:
+            obj = objects.get(segments[1])
+            if obj is None:
+                raise ReplayRequestError(
+                    f"No query results for model [{kind[:-1].title()}] {segments[1]}", 404
+                )
+            return b'{"data":' + encode_json(obj) + b"}"
+        return self._page([encode_json(o) for o in objects.values()], query, host, path)
+
+    def _reference_objects(self, kind: str, include: set[str], now: float) -> dict[str, dict[str, Any]]:
+        tapes = [m.tape for m in self._matches.values()]
+        out: dict[str, dict[str, Any]] = {}
+        if kind == "scores":
+            for tape in tapes or [None]:
+                catalogue = tape.score_catalogue() if tape is not None else {}
+                for score in catalogue.values():
+                    out.setdefault(str(score.id), score.to_json())
+            if not out:
+                out = {str(sid): score.to_json() for sid, score in SCORES.items()}
+            return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+        for tape in tapes:
+            league = _league_json(tape)
+            season = _season_json(tape)
+            teams = [tape.localteam.to_json("teams"), tape.visitorteam.to_json("teams")]
+            if kind == "teams":
+                for team in teams:
+                    obj = out.setdefault(str(team["id"]), team)
+                    if "squad" in include:
+                        players, _ = tape.json_tables()
+                        squad = obj.setdefault("squad", [])
+                        known = {p["id"] for p in squad}
+                        squad.extend(
+                            dict(players[e.player_id])
+                            for e in tape.lineups
+                            if e.team_id == team["id"] and e.player_id not in known
+                        )
+            elif kind == "leagues":
+                obj = out.setdefault(str(league["id"]), league)
+                if "seasons" in include:
+                    seasons = obj.setdefault("seasons", [])
+                    if season["id"] not in {x["id"] for x in seasons}:
+                        seasons.append(season)
+                if "season" in include and league.get("season_id") in (None, season["id"]):
+                    obj["season"] = season  # the league's current season
+            else:  # seasons
+                obj = out.setdefault(str(season["id"]), season)
+                if "league" in include:
+                    obj["league"] = league
+                if "teams" in include:
+                    have = obj.setdefault("teams", [])
+                    have.extend(t for t in teams if t["id"] not in {x["id"] for x in have})
+                if "fixtures" in include:
+                    m = self._matches[tape.fixture_id]
+                    obj.setdefault("fixtures", []).append(
+                        json.loads(self._fixture_bytes(m, now, frozenset())[0])
+                    )
+        return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
     def _one_fixture(self, raw_id: str, include: frozenset[str], now: float) -> bytes:
         m = self._matches.get(raw_id)
@@ -614,18 +694,16 @@ class ReplayServer:
             parts.append(self._fixture_bytes(m, now, include)[0])
         return b'{"data":[' + b",".join(parts) + b"]}"
 
-    def _fixtures_page(
-        self, query: dict[str, str], include: frozenset[str], now: float, host: str, path: str
-    ) -> bytes:
+    def _page(self, items: list[bytes], query: dict[str, str], host: str, path: str) -> bytes:
+        """A Laravel paginator page of already-encoded items (``page``, ``per_page`` = page_size)."""
         raw_page = query.get("page", "1")
         if not raw_page.isdigit() or int(raw_page) < 1:
             raise ReplayRequestError(f"page: must be a positive integer, got {raw_page!r}")
         page = int(raw_page)
-        rows = self._filtered(query, now)
-        total = len(rows)
+        total = len(items)
         last_page = max(1, math.ceil(total / self.page_size))
-        chunk = rows[(page - 1) * self.page_size : page * self.page_size]
-        items = b",".join(self._fixture_bytes(m, now, include)[0] for m, _ in chunk)
+        chunk = items[(page - 1) * self.page_size : page * self.page_size]
+        body = b",".join(chunk)
         base_url = f"http://{host}{path}"
 
         def link(n: int | None) -> str | None:
@@ -651,7 +729,7 @@ class ReplayServer:
             "next": link(page + 1) if page < last_page else None,
         }
         return (
-            b'{"data":[' + items + b'],"links":' + encode_json(links) + b',"meta":' + encode_json(meta) + b"}"
+            b'{"data":[' + body + b'],"links":' + encode_json(links) + b',"meta":' + encode_json(meta) + b"}"
         )
 
     def _control(self, method: str, segments: list[str], query: dict[str, str], body: bytes) -> _Response:
@@ -839,6 +917,44 @@ def _integer(query: dict[str, str], name: str) -> int:
     if not raw.lstrip("-").isdigit():
         raise ReplayRequestError(f"{name}: not an integer: {raw!r}")
     return int(raw)
+
+
+def _endpoint_of(segments: list[str]) -> str | None:
+    """The endpoint a data path belongs to (the name faults and counters use), None if not served."""
+    if segments == ["livescores"]:
+        return "livescores"
+    if segments == ["fixtures"]:
+        return "fixtures"
+    if len(segments) == 2 and segments[0] == "fixtures":
+        return "fixture"
+    if 1 <= len(segments) <= 2 and segments[0] in REFERENCE_INCLUDES:
+        return segments[0]
+    return None
+
+
+def _league_json(tape: Tape) -> dict[str, Any]:
+    if tape.league is not None:
+        return tape.league.to_json("leagues")
+    return {
+        "resource": "leagues",
+        "id": tape.league_id,
+        "season_id": tape.season_id,
+        "name": f"League {tape.league_id}",
+    }
+
+
+def _season_json(tape: Tape) -> dict[str, Any]:
+    if tape.season is not None:
+        season = tape.season.to_json("seasons")
+        if season.get("league_id") is None:
+            season["league_id"] = tape.league_id
+        return season
+    return {
+        "resource": "seasons",
+        "id": tape.season_id,
+        "league_id": tape.league_id,
+        "name": str(tape.season_id),
+    }
 
 
 def _sort_key(value: Any) -> tuple[int, float, str]:
