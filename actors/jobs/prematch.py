@@ -100,15 +100,13 @@ class Marker:
         start_iso = follow.get("prematchFor")
         if not isinstance(start_iso, str) or not start_iso:
             return None
-        start = follow.get("prematchStart")
-        claimed = follow.get("prematchClaimedMs")
-        expires = follow.get("prematchExpiresAt")
+        claimed = _number(follow.get("prematchClaimedMs"))
         return cls(
             start_iso=start_iso,
-            start_epoch=float(start) if _is_number(start) else None,
+            start_epoch=_number(follow.get("prematchStart")),
             state=str(follow.get("prematchState") or STATE_SENT),
-            claimed_ms=int(claimed) if _is_number(claimed) else None,
-            expires_at=float(expires) if _is_number(expires) else None,
+            claimed_ms=None if claimed is None else int(claimed),
+            expires_at=_number(follow.get("prematchExpiresAt")),
         )
 
 
@@ -797,5 +795,7 @@ def _n(value: float) -> dict[str, str]:
     return {"N": repr(value) if isinstance(value, float) else str(value)}
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None

@@ -12,112 +12,140 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class FixtureSyncSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = Field(True, description="run the fixture sync job at all")
+    enabled: bool = Field(default=True, description="run the fixture sync job at all")
     near_interval_s: float = Field(
-        60.0, gt=0, description="cadence of the near-window sync (live + upcoming)"
+        default=60.0, gt=0, description="cadence of the near-window sync (live + upcoming)"
     )
     near_ahead_h: float = Field(
-        48.0, gt=0, description="the near window reaches this many hours ahead of now"
+        default=48.0, gt=0, description="the near window reaches this many hours ahead of now"
     )
     near_behind_h: float = Field(
-        12.0,
+        default=12.0,
         ge=0,
         description="and this many hours back, so a match that just left /livescores gets its final status",
     )
     include_livescores: bool = Field(
-        True, description="also take the matches of /livescores in the near window"
+        default=True, description="also take the matches of /livescores in the near window"
     )
-    full_interval_s: float = Field(6 * 3600.0, gt=0, description="cadence of the full sync through /fixtures")
-    full_behind_days: int = Field(7, ge=0, description="the full sync reaches this many days back")
-    full_ahead_days: int = Field(90, ge=1, description="and this many days ahead")
+    full_interval_s: float = Field(
+        default=6 * 3600.0, gt=0, description="cadence of the full sync through /fixtures"
+    )
+    full_behind_days: int = Field(default=7, ge=0, description="the full sync reaches this many days back")
+    full_ahead_days: int = Field(default=90, ge=1, description="and this many days ahead")
     full_chunk_days: int = Field(
-        7, ge=1, le=31, description="the full sync asks /fixtures one date range of this many days at a time"
+        default=7,
+        ge=1,
+        le=31,
+        description="the full sync asks /fixtures one date range of this many days at a time",
     )
     include: list[str] = Field(
         default_factory=lambda: ["league"],
         description="SportMonks includes for /fixtures (league gives the league code for the GSI)",
     )
     retention_days: float = Field(
-        0.0, ge=0, description="set the fixture item's ttl to startTime + this many days; 0 means no ttl"
+        default=0.0,
+        ge=0,
+        description="set the fixture item's ttl to startTime + this many days; 0 means no ttl",
     )
-    backoff_base_s: float = Field(5.0, gt=0, description="first retry delay after a failed cycle or chunk")
-    backoff_max_s: float = Field(600.0, gt=0, description="longest retry delay after repeated failures")
+    backoff_base_s: float = Field(
+        default=5.0, gt=0, description="first retry delay after a failed cycle or chunk"
+    )
+    backoff_max_s: float = Field(
+        default=600.0, gt=0, description="longest retry delay after repeated failures"
+    )
     hash_cache_size: int = Field(
-        20000, ge=0, description="syncHashes remembered in memory so unchanged fixtures cost no DynamoDB read"
+        default=20000,
+        ge=0,
+        description="syncHashes remembered in memory so unchanged fixtures cost no DynamoDB read",
     )
 
 
 class ReferenceSyncSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = Field(True, description="run the reference sync job (teams, leagues, team-seasons)")
-    interval_s: float = Field(86400.0, gt=0, description="cadence of the reference sync (daily)")
+    enabled: bool = Field(
+        default=True, description="run the reference sync job (teams, leagues, team-seasons)"
+    )
+    interval_s: float = Field(default=86400.0, gt=0, description="cadence of the reference sync (daily)")
     active_leagues_cache_s: float = Field(
-        600.0, gt=0, description="how long the list of active leagues read from DynamoDB is reused"
+        default=600.0, gt=0, description="how long the list of active leagues read from DynamoDB is reused"
     )
     active_league_ids: list[int] = Field(
         default_factory=list,
         description="leagues created active=true when first synced (admins set `active` afterwards; never overwritten)",
     )
-    backoff_base_s: float = Field(30.0, gt=0, description="first retry delay after a failed step")
-    backoff_max_s: float = Field(3600.0, gt=0, description="longest retry delay after repeated failures")
+    backoff_base_s: float = Field(default=30.0, gt=0, description="first retry delay after a failed step")
+    backoff_max_s: float = Field(
+        default=3600.0, gt=0, description="longest retry delay after repeated failures"
+    )
 
 
 class PrematchSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = Field(True, description="run the prematch notifier")
-    interval_s: float = Field(60.0, gt=0, description="cadence of the prematch check")
-    window_s: float = Field(1800.0, gt=0, description="followers are told when the match starts within this")
+    enabled: bool = Field(default=True, description="run the prematch notifier")
+    interval_s: float = Field(default=60.0, gt=0, description="cadence of the prematch check")
+    window_s: float = Field(
+        default=1800.0, gt=0, description="followers are told when the match starts within this"
+    )
     window_s_by_league: dict[str, float] = Field(
         default_factory=dict,
         description="per-league window in seconds, keyed by league code (e.g. T20I = 3600)",
     )
     catch_up_s: float = Field(
-        600.0,
+        default=600.0,
         ge=0,
         description="a match that started at most this long ago still gets its notification (downtime catch-up)",
     )
     restart_notify_threshold_s: float = Field(
-        900.0, gt=0, description="a start time moved by more than this notifies the followers again"
+        default=900.0, gt=0, description="a start time moved by more than this notifies the followers again"
     )
     marker_grace_s: float = Field(
-        3600.0,
+        default=3600.0,
         ge=0,
         description="a prematch marker is ignored once startTime + catch_up_s + this has passed",
     )
     claim_lease_s: float = Field(
-        120.0,
+        default=120.0,
         gt=0,
         description="a claim not confirmed within this is taken as a crash, and the alert is sent again "
         "(same apns-collapse-id, so the device shows one)",
     )
-    result_timeout_s: float = Field(30.0, gt=0, description="how long to wait for the sender's results")
-    send_concurrency: int = Field(8, ge=1, le=64, description="followers handled at once (DynamoDB + sender)")
-    batch_size: int = Field(200, ge=1, le=5000, description="followers handled per batch of one match")
+    result_timeout_s: float = Field(
+        default=30.0, gt=0, description="how long to wait for the sender's results"
+    )
+    send_concurrency: int = Field(
+        default=8, ge=1, le=64, description="followers handled at once (DynamoDB + sender)"
+    )
+    batch_size: int = Field(
+        default=200, ge=1, le=5000, description="followers handled per batch of one match"
+    )
     push_to_start: bool = Field(
-        True, description="also send a Live Activity push-to-start where the device has a token"
+        default=True, description="also send a Live Activity push-to-start where the device has a token"
     )
     topic: str = Field(
-        "", description="apns-topic (bundle id); empty means the [apns] topic handed in by the supervisor"
+        default="",
+        description="apns-topic (bundle id); empty means the [apns] topic handed in by the supervisor",
     )
     attributes_type: str = Field(
-        "MatchActivityAttributes", description="ActivityKit attributes type for push-to-start"
+        default="MatchActivityAttributes", description="ActivityKit attributes type for push-to-start"
     )
     unfollowed_memo_size: int = Field(
-        2000,
+        default=2000,
         ge=0,
         description="matches nobody follows, remembered so they cost no more reads in their window",
     )
     active_leagues_cache_s: float = Field(
-        600.0, gt=0, description="how long the list of active leagues is reused"
+        default=600.0, gt=0, description="how long the list of active leagues is reused"
     )
     league_codes: list[str] = Field(
         default_factory=list,
         description="league codes to watch; empty means the active leagues of cricket-leagues",
     )
-    backoff_base_s: float = Field(5.0, gt=0, description="first retry delay after a failed cycle")
-    backoff_max_s: float = Field(300.0, gt=0, description="longest retry delay after repeated failures")
+    backoff_base_s: float = Field(default=5.0, gt=0, description="first retry delay after a failed cycle")
+    backoff_max_s: float = Field(
+        default=300.0, gt=0, description="longest retry delay after repeated failures"
+    )
 
     @model_validator(mode="after")
     def _lease_outlives_results(self) -> PrematchSettings:

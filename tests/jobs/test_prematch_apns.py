@@ -1,4 +1,6 @@
-"""PrematchNotifier end to end: moto's DynamoDB server, the project's ApnsSender, the project's APNs server.
+"""PrematchNotifier end to end: moto's DynamoDB server, the project's ApnsSender, the project's APNs server,
+and the token janitor, wired as the daemon wires them. (The crash and the other defects run through the same
+parts in ``test_prematch_defects.py``.)
 
 What the APNs server recorded is what a device received; the device view (``alerts_shown``) then counts
 notifications the way iOS shows them (one per apns-collapse-id).
@@ -21,8 +23,6 @@ from tests.jobs.prematch_world import (
     TOPIC,
     ApnsWorld,
     Clock,
-    SendWatch,
-    activities_started,
     alerts_shown,
     follow,
     put_fixture,
@@ -84,37 +84,6 @@ async def test_alerts_and_push_to_start_reach_apns_and_dead_tokens_are_cleaned(
         "u2": "rejected",
         "u3": "accepted",
     }
-
-
-async def test_crash_between_sending_and_recording_shows_one_alert_on_the_device(
-    repos: Any, apns: ApnsWorld
-) -> None:
-    await seed_reference(repos)
-    await put_fixture(repos, 7, START)
-    await follow(repos, 7, "u1", start=START)
-    await register(repos, "u1")
-    apns.server.delay(2.0, count=2)  # APNs answers slowly: the process dies before it hears back
-    clock = Clock()
-    watch = SendWatch(apns.sender)
-
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(notifier(repos, watch, clock).run_cycle)
-            while len(watch.handed) < 2:
-                await trio.sleep(0.005)
-            nursery.cancel_scope.cancel()  # the crash: nothing after the sends runs
-        await apns.server.wait_for_records(2)  # the first copies reached the device anyway
-
-        clock.now += 3 * MINUTE  # restarted after the claim lease
-        report = await notifier(repos, apns.sender, clock).run_cycle()
-
-    assert report.recovered == 1 and report.accepted == 1
-    delivered = apns.delivered()
-    assert sum(1 for d in delivered if d.token == token("u1") and d.push_type == "alert") == 2
-    assert alerts_shown(delivered, token("u1")) == 1
-    assert activities_started(delivered, token("u1", "start")) == 1
-    follow_item = (await repos.follows.get_followers_for_match("7"))[0]
-    assert follow_item["prematchState"] == "sent"
 
 
 async def test_late_follower_through_the_real_sender(repos: Any, apns: ApnsWorld) -> None:
