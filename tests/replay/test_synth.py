@@ -6,6 +6,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from daemon.replay.synth import SYNTH_LEAGUE_ID, synthesise
 from daemon.replay.tape import Tape, builtin_tape_path, load_tape, tape_to_json
@@ -118,3 +120,34 @@ def test_bad_format_or_seed_is_refused_naming_the_argument() -> None:
         synthesise("Test", 1)
     with pytest.raises(ValueError, match="seed"):
         synthesise("T20", -1)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fmt=st.sampled_from(["T20", "T10"]), seed=st.integers(0, 10_000), where=st.floats(0, 1))
+def test_at_any_cursor_the_scorecard_adds_up_to_the_innings_totals(fmt: str, seed: int, where: float) -> None:
+    tape = synthesise(fmt, seed)
+    cursor = int(where * len(tape))
+    fx = tape.fixture_at(cursor, include=["runs", "batting", "bowling", "balls"])
+    scores = tape.score_catalogue()
+    for row in fx["runs"]:
+        board = f"S{row['inning']}"
+        balls = [b for b in fx["balls"] if b["scoreboard"] == board]
+        byes = sum(scores[b["score_id"]].bye + scores[b["score_id"]].leg_bye for b in balls)
+        extras = sum(
+            scores[b["score_id"]].runs - scores[b["score_id"]].bat_runs for b in balls
+        )  # wides and no-ball penalties
+        batting = [r for r in fx["batting"] if r["scoreboard"] == board]
+        bowling = [r for r in fx["bowling"] if r["scoreboard"] == board]
+        assert sum(r["score"] for r in batting) + extras + byes == row["score"]
+        assert sum(r["runs"] for r in bowling) + byes == row["score"]
+        assert sum(1 for r in batting if r["wicket_id"] != 84) == row["wickets"]
+        assert sum(r["wickets"] for r in bowling) <= row["wickets"]  # run outs are nobody's
+        legal = sum(1 for b in balls if scores[b["score_id"]].is_legal)
+        assert row["overs"] == legal // 6 + (legal % 6) / 10
+        # the two batters at the crease on the latest ball are not out
+        if balls:
+            last = balls[-1]
+            out = {r["player_id"] for r in batting if r["wicket_id"] != 84}
+            latest_out = {b.get("batsmanout_id") for b in balls[-1:] if scores[b["score_id"]].is_wicket}
+            crease = {last["batsman_one_on_creeze_id"], last["batsman_two_on_creeze_id"]} - latest_out
+            assert not crease & out
