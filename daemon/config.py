@@ -24,6 +24,7 @@ import os
 import re
 import socket
 import sys
+import textwrap
 import tomllib
 import types
 import typing
@@ -594,21 +595,20 @@ def _toml_value(value: Any) -> str:
 
 
 def _type_name(annotation: Any) -> str:
-    members = _unwrap_optional(annotation)
-    optional = len(members) < len(typing.get_args(annotation) or [None, None]) and annotation is not None
+    """A reader's name for a field's type: string, number, "a" | "b", secret, list[int]..."""
     names = []
-    for member in members:
+    for member in _unwrap_optional(annotation):
         if typing.get_origin(member) is Literal:
             names.append(" | ".join(json.dumps(a) for a in typing.get_args(member)))
         elif member is SecretStr:
             names.append("secret")
         elif isinstance(member, type):
-            names.append({"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(
-                member.__name__, member.__name__))
+            plain = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+            names.append(plain.get(member.__name__, member.__name__))
         else:
             names.append(str(member).replace("typing.", ""))
     text = " | ".join(names)
-    return f"{text}, optional" if optional and type(None) in typing.get_args(annotation) else text
+    return f"{text}, optional" if type(None) in typing.get_args(annotation) else text
 
 
 def _constraints(field: Any) -> str:
@@ -622,8 +622,6 @@ def _constraints(field: Any) -> str:
 
 
 def _wrap(text: str, width: int = 106) -> list[str]:
-    import textwrap
-
     return textwrap.wrap(text, width=width) or [""]
 
 
