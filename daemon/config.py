@@ -301,13 +301,19 @@ def _field_annotation(path: Sequence[str]) -> Any:
 
 
 def _is_secret_path(path: Sequence[str | int]) -> bool:
+    """True if the value at ``path`` is, or is inside, a secret (pydantic may append union tags to a loc)."""
     names = [p for p in path if isinstance(p, str)]
-    if not names:
-        return False
-    annotation = _field_annotation(names)
-    if annotation is not None and any(m is SecretStr for m in _unwrap_optional(annotation)):
-        return True
-    return bool(_SECRET_NAME_RE.search(names[-1])) and not names[-1].endswith("_file")
+    for end in range(len(names), 0, -1):
+        annotation = _field_annotation(names[:end])
+        if annotation is not None and any(m is SecretStr for m in _unwrap_optional(annotation)):
+            return True
+        if _SECRET_NAME_RE.search(names[end - 1]) and not names[end - 1].endswith("_file"):
+            return True
+    return False
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
 
 
 def _wants_raw_string(annotation: Any) -> bool:
@@ -479,7 +485,11 @@ def _problems_from(exc: ValidationError, env_paths: Mapping[tuple[str, ...], str
         kind = error["type"]
         message = error["msg"]
         secret = _is_secret_path(loc)
-        got = "" if secret or kind in {"missing", "extra_forbidden"} else f" (got {_shown(error.get('input'))})"
+        shown = error.get("input")
+        # Only a plain value is echoed: a section-level error's input is the whole section, secrets included.
+        echo = not secret and kind not in {"missing", "extra_forbidden"} and (
+            _scalar(shown) or (isinstance(shown, list) and all(_scalar(v) for v in shown)))
+        got = f" (got {_shown(shown)})" if echo else ""
         if kind == "extra_forbidden":
             parent = _model_at([p for p in loc[:-1] if isinstance(p, str)])
             reason = f"unknown key{_suggest(parent, str(loc[-1]))}"
