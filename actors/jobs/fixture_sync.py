@@ -82,6 +82,7 @@ class FullSyncPlan:
     chunks: tuple[Chunk, ...]
     done: int = 0
     failures: int = 0
+    skipped: int = 0
 
     @property
     def finished(self) -> bool:
@@ -96,6 +97,9 @@ class FullSyncPlan:
 
     def failed(self) -> FullSyncPlan:
         return replace(self, failures=self.failures + 1)
+
+    def skipped_current(self) -> FullSyncPlan:
+        return replace(self, done=self.done + 1, failures=0, skipped=self.skipped + 1)
 
 
 def plan_full_sync(now: float, settings: FixtureSyncSettings) -> FullSyncPlan:
@@ -248,27 +252,45 @@ class FixtureSyncJob:
                 failures=self.plan.failures,
                 error=f"{type(exc).__name__}: {exc}",
             )
+            if self.plan.failures >= self.settings.max_chunk_failures:
+                log.error(
+                    "full_sync_chunk_skipped",
+                    chunk=self.plan.done,
+                    range=chunk.filters()["starts_between"],
+                    hint="left for the next full sync; the near window still covers the next hours",
+                )
+                (self._full_report or SyncReport("cricket-fixtures")).errors.append(
+                    f"chunk {chunk.filters()['starts_between']}: skipped after {self.plan.failures} failures"
+                )
+                self.plan = self.plan.skipped_current()
+                self._finish_if_done()
             return False
         self.plan = self.plan.advanced()
         total = self._full_report or SyncReport("cricket-fixtures")
         _merge(total, report)
         self._full_report = total
-        if self.plan.finished:
-            self.last_full = total
-            self.full_syncs_completed += 1
-            self.plan = None
-            metrics.JOB_CYCLES.labels(JOB_FULL, "ok").inc()
-            metrics.JOB_LAST_SUCCESS.labels(JOB_FULL).set(self._clock())
-            log.info("full_sync_done", **_summary(total))
+        self._finish_if_done()
         return True
+
+    def _finish_if_done(self) -> None:
+        if self.plan is None or not self.plan.finished:
+            return
+        total = self._full_report or SyncReport("cricket-fixtures")
+        self.last_full = total
+        self.full_syncs_completed += 1
+        skipped = self.plan.skipped
+        self.plan = None
+        metrics.JOB_CYCLES.labels(JOB_FULL, "ok" if not skipped else "error").inc()
+        if not skipped:
+            metrics.JOB_LAST_SUCCESS.labels(JOB_FULL).set(self._clock())
+        log.info("full_sync_done", skipped_chunks=skipped, **_summary(total))
 
     async def full_sync(self, *, max_failures: int = 0) -> SyncReport:
         """Run a whole full sync now (tests, one-shot use): retries a failing chunk up to ``max_failures``."""
         self.plan = plan_full_sync(self._clock(), self.settings)
         self._full_report = SyncReport("cricket-fixtures")
         while self.plan is not None:
-            if not await self.full_sync_step():
-                assert self.plan is not None
+            if not await self.full_sync_step() and self.plan is not None:
                 if self.plan.failures > max_failures:
                     raise SyncIncomplete(
                         f"full sync stopped at chunk {self.plan.done} of {len(self.plan.chunks)}"

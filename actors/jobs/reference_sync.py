@@ -162,6 +162,7 @@ class ReferenceSyncJob:
         self._pending: deque[Step] = deque()
         self._failures = 0
         self.last_reports: dict[str, SyncReport] = {}
+        self.skipped_steps: list[Step] = []
         self.cycles_completed = 0
 
     # -- actor --
@@ -186,6 +187,7 @@ class ReferenceSyncJob:
         """Queue a full cycle (leagues first: team-seasons depend on which leagues are active)."""
         self._pending = deque([("leagues", ""), ("teams", ""), ("seasons", "")])
         self._failures = 0
+        self.skipped_steps = []
 
     @property
     def pending(self) -> list[Step]:
@@ -217,12 +219,18 @@ class ReferenceSyncJob:
         except Exception as exc:
             self._failures += 1
             metrics.JOB_CYCLES.labels(JOB, "error").inc()
+            step = f"{kind}:{arg}" if arg else kind
             log.warning(
                 "reference_sync_step_failed",
-                step=f"{kind}:{arg}" if arg else kind,
+                step=step,
                 error=f"{type(exc).__name__}: {exc}",
                 failures=self._failures,
             )
+            if self._failures >= self.settings.max_step_failures:
+                log.error("reference_sync_step_skipped", step=step, hint="left for the next cycle")
+                self.skipped_steps.append(self._pending.popleft())
+                self._failures = 0
+                self._done_if_empty()
             return False
         self._pending.popleft()
         self._failures = 0
@@ -230,10 +238,17 @@ class ReferenceSyncJob:
         return True
 
     def _done_if_empty(self) -> None:
-        if not self._pending:
-            self.cycles_completed += 1
-            metrics.JOB_CYCLES.labels(JOB, "ok").inc()
-            metrics.JOB_LAST_SUCCESS.labels(JOB).set(self._clock())
+        if self._pending:
+            return
+        self.cycles_completed += 1
+        if self.skipped_steps:  # a partial cycle: not a success for the freshness gauge
+            log.warning(
+                "reference_sync_cycle_partial",
+                skipped=[":".join(filter(None, s)) for s in self.skipped_steps],
+            )
+            return
+        metrics.JOB_CYCLES.labels(JOB, "ok").inc()
+        metrics.JOB_LAST_SUCCESS.labels(JOB).set(self._clock())
 
     async def sync_all(self) -> dict[str, SyncReport]:
         """One whole cycle, no retries: raises on the first failed step (for tests and one-shot use)."""

@@ -53,6 +53,12 @@ class FixtureSyncSettings(BaseModel):
     backoff_max_s: float = Field(
         default=600.0, gt=0, description="longest retry delay after repeated failures"
     )
+    max_chunk_failures: int = Field(
+        default=8,
+        ge=1,
+        description="a full-sync chunk failing this many times in a row is skipped until the next full sync, "
+        "so one bad range cannot stall the rest",
+    )
     hash_cache_size: int = Field(
         default=20000,
         ge=0,
@@ -77,6 +83,12 @@ class ReferenceSyncSettings(BaseModel):
     backoff_base_s: float = Field(default=30.0, gt=0, description="first retry delay after a failed step")
     backoff_max_s: float = Field(
         default=3600.0, gt=0, description="longest retry delay after repeated failures"
+    )
+    max_step_failures: int = Field(
+        default=8,
+        ge=1,
+        description="a step (leagues, teams, one season) failing this many times in a row is left for the next "
+        "cycle, so one bad season cannot stall the others",
     )
 
 

@@ -281,3 +281,23 @@ async def test_syncs_from_the_project_replay_server_like_from_sportmonks(repos: 
     items = await stored(repos, ["900", "901", "902"])
     assert {it["leagueCode"] for it in items.values()} == {"SRL"}
     assert server.requests_served["fixtures"] == 2  # two pages of two
+
+
+async def test_a_chunk_that_keeps_failing_is_skipped_so_the_rest_of_the_full_sync_goes_on(
+    repos: Any, sm_client: Any, sportmonks: FakeSportMonks
+) -> None:
+    day = 24 * HOUR
+    sportmonks.fixtures = [make_fixture(100 + i, T0 + i * day) for i in range(21)]
+    settings = FixtureSyncSettings(
+        full_behind_days=0, full_ahead_days=20, full_chunk_days=7, max_chunk_failures=2
+    )
+    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock())
+    second = plan_full_sync(T0, settings).chunks[1].filters()["starts_between"]
+    sportmonks.fail(path="/fixtures", status=500, times=None, **{"filter[starts_between]": second})
+
+    results = [await job.full_sync_step() for _ in range(4)]
+
+    assert results == [True, False, False, True]  # the second chunk failed twice, was skipped, the third ran
+    assert job.plan is None and job.full_syncs_completed == 1
+    assert job.last_full is not None and job.last_full.created == 14
+    assert job.last_full.errors == [f"chunk {second}: skipped after 2 failures"]

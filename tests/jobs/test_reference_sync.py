@@ -164,3 +164,19 @@ async def test_league_directory_reads_the_table_once_per_max_age(repos: Any) -> 
 def test_backoff_doubles_from_the_base_and_is_capped() -> None:
     assert [backoff_delay(n, 5, 60) for n in range(6)] == [0, 5, 10, 20, 40, 60]
     assert backoff_delay(10_000, 5, 60) == 60
+
+
+async def test_a_step_that_keeps_failing_is_left_for_the_next_cycle(
+    repos: Any, sm_client: Any, sportmonks: FakeSportMonks
+) -> None:
+    setup_sportmonks(sportmonks)
+    sportmonks.fail(path="/seasons/1715", status=500, times=None)
+    settings = ReferenceSyncSettings(active_league_ids=[3, 5], max_step_failures=2)
+    job = ReferenceSyncJob(sm_client, repos, settings, clock=lambda: T0)
+    job.start_cycle()
+    while job.pending:
+        await job.step()
+    assert job.skipped_steps == [("season", "1715")]
+    assert job.cycles_completed == 1
+    assert len(sportmonks.calls("/seasons/1715")) == 2
+    assert sorted(r["teamId"] for r in await repos.team_seasons.get_teams_for_season("1800")) == ["4", "5"]
