@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
@@ -56,7 +57,7 @@ REFERENCE_INCLUDES: dict[str, set[str]] = {
     "scores": set(),
 }
 # Includes SportMonks knows but tapes do not model: answered empty rather than refused.
-UNMODELLED_INCLUDES = {
+UNMODELLED_INCLUDES: dict[str, Callable[[], Any]] = {
     "scoreboards": list,
     "manofmatch": lambda: None,
     "manofseries": lambda: None,
@@ -118,13 +119,13 @@ class FaultSpec(BaseModel):
     endpoint: Literal["livescores", "fixture", "fixtures", "teams", "leagues", "seasons", "scores"] | None = (
         None
     )
-    count: int | None = Field(None, ge=1, description="apply to this many requests, then expire")
-    duration_s: float | None = Field(None, gt=0, description="apply for this long (server clock)")
-    status: int = Field(500, ge=500, le=599, description="5xx: the status to answer")
-    retry_after: int = Field(30, ge=0, description="429: the Retry-After header, seconds")
-    hold_s: float = Field(30.0, ge=0, description="timeout: how long to hold the response")
-    field: str | None = Field(None, description="missing_field/wrong_type: dotted path inside each fixture")
-    value: Any = Field(None, description="wrong_type: the value to put there (default: a wrong-typed one)")
+    count: int | None = Field(default=None, ge=1, description="apply to this many requests, then expire")
+    duration_s: float | None = Field(default=None, gt=0, description="apply for this long (server clock)")
+    status: int = Field(default=500, ge=500, le=599, description="5xx: the status to answer")
+    retry_after: int = Field(default=30, ge=0, description="429: the Retry-After header, seconds")
+    hold_s: float = Field(default=30.0, ge=0, description="timeout: how long to hold the response")
+    field: str | None = Field(default=None, description="missing_field/wrong_type: dotted path inside each fixture")
+    value: Any = Field(default=None, description="wrong_type: the value to put there (default: a wrong-typed one)")
     fixture_id: str | None = None
     ball_id: int | None = None
     score_id: int | None = None
@@ -457,7 +458,12 @@ class ReplayServer:
             score_id = spec.score_id if spec.score_id is not None else _other_score(ball.score_id)
             if score_id not in m.tape.score_catalogue():
                 raise ReplayRequestError(f"score_id: {score_id} is not in the score catalogue")
-            entry = TapeEntry(op="correct", ball=ball.model_copy(update={"score_id": score_id}))
+            entry = TapeEntry(
+                op="correct",
+                ball=ball.model_copy(update={"score_id": score_id}),
+                ball_id=None,
+                updated_at=None,
+            )
         at = m.cursor
         entries = [*m.tape.entries[:at], entry, *m.tape.entries[at:]]
         m.tape = m.tape.model_copy(update={"entries": entries})
@@ -488,7 +494,7 @@ class ReplayServer:
                 status=forced,
                 include=[name for name in include if name not in UNMODELLED_INCLUDES],
                 now=datetime.fromtimestamp(now, UTC),
-                entry_times=lambda i: times[i] if times[i] is not None else now,
+                entry_times=lambda i: times[i] or now,
                 ball_cache=m.ball_cache,
                 scorecard=self._scorecard(m),
             )
@@ -529,7 +535,8 @@ class ReplayServer:
         m = self._match(fixture_id)
         wanted = frozenset(FIXTURE_INCLUDES) if include is None else _parse_include(",".join(include))
         raw, _ = self._fixture_bytes(m, self.clock(), wanted)
-        return json.loads(raw)
+        data: dict[str, Any] = json.loads(raw)
+        return data
 
     # ------------------------------------------------------------------------------------------ HTTP routing
 
@@ -609,9 +616,8 @@ class ReplayServer:
         tapes = [m.tape for m in self._matches.values()]
         out: dict[str, dict[str, Any]] = {}
         if kind == "scores":
-            for tape in tapes or [None]:
-                catalogue = tape.score_catalogue() if tape is not None else {}
-                for score in catalogue.values():
+            for tape in tapes:
+                for score in tape.score_catalogue().values():
                     out.setdefault(str(score.id), score.to_json())
             if not out:
                 out = {str(sid): score.to_json() for sid, score in SCORES.items()}
@@ -683,7 +689,7 @@ class ReplayServer:
                 desc, name = key.startswith("-"), key.lstrip("-")
                 if name not in FILTERABLE and name not in ("starting_at", "updated_at"):
                     raise ReplayRequestError(f"sort: cannot sort by {name!r}")
-                rows.sort(key=lambda r, n=name: _sort_key(r[1].get(n)), reverse=desc)
+                rows.sort(key=partial(_row_sort_key, name), reverse=desc)
         return rows
 
     def _livescores(self, query: dict[str, str], include: frozenset[str], now: float) -> bytes:
@@ -955,6 +961,10 @@ def _season_json(tape: Tape) -> dict[str, Any]:
         "league_id": tape.league_id,
         "name": str(tape.season_id),
     }
+
+
+def _row_sort_key(name: str, row: tuple[_Match, dict[str, Any]]) -> tuple[int, float, str]:
+    return _sort_key(row[1].get(name))
 
 
 def _sort_key(value: Any) -> tuple[int, float, str]:

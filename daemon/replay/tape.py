@@ -297,7 +297,7 @@ class Toss(BaseModel):
 class TapeResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    winner_team_id: int | None = Field(None, description="None for a tie or no result")
+    winner_team_id: int | None = Field(default=None, description="None for a tie or no result")
     note: str = Field(description="the result text SportMonks shows in `note`")
     draw_noresult: str | None = None
 
@@ -334,9 +334,9 @@ class TapeEntry(BaseModel):
 
     op: Literal["ball", "correct", "delete"]
     ball: TapeBall | None = None
-    ball_id: int | None = Field(None, description="the ball a `delete` withdraws")
+    ball_id: int | None = Field(default=None, description="the ball a `delete` withdraws")
     updated_at: datetime | None = Field(
-        None, description="when the real feed stamped this change (recorded tapes)"
+        default=None, description="when the real feed stamped this change (recorded tapes)"
     )
 
     @model_validator(mode="after")
@@ -373,7 +373,7 @@ class Tape(BaseModel):
     stage_id: int | None = None
     round: str | None = None
     type: Literal["T20", "T20I", "T10", "ODI", "List A"] = "T20"
-    overs_per_innings: int = Field(0, ge=0, le=100, description="0 means: from `type`")
+    overs_per_innings: int = Field(default=0, ge=0, le=100, description="0 means: from `type`")
     starting_at: datetime
     localteam: Team
     visitorteam: Team
@@ -388,7 +388,7 @@ class Tape(BaseModel):
     fixture_fields: dict[str, Any] = Field(default_factory=dict)
     row_ids: dict[str, int] = Field(default_factory=dict)
     result: TapeResult | None = None
-    ms_per_ball: float = Field(40_000.0, gt=0, description="pace at speed 1 (observed median ~40 s a ball)")
+    ms_per_ball: float = Field(default=40_000.0, gt=0, description="pace at speed 1 (observed median ~40 s a ball)")
     entries: list[TapeEntry] = Field(default_factory=list)
     # JSON of players and teams, which never change with the entries (so a copy with new entries may share it)
     _json_cache: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -506,9 +506,10 @@ class Tape(BaseModel):
 
         The replay server holds the cursor here for the innings break. None when the tape has one innings.
         """
-        key = ("break", id(self.entries), len(self.entries))  # a tape with other entries has another list
+        key = f"break:{id(self.entries)}:{len(self.entries)}"  # a tape with other entries has another list
         if key in self._json_cache:
-            return self._json_cache[key]  # type: ignore[no-any-return]
+            cached: int | None = self._json_cache[key]
+            return cached
         first = next((e.ball.scoreboard for e in self.entries if e.op == "ball" and e.ball), None)
         found = None
         for i, e in enumerate(self.entries):
