@@ -34,7 +34,9 @@ def demo() -> Tape:
     return load_tape(builtin_tape_path())
 
 
-async def start(nursery: trio.Nursery, tapes: list[Tape], **kw: Any) -> tuple[ReplayServer, httpx.AsyncClient]:
+async def start(
+    nursery: trio.Nursery, tapes: list[Tape], **kw: Any
+) -> tuple[ReplayServer, httpx.AsyncClient]:
     kw.setdefault("ms_per_ball", MPB)
     kw.setdefault("innings_break_s", 30.0)
     server = ReplayServer(tapes, **kw)
@@ -52,7 +54,10 @@ async def test_livescores_serves_the_balls_the_clock_has_reached(nursery: trio.N
         (fx,) = body["data"]
         assert fx["id"] == int(demo.fixture_id) and fx["status"] == "1st Innings"
         assert len(fx["balls"]) == len(demo.fixture_at(12)["balls"])
-        assert fx["runs"] == demo.fixture_at(12, include=["runs"], entry_times=lambda i: 0.0)["runs"][:1] or fx["runs"]
+        assert (
+            fx["runs"] == demo.fixture_at(12, include=["runs"], entry_times=lambda i: 0.0)["runs"][:1]
+            or fx["runs"]
+        )
         # the production base path works too, and the slash is escaped as PHP does
         raw = (await http.get("/api/v2.0/livescores", params={"include": "localteam"})).text
         assert "https:\\/\\/cdn.sportmonks.com" in raw
@@ -72,18 +77,24 @@ async def test_ball_updated_at_is_when_the_entry_became_visible(nursery: trio.Nu
         assert server.ball_served_at(demo.fixture_id, 10) is None
 
 
-async def test_not_started_fixture_is_ns_and_absent_from_livescores(nursery: trio.Nursery, demo: Tape) -> None:
+async def test_not_started_fixture_is_ns_and_absent_from_livescores(
+    nursery: trio.Nursery, demo: Tape
+) -> None:
     clock = FakeClock()
     server, http = await start(nursery, [demo], clock=clock, start_delay_s=60.0, speed=2.0)
     async with http:
         assert (await http.get("/livescores")).json() == {"data": []}
-        fx = (await http.get(f"/fixtures/{demo.fixture_id}", params={"include": "balls,lineup"})).json()["data"]
+        fx = (await http.get(f"/fixtures/{demo.fixture_id}", params={"include": "balls,lineup"})).json()[
+            "data"
+        ]
         assert fx["status"] == "NS" and fx["balls"] == [] and len(fx["lineup"]) == 22
         clock.t += 30.0  # 60 s of match time at 2x
         assert len((await http.get("/livescores")).json()["data"]) == 1
 
 
-async def test_innings_break_holds_the_cursor_then_the_chase_starts(nursery: trio.Nursery, demo: Tape) -> None:
+async def test_innings_break_holds_the_cursor_then_the_chase_starts(
+    nursery: trio.Nursery, demo: Tape
+) -> None:
     clock = FakeClock()
     server, http = await start(nursery, [demo], clock=clock, innings_break_s=30.0)
     brk = demo.innings_break_index()
@@ -101,13 +112,17 @@ async def test_innings_break_holds_the_cursor_then_the_chase_starts(nursery: tri
         assert fx["status"] == "2nd Innings" and len(fx["runs"]) == 2
 
 
-async def test_finished_match_leaves_livescores_and_fixture_shows_the_result(nursery: trio.Nursery, demo: Tape) -> None:
+async def test_finished_match_leaves_livescores_and_fixture_shows_the_result(
+    nursery: trio.Nursery, demo: Tape
+) -> None:
     clock = FakeClock()
     server, http = await start(nursery, [demo], clock=clock, innings_break_s=0.0)
     async with http:
         clock.t += len(demo) + 5
         assert (await http.get("/livescores")).json() == {"data": []}
-        fx = (await http.get(f"/fixtures/{demo.fixture_id}", params={"include": "winnerteam,runs"})).json()["data"]
+        fx = (await http.get(f"/fixtures/{demo.fixture_id}", params={"include": "winnerteam,runs"})).json()[
+            "data"
+        ]
         assert fx["status"] == "Finished"
         assert fx["winner_team_id"] == fx["runs"][1]["team_id"] == fx["winnerteam"]["id"]
         assert "won by" in fx["note"]
@@ -175,11 +190,15 @@ async def test_fixtures_list_is_paginated_like_laravel_and_filters(nursery: trio
     async with http:
         first = (await http.get("/fixtures", params={"sort": "id", "include": "localteam"})).json()
         assert [f["id"] for f in first["data"]] == [int(demo.fixture_id)]
-        assert first["meta"]["total"] == 2 and first["meta"]["last_page"] == 2 and first["meta"]["per_page"] == 1
+        assert (
+            first["meta"]["total"] == 2 and first["meta"]["last_page"] == 2 and first["meta"]["per_page"] == 1
+        )
         next_url = first["links"]["next"]
         assert next_url.endswith("/fixtures?page=2")  # the query is not repeated (spec §9.10)
         second = (await http.get(next_url + "&sort=id")).json()  # re-append our query, as clients must
-        assert [f["id"] for f in second["data"]] == [int(other.fixture_id)] and second["links"]["next"] is None
+        assert [f["id"] for f in second["data"]] == [int(other.fixture_id)] and second["links"][
+            "next"
+        ] is None
         only = (await http.get("/fixtures", params={"filter[type]": "T10"})).json()
         assert [f["id"] for f in only["data"]] == [int(other.fixture_id)]
         desc = (await http.get("/fixtures", params={"sort": "-id"})).json()
@@ -192,13 +211,17 @@ async def test_fixtures_list_is_paginated_like_laravel_and_filters(nursery: trio
 async def test_5xx_fault_for_n_requests_on_one_endpoint(nursery: trio.Nursery, demo: Tape) -> None:
     server, http = await start(nursery, [demo], clock=FakeClock())
     async with http:
-        r = await http.post("/replay/faults", json={"mode": "5xx", "endpoint": "livescores", "count": 2, "status": 503})
+        r = await http.post(
+            "/replay/faults", json={"mode": "5xx", "endpoint": "livescores", "count": 2, "status": 503}
+        )
         assert r.status_code == 200
         assert (await http.get(f"/fixtures/{demo.fixture_id}")).status_code == 200  # other endpoint untouched
         assert [(await http.get("/livescores")).status_code for _ in range(3)] == [503, 503, 200]
 
 
-async def test_429_fault_carries_retry_after_and_expires_after_its_duration(nursery: trio.Nursery, demo: Tape) -> None:
+async def test_429_fault_carries_retry_after_and_expires_after_its_duration(
+    nursery: trio.Nursery, demo: Tape
+) -> None:
     clock = FakeClock()
     server, http = await start(nursery, [demo], clock=clock)
     async with http:
@@ -233,7 +256,9 @@ async def test_body_faults_break_the_json_the_way_they_say(nursery: trio.Nursery
         assert (await http.get("/livescores")).json()["data"][0]["status"] == "1st Innings"
 
 
-async def test_timeout_fault_holds_the_response_and_disconnect_drops_it(nursery: trio.Nursery, demo: Tape) -> None:
+async def test_timeout_fault_holds_the_response_and_disconnect_drops_it(
+    nursery: trio.Nursery, demo: Tape
+) -> None:
     server, http = await start(nursery, [demo], clock=FakeClock())
     async with http:
         server.inject("timeout", hold_s=2.0, count=1)
@@ -245,7 +270,9 @@ async def test_timeout_fault_holds_the_response_and_disconnect_drops_it(nursery:
         assert (await http.get("/livescores")).status_code == 200
 
 
-async def test_a_served_ball_can_be_corrected_or_deleted_afterwards(nursery: trio.Nursery, demo: Tape) -> None:
+async def test_a_served_ball_can_be_corrected_or_deleted_afterwards(
+    nursery: trio.Nursery, demo: Tape
+) -> None:
     clock = FakeClock()
     server, http = await start(nursery, [demo], clock=clock)
     fid = demo.fixture_id
@@ -253,7 +280,9 @@ async def test_a_served_ball_can_be_corrected_or_deleted_afterwards(nursery: tri
         clock.t += 20
         before = (await http.get(f"/fixtures/{fid}", params={"include": "balls,runs"})).json()["data"]
         last = before["balls"][-1]
-        r = await http.post("/replay/faults", json={"mode": "correct_ball", "fixture_id": fid, "score_id": 53})
+        r = await http.post(
+            "/replay/faults", json={"mode": "correct_ball", "fixture_id": fid, "score_id": 53}
+        )
         assert r.status_code == 200
         after = (await http.get(f"/fixtures/{fid}", params={"include": "balls,runs"})).json()["data"]
         assert after["balls"][-1]["id"] == last["id"] and after["balls"][-1]["score_id"] == 53
@@ -277,7 +306,9 @@ async def test_connections_are_kept_alive_and_garbage_gets_a_400(nursery: trio.N
             assert (await http.get("/replay/status")).status_code == 200
     stream = await trio.open_tcp_stream("127.0.0.1", server.port or 0)
     async with stream:
-        await stream.send_all(b"GET /livescores HTTP/1.1\r\nHost: x\r\n\r\nGET /replay/status HTTP/1.1\r\nHost: x\r\n\r\n")
+        await stream.send_all(
+            b"GET /livescores HTTP/1.1\r\nHost: x\r\n\r\nGET /replay/status HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
         got = b""
         with trio.move_on_after(5):
             while got.count(b"HTTP/1.1 200") < 2:
@@ -327,7 +358,9 @@ async def test_real_fixture_served_over_http_matches_its_own_scorecard(
     server, http = await start(nursery, [tape], clock=clock, innings_break_s=0.0)
     async with http:
         clock.t += len(tape) + 1
-        fx = (await http.get(f"/fixtures/{tape.fixture_id}", params={"include": "runs,batting,bowling"})).json()["data"]
+        fx = (
+            await http.get(f"/fixtures/{tape.fixture_id}", params={"include": "runs,batting,bowling"})
+        ).json()["data"]
         strip = lambda rows: [{k: v for k, v in r.items() if k != "updated_at"} for r in rows]  # noqa: E731
         for key in ("runs", "batting", "bowling"):
             assert strip(fx[key]) == strip(real[key])
