@@ -339,8 +339,10 @@ def _req(obj: Mapping[str, Any], key: str, path: str) -> Any:
 
 
 def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None = None) -> int:
-    where = f"{path}.{key}" if path else key
     value = obj.get(key)
+    if type(value) is int:  # the common case, first: a fixture has thousands of these
+        return value
+    where = f"{path}.{key}" if path else key
     if value is None:
         if default is None:
             raise SnapshotError(where, "missing")
@@ -376,6 +378,8 @@ def _num(obj: Mapping[str, Any], key: str, path: str, default: float | None = No
 
 def _id(obj: Mapping[str, Any], key: str, path: str, *, required: bool = True) -> str | None:
     value = obj.get(key)
+    if type(value) is int:
+        return str(value)
     if value is None:
         if required:
             raise SnapshotError(f"{path}.{key}" if path else key, "missing")
@@ -484,7 +488,8 @@ def _phase(status: str, has_play: bool) -> str:
     return "live" if has_play else "pre"
 
 
-def _ball(raw: Any, index: int, crease_out: Mapping[tuple[str, str], str]) -> tuple[Ball, dict[str, str]]:
+def _ball(raw: Any, index: int, crease_out: Mapping[tuple[str, str], str],
+          known: Mapping[str, str]) -> tuple[Ball, dict[str, str]]:
     path = f"balls[{index}]"
     if not isinstance(raw, Mapping):
         raise SnapshotError(path, f"expected an object, got {type(raw).__name__}")
@@ -542,10 +547,12 @@ def _ball(raw: Any, index: int, crease_out: Mapping[tuple[str, str], str]) -> tu
         fielder_id=_id(raw, "catchstump_id", path, required=False) or _id(raw, "runout_by_id", path, required=False),
     )
     names: dict[str, str] = {}
-    for key, id_key in (("batsman", "batsman_id"), ("bowler", "bowler_id")):
+    for key, pid in (("batsman", ball.batsman_id), ("bowler", ball.bowler_id)):
+        if pid in known:
+            continue
         name_text = _player_name(raw.get(key))
-        if name_text and raw.get(id_key) is not None:
-            names[str(raw[id_key])] = name_text
+        if name_text:
+            names[pid] = name_text
     return ball, names
 
 
@@ -676,11 +683,12 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     balls: list[Ball] = []
     seen_ids: set[int] = set()
     for i, row in enumerate(_list(raw, "balls")):
-        ball, names = _ball(row, i, crease_out)
-        for key, id_key in (("batsman", "batsman_id"), ("bowler", "bowler_id")):
-            full = _full_name(row.get(key)) if isinstance(row, Mapping) else None
-            if full and row.get(id_key) is not None:
-                full_names.setdefault(str(row[id_key]), full)
+        ball, names = _ball(row, i, crease_out, players)
+        for key, pid in (("batsman", ball.batsman_id), ("bowler", ball.bowler_id)):
+            if pid not in full_names:
+                full = _full_name(row.get(key))
+                if full:
+                    full_names[pid] = full
         if ball.id in seen_ids:
             raise SnapshotError(f"balls[{i}].id", f"ball id {ball.id} appears twice")
         seen_ids.add(ball.id)
