@@ -307,27 +307,29 @@ class PrematchMarks:
         )
         return stamp if ok else None
 
-    async def reclaim(self, match_id: str, user_id: str, *, seen_ms: int, now: float) -> int | None:
-        """Take over a claim whose lease ran out, only if it is still exactly the claim we saw."""
+    async def reclaim(self, match_id: str, user_id: str, *, seen_ms: int | None, now: float) -> int | None:
+        """Take over a claim whose lease ran out, only if it is still exactly the claim we saw
+        (``seen_ms`` None: a claim written without a stamp, taken over only while it still has none)."""
         stamp = int(now * 1000)
-        if stamp <= seen_ms:
-            stamp = seen_ms + 1
+        values: dict[str, Any] = {":claimed": {"S": STATE_CLAIMED}, ":at": {"S": iso_utc(now)}}
+        if seen_ms is None:
+            condition = "#state = :claimed AND attribute_not_exists(#ms)"
+        else:
+            stamp = max(stamp, seen_ms + 1)
+            condition = "#state = :claimed AND #ms = :seen"
+            values[":seen"] = _n(seen_ms)
+        values[":ms"] = _n(stamp)
         ok = await self._update(
             match_id,
             user_id,
             UpdateExpression="SET #ms = :ms, #at = :at",
-            ConditionExpression="#state = :claimed AND #ms = :seen",
+            ConditionExpression=condition,
             ExpressionAttributeNames={
                 "#state": "prematchState",
                 "#ms": "prematchClaimedMs",
                 "#at": "prematchAt",
             },
-            ExpressionAttributeValues={
-                ":claimed": {"S": STATE_CLAIMED},
-                ":ms": _n(stamp),
-                ":seen": _n(seen_ms),
-                ":at": {"S": iso_utc(now)},
-            },
+            ExpressionAttributeValues=values,
         )
         return stamp if ok else None
 
@@ -565,7 +567,7 @@ class PrematchNotifier:
             )
             collapse_start = match.start_iso
         else:
-            assert marker is not None and marker.claimed_ms is not None
+            assert marker is not None  # RESEND is only decided from a marker
             stamp = await self.marks.reclaim(match.match_id, user_id, seen_ms=marker.claimed_ms, now=now)
             collapse_start = marker.start_iso  # the first send's id, so this copy collapses onto it
         if stamp is None:  # another worker or instance holds it: its business now

@@ -326,3 +326,30 @@ async def test_actor_survives_failing_cycles_and_notifies_once_they_pass(repos: 
 def test_settings_refuse_a_lease_shorter_than_the_result_wait() -> None:
     with pytest.raises(ValueError, match="claim_lease_s"):
         PrematchSettings(claim_lease_s=10, result_timeout_s=30)
+
+
+async def test_a_claim_without_a_stamp_is_taken_over_once(repos: Any) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    await follow(repos, 7, "u1", start=START)
+    await register(repos, "u1", push_to_start=False)
+    await repos.dynamo.call(
+        "cricket-match-follows",
+        "update_item",
+        Key={"matchId": {"S": "7"}, "userId": {"S": "u1"}},
+        UpdateExpression="SET prematchFor = :f, prematchStart = :s, prematchState = :c",
+        ExpressionAttributeValues={
+            ":f": {"S": "2027-01-15T08:20:00Z"},
+            ":s": {"N": str(int(START))},
+            ":c": {"S": "claimed"},
+        },
+    )
+    sender = RecordingSender()
+    a = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
+    b = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(a.run_cycle)
+        nursery.start_soon(b.run_cycle)
+    assert len(sender.to(token("u1"), "alert")) == 1
+    assert a.last_report is not None and b.last_report is not None
+    assert a.last_report.recovered + b.last_report.recovered == 1
