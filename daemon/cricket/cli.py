@@ -45,7 +45,7 @@ def poll_fixtures(tape: Any, cadence: float, *, marquee: bool = True) -> Iterato
 
     if cadence <= 0:
         raise ValueError(f"cadence: must be > 0 seconds, got {cadence}")
-    start = tape.starting_at.timestamp()
+    start = float(tape.starting_at.timestamp())
     clock = ReplayClock(
         total=len(tape),
         ms_per_ball=tape.ms_per_ball,
@@ -56,7 +56,7 @@ def poll_fixtures(tape: Any, cadence: float, *, marquee: bool = True) -> Iterato
     include = None if marquee else list(_SCORE_INCLUDES)
 
     def stamp(i: int) -> float:
-        return start + clock.due_ms(i) / 1000.0
+        return start + float(clock.due_ms(i)) / 1000.0
 
     at = start - cadence  # one poll before the first ball: the match as NS
     last: tuple[int, str | None] | None = None

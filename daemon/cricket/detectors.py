@@ -214,8 +214,11 @@ def ended_innings(snap: MatchSnapshot, window: Sequence[Ball] = ()) -> tuple[str
     newest_board = max((b.scoreboard for b in window), default=last.scoreboard, key=_board_key)
     per_innings = snap.balls_per_innings
     target = snap.target
+    # Any of the three signals may come first (spec §7): the status, a ball on a new scoreboard, a new row.
+    status_inning = int(snap.status[0]) if snap.status[:1].isdigit() and snap.status.endswith("Innings") else 0
     if (
         snap.phase in ("innings_break", "completed", "abandoned")
+        or status_inning > last.inning
         or _board_key(newest_board) > _board_key(last.scoreboard)
         or last.wickets >= 10
         or (per_innings is not None and last.legal_balls >= per_innings)

@@ -73,7 +73,7 @@ def _crease(snap: MatchSnapshot, board: str) -> tuple[list[str], str | None, Bal
         return [], None, None
     last = balls[-1]
     crease = list(last.crease or (last.batsman_id,))
-    striker = last.batsman_id
+    striker: str | None = last.batsman_id
     others = [c for c in crease if c != striker]
     non_striker = others[0] if others else None
     ran = 0 if (last.four or last.six) else last.bat_runs + last.bye + last.leg_bye + (

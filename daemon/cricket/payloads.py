@@ -184,12 +184,12 @@ def alert_payload(title: str, body: str, *, thread_id: str | None = None,
         raise ValueError("data: the key 'aps' is reserved for Apple")
     extra: dict[str, Any] = json.loads(json.dumps(dict(data or {})))
     size = 0
-    for limit in (None, 256, 64, 24):
-        cut: Callable[[Any], Any] = (lambda v: v) if limit is None else (lambda v, n=limit: _cut_strings(v, n))
-        aps: dict[str, Any] = {"alert": {"title": cut(title), "body": cut(body)}, "sound": "default"}
+    for limit in (100_000, 256, 64, 24):
+        aps: dict[str, Any] = {"alert": {"title": _cut(title, limit), "body": _cut(body, limit)},
+                               "sound": "default"}
         if thread_id:
             aps["thread-id"] = thread_id
-        encoded = _encode({"aps": aps, **cut(extra)})
+        encoded = _encode({"aps": aps, **_cut_strings(extra, limit)})
         size = len(encoded)
         if size <= MAX_PAYLOAD:
             return encoded

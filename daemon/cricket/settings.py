@@ -76,31 +76,31 @@ class EngineSettings(BaseModel):
         description="event types pushed at APNs priority 10 with an alert title and body",
     )
     new_batsman_stale_after_balls: int = Field(
-        3, ge=1, description="a new_batsman event is stale once the batter has faced this many balls"
+        default=3, ge=1, description="a new_batsman event is stale once the batter has faced this many balls"
     )
     ball_event_max_age: int = Field(
-        12,
+        default=12,
         ge=1,
         description="four, six, maiden, consecutive_sixes are stale once this many deliveries were bowled "
         "after them (a long outage does not replay old boundaries); wickets never go stale",
     )
     batter_on_fire_min_runs: int = Field(
-        30, ge=1, description="batsman_on_fire: at least this many runs in the innings ..."
+        default=30, ge=1, description="batsman_on_fire: at least this many runs in the innings ..."
     )
     batter_on_fire_min_strike_rate: float = Field(
-        200.0, gt=0, description="... at a strike rate (runs per 100 balls) of at least this"
+        default=200.0, gt=0, description="... at a strike rate (runs per 100 balls) of at least this"
     )
     bowler_on_fire_wickets: int = Field(
-        3, ge=1, description="bowler_on_fire fires when a bowler reaches this many wickets, and at each one after"
+        default=3, ge=1, description="bowler_on_fire fires when a bowler reaches this many wickets, and at each one after"
     )
     consecutive_sixes_min: int = Field(
-        2, ge=2, description="consecutive_sixes: sixes off this many consecutive balls faced by one batter"
+        default=2, ge=2, description="consecutive_sixes: sixes off this many consecutive balls faced by one batter"
     )
     recent_event_balls: int = Field(
-        6, ge=0, description="the display keeps showing the last key event's text for this many legal balls"
+        default=6, ge=0, description="the display keeps showing the last key event's text for this many legal balls"
     )
     reported_wickets_max: int = Field(
-        64, ge=10, description="how many reported wicket keys the match state keeps (bounds the record)"
+        default=64, ge=10, description="how many reported wicket keys the match state keeps (bounds the record)"
     )
 
     @field_validator("cooldowns_s")

@@ -274,6 +274,16 @@ def test_innings_end_when_the_overs_are_used_and_match_end_for_the_chase() -> No
     assert not again.ended and again.events == ()
 
 
+def test_innings_end_when_the_status_moves_on_before_any_new_row_or_ball() -> None:
+    s = started(overs=2)
+    s.balls_of("1 0 W 0 0 0")  # 1.0 overs of 2: not over on the overs
+    s.tick()
+    fx = s.fixture("2nd Innings")
+    result = process_tick(s.state, snapshot_from_fixture(fx), now=0, marquee=True, settings=s.settings)
+    assert [e.type for e in result.events] == ["innings_end"]
+    assert result.events[0].subject == "S1" and result.events[0].body == "HOM 1/1 (1 ov). AWY need 2 to win"
+
+
 # ---- cooldowns --------------------------------------------------------------------------------------
 def test_an_event_key_does_not_repeat_inside_its_cooldown_and_may_after_it() -> None:
     s = started(settings=EngineSettings(cooldowns_s={"four": 100}))
