@@ -102,7 +102,11 @@ def main(argv: list[str]) -> int:
         print(f"error: {answer.get('error', 'unknown error')}", file=sys.stderr)
         return EXIT_ERROR_ANSWER
     result = answer.get("result")
-    if isinstance(result, str):
+    if opts.command == "help" and isinstance(result, dict) and all(isinstance(v, str) for v in result.values()):
+        width = max((len(name) for name in result), default=0)
+        for name, summary in result.items():
+            print(f"{name.ljust(width)}  {summary}".rstrip())
+    elif isinstance(result, str):
         sys.stdout.write(result if result.endswith("\n") else result + "\n")
     else:
         print(json.dumps(result, indent=2, ensure_ascii=False))

@@ -52,6 +52,18 @@ async def test_error_answer_goes_to_stderr_and_exits_1(
     assert code == 1 and "unknown command 'nosuch'" in err
 
 
+async def test_help_prints_one_command_per_line(
+    admin: tuple[AdminServer, Path, Calls], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, path, _ = admin
+    code, out, _ = await run_ctl(["--socket", str(path), "help"], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert "health          liveness: the daemon's main loop answers" in lines
+    assert "unserialisable" in lines  # no summary: the name alone
+    assert len(lines) == 8
+
+
 async def test_raw_prints_the_answer_line(
     admin: tuple[AdminServer, Path, Calls], capsys: pytest.CaptureFixture[str]
 ) -> None:
