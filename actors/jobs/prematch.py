@@ -572,7 +572,7 @@ class PrematchNotifier:
             collapse_start = marker.start_iso  # the first send's id, so this copy collapses onto it
         if stamp is None:  # another worker or instance holds it: its business now
             report.lost_claims += 1
-            metrics.PREMATCH_NOTIFICATIONS.labels("lost_claim").inc()
+            metrics.PREMATCH_NOTIFICATIONS.labels("skipped").inc()  # another worker holds the claim
             return None
         if decision is Decision.NOTIFY:
             report.claimed += 1

@@ -250,6 +250,16 @@ class ReferenceSyncJob:
         metrics.JOB_CYCLES.labels(JOB, "ok").inc()
         metrics.JOB_LAST_SUCCESS.labels(JOB).set(self._clock())
 
+    def stats(self) -> dict[str, Any]:
+        """For the admin socket: progress of the current cycle and what the last one did."""
+        return {
+            "cycles_completed": self.cycles_completed,
+            "pending": [":".join(filter(None, step)) for step in self._pending],
+            "failures": self._failures,
+            "skipped": [":".join(filter(None, step)) for step in self.skipped_steps],
+            "last": {name: _summary(report) for name, report in self.last_reports.items()},
+        }
+
     async def sync_all(self) -> dict[str, SyncReport]:
         """One whole cycle, no retries: raises on the first failed step (for tests and one-shot use)."""
         self.start_cycle()
