@@ -57,7 +57,7 @@ import trio
 import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
-from hyperframe.frame import GoAwayFrame
+from hyperframe.frame import Frame, GoAwayFrame, RstStreamFrame
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from daemon.apns import certs
@@ -624,6 +624,31 @@ class _ServerH2Connection(h2.connection.H2Connection):
 
     _SWEEP_EVERY = 512
     _new_streams = 0
+
+    def _receive_frame(self, frame: Frame) -> list[h2.events.Event]:
+        # h2's version starts with ``logger.trace("Received frame: %s", repr(frame))``: the repr is built
+        # for every frame even with no logger (~15 us a frame, two frames a push). The rest mirrors h2 4.x:
+        # a frame on a stream closed by RST_STREAM gets RST_STREAM back; anything else is a connection error.
+        try:
+            frames, events = self._frame_dispatch_table[frame.__class__](frame)
+        except h2.exceptions.StreamClosedError as exc:
+            if not self._stream_is_closed_by_reset(exc.stream_id):
+                raise
+            reset = RstStreamFrame(exc.stream_id)
+            reset.error_code = exc.error_code
+            self._prepare_for_sending([reset])
+            return exc._events
+        except h2.exceptions.StreamIDTooLowError as exc:
+            if self._stream_is_closed_by_reset(exc.stream_id):
+                reset = RstStreamFrame(exc.stream_id)
+                reset.error_code = h2.errors.ErrorCodes.STREAM_CLOSED
+                self._prepare_for_sending([reset])
+                return []
+            if self._stream_is_closed_by_end(exc.stream_id):
+                raise h2.exceptions.StreamClosedError(exc.stream_id) from exc
+            raise
+        self._prepare_for_sending(frames)
+        return events
 
     @property
     def open_inbound_streams(self) -> int:
