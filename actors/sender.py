@@ -53,6 +53,9 @@ _READ_SIZE: Final = 1 << 18
 _MAX_REQUEUES: Final = 50
 _MAX_DEAD_TOKENS: Final = 1_000_000
 _LATENCY_SAMPLES: Final = 20_000
+# Write coalescing (see ApnsSender._coalesce): a batch worth a syscall, and the longest wait for it.
+_COALESCE_BATCH: Final = 64
+_COALESCE_S: Final = 0.002
 
 
 @dataclass(slots=True, eq=False)
@@ -671,6 +674,8 @@ class ApnsSender:
             if conn.state == "closed":
                 return
             self._maybe_switch_token(slot, conn)
+            if (self._high or self._low) and conn.in_flight:
+                await self._coalesce(conn, wake)
             now = trio.current_time()
             if conn.can_send() and (self._high or self._low):
                 sent = 0
@@ -713,6 +718,24 @@ class ApnsSender:
                 self._handle(slot, outcome)
             if conn.ping_overdue(now, settings.ping_timeout_s):
                 raise _ConnectionFailed("PING unanswered: connection presumed dead")
+
+    async def _coalesce(self, conn: ApnsConnection, wake: _Wakeup) -> None:
+        """When the stream pipeline is nearly full, wait briefly for more free slots before writing.
+
+        Without this, a full pipeline settles into one request per answer: one TLS record and one send()
+        syscall per push, and on loopback every send() also hands the CPU to the server. Waiting up to
+        ``_COALESCE_S`` for a batch costs nothing in throughput (the pipeline is full anyway) and turns
+        thousands of tiny writes into a few large ones.
+        """
+        limit = conn.max_concurrent
+        batch = min(_COALESCE_BATCH, limit // 4)
+        if batch <= 1 or limit - conn.in_flight >= batch:
+            return
+        with trio.move_on_after(_COALESCE_S):
+            while conn.state == "open" and limit - conn.in_flight < batch:
+                await wake.wait()
+                limit = conn.max_concurrent
+        wake.set()  # the loop below re-checks everything; make sure it does not sleep first
 
     def _maybe_switch_token(self, slot: _Slot, conn: ApnsConnection) -> None:
         held: ProviderToken | None = conn.token

@@ -1,0 +1,350 @@
+"""APNs sender throughput: N Live Activity updates to any HTTP/2 server that answers 200.
+
+    python bench/apns_throughput.py --url https://HOST:PORT [--ca-file F | --insecure] -n N [--connections C]
+    python bench/apns_throughput.py --spawn-server -n 100000            # starts `sightscreen apns-server --fast`
+    python bench/apns_throughput.py --spawn-server -n 20000 --connections 1 --client aioapns
+
+The last line printed is one JSON object: pushes, seconds, pushes_per_s, p50_ms, p99_ms, failed (plus the
+client and connection count). ``--client sightscreen`` (default) drives ``actors.sender.ApnsSender``;
+``--client aioapns`` sends the same pushes through aioapns 4.0 (an optional bench dependency), so both can be
+compared in one run. Latency is from handing the push to the client to its answer. Timing starts after a
+warm-up push per connection (APNs allows one stream per connection until a first push is accepted).
+
+Provider tokens: by default a fresh signing key is made (a server that answers 200 does not check them);
+against a validating server pass --key-file/--key-id/--team-id (``--spawn-server`` does it for you).
+``--profile FILE`` runs the sightscreen client under cProfile and prints the top functions to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import dataclasses
+import json
+import pstats
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import trio  # noqa: E402
+
+from actors.sender import ApnsSender  # noqa: E402
+from daemon.apns.settings import ApnsSettings  # noqa: E402
+from daemon.apns.token import generate_signing_key  # noqa: E402
+from daemon.apns.types import Push, PushResult  # noqa: E402
+from daemon.logs import configure  # noqa: E402
+
+
+def live_activity_update(i: int) -> bytes:
+    """A Live Activity update the size the match engine produces (~700 bytes): every string pre-formatted."""
+    aps = {
+        "timestamp": 1_760_000_000 + i,
+        "event": "update",
+        "relevance-score": 75,
+        "stale-date": 1_760_000_900 + i,
+        "content-state": {
+            "matchId": 71344,
+            "status": "2nd Innings",
+            "battingTeam": "PAK",
+            "bowlingTeam": "SL",
+            "score": f"{150 + i % 50}/3",
+            "overs": "17.2 ov",
+            "runRate": "RR 8.91",
+            "requiredRate": "RRR 10.50",
+            "target": "Target 187",
+            "equation": "PAK need 33 runs from 16 balls",
+            "striker": "Babar Azam 72 (48)",
+            "nonStriker": "Mohammad Rizwan 41 (30)",
+            "bowler": "W Hasaranga 2/24 (3.2)",
+            "lastBalls": ["1", "4", "0", "W", "6", "2"],
+            "partnership": "P'ship 64 (39)",
+            "keyEvent": {"type": "six", "text": "SIX! Babar Azam", "at": "17.2"},
+            "updatedAt": "17:42",
+        },
+    }
+    return json.dumps({"aps": aps}, separators=(",", ":")).encode()
+
+
+def client_ssl_context(args: argparse.Namespace) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=args.ca_file) if args.ca_file else ssl.create_default_context()
+    if args.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def percentile(sorted_values: list[float], p: float) -> float | None:
+    if not sorted_values:
+        return None
+    return round(sorted_values[min(len(sorted_values) - 1, int(p * len(sorted_values)))] * 1000, 3)
+
+
+def summary(client: str, connections: int, n: int, seconds: float, latencies: list[float], failed: int) -> dict[str, Any]:
+    latencies.sort()
+    return {
+        "client": client,
+        "connections": connections,
+        "pushes": n,
+        "seconds": round(seconds, 3),
+        "pushes_per_s": round(n / seconds, 1) if seconds > 0 else None,
+        "p50_ms": percentile(latencies, 0.50),
+        "p99_ms": percentile(latencies, 0.99),
+        "failed": failed,
+    }
+
+
+# -- sightscreen ----------------------------------------------------------------------------------------
+
+
+async def run_sightscreen(args: argparse.Namespace, creds: dict[str, str]) -> dict[str, Any]:
+    settings = ApnsSettings(
+        url=args.url,
+        team_id=creds["team_id"],
+        key_id=creds["key_id"],
+        private_key=creds["private_pem"],
+        topic=args.topic,
+        connections=args.connections,
+        inbox_size=10_000,
+        request_timeout_s=60.0,
+        max_retries=3,
+    )
+    sender = ApnsSender(settings, ssl_context=client_ssl_context(args))
+    n = args.n
+    reply_send, reply_recv = trio.open_memory_channel[PushResult](n + args.connections)
+    pushes = [
+        Push(token=f"{i:0160x}", push_type="liveactivity", topic=args.topic, payload=live_activity_update(i),
+             priority=5, kind="update", reply_to=reply_send)
+        for i in range(n)
+    ]
+    latencies: list[float] = []
+    failed = 0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sender.run)
+        with trio.fail_after(args.connect_timeout):
+            for warm in [dataclasses.replace(pushes[0], token="f" * 160) for _ in range(args.connections)]:
+                await sender.send_and_wait(warm)
+
+        async def produce() -> None:
+            for push in pushes:
+                await sender.send(push)
+
+        start = trio.current_time()
+        cpu_start = time.process_time()
+        nursery.start_soon(produce)
+        for _ in range(n):
+            result = await reply_recv.receive()
+            latencies.append(result.latency_s)
+            if result.outcome != "accepted":
+                failed += 1
+        seconds = trio.current_time() - start
+        cpu = time.process_time() - cpu_start
+        stats = sender.stats()
+        nursery.cancel_scope.cancel()
+    out = summary("sightscreen", args.connections, n, seconds, latencies, failed)
+    out["client_cpu_s"] = round(cpu, 3)
+    out["connects"] = stats["connects"]
+    return out
+
+
+# -- aioapns --------------------------------------------------------------------------------------------
+
+
+async def run_aioapns(args: argparse.Namespace, creds: dict[str, str]) -> dict[str, Any]:
+    try:
+        from aioapns import APNs, NotificationRequest, PushType
+        from aioapns.connection import APNsProductionClientProtocol
+    except ImportError:
+        raise SystemExit("--client aioapns needs aioapns 4.0: pip install aioapns==4.0") from None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(args.url)
+    client = APNs(
+        key=creds["private_pem"], key_id=creds["key_id"], team_id=creds["team_id"], topic=args.topic,
+        max_connections=args.connections, ssl_context=client_ssl_context(args),
+    )
+    # aioapns dials Apple's hosts only; point its protocol class at the bench server instead.
+    client.pool.protocol_class = type(
+        "BenchProtocol", (APNsProductionClientProtocol,), {"APNS_SERVER": parts.hostname, "APNS_PORT": parts.port or 443}
+    )
+    topic = args.topic + ".push-type.liveactivity"
+    messages = [json.loads(live_activity_update(i)) for i in range(args.n)]
+
+    def request(i: int, token: str) -> Any:
+        return NotificationRequest(device_token=token, message=messages[i % len(messages)], priority=5,
+                                   push_type=PushType.LIVEACTIVITY, apns_topic=topic)
+
+    for _ in range(args.connections):
+        await client.send_notification(request(0, "f" * 160))
+    latencies: list[float] = []
+    failed = 0
+
+    async def one(i: int) -> None:
+        nonlocal failed
+        t0 = time.perf_counter()
+        try:
+            result = await client.send_notification(request(i, f"{i:0160x}"))
+            ok = result.is_successful
+        except Exception:  # aioapns raises MaxAttemptsExceeded and friends: count them as failed
+            ok = False
+        latencies.append(time.perf_counter() - t0)
+        if not ok:
+            failed += 1
+
+    start = time.perf_counter()
+    cpu_start = time.process_time()
+    await asyncio.gather(*(one(i) for i in range(args.n)))
+    seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
+    client.pool.close()
+    out = summary("aioapns", args.connections, args.n, seconds, latencies, failed)
+    out["client_cpu_s"] = round(cpu, 3)
+    return out
+
+
+# -- server and credentials -----------------------------------------------------------------------------
+
+
+def spawn_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    if args.spawn_server == "nginx":
+        return spawn_nginx()
+    cmd = [sys.executable, "-m", "daemon", "apns-server", "--fast", "--keep-records", "100", "--topic", args.topic]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        raise SystemExit("apns-server did not start")
+    return proc, json.loads(line)["apns_server"]
+
+
+_NGINX_CONF = """
+worker_processes 1;
+error_log {dir}/error.log warn;
+pid {dir}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    keepalive_requests 100000000;
+    keepalive_timeout 600s;
+    http2_max_concurrent_streams 1000;
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        ssl_certificate {dir}/cert.pem;
+        ssl_certificate_key {dir}/key.pem;
+        location / {{ return 200; }}
+    }}
+}}
+"""
+
+
+def spawn_nginx() -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """A C HTTP/2 server answering 200 to everything (Debian's nginx-light), with a throw-away trustme CA."""
+    import shutil
+    import socket
+
+    import trustme
+
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(nginx).exists():
+        raise SystemExit("--spawn-server nginx needs nginx (apt-get install nginx-light)")
+    folder = Path(tempfile.mkdtemp(prefix="apns-bench-nginx-"))
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_pem.write_to_path(str(folder / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(folder / "cert.pem"))
+    ca.cert_pem.write_to_path(str(folder / "ca.pem"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (folder / "nginx.conf").write_text(_NGINX_CONF.format(dir=folder, port=port))
+    proc = subprocess.Popen([nginx, "-p", str(folder), "-c", str(folder / "nginx.conf"), "-g", "daemon off;"],
+                            stdout=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit(f"nginx did not start; see {folder}/error.log") from None
+            time.sleep(0.05)
+    pair = generate_signing_key()
+    (folder / "key.p8").write_text(pair[0])
+    return proc, {"url": f"https://127.0.0.1:{port}", "ca_file": str(folder / "ca.pem"),
+                  "private_key_file": str(folder / "key.p8"), "key_id": "KEY0000001", "team_id": "TEAM000001"}
+
+
+def credentials(args: argparse.Namespace) -> dict[str, str]:
+    if args.key_file:
+        private_pem = Path(args.key_file).read_text()
+    else:
+        private_pem, _ = generate_signing_key()
+    return {"private_pem": private_pem, "key_id": args.key_id, "team_id": args.team_id}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", help="https://HOST:PORT of an HTTP/2 server answering 200")
+    trust = p.add_mutually_exclusive_group()
+    trust.add_argument("--ca-file", help="CA certificate (PEM) to trust the server with")
+    trust.add_argument("--insecure", action="store_true", help="do not verify the server's certificate")
+    p.add_argument("-n", type=int, default=10_000, help="number of pushes (default 10000)")
+    p.add_argument("--connections", type=int, default=1, help="HTTP/2 connections (default 1)")
+    p.add_argument("--client", choices=["sightscreen", "aioapns"], default="sightscreen")
+    p.add_argument("--spawn-server", nargs="?", const="apns", choices=["apns", "nginx"],
+                   help="start a server for the run: the project's `apns-server --fast` (default) or nginx")
+    p.add_argument("--key-file", help="ES256 .p8 key the server accepts (default: a fresh key)")
+    p.add_argument("--key-id", default="KEY0000001")
+    p.add_argument("--team-id", default="TEAM000001")
+    p.add_argument("--topic", default="com.sightscreen.app", help="bundle id")
+    p.add_argument("--connect-timeout", type=float, default=30.0)
+    p.add_argument("--profile", metavar="FILE", help="cProfile the sightscreen client into FILE")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure("warning")  # logs go to stderr; stdout's last line is the result
+    proc = None
+    try:
+        if args.spawn_server:
+            proc, info = spawn_server(args)
+            args.url, args.ca_file = info["url"], info["ca_file"]
+            args.key_file, args.key_id, args.team_id = info["private_key_file"], info["key_id"], info["team_id"]
+        if not args.url:
+            print("apns_throughput: give --url or --spawn-server", file=sys.stderr)
+            return 2
+        creds = credentials(args)
+        if args.client == "aioapns":
+            result = asyncio.run(run_aioapns(args, creds))
+        elif args.profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            result = trio.run(run_sightscreen, args, creds)
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+        else:
+            result = trio.run(run_sightscreen, args, creds)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+    print(json.dumps(result))
+    return 0 if result["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
