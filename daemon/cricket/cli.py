@@ -108,7 +108,11 @@ def event_line(event: KeyEvent) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="sightscreen events", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="sightscreen events",
+        description="Replay a tape through the match engine as the daemon would poll it; print one JSON line "
+        "per key event that would be pushed, then the counts per type.",
+    )
     parser.add_argument("tape", help="tape file (.json or .json.gz), or the name of a built-in tape")
     parser.add_argument("--cadence", type=float, default=2.5, help="seconds between polls (default 2.5)")
     parser.add_argument("--marquee", action="store_true",
