@@ -176,13 +176,9 @@ class FixtureSyncJob:
                 next_full = now + s.full_interval_s
                 log.info("full_sync_started", chunks=len(self.plan.chunks))
             elif self.plan is not None and now >= chunk_retry_at:
-                if await self.full_sync_step():
-                    chunk_retry_at = -float("inf")
-                else:
-                    assert self.plan is not None
-                    chunk_retry_at = now + backoff_delay(
-                        self.plan.failures, s.backoff_base_s, s.backoff_max_s
-                    )
+                ok = await self.full_sync_step()
+                failures = 0 if ok or self.plan is None else self.plan.failures
+                chunk_retry_at = now + backoff_delay(failures, s.backoff_base_s, s.backoff_max_s)
             else:
                 wake = min(next_near, next_full if self.plan is None else chunk_retry_at)
                 await trio.sleep_until(wake)

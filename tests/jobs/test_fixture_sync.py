@@ -301,3 +301,29 @@ async def test_a_chunk_that_keeps_failing_is_skipped_so_the_rest_of_the_full_syn
     assert job.plan is None and job.full_syncs_completed == 1
     assert job.last_full is not None and job.last_full.created == 14
     assert job.last_full.errors == [f"chunk {second}: skipped after 2 failures"]
+
+
+async def test_actor_keeps_going_when_the_last_chunk_is_skipped(
+    repos: Any, sm_client: Any, sportmonks: FakeSportMonks
+) -> None:
+    sportmonks.fixtures = schedule(2)
+    settings = FixtureSyncSettings(
+        include_livescores=False,
+        near_interval_s=0.05,
+        backoff_base_s=0.01,
+        backoff_max_s=0.02,
+        full_behind_days=0,
+        full_ahead_days=1,
+        max_chunk_failures=2,
+    )
+    only = plan_full_sync(T0, settings).chunks[-1].filters()["starts_between"]
+    sportmonks.fail(path="/fixtures", status=500, times=None, **{"filter[starts_between]": only})
+    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock())
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(job.run)
+            while job.full_syncs_completed < 1 or job.last_near is None:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert job.last_full is not None and len(job.last_full.errors) == 1
+    assert job.last_near is not None and job.last_near.created == 2
