@@ -180,3 +180,33 @@ async def test_a_step_that_keeps_failing_is_left_for_the_next_cycle(
     assert job.cycles_completed == 1
     assert len(sportmonks.calls("/seasons/1715")) == 2
     assert sorted(r["teamId"] for r in await repos.team_seasons.get_teams_for_season("1800")) == ["4", "5"]
+
+
+async def test_syncs_reference_data_from_the_project_replay_server(repos: Any) -> None:
+    """The demo points the daemon at the replay server, which serves /teams, /leagues and /seasons from tapes."""
+    from daemon.replay.server import ReplayServer
+    from daemon.replay.synth import synthesise
+    from daemon.sportmonks.client import SportMonksClient
+    from daemon.sportmonks.settings import SportMonksSettings
+
+    tapes = [synthesise("T20", i, fixture_id=str(900 + i)) for i in range(2)]
+    server = ReplayServer(tapes)
+    league_id = int(tapes[0].league.id)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        client = SportMonksClient(
+            SportMonksSettings(base_url=f"http://127.0.0.1:{port}/api/v2.0", api_token="t", max_retries=0)
+        )
+        try:
+            job = ReferenceSyncJob(
+                client, repos, ReferenceSyncSettings(active_league_ids=[league_id]), clock=lambda: T0
+            )
+            reports = await job.sync_all()
+        finally:
+            await client.aclose()
+            server.stop()
+    assert reports["leagues"].created >= 1 and reports["teams"].created >= 2
+    season_id = str(tapes[0].season.id)
+    assert f"season:{season_id}" in reports  # the active league's current season
+    rows = await repos.team_seasons.get_teams_for_season(season_id)
+    assert {r["teamId"] for r in rows} >= {str(tapes[0].localteam.id), str(tapes[0].visitorteam.id)}
