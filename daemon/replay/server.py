@@ -24,6 +24,8 @@ endpoint (``livescores``, ``fixture``, ``fixtures``) or all: ``5xx`` (``status``
 ``wrong_type`` (``field``, a dotted path inside each fixture, e.g. ``status`` or ``balls.score_id``;
 ``value`` for wrong_type). ``correct_ball`` / ``delete_ball`` change the feed at once: a served ball
 (``ball_id``, default the newest) of ``fixture_id`` is re-sent with another ``score_id`` or withdrawn.
+``stall`` freezes the feed of ``fixture_id`` (default: all) for ``duration_s`` while the match goes on,
+then everything missed appears at once (the catch-up bursts of spec §7).
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ FaultMode = Literal[
     "wrong_type",
     "correct_ball",
     "delete_ball",
+    "stall",
 ]
 
 
@@ -163,6 +166,7 @@ class _Match:
     cache: dict[tuple[Any, ...], tuple[bytes, str]] = field(default_factory=dict)
     ball_cache: dict[int, dict[str, Any]] = field(default_factory=dict)  # entry index -> ball object
     ball_bytes: dict[int, bytes] = field(default_factory=dict)  # id(ball object) -> its JSON
+    stall_until: float = 0.0  # wall time a "stall" fault ends (the feed then catches up at once)
     card: Scorecard | None = None  # the scorecard at `cursor`, shared by every include set
     card_version: int = -1
 
@@ -281,9 +285,11 @@ class ReplayServer:
 
     def _advance(self, m: _Match, now: float) -> None:
         """Bring the served cursor up to the clock, stamping each newly visible entry with its due time."""
+        if now < m.stall_until:
+            return  # the feed is stalled: nothing new until it catches up in one burst
         target = m.clock.cursor(now)
         for i in range(m.cursor, target):
-            t = m.clock.wall_time_of(i, now)
+            t = max(m.clock.wall_time_of(i, now), m.stall_until)
             m.visible_at[i] = t
             if m.first_seen[i] is None:
                 m.first_seen[i] = t
@@ -336,6 +342,7 @@ class ReplayServer:
             raise ReplayRequestError(f"entry: must be within 0..{len(m.tape)}, got {entry_index}")
         now = self.clock()
         self._advance(m, now)
+        m.stall_until = 0.0  # an explicit seek ends a stall
         m.clock.seek(entry_index, now)
         if entry_index < m.cursor:
             for i in range(entry_index, m.cursor):
@@ -411,6 +418,15 @@ class ReplayServer:
         self._fault_seq += 1
         if spec.mode in ("correct_ball", "delete_ball"):
             self._change_feed(spec)
+            return self._fault_seq
+        if spec.mode == "stall":
+            if spec.duration_s is None:
+                raise ReplayRequestError("fault duration_s: required for stall")
+            now = self.clock()
+            for m in self._selected(spec.fixture_id):
+                self._advance(m, now)
+                m.stall_until = now + spec.duration_s
+            log.info("replay_feed_stalled", fixture_id=spec.fixture_id, duration_s=spec.duration_s)
             return self._fault_seq
         if spec.mode in ("missing_field", "wrong_type") and not spec.field:
             raise ReplayRequestError(f"fault field: required for {spec.mode}")

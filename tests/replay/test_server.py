@@ -367,3 +367,27 @@ async def test_real_fixture_served_over_http_matches_its_own_scorecard(
             assert strip(fx[key]) == strip(real[key])
         assert fx["status"] == "2nd Innings"  # the recording stops mid-chase: the match stays live
         assert len((await http.get("/livescores")).json()["data"]) == 1
+
+
+async def test_stall_freezes_the_feed_then_it_catches_up_in_one_burst(
+    nursery: trio.Nursery, demo: Tape
+) -> None:
+    clock = FakeClock(1_700_000_000.0)
+    server, http = await start(nursery, [demo], clock=clock)
+    fid = demo.fixture_id
+    async with http:
+        clock.t += 5
+        r = await http.post("/replay/faults", json={"mode": "stall", "duration_s": 10})
+        assert r.status_code == 200
+        clock.t += 6
+        assert server.status()[fid]["cursor"] == 5
+        assert len(
+            (await http.get(f"/fixtures/{fid}", params={"include": "balls"})).json()["data"]["balls"]
+        ) == len(demo.fixture_at(5)["balls"])
+        clock.t += 4  # the stall ends: ten entries at once, all stamped with the catch-up time
+        fx = (await http.get(f"/fixtures/{fid}", params={"include": "balls"})).json()["data"]
+        assert server.status()[fid]["cursor"] == 15
+        stamps = {b["updated_at"] for b in fx["balls"][len(demo.fixture_at(5)["balls"]) :]}
+        assert stamps == {iso(datetime.fromtimestamp(1_700_000_015.0, UTC))}
+        r = await http.post("/replay/faults", json={"mode": "stall"})
+        assert r.status_code == 400 and "duration_s" in r.json()["message"]
