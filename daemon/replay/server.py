@@ -127,8 +127,12 @@ class FaultSpec(BaseModel):
     status: int = Field(default=500, ge=500, le=599, description="5xx: the status to answer")
     retry_after: int = Field(default=30, ge=0, description="429: the Retry-After header, seconds")
     hold_s: float = Field(default=30.0, ge=0, description="timeout: how long to hold the response")
-    field: str | None = Field(default=None, description="missing_field/wrong_type: dotted path inside each fixture")
-    value: Any = Field(default=None, description="wrong_type: the value to put there (default: a wrong-typed one)")
+    field: str | None = Field(
+        default=None, description="missing_field/wrong_type: dotted path inside each fixture"
+    )
+    value: Any = Field(
+        default=None, description="wrong_type: the value to put there (default: a wrong-typed one)"
+    )
     fixture_id: str | None = None
     ball_id: int | None = None
     score_id: int | None = None
@@ -563,6 +567,12 @@ class ReplayServer:
         except ReplayRequestError as exc:
             return _Response(
                 exc.status, _error_body(str(exc), exc.status), [("content-type", "application/json")]
+            )
+        except Exception:
+            # a bug here must cost one request, never the server (and every test or demo riding on it)
+            log.exception("replay_request_failed", method=method, target=target.split("?", 1)[0])
+            return _Response(
+                500, _error_body("replay server error", 500), [("content-type", "application/json")]
             )
 
     async def _route(self, method: str, target: str, body: bytes, host: str) -> _Response:
