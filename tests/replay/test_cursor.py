@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon.replay.cursor import ReplayClock
 
@@ -111,3 +113,31 @@ def test_inserting_an_entry_shows_it_at_once_and_keeps_later_entries_on_time() -
 def test_one_innings_tape_has_no_break() -> None:
     c = clock(break_index=None, total=5)
     assert c.cursor(200.0) == 5 and not c.in_break(200.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    speed=st.floats(0.1, 1000),
+    break_ms=st.floats(0, 100_000),
+    steps=st.lists(
+        st.tuples(st.floats(0, 50), st.sampled_from(["none", "pause", "play", "speed"]), st.floats(0.1, 500)),
+        max_size=30,
+    ),
+)
+def test_without_seeks_the_cursor_never_goes_back_and_never_passes_the_tape(
+    speed: float, break_ms: float, steps: list[tuple[float, str, float]]
+) -> None:
+    c = clock(speed=speed, break_ms=break_ms)
+    now, last = 100.0, 0
+    for gap, action, x in steps:
+        now += gap
+        cursor = c.cursor(now)
+        assert last <= cursor <= c.total
+        last = cursor
+        if action == "pause":
+            c.pause(now)
+        elif action == "play":
+            c.play(now)
+        elif action == "speed":
+            c.set_speed(x, now)
+        assert c.cursor(now) == cursor  # a control never moves the cursor by itself
