@@ -138,7 +138,7 @@ class FixtureSyncJob:
         self._fixtures = repos.fixtures
         self.settings = settings or FixtureSyncSettings()
         # The feed already polls /livescores; the daemon may hand in its cached view to save calls.
-        self._livescores = livescores or (lambda: client.livescores(include=tuple(self.settings.include)))
+        self._livescores = livescores or self._own_livescores
         self._clock = clock
         self.leagues = leagues or LeagueDirectory(repos.leagues, max_age_s=600.0)
         self._hashes: OrderedDict[str, str] = OrderedDict()
@@ -219,6 +219,14 @@ class FixtureSyncJob:
         if problems:
             raise SyncIncomplete("; ".join(problems))
         return report
+
+    async def _own_livescores(self) -> list[dict[str, Any]]:
+        """/livescores through the client, unless that would eat into the feed's hourly budget."""
+        budget = getattr(self._client, "budget", None)
+        if budget is not None and budget.remaining("livescores") < self.settings.livescores_budget_reserve:
+            log.info("near_sync_livescores_skipped", reason="hourly budget kept for the feed")
+            return []
+        return await self._client.livescores(include=tuple(self.settings.include))
 
     # -- full sync --
 

@@ -27,6 +27,12 @@ class FixtureSyncSettings(BaseModel):
     include_livescores: bool = Field(
         default=True, description="also take the matches of /livescores in the near window"
     )
+    livescores_budget_reserve: int = Field(
+        default=300,
+        ge=0,
+        description="skip the job's own /livescores call while fewer calls than this are left in the hour "
+        "(the feed needs that endpoint; the daemon may hand the job the feed's cached view instead)",
+    )
     full_interval_s: float = Field(
         default=6 * 3600.0, gt=0, description="cadence of the full sync through /fixtures"
     )

@@ -327,3 +327,42 @@ async def test_actor_keeps_going_when_the_last_chunk_is_skipped(
             nursery.cancel_scope.cancel()
     assert job.last_full is not None and len(job.last_full.errors) == 1
     assert job.last_near is not None and job.last_near.created == 2
+
+
+async def test_own_livescores_call_is_skipped_when_the_feeds_budget_is_short(
+    repos: Any, sportmonks: FakeSportMonks
+) -> None:
+    from daemon.sportmonks.client import SportMonksClient
+    from daemon.sportmonks.settings import SportMonksSettings
+
+    sportmonks.fixtures = schedule(2)
+    sportmonks.live = [make_fixture(77, T0 - HOUR, status="1st Innings")]
+    settings = SportMonksSettings(
+        base_url=sportmonks.base_url, api_token="t", max_retries=0, endpoint_budgets={"livescores": 100}
+    )
+    client = SportMonksClient(settings)
+    try:
+        job = FixtureSyncJob(client, repos, FixtureSyncSettings(livescores_budget_reserve=300), clock=Clock())
+        report = await job.sync_near_window()
+    finally:
+        await client.aclose()
+    assert report.created == 2 and sportmonks.calls("/livescores") == []
+
+
+async def test_a_livescores_provider_replaces_the_call(
+    repos: Any, sm_client: Any, sportmonks: FakeSportMonks
+) -> None:
+    """The daemon can hand in the feed's cached /livescores view, so the job costs that endpoint nothing."""
+    sportmonks.fixtures = schedule(1)
+    cached = [make_fixture(77, T0 - 30 * HOUR, status="Stump Day 2")]
+
+    async def from_feed() -> list[dict[str, Any]]:
+        return cached
+
+    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(), livescores=from_feed, clock=Clock())
+    await repos.leagues.put_league({"leagueId": "3", "name": "T20I", "code": "T20I", "active": True})
+    report = await job.sync_near_window()
+    assert report.created == 2 and sportmonks.calls("/livescores") == []
+    assert (await stored(repos, ["77"]))["77"][
+        "leagueCode"
+    ] == "T20I"  # no league include: code from the table
