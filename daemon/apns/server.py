@@ -237,7 +237,7 @@ def validate_live_activity(aps: Mapping[str, Any]) -> Verdict | None:
     return None
 
 
-def validate_payload(push_type: str, body: bytes, *, parse: bool) -> tuple[Any, Verdict | None]:
+def validate_payload(push_type: str, body: bytes | bytearray, *, parse: bool) -> tuple[Any, Verdict | None]:
     """Size (413), emptiness and JSON shape. With ``parse=False`` only emptiness and size are checked."""
     if not body:
         return None, Verdict(400, "PayloadEmpty", "request has no body")
@@ -1429,20 +1429,21 @@ class ApnsTestServer:
             verdict = Verdict(400, "DuplicateHeaders", f"header {duplicate!r} appears twice")
         if verdict is None:
             check = self.verifier.check(headers.get("authorization"), now_wall)
-            verdict = conn.auth.admit(
-                check, time.monotonic(), min_interval_s=faults.token_update_interval_s, pin_key=faults.pin_key_id
-            )
-            if verdict is not None and verdict.reason == "TooManyProviderTokenUpdates":
-                self._stats_inc("token_churn_rejections")
+            auth = conn.auth
+            if check.token != auth.token or auth.poisoned or check.reason is not None:
+                verdict = auth.admit(
+                    check, time.monotonic(), min_interval_s=faults.token_update_interval_s,
+                    pin_key=faults.pin_key_id,
+                )
+                if verdict is not None and verdict.reason == "TooManyProviderTokenUpdates":
+                    self._stats_inc("token_churn_rejections")
         if verdict is None:
             verdict = validate_headers(headers, self.topics)
         if verdict is None:
-            payload, verdict = validate_payload(
-                headers.get("apns-push-type", ""), bytes(req.body), parse=not self.fast
-            )
-        if verdict is None:
+            payload, verdict = validate_payload(headers.get("apns-push-type", ""), req.body, parse=not self.fast)
+        if verdict is None and faults.storm_status:
             verdict = faults.storm_verdict(trio.current_time())
-        if verdict is None:
+        if verdict is None and faults.tokens:
             rule = faults.token_rule(token)
             if rule is not None:
                 extra_delay = rule.delay_s
@@ -1453,7 +1454,9 @@ class ApnsTestServer:
             verdict = ACCEPTED
         if verdict.status != 200 and payload is None and not self.fast and req.body:
             payload = _try_json(req.body)
-        record = self._make_record(conn, req.stream_id, token, headers, check, payload, verdict, apns_id)
+        record = self._make_record(
+            conn, req.stream_id, token, headers, check, payload, verdict, apns_id, len(req.body)
+        )
         body = b"" if verdict.accepted else error_body(verdict, timestamp_ms=timestamp_ms)
         if verdict.status == 410 and record is not None:
             record["timestamp_ms"] = json.loads(body)["timestamp"]
@@ -1462,9 +1465,9 @@ class ApnsTestServer:
 
     def _make_record(
         self, conn: _ServerConnection, stream_id: int, token: str, headers: dict[str, str],
-        check: TokenCheck | None, payload: Any, verdict: Verdict, apns_id: str,
+        check: TokenCheck | None, payload: Any, verdict: Verdict, apns_id: str, payload_bytes: int,
     ) -> dict[str, Any]:
-        shown = dict(headers)
+        shown = headers  # a fresh dict per request (headers_to_dict); the record may keep it
         if "authorization" in shown:
             shown["authorization"] = redact_authorization(check, shown["authorization"]) or ""
         record: dict[str, Any] = {
@@ -1473,6 +1476,7 @@ class ApnsTestServer:
             "token": token,
             "headers": shown,
             "payload": payload,
+            "payload_bytes": payload_bytes,
             "status": verdict.status,
             "reason": verdict.reason,
             "apns_id": apns_id,
