@@ -91,12 +91,12 @@ class InstanceSettings(BaseModel):
         examples=["sightscreen-eu-1"],
     )
     region: str = Field(
-        "",
+        default="",
         description="a label for where this instance runs (e.g. eu-west-1); reported by `status` and in "
         "logs, informational only (DynamoDB's own region is [dynamodb].region)",
     )
     shutdown_grace_s: float = Field(
-        8.0,
+        default=8.0,
         gt=0,
         le=3600,
         description="on SIGTERM: time allowed to finish in-flight pushes, flush state and release every lock "
@@ -104,7 +104,7 @@ class InstanceSettings(BaseModel):
         "systemd TimeoutStopSec must stay above it",
     )
     drain_timeout_s: float = Field(
-        60.0,
+        default=60.0,
         gt=0,
         le=3600,
         description="`drain`: how long to wait for other instances to take over the matches handed back "
@@ -125,33 +125,33 @@ class AdminSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     socket_path: str = Field(
-        DEFAULT_ADMIN_SOCKET,
+        default=DEFAULT_ADMIN_SOCKET,
         description="path of the admin socket; under systemd it lives in RuntimeDirectory=sightscreen. "
         "`sightscreen ctl` reads $SIGHTSCREEN_ADMIN_SOCKET or this default",
     )
     mode: int = Field(
-        0o660,
+        default=0o660,
         ge=0,
         le=0o777,
         description="permissions set on the socket after bind: owner and group may connect, others may not "
         "(add operators to the daemon's group). TOML takes 0o660; the environment also takes \"0660\"",
     )
     max_line_bytes: int = Field(
-        65536,
+        default=65536,
         ge=256,
         le=16 * 1024 * 1024,
         description="longest request line accepted; a longer one gets an error answer and the connection is "
         "closed, so a client cannot make the daemon buffer without bound",
     )
     client_timeout_s: float = Field(
-        10.0,
+        default=10.0,
         gt=0,
         le=3600,
         description="a client idle this long between requests, or not reading an answer for this long, is "
         "disconnected: a stuck client never holds a slot or memory for long",
     )
     max_clients: int = Field(
-        64,
+        default=64,
         ge=1,
         le=4096,
         description="connections served at once; one more gets an error answer and is closed",
@@ -175,15 +175,15 @@ class LoggingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     level: Literal["debug", "info", "warning", "error", "critical"] = Field(
-        "info", description="lowest level written by the daemon's own loggers"
+        default="info", description="lowest level written by the daemon's own loggers"
     )
     format: Literal["auto", "json", "console"] = Field(
-        "auto",
+        default="auto",
         description="auto: JSON when stderr is not a terminal (journald, containers, files), readable "
         "console lines when it is",
     )
     stdlib_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
-        "warning",
+        default="warning",
         description="level for libraries that log through the standard logging module (botocore, httpx, "
         "urllib3); below warning they are chatty and can print request details",
     )
@@ -200,7 +200,7 @@ class MetricsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     listen: str = Field(
-        "",
+        default="",
         description="HOST:PORT serving GET /metrics over HTTP for a Prometheus scraper, e.g. 127.0.0.1:9464; "
         "empty: no HTTP listener (nothing but the admin socket is exposed). Bind to loopback or a private "
         "interface: metrics name match ids and call volumes",
