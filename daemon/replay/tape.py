@@ -388,7 +388,9 @@ class Tape(BaseModel):
     fixture_fields: dict[str, Any] = Field(default_factory=dict)
     row_ids: dict[str, int] = Field(default_factory=dict)
     result: TapeResult | None = None
-    ms_per_ball: float = Field(default=40_000.0, gt=0, description="pace at speed 1 (observed median ~40 s a ball)")
+    ms_per_ball: float = Field(
+        default=40_000.0, gt=0, description="pace at speed 1 (observed median ~40 s a ball)"
+    )
     entries: list[TapeEntry] = Field(default_factory=list)
     # JSON of players and teams, which never change with the entries (so a copy with new entries may share it)
     _json_cache: dict[str, Any] = PrivateAttr(default_factory=dict)
