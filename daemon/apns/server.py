@@ -1346,7 +1346,8 @@ class ApnsTestServer:
     # ---- internals ---------------------------------------------------------------------------------
 
     def _apply(self, script: FaultScript) -> None:
-        self.faults.apply(script, trio.current_time() if _in_trio() else time.monotonic())
+        # Storm deadlines use time.monotonic: a script may be applied before trio runs (the CLI's --script).
+        self.faults.apply(script, time.monotonic())
         log.info("apns_server_script", **_script_summary(script))
         if script.goaway is not None and script.goaway.after == 0:
             fault = script.goaway
@@ -1442,7 +1443,7 @@ class ApnsTestServer:
         if verdict is None:
             payload, verdict = validate_payload(headers.get("apns-push-type", ""), req.body, parse=not self.fast)
         if verdict is None and faults.storm_status:
-            verdict = faults.storm_verdict(trio.current_time())
+            verdict = faults.storm_verdict(time.monotonic())
         if verdict is None and faults.tokens:
             rule = faults.token_rule(token)
             if rule is not None:
@@ -1573,14 +1574,6 @@ def _try_json(body: bytes | bytearray) -> Any:
         return json.loads(body)
     except (UnicodeDecodeError, ValueError):
         return None
-
-
-def _in_trio() -> bool:
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _validation_message(exc: ValidationError) -> str:

@@ -347,3 +347,13 @@ def test_generated_apns_ids_are_unique_canonical_uuids():
     values = [ids.next() for _ in range(1000)]
     assert len(set(values)) == 1000
     assert all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-a[0-9a-f]{3}-[0-9a-f]{12}", v) for v in values)
+
+
+def test_storm_scripted_before_trio_runs_lasts_its_duration():
+    from daemon.apns.server import ApnsTestServer
+
+    server = ApnsTestServer(team_id=TEAM, keys={}, topics=["com.example.app"])
+    server.script(storm={"status": 503, "duration_s": 60})  # as the CLI's --script does, outside trio
+    now = time.monotonic()
+    assert server.faults.storm_verdict(now).status == 503
+    assert server.faults.storm_verdict(now + 61) is None
