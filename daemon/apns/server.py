@@ -451,6 +451,8 @@ class FaultScript(_ScriptModel):
     drop_streams_on_rejection: bool | None = Field(None, description="limit falls to 1 after a 4xx")
     token_update_interval_s: float | None = Field(None, ge=0, description="min time between token switches")
     pin_key_id: bool | None = Field(None, description="UnrelatedKeyIdInToken for a second kid")
+    idle_timeout_s: float | None = Field(None, ge=0, description="GOAWAY IdleTimeout after this long without "
+                                         "a request; 0 = never")
 
     @model_validator(mode="after")
     def _tokens_are_hex(self) -> FaultScript:
@@ -490,6 +492,7 @@ class FaultState:
     drop_streams_on_rejection: bool = False
     token_update_interval_s: float = TOKEN_UPDATE_INTERVAL_S
     pin_key_id: bool = True
+    idle_timeout_s: float = 0.0
 
     def apply(self, script: FaultScript, now: float) -> None:
         for token in script.clear_tokens or []:
@@ -525,6 +528,8 @@ class FaultState:
             self.token_update_interval_s = script.token_update_interval_s
         if script.pin_key_id is not None:
             self.pin_key_id = script.pin_key_id
+        if script.idle_timeout_s is not None:
+            self.idle_timeout_s = script.idle_timeout_s
 
     def storm_verdict(self, now: float) -> Verdict | None:
         """Consume one request of a 5xx storm, if one is running."""
@@ -823,6 +828,7 @@ class _ServerConnection:
         self._window_event = trio.Event()
         self._pending_body: dict[int, memoryview] = {}
         self._closed_unflushed = 0  # streams we ended or reset whose frames are not yet written
+        self.last_request_at = 0.0
         self._nursery: trio.Nursery | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------------
@@ -846,6 +852,8 @@ class _ServerConnection:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self.last_request_at = trio.current_time()
+                self.arm_idle_timer()
                 nursery.start_soon(self._timer_loop)
                 await self._flush()
                 await self._read_loop()
@@ -966,8 +974,24 @@ class _ServerConnection:
 
     # ---- requests ----------------------------------------------------------------------------------
 
+    def arm_idle_timer(self) -> None:
+        idle = self.server.faults.idle_timeout_s
+        if idle > 0:
+            self._call_later(max(0.0, self.last_request_at + idle - trio.current_time()), self._check_idle)
+
+    def _check_idle(self) -> None:
+        idle = self.server.faults.idle_timeout_s
+        if idle <= 0 or self.goaway_last is not None:
+            return
+        if trio.current_time() - self.last_request_at >= idle:
+            self.server._stats_inc("idle_timeouts")
+            self.start_goaway(GoawayFault(reason="IdleTimeout"))
+        else:
+            self.arm_idle_timer()
+
     def _on_request(self, req: _Request) -> None:
         sid = req.stream_id
+        self.last_request_at = trio.current_time()
         if self.goaway_last is not None and sid > self.goaway_last:
             # Above GOAWAY's last_stream_id: never processed, the client must retry elsewhere (RFC 9113).
             self.server._stats_inc("ignored_after_goaway")
@@ -1359,6 +1383,9 @@ class ApnsTestServer:
             for conn in list(self._connections.values()):
                 self._stats_inc("connections_dropped")
                 conn._abort()
+        if script.idle_timeout_s:
+            for conn in self._connections.values():
+                conn.arm_idle_timer()
         if script.max_concurrent_streams is not None:
             for conn in self._connections.values():
                 conn.max_streams = script.max_concurrent_streams

@@ -348,3 +348,19 @@ async def test_server_without_initial_stream_limit_starts_at_the_maximum(start_a
     server: ApnsTestServer = await start_apns_server(initial_streams=None, max_concurrent_streams=7)
     async with open_client(server) as client:
         assert client.max_streams == 7
+
+
+async def test_idle_connection_gets_goaway_idle_timeout_and_busy_one_does_not(
+    apns_server, open_client, provider_token
+):
+    async with open_client(apns_server) as idle, open_client(apns_server) as busy:
+        await push(idle, provider_token)
+        apns_server.script(idle_timeout_s=1.0)
+        with trio.fail_after(5):
+            while not idle.goaway_event.is_set():
+                await push(busy, provider_token)
+                await trio.sleep(0.05)
+        assert json.loads(idle.goaway.additional_data) == {"reason": "IdleTimeout"}
+        assert idle.goaway.last_stream_id == 1
+        assert not busy.goaway_event.is_set()
+    assert apns_server.stats()["idle_timeouts"] == 1
