@@ -166,3 +166,38 @@ async def test_alert_push_to_plain_bundle_topic_is_accepted(apns_server, open_cl
             f"/3/device/{TOKEN[:64]}", push_headers(provider_token, push_type="alert", topic=BUNDLE_ID), body
         )
     assert resp.status == 200
+
+
+async def test_client_vanishing_with_held_answers_leaves_the_server_serving(
+    apns_server: ApnsTestServer, open_client, provider_token
+):
+    async with open_client(apns_server) as client:
+        await client.request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
+        apns_server.delay(0.2)
+        for _ in range(5):
+            await client.start_request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
+    # The client is gone; its answers fall due on a closed socket.
+    await trio.sleep(0.4)
+    apns_server.reset()
+    async with open_client(apns_server) as client:
+        resp = await client.request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
+    assert resp.status == 200
+    assert "internal_errors" not in apns_server.stats()
+
+
+async def test_client_without_h2_alpn_is_refused_and_counted(apns_server: ApnsTestServer):
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=apns_server.ca_file)
+    ctx.set_alpn_protocols(["http/1.1"])
+    tcp = await trio.open_tcp_stream("127.0.0.1", apns_server.port)
+    tls = trio.SSLStream(tcp, ctx, server_hostname="localhost")
+    try:
+        await tls.do_handshake()
+        with trio.fail_after(5):
+            assert await tls.receive_some(100) == b""
+    except (trio.BrokenResourceError, ssl.SSLError):
+        pass  # the server may refuse during the handshake (no common ALPN) or hang up right after
+    finally:
+        await trio.aclose_forcefully(tls)
+    assert apns_server.stats()["tls_failures"] == 1
