@@ -326,7 +326,8 @@ async def test_actor_keeps_going_when_the_last_chunk_is_skipped(
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
     assert job.last_full is not None and len(job.last_full.errors) == 1
-    assert job.last_near is not None and job.last_near.created == 2
+    assert job.near_failures == 0  # the near window kept syncing throughout
+    assert len(await stored(repos, ["1000", "1001"])) == 2
 
 
 async def test_own_livescores_call_is_skipped_when_the_feeds_budget_is_short(
