@@ -22,6 +22,10 @@ Where the job's place is kept:
   what changed). The full sync always reads the stored hashes (never the LRU), so it also repairs anything
   the LRU may have hidden (a fixture deleted behind our back).
 
+SportMonks budget: the near window costs one ``/fixtures`` call (per page) a minute. Its ``/livescores`` part
+is either the feed's cached view (``livescores=``, as the daemon should wire it) or the job's own call, which
+is skipped while the endpoint's hourly budget is below ``livescores_budget_reserve`` (the feed needs it more).
+
 A failure in one cycle is logged, counted (``sightscreen_job_cycles{job,outcome="error"}``) and retried
 after a backoff; it never ends the actor.
 """
