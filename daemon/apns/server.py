@@ -634,6 +634,7 @@ class _ServerH2Connection(h2.connection.H2Connection):
         # h2's version starts with ``logger.trace("Received frame: %s", repr(frame))``: the repr is built
         # for every frame even with no logger (~15 us a frame, two frames a push). The rest mirrors h2 4.x:
         # a frame on a stream closed by RST_STREAM gets RST_STREAM back; anything else is a connection error.
+        events: list[h2.events.Event]
         try:
             frames, events = self._frame_dispatch_table[frame.__class__](frame)
         except h2.exceptions.StreamClosedError as exc:
@@ -642,7 +643,8 @@ class _ServerH2Connection(h2.connection.H2Connection):
             reset = RstStreamFrame(exc.stream_id)
             reset.error_code = exc.error_code
             self._prepare_for_sending([reset])
-            return exc._events
+            events = exc._events
+            return events
         except h2.exceptions.StreamIDTooLowError as exc:
             if self._stream_is_closed_by_reset(exc.stream_id):
                 reset = RstStreamFrame(exc.stream_id)
@@ -676,7 +678,7 @@ def _install_huffman_cache() -> None:
     the largest single cost of a request in pure-Python hpack. ``decode_huffman`` is a pure function of its
     input, so caching it changes nothing but the time.
     """
-    original = hpack.hpack.decode_huffman
+    original = hpack.hpack.decode_huffman  # type: ignore[attr-defined]
     if getattr(original, "_sightscreen_cached", False):
         return
     cache: dict[bytes, bytes] = {}
@@ -693,7 +695,7 @@ def _install_huffman_cache() -> None:
         return decoded
 
     decode_huffman._sightscreen_cached = True  # type: ignore[attr-defined]
-    hpack.hpack.decode_huffman = decode_huffman  # type: ignore[assignment]
+    hpack.hpack.decode_huffman = decode_huffman  # type: ignore[attr-defined,assignment]
 
 
 def _hpack_int(value: int, prefix_bits: int, first_byte: int) -> bytes:
@@ -991,7 +993,7 @@ class _ServerConnection:
             return
         if trio.current_time() - self.last_request_at >= idle:
             self.server._stats_inc("idle_timeouts")
-            self.start_goaway(GoawayFault(reason="IdleTimeout"))
+            self.start_goaway(GoawayFault(after=0, reason="IdleTimeout", error_code=0, graceful=True))
         else:
             self.arm_idle_timer()
 
@@ -1287,9 +1289,11 @@ class ApnsTestServer:
                     nursery.start_soon(self._record_flush_loop)
                 log.info("apns_server_listening", host=host, port=self.port)
                 task_status.started(self.port)
-                await trio.serve_listeners(
-                    lambda tcp: self._handle_tcp(tcp, server_ctx), listeners, handler_nursery=nursery
-                )
+
+                async def handler(tcp: trio.SocketStream) -> None:
+                    await self._handle_tcp(tcp, server_ctx)
+
+                await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
         finally:
             if self._record_file is not None:
                 self._record_file.close()
@@ -1556,7 +1560,8 @@ class ApnsTestServer:
         method = headers.get(":method", "")
         path, _, query = headers.get(":path", "").partition("?")
         params = dict(p.partition("=")[::2] for p in query.split("&") if p)
-        status, body = 200, {}
+        status: int
+        body: dict[str, Any]
         try:
             status, body = await self._control_dispatch(method, path, params, bytes(req.body))
         except Exception as exc:  # the control plane answers every error; it must not kill the connection
