@@ -830,6 +830,7 @@ class _ServerConnection:
         self._pending_body: dict[int, memoryview] = {}
         self._closed_unflushed = 0  # streams we ended or reset whose frames are not yet written
         self.last_request_at = 0.0
+        self.settings_acked = False
         self._nursery: trio.Nursery | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------------
@@ -891,11 +892,16 @@ class _ServerConnection:
             # Streams we closed in this batch still count: the client cannot know before we flush.
             open_now = len(self.requests) + len(self.unanswered) + self._closed_unflushed + 1
             if open_now > self.h2.local_settings.max_concurrent_streams:
-                # Over the limit the client has acknowledged: refuse the stream (RFC 9113 §5.1.2), count it.
-                self.server._stream_limit_violation(self, sid, open_now - 1)
-                self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
-                self._closed_unflushed += 1
-                return
+                if not self.settings_acked:
+                    # Before the client acknowledges our first SETTINGS it may assume HTTP/2's unlimited
+                    # default (RFC 9113 §6.5.3); serve, but count it: spec §1.7 says to wait for SETTINGS.
+                    self.server._stats_inc("streams_over_limit_before_settings_ack")
+                else:
+                    # Over a limit the client has acknowledged: refuse (RFC 9113 §5.1.2) and count it.
+                    self.server._stream_limit_violation(self, sid, open_now - 1)
+                    self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+                    self._closed_unflushed += 1
+                    return
             self.requests[sid] = _Request(sid, event.headers)  # type: ignore[attr-defined]
             if open_now > self.max_open:
                 self.max_open = open_now
@@ -916,6 +922,8 @@ class _ServerConnection:
             self.requests.pop(sid, None)
             self.unanswered.discard(sid)
             self._pending_body.pop(sid, None)
+        elif kind is h2.events.SettingsAcknowledged:
+            self.settings_acked = True
         elif kind is h2.events.ConnectionTerminated:
             self.closing = True
 

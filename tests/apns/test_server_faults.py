@@ -364,3 +364,35 @@ async def test_idle_connection_gets_goaway_idle_timeout_and_busy_one_does_not(
         assert idle.goaway.last_stream_id == 1
         assert not busy.goaway_event.is_set()
     assert apns_server.stats()["idle_timeouts"] == 1
+
+
+async def test_streams_sent_before_acknowledging_settings_are_served_but_counted(
+    apns_server, provider_token
+):
+    """A client that does not wait for SETTINGS (spec §1.7) is served, as RFC 9113 allows, and counted."""
+    import h2.config
+    import h2.connection
+
+    tcp = await trio.open_tcp_stream("127.0.0.1", apns_server.port)
+    tls = trio.SSLStream(tcp, apns_server.ssl_context_for_clients(), server_hostname="localhost")
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    headers = [(":method", "POST"), (":path", f"/3/device/{TOKEN}"), (":scheme", "https"),
+               (":authority", "localhost"), *push_headers(provider_token).items()]
+    for sid in (1, 3, 5):
+        conn.send_headers(sid, headers)
+        conn.send_data(sid, la_payload(), end_stream=True)
+    await tls.send_all(conn.data_to_send())  # preface, SETTINGS and three requests before reading anything
+    ended: set[int] = set()
+    try:
+        with trio.fail_after(5):
+            while len(ended) < 3:
+                for event in conn.receive_data(await tls.receive_some(65536)):
+                    if isinstance(event, h2.events.StreamEnded):
+                        ended.add(event.stream_id)
+                await tls.send_all(conn.data_to_send())
+    finally:
+        await trio.aclose_forcefully(tls)
+    assert ended == {1, 3, 5}
+    assert apns_server.stats()["streams_over_limit_before_settings_ack"] == 2
+    assert "stream_limit_violations" not in apns_server.stats()
