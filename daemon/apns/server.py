@@ -13,6 +13,20 @@ token policy, the fault script) as plain functions and small classes tested with
 is the trio shell (``_ServerConnection`` moves bytes between a TLS stream and an ``h2`` state machine,
 ``ApnsTestServer`` accepts connections and holds records and faults).
 
+Scripting (``ApnsTestServer.script(**fields)`` in process, or ``POST /ctl/script`` with the same fields as a
+JSON body; see ``FaultScript``): per-token status/reason/count/delay, 5xx storms (count or duration),
+GOAWAY (after N answers or now, graceful or not), dropped TCP connections, REFUSED_STREAM for N streams,
+delays, a small flow-control window with late WINDOW_UPDATEs, the stream limits and their drop to 1 after
+a rejection, the token-churn interval, key pinning and an idle timeout. Other control endpoints on the same
+port: ``POST /ctl/reset[?records=1]``, ``GET /ctl/records[?since=K&limit=M]``, ``GET /ctl/stats``,
+``GET /ctl/wait?records=N&timeout=S``. Control requests are not pushes: no records, no limit changes.
+
+Records (``server.records``, and one JSON line each in ``record_path``): ``time``, ``connection_id``,
+``stream_id``, ``token``, ``headers`` (authorization shown as ``bearer <kid=.. iat=..>``), ``payload`` (parsed
+JSON; None with ``fast``), ``payload_bytes``, ``status``, ``reason``, ``apns_id``, and ``detail`` (why a
+request was refused) / ``timestamp_ms`` (410) when they apply. Refused or dropped streams are not answered,
+so they are counted in ``stats()`` instead.
+
 Choices where APNs is silent or where h2 forces one (see also the module's tests):
 - An ``h2`` client cannot read a response after it received GOAWAY (its state machine rejects HEADERS in
   the CLOSED state). A scripted GOAWAY is therefore *graceful* by default: every stream at or below
@@ -35,6 +49,7 @@ import itertools
 import json
 import math
 import re
+import shutil
 import ssl
 import tempfile
 import time
@@ -1291,6 +1306,7 @@ class ApnsTestServer:
         if self.record_path is not None:
             self.record_path.parent.mkdir(parents=True, exist_ok=True)
             self._record_file = self.record_path.open("a", encoding="utf-8")
+        created_ca = self._ca_file is None
         try:
             async with trio.open_nursery() as nursery:
                 if self._record_file is not None:
@@ -1306,6 +1322,10 @@ class ApnsTestServer:
             if self._record_file is not None:
                 self._record_file.close()
                 self._record_file = None
+            if created_ca and self._ca_file is not None:
+                # The CA file written for this run's clients goes with the run.
+                shutil.rmtree(Path(self._ca_file).parent, ignore_errors=True)
+                self._ca_file = None
 
     def script(self, **faults: Any) -> None:
         """Apply a fault script (the fields of ``FaultScript``); raises ``ValueError`` naming bad fields."""
