@@ -56,6 +56,8 @@ _LATENCY_SAMPLES: Final = 20_000
 # Write coalescing (see ApnsSender._coalesce): a batch worth a syscall, and the longest wait for it.
 _COALESCE_BATCH: Final = 64
 _COALESCE_S: Final = 0.002
+_INTAKE_BATCH_S: Final = 0.001
+
 
 
 @dataclass(slots=True, eq=False)
@@ -103,6 +105,30 @@ class _Slot:
     token_switched_at: float | None = None
     connected_at: float | None = None
     recycle_reason: str | None = None
+
+
+def _drain_decrypted(stream: trio.SSLStream[trio.SocketStream], first: bytes | bytearray) -> bytes | bytearray:
+    """``first`` plus every TLS record already received and buffered, decrypted without awaiting.
+
+    ``SSLStream.receive_some`` returns one TLS record per call (OpenSSL's SSL_read), and each call is a trip
+    through trio's scheduler. A server that writes every HTTP/2 frame as its own record (nginx does) would
+    cost us a scheduler round-trip, an h2 call and a writer wake-up per push: measured ~4x slower. The
+    records are already in the stream's incoming buffer, so we decrypt them here in one go. This reads
+    trio's private ``_incoming``/``_ssl_object``; if they are absent we simply fall back to one record per
+    read. Anything the TLS layer wants to send in reply stays in its outgoing buffer and goes out with
+    trio's next read or write on the stream.
+    """
+    incoming = getattr(stream, "_incoming", None)
+    ssl_object = getattr(stream, "_ssl_object", None)
+    if incoming is None or ssl_object is None or not (incoming.pending or ssl_object.pending()):
+        return first
+    chunks = [first]
+    while incoming.pending or ssl_object.pending():
+        try:
+            chunks.append(ssl_object.read(_READ_SIZE))
+        except ssl.SSLError:
+            break  # WantRead (a partial record), EOF or an error: the next receive_some deals with it
+    return b"".join(chunks)
 
 
 class _ConnectionFailed(Exception):
@@ -271,6 +297,7 @@ class ApnsSender:
     # -- intake and queues --------------------------------------------------------------------------------
     async def _intake(self) -> None:
         recv = self._inbox_recv
+        last_batch = -1.0
         while True:
             # Backpressure: take from the inbox only while the internal queues have room, so a slow APNs
             # fills the inbox and producers block on it.
@@ -289,6 +316,14 @@ class ApnsSender:
                     break
                 self._accept(push)
             self._wake_writers()
+            now = trio.current_time()
+            if now - last_batch < _INTAKE_BATCH_S and not self._draining:
+                # Pushes are arriving in a stream: let them gather in the inbox for a moment rather than
+                # waking this task (and a writer) once per push. A lone push still goes out at once;
+                # under load this adds at most _INTAKE_BATCH_S of latency and saves scheduler
+                # round-trips per push.
+                await trio.sleep(_INTAKE_BATCH_S)
+            last_batch = now
 
     def _accept(self, push: Push) -> None:
         now = trio.current_time()
@@ -646,6 +681,7 @@ class ApnsSender:
                 if not data:
                     log.info("apns_connection_eof", slot=slot.index, in_flight=conn.in_flight)
                     return
+                data = _drain_decrypted(stream, data)
                 try:
                     outcomes = conn.receive_data(data, trio.current_time())
                 except h2.exceptions.ProtocolError as exc:
@@ -663,6 +699,7 @@ class ApnsSender:
                 slot.wake.set()  # acks, window updates and freed stream slots: the writer has work
                 if conn.state == "closed":
                     return
+
         finally:
             scope.cancel()
 
