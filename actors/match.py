@@ -443,8 +443,8 @@ class MatchActor:
 
     async def heal(self) -> int:
         """Push-to-start to followers without an active session; returns how many were sent."""
-        if self._last_display is None:
-            return 0
+        if self._last_display is None or self.phase not in ("live", "innings_break"):
+            return 0  # push-to-start when the match goes live (pre-match is the prematch job's)
         with_session = {s.user_id for s in self.sessions.values()}
         now = trio.current_time()
         pushes: list[Push] = []

@@ -2,7 +2,9 @@
 
 Every ``cycle_s`` (and at start-up) it gathers the matches that should be live from three places: SportMonks
 ``/livescores`` (through the Feed), ``cricket-fixtures`` (the active leagues' fixtures that started recently with
-an in-progress status) and ``active-matches`` (everything being processed, by any instance). More often, every
+an in-progress status, and those due to start within ``prestart_s``: the orchestrator owns the lifecycle from
+pre-match on, so a match's first balls are diffed against its pre-match state instead of being taken as
+history) and ``active-matches`` (everything being processed, by any instance). More often, every
 ``takeover_check_s``, it looks only at ``active-matches`` for records whose lock lease has run out, so a match
 whose owner died moves within about one lease plus one check, not one full cycle.
 
@@ -140,7 +142,8 @@ class Orchestrator:
             return
         now = self._now()
         start = _iso(now - self.settings.fixture_lookback_s)
-        end = _iso(now)
+        end = _iso(now + self.settings.prestart_s)
+        soon = _iso(now + self.settings.prestart_s)
         live = set(self.settings.live_statuses)
         for league in leagues:
             code = league.get("code")
@@ -152,7 +155,9 @@ class Orchestrator:
                 log.warning("fixtures_query_failed", league=code, error=repr(exc))
                 continue
             for item in fixtures:
-                if item.get("status") in live and not item.get("archivedAt"):
+                status = item.get("status")
+                upcoming = status == "NS" and str(item.get("startTime", "")) <= soon
+                if (status in live or upcoming) and not item.get("archivedAt"):
                     candidates.setdefault(str(item["matchId"]), _str_or_none(item.get("leagueId")))
 
     # ------------------------------------------------------------------ taking a match

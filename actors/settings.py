@@ -26,6 +26,12 @@ class OrchestratorSettings(BaseModel):
     fixture_lookback_s: float = Field(
         12 * 3600, ge=0, description="cricket-fixtures: matches that started this long ago may still be live"
     )
+    prestart_s: float = Field(
+        900.0,
+        ge=0,
+        description="a fixture starting within this many seconds is taken before it goes live, so its first "
+        "balls are diffed against the pre-match state (a match picked up mid-way reports no history)",
+    )
     live_statuses: list[str] = Field(
         default_factory=lambda: ["1st Innings", "2nd Innings", "3rd Innings", "4th Innings", "Innings Break",
                                  "Int.", "Stump Day 1", "Stump Day 2", "Stump Day 3", "Stump Day 4", "Delayed"],

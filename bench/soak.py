@@ -152,7 +152,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             cadence_s=args.cadence,
             cycle_s=min(5.0, args.lease),
             innings_break_s=1200.0,
-            start_delay_s=args.start_delay * args.speed,
+            start_delay_wall_s=args.start_delay,
         )
         async with trio.open_nursery() as nursery:
             await cluster.start(nursery, instances=args.instances)
@@ -192,7 +192,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             await cluster.stop_all()
             elapsed = time.time() - started
             replay_stats = cluster.replay.status() if hasattr(cluster.replay, "status") else {}
-            requests = getattr(cluster.replay, "requests_served", None)
+            served = getattr(cluster.replay, "requests_served", {}) or {}
+            requests = sum(v for k, v in served.items() if k != "control")
             nursery.cancel_scope.cancel()
     finally:
         await trio.to_thread.run_sync(moto.stop)
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=600.0, help="stop after this many seconds")
     parser.add_argument("--cadence", type=float, default=0.5, help="feed cadence in seconds")
     parser.add_argument("--lease", type=float, default=3.0, help="lock lease in seconds")
-    parser.add_argument("--start-delay", type=float, default=2.0, help="seconds before the first ball")
+    parser.add_argument("--start-delay", type=float, default=8.0, help="wall seconds before the first ball")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     result = trio.run(soak, args)

@@ -37,6 +37,8 @@ import trio
 DEMO_TEAM_ID = "DEMO7TEAM1"
 DEMO_KEY_ID = "DEMOKEY001"
 DEMO_TOPIC = "app.sightscreen.demo"
+# Wall seconds before the first ball: the daemon takes the match while it is still pre-match.
+DEMO_START_DELAY_S = 5.0
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -149,7 +151,7 @@ class DemoRun:
                 team_id=DEMO_TEAM_ID, keys={DEMO_KEY_ID: key.public_pem}, topics=[DEMO_TOPIC], ca=ca
             )
             apns_port = await nursery.start(apns.serve)
-            replay = ReplayServer([tape], speed=speed, innings_break_s=1200.0, start_delay_s=3.0 * speed)
+            replay = ReplayServer([tape], speed=speed, innings_break_s=1200.0, start_delay_s=DEMO_START_DELAY_S * speed)
             replay_port = await nursery.start(replay.serve)
             await self._seed(repos, tape)
 
@@ -203,7 +205,7 @@ class DemoRun:
                     "matchId": match_id,
                     "leagueId": str(tape.league_id),
                     "leagueCode": "DEMO",
-                    "startTime": str(tape.starting_at),
+                    "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + DEMO_START_DELAY_S)),
                     "status": "NS",
                     "localteamId": str(local.id),
                     "visitorteamId": str(visitor.id),

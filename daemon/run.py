@@ -69,6 +69,7 @@ class Daemon:
         self.jobs: dict[str, Any] = {}
         self._shutdown = trio.Event()
         self.finished = trio.Event()
+        self.exit_code = 0
         self.stopping = False
 
     # ------------------------------------------------------------------ assembly
@@ -126,7 +127,8 @@ class Daemon:
                     marquee_leagues=self.config.feed.marquee_leagues,
                 )
                 await supervisor.start("janitor", lambda: self.janitor, kind="janitor")
-                await supervisor.start("sender", lambda: self.sender, kind="sender")
+                sender_guard = _FatalOnConfigError(self, self.sender)
+                await supervisor.start("sender", lambda: sender_guard, kind="sender")
                 await supervisor.start("feed", lambda: self.feed, kind="feed")
                 if self.config.admin.socket_path:
                     admin = AdminServer(
@@ -309,6 +311,30 @@ class Daemon:
         return resp.json()
 
 
+class _FatalOnConfigError:
+    """Runs the APNs sender; an APNs configuration error (403: bad key, team or topic) stops the daemon.
+
+    Restarting the sender cannot fix a wrong key, and a daemon that keeps polling and diffing while no push
+    can leave would only hide the problem: it exits with EX_CONFIG (78) and one loud log line, and systemd's
+    restart policy (or the operator) takes it from there.
+    """
+
+    def __init__(self, daemon: Daemon, sender: Any) -> None:
+        self._daemon = daemon
+        self._sender = sender
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from daemon.apns.types import ApnsConfigurationError
+
+        try:
+            await self._sender.run(task_status=task_status)
+        except ApnsConfigurationError as exc:
+            log.critical("apns_configuration_error_stopping_daemon", error=str(exc))
+            self._daemon.exit_code = 78
+            self._daemon.shutdown()
+            await trio.sleep_forever()
+
+
 async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Run ``daemon`` until SIGTERM/SIGINT (or an admin drain), then stop gracefully."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -346,7 +372,7 @@ def main(argv: list[str]) -> int:
         trio.run(serve, daemon)
     except KeyboardInterrupt:
         pass
-    return 0
+    return daemon.exit_code
 
 
 def _json_logs(config: Any) -> bool | None:

@@ -86,7 +86,7 @@ class Cluster:
         cadence_s: float = 0.2,
         cycle_s: float = 1.0,
         innings_break_s: float = 1200.0,
-        start_delay_s: float = 0.0,
+        start_delay_wall_s: float = 8.0,
         keep_records: int | None = None,
         extra_config: dict[str, dict[str, Any]] | None = None,
     ) -> None:
@@ -100,7 +100,9 @@ class Cluster:
         self.cadence_s = cadence_s
         self.cycle_s = cycle_s
         self.innings_break_s = innings_break_s
-        self.start_delay_s = start_delay_s
+        # wall seconds before the first ball: long enough for every daemon process to be up, so the first
+        # tick sees the match from its start (a match picked up mid-way does not replay its history)
+        self.start_delay_wall_s = start_delay_wall_s
         self.keep_records = keep_records
         self.extra_config = extra_config or {}
         self.instances: dict[int, Instance] = {}
@@ -143,7 +145,7 @@ class Cluster:
             self.tapes,
             speed=self.speed,
             innings_break_s=self.innings_break_s,
-            start_delay_s=self.start_delay_s,
+            start_delay_s=self.start_delay_wall_s * self.speed,
         )
         self.replay_port = await nursery.start(self.replay.serve)
         await self.seed()
@@ -162,7 +164,7 @@ class Cluster:
                         "matchId": match_id,
                         "leagueId": league,
                         "leagueCode": "CL",
-                        "startTime": str(tape.starting_at),
+                        "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.start_delay_wall_s)),
                         "status": "NS",
                         "localteamId": str(tape.localteam.id),
                         "visitorteamId": str(tape.visitorteam.id),
@@ -202,9 +204,8 @@ class Cluster:
     # ------------------------------------------------------------------ instances
     def _config(self, instance_id: str, kid: str) -> dict[str, dict[str, Any]]:
         key_path = self.workdir / f"AuthKey_{kid}.p8"
-        if not key_path.exists():
-            key_path.write_text(self._keys[kid].private_pem)
-            key_path.chmod(0o600)
+        key_path.write_text(self._keys[kid].private_pem)
+        key_path.chmod(0o600)
         leagues = sorted({int(m.league_id) for m in self.matches.values()})
         data: dict[str, dict[str, Any]] = {
             "instance": {"id": instance_id, "shutdown_grace_s": 5.0},
