@@ -80,14 +80,15 @@ class Tally:
             state = aps.get("content-state") or {}
             got = self.delivered[token]
             for ev in state.get("events") or []:
-                key = (str(ev.get("type")), str(ev.get("ballId")))
+                key = (str(ev.get("type")), str(ev.get("subject")))
                 if key not in got:
                     got.add(key)
                     self.first_seen[(token, *key)] = r["time"]
             if event == "end":
                 got.add(("match_end", self.token_match.get(token, "?")))
             if aps.get("alert") and event == "update":
-                k = (token, str(state.get("keyEventType")), str(state.get("keyEventBallId")))
+                head = (state.get("events") or [{}])[0]
+                k = (token, str(state.get("eventType")), str(head.get("subject")))
                 self.alert_stamps[k].add(int(aps.get("timestamp", 0)))
 
 
@@ -209,12 +210,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         final = tape.fixture_at(len(tape))
         events: list[tuple[str, str, float | None]] = []
         for ball in final.get("balls") or []:
-            if (ball.get("score") or {}).get("is_wicket"):
+            if (ball.get("score") or {}).get("is_wicket") and ball.get("batsmanout_id"):
                 idx = tape.entry_index_of_ball(int(ball["id"]))
                 served = None
                 if idx is not None and hasattr(cluster.replay, "ball_served_at"):
                     served = cluster.replay.ball_served_at(match_id, idx)
-                events.append(("wicket", str(ball["id"]), served))
+                events.append(("wicket", f"{ball['scoreboard']}:{ball['batsmanout_id']}", served))
         events.append(("match_end", match_id, None))
         key_events += len(events)
         if match_id not in ended:

@@ -76,7 +76,8 @@ class KeyEvent:
         return "ss:" + hashlib.sha256(plain.encode()).hexdigest()[:48]
 
     def short(self) -> dict[str, str | None]:
-        return {"type": self.type, "text": self.text, "ballId": self.ball_id}
+        # subject: who or what the event is about ("S1:914" for a wicket): what a repeat is recognised by
+        return {"type": self.type, "text": self.text, "ballId": self.ball_id, "subject": self.subject}
 
 
 @dataclass(frozen=True)

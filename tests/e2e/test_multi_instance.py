@@ -29,23 +29,24 @@ def _aps(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _event_ids(record: dict[str, Any]) -> set[tuple[str, str]]:
-    """(type, ball id) of every key event an update carried."""
+    """(type, subject) of every key event an update carried."""
     aps = _aps(record)
     state = aps.get("content-state") or {}
     out: set[tuple[str, str]] = set()
     for ev in state.get("events") or []:
-        out.add((str(ev.get("type")), str(ev.get("ballId"))))
+        out.add((str(ev.get("type")), str(ev.get("subject"))))
     return out
 
 
-def _wicket_ball_ids(tape: Any) -> set[str]:
-    """Ball ids of wickets that stand at the end of the tape (corrected or deleted ones excluded)."""
+def _wicket_subjects(tape: Any) -> set[str]:
+    """Wickets that stand at the end of the tape (corrected or deleted ones excluded), named as the engine
+    names them: innings and dismissed batter ("S1:900401")."""
     fixture = tape.fixture_at(len(tape))
     out = set()
     for ball in fixture.get("balls") or []:
         score = ball.get("score") or {}
-        if score.get("is_wicket"):
-            out.add(str(ball["id"]))
+        if score.get("is_wicket") and ball.get("batsmanout_id"):
+            out.add(f"{ball['scoreboard']}:{ball['batsmanout_id']}")
     return out
 
 
@@ -69,7 +70,7 @@ def _check_deliveries(cluster: Cluster, tapes: list[Any]) -> None:
     deliveries = cluster.deliveries()
     by_id = {str(t.fixture_id): t for t in tapes}
     for match in cluster.matches.values():
-        wickets = _wicket_ball_ids(by_id[match.match_id])
+        wickets = _wicket_subjects(by_id[match.match_id])
         assert wickets, "a synthesised T20 has wickets"
         for token in match.tokens:
             records = deliveries.get(token, [])
@@ -87,7 +88,8 @@ def _check_deliveries(cluster: Cluster, tapes: list[Any]) -> None:
                 aps = _aps(r)
                 if aps.get("alert") and aps.get("event") == "update":
                     state = aps.get("content-state") or {}
-                    key = (str(state.get("keyEventType")), str(state.get("keyEventBallId")))
+                    head = (state.get("events") or [{}])[0]
+                    key = (str(state.get("eventType")), str(head.get("subject")))
                     alerts[key].add(int(aps["timestamp"]))
             for key, ts in alerts.items():
                 assert len(ts) == 1, f"alert {key} shown {len(ts)} times on one device"
