@@ -273,14 +273,21 @@ def provider_token(signing_key: SigningKeyPair) -> str:
 
 
 @pytest.fixture
+def apns_engine() -> str:
+    """The server's HTTP/2 engine; the server's own test modules run every test on "h2" and "lean"."""
+    return "h2"
+
+
+@pytest.fixture
 def start_apns_server(
-    nursery: trio.Nursery, signing_key: SigningKeyPair
+    nursery: trio.Nursery, signing_key: SigningKeyPair, apns_engine: str
 ) -> Callable[..., Awaitable[ApnsTestServer]]:
     async def start(**overrides: Any) -> ApnsTestServer:
         kwargs: dict[str, Any] = {
             "team_id": TEAM_ID,
             "keys": {signing_key.key_id: signing_key.public_pem},
             "topics": [BUNDLE_ID],
+            "engine": apns_engine,
         }
         kwargs.update(overrides)
         server = ApnsTestServer(**kwargs)

@@ -6,6 +6,7 @@ import json
 import re
 import time
 
+import pytest
 import trio
 
 from daemon.apns.certs import generate_signing_key, make_provider_token
@@ -13,6 +14,12 @@ from daemon.apns.server import ApnsTestServer
 from tests.apns.conftest import BUNDLE_ID, LA_TOPIC, TEAM_ID, TOKEN, la_payload, push_headers
 
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@pytest.fixture(params=["h2", "lean"])
+def apns_engine(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on both HTTP/2 engines of the server."""
+    return str(request.param)
 
 
 async def test_valid_live_activity_update_is_accepted_with_apns_id_and_recorded(

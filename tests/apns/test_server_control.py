@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from tests.apns.conftest import TOKEN, la_payload, push_headers
 
 OTHER = "ef" * 32
+
+
+@pytest.fixture(params=["h2", "lean"])
+def apns_engine(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on both HTTP/2 engines of the server."""
+    return str(request.param)
 
 
 async def test_script_over_http_makes_a_token_unregistered(apns_server, open_client, provider_token):

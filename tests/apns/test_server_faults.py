@@ -18,6 +18,12 @@ from tests.apns.conftest import TEAM_ID, TOKEN, H2Response, H2TestClient, la_pay
 OTHER = "cd" * 32
 
 
+@pytest.fixture(params=["h2", "lean"])
+def apns_engine(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on both HTTP/2 engines of the server."""
+    return str(request.param)
+
+
 async def push(client: H2TestClient, provider_token: str, token: str = TOKEN, body: bytes | None = None):
     return await client.request(f"/3/device/{token}", push_headers(provider_token), body or la_payload())
 
