@@ -1057,7 +1057,7 @@ class _LeanH2Connection:
             self._headers_block = bytearray(payload)
 
     def _finish_headers(self, sid: int, flags: int, block: bytes, events: list[h2.events.Event]) -> None:
-        headers = list(self.decoder.decode(block, raw=True))  # always decoded: HPACK state must advance
+        headers: list[Any] = list(self.decoder.decode(block, raw=True))  # decoded always: HPACK state advances
         stream = self.streams.get(sid)
         if stream is None:
             if sid <= self._highest_inbound:

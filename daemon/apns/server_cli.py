@@ -54,7 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", action="append", default=[], help=f"allowed bundle id (repeat; {DEFAULT_TOPIC})")
     p.add_argument("--max-streams", type=int, default=1000, help="MAX_CONCURRENT_STREAMS after the first accept")
     p.add_argument("--initial-streams", type=int, default=1, help="limit until the first accept (0: none)")
-    p.add_argument("--fast", action="store_true", help="benchmarks: don't parse payloads, check size only")
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="benchmarks: don't parse payloads (size still checked) and use the lean HTTP/2 engine",
+    )
+    p.add_argument(
+        "--engine",
+        choices=["h2", "lean"],
+        default=None,
+        help="HTTP/2 engine: h2 (reference, default) or lean (about half the CPU; default with --fast)",
+    )
     p.add_argument("--production", action="store_true", help="no apns-unique-id header (sandbox has it)")
     p.add_argument("--keep-records", type=int, default=None, help="keep about this many records in memory")
     p.add_argument("--script", metavar="JSON", help="a fault script applied at start (as POST /ctl/script)")
@@ -81,7 +91,11 @@ def main(argv: list[str]) -> int:
         print("apns-server: give one --public-key per --key-id", file=sys.stderr)
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="sightscreen-apns-server-"))
-    info: dict[str, Any] = {"host": args.host, "team_id": args.team_id}
+    info: dict[str, Any] = {
+        "host": args.host,
+        "team_id": args.team_id,
+        "engine": args.engine or ("lean" if args.fast else "h2"),
+    }
     try:
         keys: dict[str, str] = {}
         try:
@@ -108,6 +122,7 @@ def main(argv: list[str]) -> int:
                 fast=args.fast,
                 sandbox=not args.production,
                 keep_records=args.keep_records,
+                engine=args.engine or ("lean" if args.fast else "h2"),
             )
             if args.script:
                 server.script(**json.loads(args.script))

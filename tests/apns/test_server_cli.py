@@ -43,9 +43,10 @@ async def stop(proc: trio.Process, sig: int = signal.SIGTERM) -> int:
 
 async def test_cli_prints_address_serves_pushes_records_and_exits_0_on_sigterm(tmp_path):
     record = tmp_path / "rec.jsonl"
-    proc, info = await start_cli("--record", str(record), "--topic", "com.sightscreen.app")
+    proc, info = await start_cli("--record", str(record), "--topic", "com.sightscreen.app", "--fast")
     try:
         assert info["host"] == "127.0.0.1" and info["port"] > 0
+        assert info["engine"] == "lean"
         assert await trio.Path(info["ca_file"]).is_file()
         pem = await trio.Path(info["private_key_file"]).read_text()
         pair = SigningKeyPair(info["key_id"], pem, "")
@@ -72,6 +73,7 @@ async def test_cli_verifies_tokens_against_given_public_keys_and_exits_0_on_sigi
     )
     try:
         assert "private_key_file" not in info
+        assert info["engine"] == "h2"
         good = make_provider_token(signing_key, "TEAMXYZ123")
         wrong_team = make_provider_token(signing_key, "TEAM000001")
         async with open_h2_client(info["port"], client_ssl_context(info["ca_file"])) as client:
