@@ -968,6 +968,10 @@ class _LeanH2Connection:
         except h2.exceptions.ProtocolError as exc:
             self._goaway(exc.error_code)
             raise
+        except hpack.OversizedHeaderListError as exc:
+            # As h2: a header list over MAX_HEADER_LIST_SIZE is treated as abuse (ENHANCE_YOUR_CALM).
+            self._goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            raise h2.exceptions.DenialOfServiceError(f"HPACK: {exc}") from exc
         except hpack.HPACKError as exc:
             self._goaway(h2.errors.ErrorCodes.COMPRESSION_ERROR)
             raise h2.exceptions.ProtocolError(f"HPACK: {exc}") from exc
