@@ -301,6 +301,8 @@ class MatchActor:
                     dict(content),
                     timestamp=result.timestamp,
                     dismissal_date=int(now) + self._settings.dismissal_after_s,
+                    event=result.best,
+                    events=result.events,
                 )
             else:
                 stale = int(now) + self._settings.stale_after_s if self._settings.stale_after_s else None

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.replay.synth import synthesise  # noqa: E402
 from daemon.store.local import MotoServer  # noqa: E402
-from daemon.testing.cluster import Cluster  # noqa: E402
+from daemon.testing.cluster import Cluster, admin_request  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -104,24 +104,6 @@ def _proc_sample(pid: int) -> tuple[int, float] | None:
         return None
 
 
-async def _admin(path: str, cmd: str) -> Any:
-    try:
-        with trio.fail_after(2):
-            stream = await trio.open_unix_socket(path)
-            async with stream:
-                await stream.send_all(json.dumps({"cmd": cmd}).encode() + b"\n")
-                buf = b""
-                while not buf.endswith(b"\n"):
-                    chunk = await stream.receive_some(1 << 20)
-                    if not chunk:
-                        break
-                    buf += chunk
-        answer = json.loads(buf)
-        return answer.get("result") if answer.get("ok") else None
-    except (OSError, trio.TooSlowError, ValueError):
-        return None
-
-
 def _calls_per_tick(metrics_text: str) -> tuple[float, float]:
     total = count = 0.0
     for line in metrics_text.splitlines():
@@ -168,7 +150,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         s = _proc_sample(inst.proc.pid)
                         if s is not None:
                             samples[inst.instance_id] = s
-                        text = await _admin(str(workdir / f"{inst.instance_id}.sock"), "metrics")
+                        text = await admin_request(cluster.admin_socket(inst), "metrics")
                         if isinstance(text, str):
                             tick_calls[inst.instance_id] = _calls_per_tick(text)
                     await trio.sleep(1.0)

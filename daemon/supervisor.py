@@ -115,10 +115,10 @@ class Supervisor:
                             await child.actor.run()
                         log.info("actor_exited", actor=child.name)
                         return
-                    except child.normal_exits as exc:
-                        log.info("actor_stopped", actor=child.name, reason=str(exc) or type(exc).__name__)
-                        return
                     except Exception as exc:
+                        if _is_normal_exit(exc, child.normal_exits):
+                            log.info("actor_stopped", actor=child.name, reason=_reason(exc))
+                            return
                         if not self._may_restart(child):
                             log.error(
                                 "actor_gave_up",
@@ -156,3 +156,18 @@ class Supervisor:
         child.restarts.append(now)
         return True
 
+
+
+def _is_normal_exit(exc: BaseException, normal: tuple[type[BaseException], ...]) -> bool:
+    """A normal exit, also when it surfaces from an actor's own nursery as an exception group."""
+    if not normal:
+        return False
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_normal_exit(e, normal) for e in exc.exceptions)
+    return isinstance(exc, normal)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_reason(e) for e in exc.exceptions)
+    return str(exc) or type(exc).__name__

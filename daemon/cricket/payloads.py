@@ -119,9 +119,8 @@ def _state_copy(content_state: Mapping[str, Any]) -> dict[str, Any]:
     return copied
 
 
-def update_payload(content_state: Mapping[str, Any], *, timestamp: int, event: KeyEvent | None,
-                   events: Iterable[KeyEvent] = (), stale_date: int | None = None) -> bytes:
-    state = _state_copy(content_state)
+def _attach_events(state: dict[str, Any], event: KeyEvent | None, events: Iterable[KeyEvent]) -> None:
+    """``event``/``eventType`` = the headline, ``events`` = every event of the tick, headline first."""
     items = [e.short() for e in events]
     if event is not None:
         state["event"] = event.text
@@ -132,6 +131,12 @@ def update_payload(content_state: Mapping[str, Any], *, timestamp: int, event: K
         else:  # the headline first, so pruning to one keeps it
             items.sort(key=lambda i: not (i["type"] == event.type and i["text"] == event.text))
     state["events"] = items
+
+
+def update_payload(content_state: Mapping[str, Any], *, timestamp: int, event: KeyEvent | None,
+                   events: Iterable[KeyEvent] = (), stale_date: int | None = None) -> bytes:
+    state = _state_copy(content_state)
+    _attach_events(state, event, events)
     aps: dict[str, Any] = {"timestamp": int(timestamp), "event": "update", "content-state": state}
     if stale_date is not None:
         aps["stale-date"] = int(stale_date)
@@ -160,9 +165,16 @@ def start_payload(content_state: Mapping[str, Any], *, attributes_type: str, att
 
 
 def end_payload(content_state: Mapping[str, Any], *, timestamp: int, dismissal_date: int,
-                alert: tuple[str, str] | None = None) -> bytes:
+                alert: tuple[str, str] | None = None, event: KeyEvent | None = None,
+                events: Iterable[KeyEvent] = ()) -> bytes:
+    """The last push of an activity. The final tick's events ride along (the wickets of a last burst and
+    ``match_end``), so the end loses no event; an alert-worthy headline adds its alert unless one is given."""
     state = _state_copy(content_state)
+    if event is not None or events:
+        _attach_events(state, event, events)
     state.setdefault("events", [])
+    if alert is None and event is not None and event.alert_worthy:
+        alert = (event.title, event.body)
     aps: dict[str, Any] = {
         "timestamp": int(timestamp),
         "event": "end",

@@ -142,7 +142,7 @@ class Cluster:
         )
         await nursery.start(self.apns.serve)
         self.replay = ReplayServer(
-            self.tapes,
+            [],
             speed=self.speed,
             innings_break_s=self.innings_break_s,
             start_delay_s=self.start_delay_wall_s * self.speed,
@@ -151,6 +151,11 @@ class Cluster:
         await self.seed()
         for slot in range(instances):
             self.spawn(slot)
+        # The matches' clocks start only once every instance is up (a loaded machine may take many seconds
+        # to start a Python process), so the first balls are seen by a daemon that was there before them.
+        await self.wait_healthy(timeout=120)
+        for tape in self.tapes:
+            self.replay.add_tape(tape)
 
     async def seed(self) -> None:
         repos = self.repos
@@ -260,6 +265,17 @@ class Cluster:
         self.instances[slot] = inst
         return inst
 
+    async def wait_healthy(self, timeout: float) -> None:
+        with trio.fail_after(timeout):
+            for inst in list(self.instances.values()):
+                while await admin_request(self.admin_socket(inst), "health") is None:
+                    if not inst.alive:
+                        raise RuntimeError(f"instance {inst.instance_id} exited: see {inst.log_path}")
+                    await trio.sleep(0.2)
+
+    def admin_socket(self, inst: Instance) -> str:
+        return str(self.workdir / f"{inst.instance_id}.sock")
+
     def signal(self, slot: int, sig: int) -> Instance:
         inst = self.instances[slot]
         if inst.alive:
@@ -310,6 +326,25 @@ class Cluster:
             if record.get("status") == 200:
                 out[record["token"]].append(record)
         return out
+
+
+async def admin_request(path: str, cmd: str, args: list[str] | None = None) -> Any:
+    """One admin-socket request; the result, or None when the daemon is not answering (yet)."""
+    try:
+        with trio.fail_after(5):
+            stream = await trio.open_unix_socket(path)
+            async with stream:
+                await stream.send_all(json.dumps({"cmd": cmd, "args": args or []}).encode() + b"\n")
+                buf = b""
+                while not buf.endswith(b"\n"):
+                    chunk = await stream.receive_some(1 << 20)
+                    if not chunk:
+                        break
+                    buf += chunk
+        answer = json.loads(buf)
+    except (OSError, trio.TooSlowError, ValueError):
+        return None
+    return answer.get("result") if answer.get("ok") else None
 
 
 def record_kid(record: dict[str, Any]) -> str | None:

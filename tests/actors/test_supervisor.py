@@ -131,3 +131,26 @@ async def test_a_second_child_with_the_same_name_is_refused() -> None:
         with pytest.raises(ValueError):
             await sup.start("x", lambda: Flaky([], 0))
         nursery.cancel_scope.cancel()
+
+
+async def test_a_normal_exit_from_inside_the_actors_own_nursery_is_still_normal() -> None:
+    exits: list[str] = []
+
+    class StopsInNursery:
+        async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            task_status.started()
+            async with trio.open_nursery() as nursery:
+
+                async def renew() -> None:
+                    raise Normal("lease lost in the renewal task")
+
+                nursery.start_soon(renew)
+                await trio.sleep_forever()
+
+    async def on_exit(name: str) -> None:
+        exits.append(name)
+
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, max_restarts=5)
+        await sup.start("x", StopsInNursery, normal_exits=(Normal,), on_exit=on_exit)
+    assert exits == ["x"]

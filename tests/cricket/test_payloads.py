@@ -63,6 +63,17 @@ def test_end_has_a_dismissal_date(state: dict[str, Any]) -> None:
     assert aps["event"] == "end" and aps["dismissal-date"] == 100 and aps["content-state"]["score"] == "10/0"
 
 
+def test_end_carries_the_last_ticks_events_and_the_headlines_alert(state: dict[str, Any]) -> None:
+    wicket = event()
+    end = event("match_end", text="SL won by 4 wickets", ball=None, subject="match")
+    aps = json.loads(payloads.end_payload(state, timestamp=9, dismissal_date=100, event=end,
+                                          events=(wicket, end)))["aps"]
+    assert [(i["type"], i["subject"]) for i in aps["content-state"]["events"]] == [
+        ("match_end", "match"), ("wicket", "S1:21906")]
+    assert aps["content-state"]["eventType"] == "match_end"
+    assert aps["alert"]["title"] == "WICKET! SL 172/7"  # the headline's own title (the helper's fixed one)
+
+
 def test_plain_alert_with_thread_and_custom_data() -> None:
     body = json.loads(payloads.alert_payload("Match starting", "PAK v SL in 30 min", thread_id="71344",
                                              data={"matchId": "71344"}))
