@@ -478,7 +478,8 @@ class ApnsSender:
         exchange: _Exchange = outcome.exchange
         if type(outcome) is Answered:
             if outcome.status == 200:  # the hot path
-                self._settle(exchange, "accepted", 200, None, outcome.apns_id)
+                # An accepted answer's apns-id is not decoded (see ResponseHeaderDecoder): report ours.
+                self._settle(exchange, "accepted", 200, None, outcome.apns_id or exchange.push.apns_id)
                 return
             self._handle_error(slot, exchange, outcome)
             return

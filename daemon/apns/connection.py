@@ -37,9 +37,13 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
+import hpack.exceptions
+import hpack.table
 from h2.connection import AllowedStreamIDs, ConnectionInputs
 from h2.errors import ErrorCodes
 from h2.stream import StreamInputs
+from hpack.huffman_table import decode_huffman
 
 from daemon.apns.token import ProviderToken
 from daemon.apns.types import Push
@@ -183,11 +187,104 @@ class RequestHeaderEncoder:
         raise NotImplementedError("ApnsConnection builds request header blocks itself")
 
 
+_STATIC_TABLE: Final = hpack.table.HeaderTable.STATIC_TABLE  # RFC 7541 Appendix A, 1-based
+# The response fields we read: the status, the echoed apns-id, and content-length (h2 checks bodies against it).
+_WANTED_RESPONSE_FIELDS: Final = frozenset({b":status", b"apns-id", b"content-length"})
+# An accepted push's apns-id is not worth its Huffman decoding (the sender reports the one it sent, if any);
+# a rejected push's is decoded for the logs.
+_WANTED_AFTER_200: Final = frozenset({b"content-length"})
+_STATUS_200: Final = (b":status", b"200")
+
+
+def _read_hpack_int(data: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
+    limit = (1 << prefix_bits) - 1
+    value = data[pos] & limit
+    pos += 1
+    if value < limit:
+        return value, pos
+    shift = 0
+    while True:
+        if pos >= len(data):
+            raise h2.exceptions.ProtocolError("HPACK: truncated integer")
+        byte = data[pos]
+        pos += 1
+        value += (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+        if shift > 28:
+            raise h2.exceptions.ProtocolError("HPACK: integer too large")
+
+
+class ResponseHeaderDecoder:
+    """HPACK decoder for APNs responses, for a connection that advertised SETTINGS_HEADER_TABLE_SIZE 0.
+
+    With a zero-sized table the server can store nothing, so a header block carries no state across
+    blocks, and fields we do not read can be skipped without decoding (hpack must Huffman-decode every
+    value to size its table: ~30 µs for the two UUIDs of an APNs answer). Only ``:status``, ``apns-id``
+    (except after a 200) and ``content-length`` are decoded; other fields are dropped. A reference to a dynamic-table entry, or a
+    size update above 0, is a compression error (RFC 7541 §4.2, §2.3.3), as it would be for hpack.
+    """
+
+    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        fields: list[tuple[bytes, bytes]] = []
+        wanted = _WANTED_RESPONSE_FIELDS
+        pos = 0
+        size = len(block)
+        try:
+            while pos < size:
+                first = block[pos]
+                if first & 0x80:  # indexed field
+                    index, pos = _read_hpack_int(block, pos, 7)
+                    if not 0 < index <= len(_STATIC_TABLE):
+                        raise h2.exceptions.ProtocolError(f"HPACK: index {index} outside a zero-size table")
+                    field = _STATIC_TABLE[index - 1]
+                    if field[0] in wanted:
+                        fields.append(field)
+                        if field == _STATUS_200:
+                            wanted = _WANTED_AFTER_200
+                    continue
+                if first & 0xE0 == 0x20:  # dynamic table size update
+                    new_size, pos = _read_hpack_int(block, pos, 5)
+                    if new_size:
+                        raise h2.exceptions.ProtocolError(f"HPACK: table size update to {new_size} above 0")
+                    continue
+                # A literal, with or without indexing (indexing into a zero-size table stores nothing).
+                index, pos = _read_hpack_int(block, pos, 6 if first & 0x40 else 4)
+                if index:
+                    if index > len(_STATIC_TABLE):
+                        raise h2.exceptions.ProtocolError(f"HPACK: name index {index} outside a zero-size table")
+                    name = _STATIC_TABLE[index - 1][0]
+                else:
+                    huffman = block[pos] & 0x80
+                    length, pos = _read_hpack_int(block, pos, 7)
+                    raw = block[pos : pos + length]
+                    pos += length
+                    name = decode_huffman(raw) if huffman else bytes(raw)
+                huffman = block[pos] & 0x80
+                length, pos = _read_hpack_int(block, pos, 7)
+                if pos + length > size:
+                    raise h2.exceptions.ProtocolError("HPACK: truncated string")
+                if name in wanted:
+                    raw = block[pos : pos + length]
+                    value = decode_huffman(raw) if huffman else bytes(raw)
+                    fields.append((name, value))
+                    if name == b":status" and value == b"200":
+                        wanted = _WANTED_AFTER_200
+                pos += length
+        except IndexError as exc:
+            raise h2.exceptions.ProtocolError("HPACK: truncated header block") from exc
+        except hpack.exceptions.HPACKDecodingError as exc:
+            raise h2.exceptions.ProtocolError(f"HPACK: {exc}") from exc
+        return fields
+
+
 # --- h2 with APNs-sized bookkeeping --------------------------------------------------------------------
 
 _FRAME_HEADER = struct.Struct(">HBBBL")  # 24-bit length as (high 16, low 8), type, flags, stream id
 _DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
 _END_STREAM, _END_HEADERS = 0x1, 0x4
+_PADDED_OR_PRIORITY = 0x8 | 0x20
 
 
 def _frame_header(length: int, frame_type: int, flags: int, stream_id: int) -> bytes:
@@ -201,6 +298,8 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         super().__init__(config=config)
         self.encoder: Any = RequestHeaderEncoder()
         self.open_requests = 0
+        self._pending_bytes = bytearray()  # a partial frame, until the rest arrives
+        self.response_decoder = ResponseHeaderDecoder()
 
     @property
     def open_outbound_streams(self) -> int:
@@ -214,6 +313,79 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         if stream is not None:
             self._closed_streams[stream_id] = stream.closed_by
             self.open_requests -= 1
+
+    def receive_frames(self, data: bytes | bytearray) -> list[h2.events.Event]:
+        """``receive_data`` with a direct path for the frame APNs sends most: a response's HEADERS.
+
+        Stock h2 turns every frame into a hyperframe object, logs its repr and dispatches it; for a
+        one-frame response that is most of the receive cost. Complete frames are split here; a HEADERS
+        frame that carries a whole header block (END_HEADERS, no padding or priority) on a stream we opened
+        is decoded with h2's own HPACK decoder and driven through h2's own connection and stream state
+        machines, producing the same events h2 would. Every other frame (DATA, SETTINGS, WINDOW_UPDATE,
+        RST_STREAM, GOAWAY, PING, CONTINUATION, anything odd) goes through h2 unchanged.
+        """
+        buffer = self._pending_bytes
+        buffer += data
+        events: list[h2.events.Event] = []
+        pos = 0
+        end = len(buffer)
+        slow_from = -1  # start of a run of frames for h2's own parser
+        streams = self.streams
+        frame_buffer = self.incoming_buffer
+        while end - pos >= 9:
+            length = (buffer[pos] << 16) | (buffer[pos + 1] << 8) | buffer[pos + 2]
+            frame_end = pos + 9 + length
+            if frame_end > end:
+                break
+            frame_type = buffer[pos + 3]
+            flags = buffer[pos + 4]
+            stream_id = int.from_bytes(buffer[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+            if (
+                frame_type == _HEADERS
+                and flags & _END_HEADERS
+                and not flags & _PADDED_OR_PRIORITY
+                and length <= self.max_inbound_frame_size
+                and stream_id in streams
+                and not frame_buffer._headers_buffer
+            ):
+                if slow_from >= 0:
+                    events += self.receive_data(bytes(buffer[slow_from:pos]))
+                    slow_from = -1
+                events += self._fast_headers(streams[stream_id], bytes(buffer[pos + 9 : frame_end]),
+                                             bool(flags & _END_STREAM))
+            elif slow_from < 0:
+                slow_from = pos
+            pos = frame_end
+        if slow_from >= 0:
+            events += self.receive_data(bytes(buffer[slow_from:pos]))
+        del buffer[:pos]
+        return events
+
+    def _fast_headers(self, stream: Any, block: bytes, end_stream: bool) -> list[h2.events.Event]:
+        """What ``_receive_headers_frame`` + ``H2Stream.receive_headers`` do for a response (no validation)."""
+        try:
+            self.state_machine.process_input(ConnectionInputs.RECV_HEADERS)
+            headers = self.response_decoder.decode(block)
+            status = headers[0][1] if headers and headers[0][0] == b":status" else b""
+            informational = status[:1] == b"1"
+            if informational and end_stream:
+                raise h2.exceptions.ProtocolError("Cannot set END_STREAM on informational responses")
+            events = stream.state_machine.process_input(
+                StreamInputs.RECV_INFORMATIONAL_HEADERS if informational else StreamInputs.RECV_HEADERS
+            )
+            first = events[0]
+            if end_stream:
+                ended = stream.state_machine.process_input(StreamInputs.RECV_END_STREAM)
+                first.stream_ended = ended[0]
+                events += ended
+            elif type(first) is h2.events.TrailersReceived:
+                raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set")
+            stream._initialize_content_length(headers)
+            first.headers = headers
+            return events  # type: ignore[no-any-return]
+        except h2.exceptions.ProtocolError as exc:
+            self._terminate_connection(exc.error_code)
+            raise
 
     def _receive_goaway_frame(self, frame: Any) -> tuple[list[Any], list[h2.events.Event]]:
         # Stock h2 closes its state machine on GOAWAY, so the answers the server still owes for streams
@@ -368,6 +540,10 @@ class ApnsConnection:
     def initiate(self, now: float) -> None:
         h2c = self._h2
         h2c.initiate_connection()
+        # A zero-size HPACK table for responses: nothing to keep in step, so ResponseHeaderDecoder can skip
+        # the fields we never read. Both SETTINGS frames precede our first request, so every response
+        # header block is encoded under this limit.
+        h2c.update_settings({h2.settings.SettingCodes.HEADER_TABLE_SIZE: 0, h2.settings.SettingCodes.ENABLE_PUSH: 0})
         h2c.increment_flow_control_window(_RECEIVE_WINDOW - 65535)
         self.last_activity = now
 
@@ -558,7 +734,7 @@ class ApnsConnection:
         h2c = self._h2
         streams = self._streams
         window_opened = False
-        for event in h2c.receive_data(data):
+        for event in h2c.receive_frames(data):
             kind = type(event)
             if kind is h2.events.ResponseReceived:
                 stream = streams.get(event.stream_id)

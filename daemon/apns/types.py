@@ -54,6 +54,8 @@ class PushResult:
     ``outcome``: "accepted" (APNs took it), "rejected" (final for this token: 410, BadDeviceToken, ...), or
     "failed" (our bug, a configuration error, or retries exhausted). ``status`` is None when no HTTP answer
     was had (deadline, connection lost, refused before sending). ``attempts`` counts requests put on the wire.
+    ``apns_id``: APNs's echo for rejections; for accepted pushes the one the push carried (None if it had
+    none), since decoding every accepted answer's id costs more than it is worth.
     """
 
     push: Push

@@ -17,7 +17,13 @@ from hyperframe.frame import GoAwayFrame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.apns.connection import Answered, ApnsConnection, RequestHeaderEncoder, Unanswered
+from daemon.apns.connection import (
+    Answered,
+    ApnsConnection,
+    RequestHeaderEncoder,
+    ResponseHeaderDecoder,
+    Unanswered,
+)
 from daemon.apns.token import ProviderToken
 from daemon.apns.types import Push
 
@@ -143,7 +149,8 @@ def test_answers_are_matched_to_their_stream_and_closed_streams_are_forgotten() 
     outcomes = exchange(conn, server)
     got = {o.exchange: o for o in outcomes if isinstance(o, Answered)}
     assert set(got) == {f"push{i}" for i in range(50)}
-    assert got["push3"].status == 200 and got["push3"].apns_id == f"00000000-0000-0000-0000-{sids[3]:012d}"
+    assert got["push3"].status == 200
+    assert got["push3"].apns_id is None  # an accepted answer's id is not decoded (the sender reports ours)
     assert conn.in_flight == 0 and conn._h2.streams == {}
 
 
@@ -156,6 +163,7 @@ def test_error_answer_carries_reason_and_410_timestamp() -> None:
     (outcome,) = exchange(conn, server)
     assert isinstance(outcome, Answered)
     assert (outcome.status, outcome.reason, outcome.timestamp_ms) == (410, "Unregistered", 1700000000123)
+    assert outcome.apns_id == f"00000000-0000-0000-0000-{sid:012d}"
 
 
 def test_stream_limit_of_one_is_obeyed_until_the_server_raises_it() -> None:
@@ -357,3 +365,49 @@ def test_encoder_stays_in_step_with_an_independent_hpack_decoder(ops: list[tuple
         assert decoded == [*pseudo, (b":path", path), *constant]
         # A shrink must have been signalled, so the decoder never holds more than its setting allows.
         assert decoder.header_table.maxsize <= limit
+
+
+WANTED = {b":status", b"apns-id", b"content-length"}
+header_names = st.sampled_from([b":status", b"apns-id", b"apns-unique-id", b"content-length", b"server", b"date",
+                                b"x-custom"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.tuples(header_names, st.binary(min_size=0, max_size=40)), max_size=6), max_size=10),
+       st.booleans())
+def test_response_decoder_agrees_with_hpack_on_the_fields_it_reads(
+    blocks: list[list[tuple[bytes, bytes]]], huffman: bool
+) -> None:
+    # The server's encoder obeys our SETTINGS_HEADER_TABLE_SIZE of 0, as h2 makes it do.
+    encoder = hpack.Encoder()
+    encoder.header_table_size = 0
+    reference = hpack.Decoder()
+    reference.max_allowed_table_size = 0
+    ours = ResponseHeaderDecoder()
+    for fields in blocks:
+        block = encoder.encode(fields, huffman=huffman)
+        expected = reference.decode(block, raw=True)
+        got = ours.decode(block)
+        wanted = [f for f in expected if f[0] in WANTED]
+        if (b":status", b"200") in wanted[:1]:
+            wanted = [f for f in wanted if f[0] != b"apns-id"]  # not decoded after a 200
+        assert got == wanted
+
+
+def test_response_decoder_refuses_dynamic_table_references_and_growth() -> None:
+    import h2.exceptions
+
+    decoder = ResponseHeaderDecoder()
+    with pytest.raises(h2.exceptions.ProtocolError, match="index 62"):
+        decoder.decode(b"\xbe")  # indexed field 62: the first dynamic entry
+    with pytest.raises(h2.exceptions.ProtocolError, match="above 0"):
+        decoder.decode(b"\x3f\xe1\x1f")  # size update to 4096
+    with pytest.raises(h2.exceptions.ProtocolError, match="truncated"):
+        decoder.decode(b"\x40\x05ab")
+
+
+def test_client_advertises_a_zero_header_table_and_no_push() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    assert server.h2.remote_settings.header_table_size == 0
+    assert server.h2.remote_settings.enable_push == 0

@@ -128,9 +128,12 @@ async def test_push_is_accepted_and_arrives_as_apns_expects(
     server = await start_apns_server()
     harness = await start_sender(server)
     before = metrics.PUSHES.labels(kind="update", outcome="accepted")._value.get()
-    result = await harness.sender.send_and_wait(la_push(1, collapse_id="c1", expiration=1_900_000_000))
+    apns_id = "123e4567-e89b-12d3-a456-426614174000"
+    result = await harness.sender.send_and_wait(
+        la_push(1, collapse_id="c1", expiration=1_900_000_000, apns_id=apns_id)
+    )
     assert (result.outcome, result.status, result.attempts) == ("accepted", 200, 1)
-    assert result.apns_id and result.push.context == 1 and result.latency_s >= 0
+    assert result.apns_id == apns_id and result.push.context == 1 and result.latency_s >= 0
     (record,) = server.records
     assert record["token"] == f"{1:0160x}" and record["status"] == 200
     assert metrics.PUSHES.labels(kind="update", outcome="accepted")._value.get() == before + 1
