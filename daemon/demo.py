@@ -289,7 +289,7 @@ def demo_config(
     extra: dict[str, Any] | None = None,
 ) -> Any:
     """The configuration the demo (and the end-to-end tests) run the daemon with."""
-    from daemon.config import Config
+    from daemon.config import Config, register_secrets
 
     data: dict[str, Any] = {
         "instance": {"id": instance_id or f"demo-{os.getpid()}", "shutdown_grace_s": 5.0},
@@ -320,7 +320,9 @@ def demo_config(
     }
     for section, values in (extra or {}).items():
         data.setdefault(section, {}).update(values)
-    return Config.model_validate(data)
+    config = Config.model_validate(data)
+    register_secrets(config)  # scrubbed from every log line, as load_config does for files
+    return config
 
 
 async def _main_async(args: argparse.Namespace) -> int:

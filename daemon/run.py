@@ -98,7 +98,13 @@ class Daemon:
 
         jobs_cfg = self.config.jobs
         return {
-            "fixture-sync": FixtureSyncJob(self.client, self.repos, jobs_cfg.fixture_sync),
+            # the job reads /livescores through the feed (fresh within 30 s), so it costs that budget nothing
+            "fixture-sync": FixtureSyncJob(
+                self.client,
+                self.repos,
+                jobs_cfg.fixture_sync,
+                livescores=lambda: self.feed.livescores(max_age_s=30),
+            ),
             "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
             "prematch": PrematchNotifier(
                 self.repos, self.sender, jobs_cfg.prematch, topic=self.config.apns.topic
@@ -140,6 +146,12 @@ class Daemon:
                         max_clients=self.config.admin.max_clients,
                     )
                     await supervisor.start("admin", lambda: admin, kind="admin")
+                listen = getattr(getattr(self.config, "metrics", None), "listen", "")
+                if listen:
+                    from daemon.admin import MetricsHttpServer
+
+                    metrics_http = MetricsHttpServer(listen)
+                    await supervisor.start("metrics-http", lambda: metrics_http, kind="admin")
                 self.jobs = self._build_jobs()
                 for name, job in self.jobs.items():
                     await supervisor.start(name, lambda job=job: job, kind="job")
@@ -201,9 +213,11 @@ class Daemon:
         }
 
     async def _h_health(self, args: list[str]) -> Any:
+        """Liveness: the process answers."""
         return {"alive": True, "instance_id": self.instance_id, "stopping": self.stopping}
 
     async def _h_ready(self, args: list[str]) -> Any:
+        """Readiness: DynamoDB reachable, APNs connected, SportMonks breaker not open."""
         checks: dict[str, Any] = {}
         try:
             with trio.fail_after(3):
@@ -216,6 +230,7 @@ class Daemon:
         return {"ready": all(v is True for v in checks.values()), "checks": checks}
 
     async def _h_status(self, args: list[str]) -> Any:
+        """Instance id, version, uptime and the matches this instance owns."""
         orch = self.orchestrator
         return {
             "instance_id": self.instance_id,
@@ -231,6 +246,7 @@ class Daemon:
         }
 
     async def _h_matches(self, args: list[str]) -> Any:
+        """Every active match: owner, epoch, phase, last tick (lag and tokens for ours)."""
         mine = self.orchestrator.actors() if self.orchestrator else {}
         rows = []
         for item in await self.repos.active_matches.get_all_active_matches():
@@ -250,6 +266,7 @@ class Daemon:
         return rows
 
     async def _h_match(self, args: list[str]) -> Any:
+        """One match: its state, cooldowns and last key events. Usage: match ID"""
         from daemon.admin import AdminError
 
         if len(args) != 1:
@@ -264,20 +281,24 @@ class Daemon:
         return {"match_id": match_id, "owner": item.get("instanceId"), "state": item}
 
     async def _h_apns(self, args: list[str]) -> Any:
+        """APNs sender: connections, streams, pushes by outcome, latency percentiles."""
         return self.sender.stats()
 
     async def _h_feed(self, args: list[str]) -> Any:
+        """SportMonks feed: calls per endpoint, budget left, breaker state, subscribers."""
         return self.feed.stats()
 
     async def _h_metrics(self, args: list[str]) -> Any:
+        """Prometheus text exposition of every metric."""
         return render().decode()
 
     async def _h_drain(self, args: list[str]) -> Any:
+        """Stop taking matches, hand owned matches over (locks released), then exit."""
         self.shutdown()
         return {"draining": True, "owned_matches": sorted(self.orchestrator.owned) if self.orchestrator else []}
 
     async def _h_replay(self, args: list[str]) -> Any:
-        """Replay controls, forwarded to the replay server the daemon polls (replay mode only)."""
+        """Replay controls (replay mode): replay status|play|pause|stop|seek FIXTURE ENTRY|speed X."""
         from daemon.admin import AdminError
 
         actions = {"status", "play", "pause", "stop", "seek", "speed"}
@@ -355,7 +376,7 @@ async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) 
 
 def main(argv: list[str]) -> int:
     from daemon.config import ConfigError, load_config
-    from daemon.logs import configure
+    from daemon.logs import configure_from
     from daemon.sdnotify import SdNotifier
 
     parser = argparse.ArgumentParser(prog="sightscreen run", description="Run the Sightscreen daemon.")
@@ -366,7 +387,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"sightscreen: bad configuration in {args.config}:\n{exc}", file=sys.stderr)
         return 2
-    configure(config.logging.level, _json_logs(config), instance_id=config.instance.id)
+    configure_from(config.logging, instance_id=config.instance.id)
     daemon = Daemon(config, notifier=SdNotifier())
     try:
         trio.run(serve, daemon)
@@ -374,7 +395,3 @@ def main(argv: list[str]) -> int:
         pass
     return daemon.exit_code
 
-
-def _json_logs(config: Any) -> bool | None:
-    fmt = getattr(config.logging, "format", "auto")
-    return None if fmt == "auto" else fmt == "json"
