@@ -1579,7 +1579,7 @@ class _ServerConnection:
             reason=fault.reason,
             pending=len(self.unanswered),
         )
-        self._call_later(_GOAWAY_LINGER_S, self._close_when_done)
+        self._call_later(self.server.goaway_linger_s, self._close_when_done)
 
     def _close_when_done(self) -> None:
         # Closing a TCP socket with unread input makes the kernel send RST, which can destroy our GOAWAY
@@ -1589,7 +1589,7 @@ class _ServerConnection:
             self._wake.set()
         else:
             # Non-graceful GOAWAY with answers still pending: check again once they have gone out.
-            self._call_later(_GOAWAY_LINGER_S, self._close_when_done)
+            self._call_later(self.server.goaway_linger_s, self._close_when_done)
 
     def _abort(self) -> None:
         """Drop the TCP connection without a word (the client sees EOF / a reset)."""
@@ -1666,6 +1666,8 @@ class ApnsTestServer:
         self._stats: dict[str, int] = {}
         self._statuses: dict[str, int] = {}
         self.protocol_errors: list[str] = []
+        # How long a connection stays open after its GOAWAY once every stream it kept was answered.
+        self.goaway_linger_s = _GOAWAY_LINGER_S
         self._ids = _ApnsIds()
         _install_huffman_cache()
 

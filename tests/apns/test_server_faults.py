@@ -100,6 +100,7 @@ async def test_goaway_after_n_requests_answers_up_to_last_stream_id_and_never_pr
 ):
     async with open_client(apns_server) as client:
         await open_up(client, provider_token)  # stream 1
+        apns_server.goaway_linger_s = 0.05  # the test client does not hang up by itself
         apns_server.goaway("Shutdown", after=2)
         sids = await client.start_batch(
             [(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload()) for _ in range(5)]
