@@ -1,0 +1,289 @@
+"""A fault rig: one in-process daemon on real local parts, with a fault proxy in front of each peer.
+
+What the fault tests (``tests/faults``) drive. In the caller's trio loop it starts the project's APNs server,
+the replay server (serving one tape), and three ``FaultProxy`` instances (``dynamodb``, ``sportmonks``,
+``apns``) forwarding to moto (a child process the caller owns), the replay server and the APNs server. The
+daemon (``daemon.run.Daemon``, jobs off) is configured with the proxies' ports, so every byte it exchanges with
+a peer crosses a proxy that a test can degrade; the rig's own ``repos`` talk to moto directly, so a test
+observes DynamoDB even while the daemon's link to it is cut.
+
+Seeding is the multi-instance cluster's: the tape's fixture (starting a few wall seconds from now, so the
+orchestrator takes the match pre-match), its league, and ``followers`` users, each following the match with an
+active Live Activity session and its own update token. The tape is added to the replay server only once the
+daemon is up, so the first ball is seen by a daemon that was there before it.
+
+Observation: ``apns.records`` (every answered request), ``accepted_by_token()`` (accepted pushes per seeded
+token), ``missing_wickets()`` (per token, the wickets standing at the end of the tape that no accepted push
+carried), ``deliveries`` (the match actor's per-tick hand-offs).
+
+Nothing here is imported by production code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from daemon.testing.fault_proxy import FaultProxy
+
+TEAM_ID = "FAULTTEAM1"
+KEY_ID = "FAULTKEY01"
+TOPIC = "app.sightscreen.faults"
+
+
+def aps(record: dict[str, Any]) -> dict[str, Any]:
+    return (record.get("payload") or {}).get("aps") or {}
+
+
+def event_ids(record: dict[str, Any]) -> set[tuple[str, str]]:
+    """(type, subject) of every key event an accepted push carried."""
+    state = aps(record).get("content-state") or {}
+    return {(str(ev.get("type")), str(ev.get("subject"))) for ev in state.get("events") or []}
+
+
+def standing_wickets(tape: Any) -> set[str]:
+    """The wickets that stand at the end of the tape (corrected or deleted ones excluded), named as the
+    engine names them: innings and dismissed batter ("S1:900401")."""
+    fixture = tape.fixture_at(len(tape))
+    out: set[str] = set()
+    for ball in fixture.get("balls") or []:
+        score = ball.get("score") or {}
+        if score.get("is_wicket") and ball.get("batsmanout_id"):
+            out.add(f"{ball['scoreboard']}:{ball['batsmanout_id']}")
+    return out
+
+
+@dataclass
+class RigOptions:
+    speed: float = 400.0
+    followers: int = 3
+    lease_s: float = 4.0
+    cadence_s: float = 0.2
+    cycle_s: float = 1.0
+    innings_break_s: float = 600.0
+    start_delay_wall_s: float = 3.0
+    # per-section config overrides, merged over the rig's defaults (e.g. {"sportmonks": {"timeout_s": 1}})
+    extra: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class FaultRig:
+    def __init__(self, workdir: Path, *, moto_url: str, tape: Any, table_prefix: str, options: RigOptions) -> None:
+        self.workdir = workdir
+        self.moto_url = moto_url
+        self.tape = tape
+        self.match_id = str(tape.fixture_id)
+        self.prefix = table_prefix
+        self.options = options
+        self.proxies: dict[str, FaultProxy] = {}
+        self.tokens: dict[str, str] = {}  # update token -> visitor key
+        self.deliveries: list[Any] = []
+        self.apns: Any = None
+        self.replay: Any = None
+        self.repos: Any = None
+        self.daemon: Any = None
+        self._dynamo: Any = None
+        self._key: Any = None
+
+    # ------------------------------------------------------------------ start and stop
+    async def start(self, nursery: trio.Nursery, *, add_tape: bool = True) -> None:
+        """Start the peers, the proxies and the daemon; with ``add_tape`` the match clock starts too."""
+        from urllib.parse import urlsplit
+
+        from daemon.apns.certs import generate_signing_key, make_ca
+        from daemon.apns.server import ApnsTestServer
+        from daemon.replay.server import ReplayServer
+        from daemon.store import Repositories
+        from daemon.store.dynamo import Dynamo
+        from daemon.store.settings import DynamoSettings
+        from daemon.store.tables import create_tables
+
+        opts = self.options
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._dynamo = Dynamo(DynamoSettings(endpoint_url=self.moto_url, table_prefix=self.prefix))
+        await create_tables(self._dynamo)
+        self.repos = Repositories(self._dynamo)
+        self._key = generate_signing_key(KEY_ID)
+        self.apns = ApnsTestServer(team_id=TEAM_ID, keys={KEY_ID: self._key.public_pem}, topics=[TOPIC], ca=make_ca())
+        await nursery.start(self.apns.serve)
+        self.replay = ReplayServer(
+            [], speed=opts.speed, innings_break_s=opts.innings_break_s, start_delay_s=opts.start_delay_wall_s * opts.speed
+        )
+        replay_port = await nursery.start(self.replay.serve)
+        moto = urlsplit(self.moto_url)
+        targets = {
+            "dynamodb": (moto.hostname or "127.0.0.1", int(moto.port or 80)),
+            "sportmonks": ("127.0.0.1", int(replay_port)),
+            "apns": ("127.0.0.1", int(self.apns.port)),
+        }
+        for name, (host, port) in targets.items():
+            proxy = FaultProxy(host, port)
+            await nursery.start(proxy.serve)
+            self.proxies[name] = proxy
+        await self.seed()
+        self.daemon = self.new_daemon()
+        await nursery.start(self.daemon.run)
+        if add_tape:
+            self.start_match()
+
+    def start_match(self) -> None:
+        self.replay.add_tape(self.tape)
+
+    def config(self, instance_id: str = "fault-i1") -> Any:
+        from daemon.demo import demo_config
+
+        opts = self.options
+        extra: dict[str, dict[str, Any]] = {
+            "apns": {"team_id": TEAM_ID, "key_id": KEY_ID, "topic": TOPIC},
+            "orchestrator": {"cycle_s": opts.cycle_s, "lease_s": opts.lease_s, "clock_skew_bound_s": 0.5},
+            "match": {"session_refresh_s": 1.0, "heal_every_s": 5.0},
+            "sportmonks": {"breaker_cooldown_s": 1.0},
+        }
+        for section, values in opts.extra.items():
+            extra.setdefault(section, {}).update(values)
+        return demo_config(
+            dynamo_url=f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
+            replay_url=f"http://127.0.0.1:{self.proxies['sportmonks'].port}",
+            apns_url=f"https://127.0.0.1:{self.proxies['apns'].port}",
+            ca_file=self.apns.ca_file,
+            private_key=self._key.private_pem,
+            league_id=str(self.tape.league_id),
+            cadence_s=opts.cadence_s,
+            admin_socket=str(self.workdir / f"{instance_id}.sock"),
+            instance_id=instance_id,
+            table_prefix=self.prefix,
+            lease_s=opts.lease_s,
+            extra=extra,
+        )
+
+    def new_daemon(self, instance_id: str = "fault-i1", on_delivery: Callable[[Any], None] | None = None) -> Any:
+        """A daemon on this rig's proxies (not started: ``await nursery.start(daemon.run)``)."""
+        from daemon.run import Daemon
+
+        return Daemon(self.config(instance_id), on_delivery=on_delivery or self.deliveries.append, with_jobs=False)
+
+    async def stop_daemon(self, daemon: Any | None = None, *, timeout: float = 20.0) -> None:
+        daemon = daemon or self.daemon
+        daemon.shutdown()
+        with trio.move_on_after(timeout):
+            await daemon.finished.wait()
+
+    async def seed(self) -> None:
+        import secrets
+
+        tape, repos, match_id = self.tape, self.repos, self.match_id
+        league = str(tape.league_id)
+        await repos.leagues.put_league({"leagueId": league, "name": "Faults", "code": "FLT", "active": True})
+        await repos.fixtures.batch_write_fixtures(
+            [
+                {
+                    "matchId": match_id,
+                    "leagueId": league,
+                    "leagueCode": "FLT",
+                    "startTime": time.strftime(
+                        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.options.start_delay_wall_s)
+                    ),
+                    "status": "NS",
+                    "localteamId": str(tape.localteam.id),
+                    "visitorteamId": str(tape.visitorteam.id),
+                    "live": False,
+                }
+            ]
+        )
+        expires = int(time.time()) + 48 * 3600
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        follows: list[dict[str, Any]] = []
+        sessions: list[dict[str, Any]] = []
+        for i in range(self.options.followers):
+            user = f"u{match_id}-{i:04d}"
+            team = str(tape.localteam.id if i % 2 == 0 else tape.visitorteam.id)
+            token = secrets.token_hex(32)
+            visitor = f"{user}#d{i}"
+            follows.append({"matchId": match_id, "userId": user, "teamId": team, "expiresAt": expires, "createdAt": now})
+            sessions.append(
+                {
+                    "matchId": match_id,
+                    "visitorKey": visitor,
+                    "userId": user,
+                    "deviceId": f"d{i}",
+                    "updateToken": token,
+                    "status": "active",
+                    "sessionStartedAt": now,
+                }
+            )
+            self.tokens[token] = visitor
+        await repos.follows._batch_put(follows)
+        await repos.live_activities._batch_put(sessions)
+
+    def close(self) -> None:
+        if self._dynamo is not None:
+            self._dynamo.close()
+
+    # ------------------------------------------------------------------ observation
+    async def match_item(self) -> dict[str, Any] | None:
+        return await self.repos.active_matches.get_active_match_state(self.match_id)
+
+    async def wait_ended(self, timeout: float) -> bool:
+        """True once ``active-matches`` says the match ended (the end sequence's last step but the lock)."""
+        with trio.move_on_after(timeout):
+            while True:
+                item = await self.match_item()
+                if item is not None and item.get("status") == "ended":
+                    return True
+                await trio.sleep(0.25)
+        return False
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        with trio.fail_after(timeout):
+            while not predicate():
+                await trio.sleep(0.05)
+
+    def accepted_by_token(self) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for record in self.apns.records:
+            if record.get("status") == 200 and record.get("token") in self.tokens:
+                out[record["token"]].append(record)
+        return out
+
+    def accepted_updates(self) -> int:
+        return sum(1 for r in self.apns.records if r.get("status") == 200 and aps(r).get("event") == "update")
+
+    def served_wickets(self) -> set[str]:
+        """Wickets the replay server has posted so far (standing ones, as of now)."""
+        status = self.replay.status().get(self.match_id)
+        if status is None:
+            return set()
+        fixture = self.replay.tape(self.match_id).fixture_at(status["cursor"])
+        out: set[str] = set()
+        for ball in fixture.get("balls") or []:
+            if (ball.get("score") or {}).get("is_wicket") and ball.get("batsmanout_id"):
+                out.add(f"{ball['scoreboard']}:{ball['batsmanout_id']}")
+        return out
+
+    def missing_wickets(self, tokens: list[str] | None = None) -> dict[str, set[str]]:
+        """Per token: standing wickets of the (possibly changed) tape that no accepted push carried."""
+        wickets = standing_wickets(self.replay.tape(self.match_id))
+        by_token = self.accepted_by_token()
+        out: dict[str, set[str]] = {}
+        for token in tokens if tokens is not None else list(self.tokens):
+            got = set().union(*(event_ids(r) for r in by_token.get(token, []))) if by_token.get(token) else set()
+            missing = {w for w in wickets if ("wicket", w) not in got}
+            if missing:
+                out[self.tokens[token]] = missing
+        return out
+
+    def ends_by_token(self) -> dict[str, int]:
+        by_token = self.accepted_by_token()
+        return {self.tokens[t]: sum(1 for r in by_token.get(t, []) if aps(r).get("event") == "end") for t in self.tokens}
+
+    def timestamps_by_token(self) -> dict[str, list[int]]:
+        by_token = self.accepted_by_token()
+        return {
+            self.tokens[t]: [int(aps(r)["timestamp"]) for r in by_token.get(t, []) if aps(r).get("event") == "update"]
+            for t in self.tokens
+        }

@@ -1,0 +1,43 @@
+"""Fixtures of the fault tests: a ``FaultRig`` (one in-process daemon behind three fault proxies) per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from daemon.replay.synth import synthesise
+from daemon.testing.fault_rig import FaultRig, RigOptions
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path, moto_server: Any, table_prefix: str) -> Callable[..., Any]:
+    """``async with make_rig(seed=..., **options) as rig:`` a started rig, its match clock running; on exit the
+    daemon is stopped gracefully and every part of the rig is cancelled."""
+
+    @asynccontextmanager
+    async def _make(*, seed: int = 1, fmt: str = "T10", add_tape: bool = True, **options: Any) -> AsyncIterator[FaultRig]:
+        tape = synthesise(fmt, seed=seed)
+        rig = FaultRig(
+            tmp_path / "rig", moto_url=moto_server.url, tape=tape, table_prefix=table_prefix,
+            options=RigOptions(**options),
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                await rig.start(nursery, add_tape=add_tape)
+                try:
+                    yield rig
+                finally:
+                    with trio.CancelScope(shield=True):
+                        for proxy in rig.proxies.values():
+                            proxy.clear()
+                        await rig.stop_daemon()
+                    nursery.cancel_scope.cancel()
+        finally:
+            rig.close()
+
+    return _make
