@@ -31,6 +31,7 @@ from actors.feed import FeedActor
 from actors.janitor import Janitor
 from actors.match import Delivery, MatchActor
 from actors.orchestrator import Orchestrator
+from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
 from daemon import __version__
 from daemon.logs import get_logger
@@ -157,6 +158,8 @@ class Daemon:
                     await supervisor.start(name, lambda job=job: job, kind="job")
                 orchestrator = self.orchestrator
                 await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
+                reconciler = LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s)
+                await supervisor.start("reconciler", lambda: reconciler, kind="job")
                 nursery.start_soon(self._watchdog)
                 if self._notifier is not None:
                     self._notifier.ready()

@@ -1,0 +1,70 @@
+"""LiveMatchReconciler against moto's server: fixtures that leave /livescores are archived."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from actors.reconciler import LiveMatchReconciler
+
+
+class FakeFeed:
+    """The feed's livescores() only: the reconciler's one input besides DynamoDB."""
+
+    def __init__(self) -> None:
+        self.live: list[dict[str, Any]] = []
+        self.fail = False
+
+    async def livescores(self, *, max_age_s: float | None = None) -> list[dict[str, Any]]:
+        if self.fail:
+            raise RuntimeError("SportMonks unavailable")
+        return list(self.live)
+
+
+async def _fixture(repos: Any, match_id: str) -> None:
+    await repos.fixtures.batch_write_fixtures(
+        [{"matchId": match_id, "leagueCode": "T", "startTime": "2026-12-02T10:00:00Z", "live": True,
+          "liveUpdatedAt": "2026-12-02T10:30:00Z"}]
+    )
+
+
+async def test_a_match_that_leaves_livescores_is_archived_once(repos: Any) -> None:
+    await _fixture(repos, "1")
+    await _fixture(repos, "2")
+    feed = FakeFeed()
+    rec = LiveMatchReconciler(repos, feed)
+    feed.live = [{"id": 1, "status": "2nd Innings"}, {"id": 2, "status": "1st Innings"}]
+    assert await rec.cycle() == []
+    feed.live = [{"id": 2, "status": "1st Innings"}]
+    assert await rec.cycle() == ["1"]
+    item = await repos.fixtures.get_fixture("1")
+    assert item["archivedAt"] and "liveUpdatedAt" not in item and item["live"] is False
+    assert "archivedAt" not in await repos.fixtures.get_fixture("2")
+    assert await rec.cycle() == []  # not archived twice
+
+
+async def test_a_failed_livescores_call_archives_nothing_and_forgets_nothing(repos: Any) -> None:
+    await _fixture(repos, "7")
+    feed = FakeFeed()
+    rec = LiveMatchReconciler(repos, feed)
+    feed.live = [{"id": 7, "status": "1st Innings"}]
+    await rec.cycle()
+    feed.fail = True
+    assert await rec.cycle() == []
+    assert "archivedAt" not in await repos.fixtures.get_fixture("7")
+    feed.fail = False
+    feed.live = []
+    assert await rec.cycle() == ["7"]
+
+
+async def test_matches_active_before_a_restart_are_remembered(repos: Any) -> None:
+    await _fixture(repos, "9")
+    assert await repos.active_matches.register_active_match("9", "old-instance")
+    feed = FakeFeed()
+    rec = LiveMatchReconciler(repos, feed, cycle_s=3600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rec.run)
+        nursery.cancel_scope.cancel()
+    assert "9" in rec.seen_live
+    assert await rec.cycle() == ["9"]
