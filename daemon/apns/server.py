@@ -470,7 +470,7 @@ class FaultScript(_ScriptModel):
                                          "a request; 0 = never")
 
     @model_validator(mode="after")
-    def _tokens_are_hex(self) -> FaultScript:
+    def _tokens_are_named(self) -> FaultScript:
         for token in self.tokens or {}:
             if not token:
                 raise ValueError("tokens: empty device token")
@@ -679,6 +679,13 @@ class _ServerH2Connection(h2.connection.H2Connection):
             self._new_streams = 0
             self._open_streams(1)  # drops closed streams from self.streams
         return 0
+
+
+if not all(
+    hasattr(h2.connection.H2Connection, name)
+    for name in ("_prepare_for_sending", "_stream_is_closed_by_reset", "_stream_is_closed_by_end")
+):  # pragma: no cover - an h2 whose internals differ from 4.x keeps its own (slower) _receive_frame
+    del _ServerH2Connection._receive_frame
 
 
 _HUFFMAN_CACHE_MIN = 32
