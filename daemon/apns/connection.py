@@ -320,8 +320,9 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         Stock h2 turns every frame into a hyperframe object, logs its repr and dispatches it; for a
         one-frame response that is most of the receive cost. Complete frames are split here; a HEADERS
         frame that carries a whole header block (END_HEADERS, no padding or priority) on a stream we opened
-        is decoded with h2's own HPACK decoder and driven through h2's own connection and stream state
-        machines, producing the same events h2 would. Every other frame (DATA, SETTINGS, WINDOW_UPDATE,
+        is decoded by ``ResponseHeaderDecoder`` and driven through h2's own connection and stream state
+        machines, producing the same events h2 would; so is an unpadded DATA frame on such a stream (error
+        bodies, empty END_STREAM frames). Every other frame (SETTINGS, WINDOW_UPDATE,
         RST_STREAM, GOAWAY, PING, CONTINUATION, anything odd) goes through h2 unchanged.
         """
         buffer = self._pending_bytes
@@ -353,6 +354,18 @@ class _ApnsH2Connection(h2.connection.H2Connection):
                     slow_from = -1
                 events += self._fast_headers(streams[stream_id], bytes(buffer[pos + 9 : frame_end]),
                                              bool(flags & _END_STREAM))
+            elif (
+                frame_type == _DATA
+                and not flags & _PADDED_OR_PRIORITY
+                and length <= self.max_inbound_frame_size
+                and stream_id in streams
+                and not frame_buffer._headers_buffer
+            ):
+                if slow_from >= 0:
+                    events += self.receive_data(bytes(buffer[slow_from:pos]))
+                    slow_from = -1
+                events += self._fast_data(streams[stream_id], bytes(buffer[pos + 9 : frame_end]),
+                                          bool(flags & _END_STREAM))
             elif slow_from < 0:
                 slow_from = pos
             pos = frame_end
@@ -382,6 +395,18 @@ class _ApnsH2Connection(h2.connection.H2Connection):
                 raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set")
             stream._initialize_content_length(headers)
             first.headers = headers
+            return events  # type: ignore[no-any-return]
+        except h2.exceptions.ProtocolError as exc:
+            self._terminate_connection(exc.error_code)
+            raise
+
+    def _fast_data(self, stream: Any, data: bytes, end_stream: bool) -> list[h2.events.Event]:
+        """What ``_receive_data_frame`` does for an unpadded DATA frame on an open stream (an error body, or
+        the empty END_STREAM frame some servers send after a body-less response)."""
+        try:
+            self.state_machine.process_input(ConnectionInputs.RECV_DATA)
+            self._inbound_flow_control_window_manager.window_consumed(len(data))
+            _, events = stream.receive_data(data, end_stream, len(data))
             return events  # type: ignore[no-any-return]
         except h2.exceptions.ProtocolError as exc:
             self._terminate_connection(exc.error_code)
