@@ -197,3 +197,51 @@ async def test_a_paused_instance_pushes_nothing_after_waking(tmp_path: Path, mot
         finally:
             await cluster.stop_all()
             nursery.cancel_scope.cancel()
+
+
+async def test_sigterm_releases_every_lock_at_once_and_the_match_continues_elsewhere(
+    tmp_path: Path, moto_server: Any
+) -> None:
+    tapes = [synthesise("T20", seed=41)]
+    cluster = Cluster(
+        tmp_path,
+        moto_url=moto_server.url,
+        tapes=tapes,
+        table_prefix="term-",
+        speed=300.0,
+        followers_per_match=3,
+        lease_s=30.0,  # long: a lock still held after exit would be visible for 30 s
+        cadence_s=0.25,
+        cycle_s=1.0,
+        innings_break_s=600.0,
+    )
+    match_id = str(tapes[0].fixture_id)
+    async with trio.open_nursery() as nursery:
+        await cluster.start(nursery, instances=1)
+        try:
+            with trio.fail_after(120):
+                while len(cluster.apns.records) < 5:
+                    await trio.sleep(0.2)
+            owner = cluster.instances[0]
+            cluster.spawn(1)
+            await cluster.wait_healthy(timeout=120)
+            owner.proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(60):
+                while owner.alive:
+                    await trio.sleep(0.05)
+            assert owner.proc.returncode == 0
+            lock = await cluster.repos.locks.get(f"match:{match_id}")
+            assert lock is None or lock["owner"] != owner.instance_id, "SIGTERM left the lock held"
+            # the other instance takes the match long before the 30 s lease could have run out
+            with trio.fail_after(25):
+                while True:
+                    item = await cluster.repos.active_matches.get_active_match_state(match_id)
+                    if item and item["instanceId"] == cluster.instances[1].instance_id:
+                        break
+                    await trio.sleep(0.2)
+            assert await cluster.wait_all_ended(240)
+        finally:
+            await cluster.stop_all()
+            nursery.cancel_scope.cancel()
+    _check_exclusive_ownership(cluster)
+    _check_deliveries(cluster, tapes)
