@@ -149,20 +149,25 @@ async def test_kill_9_mid_match_moves_matches_and_loses_no_wicket(tmp_path: Path
     _check_deliveries(cluster, tapes)
 
 
-async def test_a_paused_instance_pushes_nothing_after_waking(tmp_path: Path, moto_server: Any) -> None:
-    tapes = [synthesise("T20", seed=31)]
+def _one_match(tmp_path: Path, moto_url: str, *, seed: int, speed: float, lease_s: float) -> tuple[Cluster, list[Any]]:
+    tapes = [synthesise("T20", seed=seed)]
     cluster = Cluster(
         tmp_path,
-        moto_url=moto_server.url,
+        moto_url=moto_url,
         tapes=tapes,
-        table_prefix="pause-",
-        speed=150.0,
+        table_prefix=f"one{seed}-",
+        speed=speed,
         followers_per_match=3,
-        lease_s=5.0,
+        lease_s=lease_s,
         cadence_s=0.25,
         cycle_s=1.0,
         innings_break_s=600.0,
     )
+    return cluster, tapes
+
+
+async def test_a_paused_instance_pushes_nothing_after_waking(tmp_path: Path, moto_server: Any) -> None:
+    cluster, tapes = _one_match(tmp_path, moto_server.url, seed=31, speed=150.0, lease_s=5.0)
     match_id = str(tapes[0].fixture_id)
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=1)
@@ -202,19 +207,8 @@ async def test_a_paused_instance_pushes_nothing_after_waking(tmp_path: Path, mot
 async def test_sigterm_releases_every_lock_at_once_and_the_match_continues_elsewhere(
     tmp_path: Path, moto_server: Any
 ) -> None:
-    tapes = [synthesise("T20", seed=41)]
-    cluster = Cluster(
-        tmp_path,
-        moto_url=moto_server.url,
-        tapes=tapes,
-        table_prefix="term-",
-        speed=300.0,
-        followers_per_match=3,
-        lease_s=30.0,  # long: a lock still held after exit would be visible for 30 s
-        cadence_s=0.25,
-        cycle_s=1.0,
-        innings_break_s=600.0,
-    )
+    # a long lease: a lock still held after exit would be visible for 30 s
+    cluster, tapes = _one_match(tmp_path, moto_server.url, seed=41, speed=300.0, lease_s=30.0)
     match_id = str(tapes[0].fixture_id)
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=1)
