@@ -33,6 +33,11 @@ class ApnsSettings(BaseModel):
     max_streams_per_connection: int = Field(
         1000, ge=1, description="local cap on concurrent streams, below the server's MAX_CONCURRENT_STREAMS"
     )
+    batch_window_s: float = Field(
+        0.01, ge=0, le=0.5,
+        description="under a stream of pushes, gather them this long before writing (a little latency for "
+        "much less CPU per push); a lone push is sent at once",
+    )
     token_refresh_s: float = Field(
         3000.0, ge=1200, lt=3600, description="mint a new provider token once the current one is this old"
     )
