@@ -40,7 +40,7 @@ import h2.exceptions
 import h2.settings
 import hpack.exceptions
 import hpack.table
-from h2.connection import AllowedStreamIDs, ConnectionInputs
+from h2.connection import AllowedStreamIDs, ConnectionInputs, ConnectionState
 from h2.errors import ErrorCodes
 from h2.stream import StreamInputs
 from hpack.huffman_table import decode_huffman
@@ -282,7 +282,7 @@ class ResponseHeaderDecoder:
 # --- h2 with APNs-sized bookkeeping --------------------------------------------------------------------
 
 _FRAME_HEADER = struct.Struct(">HBBBL")  # 24-bit length as (high 16, low 8), type, flags, stream id
-_DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
+_DATA, _HEADERS, _RST_STREAM, _CONTINUATION = 0x0, 0x1, 0x3, 0x9
 _END_STREAM, _END_HEADERS = 0x1, 0x4
 _PADDED_OR_PRIORITY = 0x8 | 0x20
 
@@ -306,6 +306,13 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         # Stock h2 recounts (and garbage-collects) every stream here, on every send_headers: O(n) per
         # request. ApnsConnection counts its own streams exactly and forgets closed ones as they close.
         return self.open_requests
+
+    def _connection_input(self, input_: ConnectionInputs) -> None:
+        # In CLIENT_OPEN, h2's connection state machine maps SEND/RECV of HEADERS, DATA and RST_STREAM back to
+        # CLIENT_OPEN with no side effect; only other states need the machine (and its ProtocolError).
+        machine = self.state_machine
+        if machine.state is not ConnectionState.CLIENT_OPEN:
+            machine.process_input(input_)
 
     def forget_stream(self, stream_id: int) -> None:
         """Drop a closed stream the way h2's recount would (late frames on it are still recognised)."""
@@ -366,6 +373,18 @@ class _ApnsH2Connection(h2.connection.H2Connection):
                     slow_from = -1
                 events += self._fast_data(streams[stream_id], bytes(buffer[pos + 9 : frame_end]),
                                           bool(flags & _END_STREAM))
+            elif (
+                frame_type == _RST_STREAM
+                and length == 4
+                and stream_id not in streams
+                and 0 < stream_id <= self.highest_outbound_stream_id
+            ):
+                # A reset of a stream we already closed (nginx sends one after every answer): h2 would only
+                # look the stream up, find it closed and ignore the frame.
+                if slow_from >= 0:
+                    events += self.receive_data(bytes(buffer[slow_from:pos]))
+                    slow_from = -1
+                self._connection_input(ConnectionInputs.RECV_RST_STREAM)
             elif slow_from < 0:
                 slow_from = pos
             pos = frame_end
@@ -377,7 +396,7 @@ class _ApnsH2Connection(h2.connection.H2Connection):
     def _fast_headers(self, stream: Any, block: bytes, end_stream: bool) -> list[h2.events.Event]:
         """What ``_receive_headers_frame`` + ``H2Stream.receive_headers`` do for a response (no validation)."""
         try:
-            self.state_machine.process_input(ConnectionInputs.RECV_HEADERS)
+            self._connection_input(ConnectionInputs.RECV_HEADERS)
             headers = self.response_decoder.decode(block)
             status = headers[0][1] if headers and headers[0][0] == b":status" else b""
             informational = status[:1] == b"1"
@@ -404,7 +423,7 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         """What ``_receive_data_frame`` does for an unpadded DATA frame on an open stream (an error body, or
         the empty END_STREAM frame some servers send after a body-less response)."""
         try:
-            self.state_machine.process_input(ConnectionInputs.RECV_DATA)
+            self._connection_input(ConnectionInputs.RECV_DATA)
             self._inbound_flow_control_window_manager.window_consumed(len(data))
             _, events = stream.receive_data(data, end_stream, len(data))
             return events  # type: ignore[no-any-return]
@@ -426,7 +445,7 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         """Open ``stream_id`` with the HPACK ``block`` as its request headers (END_STREAM comes with the body)."""
         if self.open_requests + 1 > self.remote_settings.max_concurrent_streams:
             raise h2.exceptions.TooManyStreamsError("APNs stream limit reached")  # guarded by ApnsConnection
-        self.state_machine.process_input(ConnectionInputs.SEND_HEADERS)
+        self._connection_input(ConnectionInputs.SEND_HEADERS)
         stream = self._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
         stream.state_machine.process_input(StreamInputs.SEND_HEADERS)
         stream.request_method = b"POST"
@@ -453,7 +472,7 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         while allowed > 0:
             size = min(allowed, frame_max)
             end = offset + size == len(body)
-            self.state_machine.process_input(ConnectionInputs.SEND_DATA)
+            self._connection_input(ConnectionInputs.SEND_DATA)
             stream.state_machine.process_input(StreamInputs.SEND_DATA)
             if end:
                 stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
@@ -555,6 +574,7 @@ class ApnsConnection:
         self._constant_fields: dict[tuple[str, str, int], tuple[tuple[bytes, bytes], ...]] = {}
         self.goaway: GoAway | None = None
         self.settings_received = False
+        self._max_concurrent = 0  # min(server's MAX_CONCURRENT_STREAMS, local cap), refreshed on its SETTINGS
         self.peak_in_flight = 0
         self.requests_sent = 0
         self.answers_received = 0
@@ -582,9 +602,7 @@ class ApnsConnection:
     @property
     def max_concurrent(self) -> int:
         """Streams we may have open now: the server's live limit, capped locally; 0 before its SETTINGS."""
-        if not self.settings_received:
-            return 0
-        return min(self._h2.remote_settings.max_concurrent_streams, self.local_stream_cap)
+        return self._max_concurrent
 
     @property
     def send_window(self) -> int:
@@ -605,7 +623,7 @@ class ApnsConnection:
         return (
             self.state == "open"
             and not self._blocked
-            and len(self._streams) < self.max_concurrent
+            and len(self._streams) < self._max_concurrent
             and self._h2.outbound_flow_control_window > 0
             and self._token is not None
         )
@@ -793,6 +811,7 @@ class ApnsConnection:
                         Unanswered(stream.exchange, "refused" if refused else "reset", processed=not refused)
                     )
             elif kind is h2.events.RemoteSettingsChanged:
+                self._max_concurrent = min(h2c.remote_settings.max_concurrent_streams, self.local_stream_cap)
                 if not self.settings_received:
                     self.settings_received = True
                     if self.state == "connecting":
