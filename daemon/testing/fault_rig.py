@@ -228,12 +228,15 @@ class FaultRig:
     async def match_item(self) -> dict[str, Any] | None:
         return await self.repos.active_matches.get_active_match_state(self.match_id)
 
+    async def is_ended(self) -> bool:
+        item = await self.match_item()
+        return item is not None and item.get("status") == "ended"
+
     async def wait_ended(self, timeout: float) -> bool:
         """True once ``active-matches`` says the match ended (the end sequence's last step but the lock)."""
         with trio.move_on_after(timeout):
             while True:
-                item = await self.match_item()
-                if item is not None and item.get("status") == "ended":
+                if await self.is_ended():
                     return True
                 await trio.sleep(0.25)
         return False
@@ -263,6 +266,34 @@ class FaultRig:
         for ball in fixture.get("balls") or []:
             if (ball.get("score") or {}).get("is_wicket") and ball.get("batsmanout_id"):
                 out.add(f"{ball['scoreboard']}:{ball['batsmanout_id']}")
+        return out
+
+    def newest_wicket_ball(self) -> int:
+        """The id of the newest wicket ball the replay server has posted."""
+        status = self.replay.status()[self.match_id]
+        fixture = self.replay.tape(self.match_id).fixture_at(status["cursor"])
+        ids = [int(b["id"]) for b in fixture.get("balls") or [] if (b.get("score") or {}).get("is_wicket")]
+        if not ids:
+            raise LookupError("no wicket has been served yet")
+        return max(ids)
+
+    @staticmethod
+    def dot_score_id() -> int:
+        """The score-catalogue id of a dot ball ("No Run")."""
+        from daemon.replay.tape import SCORES
+
+        return next(s.id for s in SCORES.values() if s.name == "No Run")
+
+    def missing_wickets_so_far(self) -> dict[str, set[str]]:
+        """Per session: wickets served so far that no accepted push carried yet."""
+        served = self.served_wickets()
+        by_token = self.accepted_by_token()
+        out: dict[str, set[str]] = {}
+        for token, visitor in self.tokens.items():
+            got = set().union(*(event_ids(r) for r in by_token.get(token, []))) if by_token.get(token) else set()
+            missing = {w for w in served if ("wicket", w) not in got}
+            if missing:
+                out[visitor] = missing
         return out
 
     def missing_wickets(self, tokens: list[str] | None = None) -> dict[str, set[str]]:

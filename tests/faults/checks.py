@@ -1,0 +1,54 @@
+"""What every fault test checks once the fault has cleared: the daemon stayed up, the match ran to its end,
+its persisted state is whole, and every seeded token got every standing wicket and an end (late, not lost)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from daemon.testing.fault_rig import FaultRig, aps, standing_wickets
+
+
+async def run_to_end(rig: FaultRig, timeout: float = 120.0) -> None:
+    """Wait for the end of the match; it must come while the daemon is still running."""
+    with trio.fail_after(timeout):
+        assert await rig.wait_ended(timeout), "the match never ended"
+    assert not rig.daemon.finished.is_set(), "the daemon stopped during the fault"
+    assert rig.daemon.exit_code == 0
+
+
+async def assert_nothing_lost(rig: FaultRig, *, tokens: list[str] | None = None) -> None:
+    await run_to_end(rig)
+    tape = rig.replay.tape(rig.match_id)
+    assert standing_wickets(tape), "the tape has wickets (otherwise this check proves nothing)"
+    assert rig.missing_wickets(tokens) == {}
+    by_token = rig.accepted_by_token()
+    for token in tokens if tokens is not None else list(rig.tokens):
+        ends = [r for r in by_token.get(token, []) if aps(r).get("event") == "end"]
+        assert ends, f"session {rig.tokens[token]} got no end"
+        assert all("dismissal-date" in aps(r) for r in ends)
+    await assert_state_whole(rig)
+
+
+async def assert_state_whole(rig: FaultRig) -> None:
+    """The persisted match record is the final one of the tape: phase completed, every innings' runs and
+    wickets as the tape's last entry says, every standing wicket recorded as reported."""
+    item = await rig.match_item()
+    assert item is not None
+    assert item["status"] == "ended"
+    assert item["matchPhase"] == "completed"
+    tape = rig.replay.tape(rig.match_id)
+    final = tape.fixture_at(len(tape))
+    expected = {
+        (str(run["inning"]), int(run["score"]), int(run["wickets"])) for run in final.get("runs") or []
+    }
+    stored = {(str(row[0]), int(row[2]), int(row[3])) for row in item["previousScore"]["innings"]}
+    assert stored == expected, f"persisted score {sorted(stored)} is not the tape's final {sorted(expected)}"
+    reported = set(item.get("reportedWickets") or [])
+    assert standing_wickets(tape) <= reported
+
+
+def first_updates(rig: FaultRig, n: int) -> Any:
+    """A predicate: at least ``n`` updates accepted (the match is under way)."""
+    return lambda: rig.accepted_updates() >= n
