@@ -410,6 +410,10 @@ class _ApnsH2Connection(h2.connection.H2Connection):
                 ended = stream.state_machine.process_input(StreamInputs.RECV_END_STREAM)
                 first.stream_ended = ended[0]
                 events += ended
+                if stream.closed:
+                    # Forget it now, so a RST_STREAM right behind it in this read (nginx sends one) takes
+                    # the closed-stream path instead of h2's.
+                    self.forget_stream(stream.stream_id)
             elif type(first) is h2.events.TrailersReceived:
                 raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set")
             stream._initialize_content_length(headers)
@@ -426,6 +430,8 @@ class _ApnsH2Connection(h2.connection.H2Connection):
             self._connection_input(ConnectionInputs.RECV_DATA)
             self._inbound_flow_control_window_manager.window_consumed(len(data))
             _, events = stream.receive_data(data, end_stream, len(data))
+            if end_stream and stream.closed:
+                self.forget_stream(stream.stream_id)
             return events  # type: ignore[no-any-return]
         except h2.exceptions.ProtocolError as exc:
             self._terminate_connection(exc.error_code)
