@@ -585,8 +585,8 @@ class ApnsSender:
                             failures=failures + 1)
             failures = 0 if healthy else failures + 1
             if failures:
-                ceiling = min(settings.reconnect_backoff_max_s, settings.reconnect_backoff_s * 2 ** (failures - 1))
-                await trio.sleep(ceiling * (0.5 + 0.5 * self._rng.random()))
+                await trio.sleep(backoff_delay(failures, base_s=settings.reconnect_backoff_s,
+                                               cap_s=settings.reconnect_backoff_max_s, rng=self._rng))
 
     async def _open_stream(self) -> trio.SSLStream[trio.SocketStream]:
         tcp = await trio.open_tcp_stream(self._host, self._port)

@@ -41,7 +41,7 @@ import h2.settings
 import hpack.exceptions
 import hpack.table
 from h2.connection import AllowedStreamIDs, ConnectionInputs, ConnectionState
-from h2.errors import ErrorCodes
+from h2.errors import ErrorCodes, _error_code_from_int
 from h2.stream import StreamInputs
 from hpack.huffman_table import decode_huffman
 
@@ -442,7 +442,7 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         # at or below last_stream_id (RFC 9113 §6.8) would then be treated as protocol errors and lost.
         # We keep the connection state open; ApnsConnection opens no new stream after a GOAWAY.
         event = h2.events.ConnectionTerminated()
-        event.error_code = h2.connection._error_code_from_int(frame.error_code)
+        event.error_code = _error_code_from_int(frame.error_code)
         event.last_stream_id = frame.last_stream_id
         event.additional_data = frame.additional_data or None
         return [], [event]
@@ -776,7 +776,7 @@ class ApnsConnection:
         return self._ping_sent_at is not None and now - self._ping_sent_at >= timeout_s
 
     # -- bytes in -----------------------------------------------------------------------------------------
-    def receive_data(self, data: bytes, now: float) -> list[Outcome]:
+    def receive_data(self, data: bytes | bytearray, now: float) -> list[Outcome]:
         """Feed bytes from the server; returns the requests that finished. h2 protocol errors propagate."""
         self.last_activity = now
         outcomes: list[Outcome] = []
@@ -784,8 +784,8 @@ class ApnsConnection:
         streams = self._streams
         window_opened = False
         for event in h2c.receive_frames(data):
-            kind = type(event)
-            if kind is h2.events.ResponseReceived:
+            # ``type(x) is`` rather than isinstance: h2's event classes are final, and this runs per answer.
+            if type(event) is h2.events.ResponseReceived:
                 stream = streams.get(event.stream_id)
                 if stream is not None:
                     for name, value in event.headers:
@@ -793,22 +793,22 @@ class ApnsConnection:
                             stream.status = int(value)
                         elif name == b"apns-id":
                             stream.apns_id = value
-            elif kind is h2.events.StreamEnded:
+            elif type(event) is h2.events.StreamEnded:
                 stream = streams.pop(event.stream_id, None)
                 h2c.forget_stream(event.stream_id)
                 if stream is not None:
                     self.answers_received += 1
                     outcomes.append(self._answered(stream))
-            elif kind is h2.events.DataReceived:
+            elif type(event) is h2.events.DataReceived:
                 h2c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 stream = streams.get(event.stream_id)
                 if stream is not None:
                     if stream.data is None:
                         stream.data = bytearray()
                     stream.data += event.data
-            elif kind is h2.events.WindowUpdated:
+            elif type(event) is h2.events.WindowUpdated:
                 window_opened = True
-            elif kind is h2.events.StreamReset:
+            elif type(event) is h2.events.StreamReset:
                 stream = streams.pop(event.stream_id, None)
                 h2c.forget_stream(event.stream_id)
                 if stream is not None:
@@ -816,16 +816,16 @@ class ApnsConnection:
                     outcomes.append(
                         Unanswered(stream.exchange, "refused" if refused else "reset", processed=not refused)
                     )
-            elif kind is h2.events.RemoteSettingsChanged:
+            elif type(event) is h2.events.RemoteSettingsChanged:
                 self._max_concurrent = min(h2c.remote_settings.max_concurrent_streams, self.local_stream_cap)
                 if not self.settings_received:
                     self.settings_received = True
                     if self.state == "connecting":
                         self.state = "open"
                 window_opened = True  # INITIAL_WINDOW_SIZE may have grown
-            elif kind is h2.events.ConnectionTerminated:
+            elif type(event) is h2.events.ConnectionTerminated:
                 outcomes.extend(self._on_goaway(event))
-            elif kind is h2.events.PingAckReceived:
+            elif type(event) is h2.events.PingAckReceived:
                 self._ping_sent_at = None
         if window_opened and self._blocked:
             self._pump_blocked()

@@ -122,6 +122,6 @@ def backoff_delay(attempt: int, *, base_s: float, cap_s: float, rng: random.Rand
 
     Jitter spreads a 5xx storm's retries so they do not arrive back at APNs in one burst.
     """
-    ceiling = min(cap_s, base_s * (2 ** max(0, attempt - 1)))
-    r = (rng or random).random()
+    ceiling = min(cap_s, base_s * 2.0 ** min(max(0, attempt - 1), 40))
+    r: float = rng.random() if rng is not None else random.random()
     return ceiling * (0.5 + 0.5 * r)
