@@ -183,6 +183,7 @@ class ApnsSender:
         self._retries_total = 0
         self._requeues_total = 0
         self._connects = 0
+        self._pings = 0  # sent on connections since closed
         self._pushes_metric = {
             (kind, outcome): metrics.PUSHES.labels(kind=kind, outcome=outcome)
             for kind in ("start", "update", "end", "alert")
@@ -241,6 +242,7 @@ class ApnsSender:
             "requeues": self._requeues_total,
             "dead_tokens": len(self._dead),
             "connects": self._connects,
+            "pings": self._pings + sum(c.pings_sent for c in conns),
             "provider_tokens_minted": self._tokens.minted,
             "latency_ms": {"p50": pct(0.50), "p99": pct(0.99)},
         }
@@ -642,6 +644,7 @@ class ApnsSender:
         finally:
             if counted:
                 metrics.APNS_CONNECTIONS.dec()
+            self._pings += conn.pings_sent
             orphans = conn.connection_lost()
             slot.conn = None
             with trio.CancelScope(shield=True):

@@ -584,6 +584,7 @@ class ApnsConnection:
         self.peak_in_flight = 0
         self.requests_sent = 0
         self.answers_received = 0
+        self.pings_sent = 0
         self.last_activity = 0.0
         self._ping_sent_at: float | None = None
 
@@ -771,6 +772,7 @@ class ApnsConnection:
     def send_ping(self, now: float) -> None:
         self._h2.ping(b"apnsping")
         self._ping_sent_at = now
+        self.pings_sent += 1
 
     def ping_overdue(self, now: float, timeout_s: float) -> bool:
         return self._ping_sent_at is not None and now - self._ping_sent_at >= timeout_s

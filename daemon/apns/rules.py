@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from daemon.apns.types import PUSH_TYPES, Push
+from daemon.apns.types import KINDS, PUSH_TYPES, Push
 
 
 class Action(enum.Enum):
@@ -114,6 +114,8 @@ def check_push(push: Push) -> str | None:
         return "BadMessageId"
     if push.expiration is not None and push.expiration < 0:
         return "BadExpirationDate"
+    if push.kind not in KINDS:
+        return "InvalidKind"  # ours, not Apple's: the metrics label must stay bounded
     return None
 
 

@@ -458,3 +458,46 @@ async def test_invalid_push_fails_locally_without_a_request(
         ("failed", "BadDeviceToken", 0), ("failed", "PayloadTooLarge", 0),
     ]
     assert server.records_total == 0
+
+
+async def test_idle_connection_is_kept_alive_with_pings(
+    start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
+) -> None:
+    server = await start_apns_server()
+    harness = await start_sender(server, ping_idle_s=0.05, ping_timeout_s=5.0)
+    await harness.send_all([la_push(0)])
+    await trio.sleep(0.5)  # ten idle periods
+    stats = harness.sender.stats()
+    assert stats["pings"] >= 1 and stats["connects"] == 1 and harness.sender.connected
+    (result,) = await harness.send_all([la_push(1)])
+    assert result.outcome == "accepted"
+
+
+async def test_a_slow_result_consumer_loses_nothing_and_stalls_nothing(
+    start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
+) -> None:
+    server = await start_apns_server()
+    harness = await start_sender(server)
+    slow_send, slow_recv = trio.open_memory_channel[PushResult](0)  # no buffer: every result waits for us
+    for i in range(50):
+        await harness.sender.send(la_push(i, reply_to=slow_send))
+    await server.wait_for_records(50)  # all answered while nobody reads the results
+    got = []
+    with trio.fail_after(10):
+        for _ in range(50):
+            got.append(await slow_recv.receive())
+    assert sorted(r.push.context for r in got) == list(range(50))
+
+
+async def test_dead_token_metric_and_stats_count_what_happened(
+    start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
+) -> None:
+    server = await start_apns_server()
+    server.set_token_status(f"{5:0160x}", 410, "ExpiredToken")
+    harness = await start_sender(server)
+    before = metrics.DEAD_TOKENS.labels(reason="ExpiredToken")._value.get()
+    await harness.send_all([la_push(5), la_push(6)])
+    assert metrics.DEAD_TOKENS.labels(reason="ExpiredToken")._value.get() == before + 1
+    stats = harness.sender.stats()
+    assert stats["pushes"] == {"accepted": 1, "rejected": 1, "failed": 0}
+    assert stats["dead_tokens"] == 1 and stats["connections"] == 1 and stats["streams_in_flight"] == 0

@@ -62,6 +62,7 @@ def push(**kw: object) -> Push:
         ({"collapse_id": "a\nb"}, "BadCollapseId"),
         ({"apns_id": "NOT-A-UUID"}, "BadMessageId"),
         ({"expiration": -1}, "BadExpirationDate"),
+        ({"kind": "celebration"}, "InvalidKind"),
     ],
 )
 def test_check_push_names_the_problem_like_apns_would(kw: dict[str, object], reason: str | None) -> None:
