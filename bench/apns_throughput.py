@@ -3,6 +3,7 @@
     python bench/apns_throughput.py --url https://HOST:PORT [--ca-file F | --insecure] -n N [--connections C]
     python bench/apns_throughput.py --spawn-server -n 100000            # starts `sightscreen apns-server --fast`
     python bench/apns_throughput.py --spawn-server -n 20000 --connections 1 --client aioapns
+    python bench/apns_throughput.py --spawn-server -n 20000 --compare     # both clients, same server
 
 The last line printed is one JSON object: pushes, seconds, pushes_per_s, p50_ms, p99_ms, failed (plus the
 client and connection count). ``--client sightscreen`` (default) drives ``actors.sender.ApnsSender``;
@@ -302,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=10_000, help="number of pushes (default 10000)")
     p.add_argument("--connections", type=int, default=1, help="HTTP/2 connections (default 1)")
     p.add_argument("--client", choices=["sightscreen", "aioapns"], default="sightscreen")
+    p.add_argument("--compare", action="store_true",
+                   help="after the sightscreen run, run aioapns on the same server and add vs_aioapns (ratio)")
     p.add_argument("--spawn-server", nargs="?", const="apns", choices=["apns", "nginx"],
                    help="start a server for the run: the project's `apns-server --fast` (default) or nginx")
     p.add_argument("--key-file", help="ES256 .p8 key the server accepts (default: a fresh key)")
@@ -337,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
             pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
         else:
             result = trio.run(run_sightscreen, args, creds)
+        if args.compare:
+            # Same server, same pushes, one after the other: the "4x aioapns in the same run".
+            other = asyncio.run(run_aioapns(args, creds))
+            print(json.dumps(other))
+            if other["pushes_per_s"]:
+                result["vs_aioapns"] = round(result["pushes_per_s"] / other["pushes_per_s"], 2)
     finally:
         if proc is not None:
             proc.terminate()
