@@ -115,10 +115,16 @@ class Supervisor:
                             await child.actor.run()
                         log.info("actor_exited", actor=child.name)
                         return
-                    except Exception as exc:
-                        if _is_normal_exit(exc, child.normal_exits):
-                            log.info("actor_stopped", actor=child.name, reason=_reason(exc))
-                            return
+                    except BaseException as raised:
+                        exc = _crash_of(raised, child.normal_exits)
+                        if exc is None:  # cancelled (stop) and/or a normal exit: no restart
+                            if not _has_cancelled(raised):
+                                log.info("actor_stopped", actor=child.name, reason=_reason(raised))
+                                return
+                            raise _only_cancelled(raised) from None
+                        if _has_cancelled(raised):  # crashed while being stopped: say so, don't restart
+                            log.warning("actor_crashed_while_stopping", actor=child.name, error=repr(exc))
+                            raise _only_cancelled(raised) from None
                         if not self._may_restart(child):
                             log.error(
                                 "actor_gave_up",
@@ -156,6 +162,43 @@ class Supervisor:
         child.restarts.append(now)
         return True
 
+
+
+def _crash_of(exc: BaseException, normal: tuple[type[BaseException], ...]) -> Exception | None:
+    """The part of ``exc`` that is a crash, or None when it is only cancellation and normal exits.
+
+    An actor's own nursery can surface several things at once, e.g. ``Cancelled`` (it is being stopped)
+    together with ``LeaseLost`` (a normal exit) from a renewal task that failed at that moment."""
+    if isinstance(exc, trio.Cancelled):
+        return None
+    if isinstance(exc, BaseExceptionGroup):
+        _, rest = exc.split(lambda e: isinstance(e, trio.Cancelled) or _is_normal_exit(e, normal))
+        if rest is None:
+            return None
+        if isinstance(rest, ExceptionGroup):
+            return rest
+        raise rest  # KeyboardInterrupt/SystemExit inside a group: not ours to handle
+    if _is_normal_exit(exc, normal):
+        return None
+    if isinstance(exc, Exception):
+        return exc
+    raise exc
+
+
+def _has_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(trio.Cancelled) is not None
+    return False
+
+
+def _only_cancelled(exc: BaseException) -> BaseException:
+    if isinstance(exc, BaseExceptionGroup):
+        group = exc.subgroup(trio.Cancelled)
+        assert group is not None
+        return group
+    return exc
 
 
 def _is_normal_exit(exc: BaseException, normal: tuple[type[BaseException], ...]) -> bool:

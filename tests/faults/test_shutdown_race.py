@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import trio
 
 from actors.match import LeaseLost
@@ -42,11 +41,6 @@ class _ActorLosingItsLeaseAsItIsStopped:
             await trio.sleep_forever()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daemon/supervisor.py _supervise catches Exception only: BaseExceptionGroup([Cancelled, LeaseLost]) "
-    "escapes and the leftover LeaseLost crashes the daemon's nursery during a drain",
-)
 async def test_stopping_an_actor_that_loses_its_lease_at_that_moment_is_a_clean_stop() -> None:
     actor = _ActorLosingItsLeaseAsItIsStopped()
     exits: list[str] = []
