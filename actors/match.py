@@ -351,28 +351,61 @@ class MatchActor:
         return delivery
 
     async def _push_all(self, pushes: list[Push]) -> dict[str, int]:
-        """Hand pushes to the sender and wait for every result (bounded), dropping dead sessions."""
+        """Hand pushes to the sender and wait for every result, dropping sessions whose token is dead.
+
+        Pushes that failed (APNs down past the sender's own retry budget) or whose result did not come back
+        in time are sent again, the same payload with the same timestamp (a repeat is harmless on the
+        device), with a capped backoff, until accepted or ``push_retry_max_s`` has passed. The tick's state
+        is persisted only after this returns, so an owner that dies meanwhile leaves the tick to the next
+        owner rather than losing it. The lease is checked before every round: a paused or cut-off owner
+        stops here."""
         counts = {"accepted": 0, "rejected": 0, "failed": 0}
-        if not pushes:
-            return counts
-        self._assert_lease()
+        pending = pushes
+        deadline = trio.current_time() + self._settings.push_retry_max_s
+        attempt = 0
+        while pending:
+            self._assert_lease()
+            retry = await self._push_round(pending, counts)
+            if not retry:
+                break
+            if trio.current_time() >= deadline:
+                counts["failed"] += len(retry)
+                self.log.error("pushes_given_up", pushes=len(retry), after_s=self._settings.push_retry_max_s)
+                break
+            delay = min(self._settings.push_retry_backoff_max_s, 0.5 * 2**attempt)
+            self.log.warning("pushes_retrying", pushes=len(retry), attempt=attempt + 1, delay_s=delay)
+            await trio.sleep(delay)
+            attempt += 1
+            pending = retry
+        return counts
+
+    async def _push_round(self, pushes: list[Push], counts: dict[str, int]) -> list[Push]:
+        """One hand-off of ``pushes``; returns those to send again (failed, or no result in time)."""
         send, receive = trio.open_memory_channel[Any](len(pushes))
-        pushes = [_with_reply(p, send) for p in pushes]
+        waiting: dict[int, Push] = {}
         async with receive:
             for push in pushes:
-                await self._sender.send(push)
-            pending = len(pushes)
+                tagged = _with_reply(push, send)
+                waiting[id(tagged)] = push
+                await self._sender.send(tagged)
+            retry: list[Push] = []
             with trio.move_on_after(self._settings.push_result_timeout_s) as scope:
-                while pending:
+                while waiting:
                     result = await receive.receive()
-                    pending -= 1
+                    original = waiting.pop(id(result.push), None)
+                    if original is None:
+                        continue
+                    if result.outcome == "failed":
+                        retry.append(original)
+                        continue
                     counts[result.outcome] = counts.get(result.outcome, 0) + 1
                     ref = result.push.context
                     if result.outcome == "rejected" and isinstance(ref, TokenRef) and ref.kind == "la":
                         self.sessions.pop(ref.visitor_key or "", None)
             if scope.cancelled_caught:
-                self.log.warning("push_results_timed_out", pending=pending, total=len(pushes))
-        return counts
+                self.log.warning("push_results_timed_out", pending=len(waiting), total=len(pushes))
+                retry.extend(waiting.values())
+        return retry
 
     async def _persist(self, result: TickResult) -> None:
         ok = await self._repos.active_matches.update_match_state(

@@ -70,6 +70,13 @@ class MatchActorSettings(BaseModel):
     push_result_timeout_s: float = Field(
         60.0, gt=0, description="how long a tick waits for APNs results before persisting anyway"
     )
+    push_retry_max_s: float = Field(
+        900.0,
+        gt=0,
+        description="a tick whose pushes failed (APNs down past the sender's retries) is re-sent, same payload "
+        "and timestamp, for up to this long before it is given up; its state is persisted only after",
+    )
+    push_retry_backoff_max_s: float = Field(30.0, gt=0, description="cap of the backoff between such re-sends")
     attributes_type: str = Field("MatchAttributes", description="the app's ActivityAttributes type name")
     stale_after_s: int = Field(
         900, ge=0, description="stale-date on updates: the Lock Screen greys out data older than this (0: none)"
