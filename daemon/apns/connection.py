@@ -763,6 +763,8 @@ class ApnsConnection:
             self._h2.forget_stream(stream_id)
             expired.append(Unanswered(stream.exchange, "timeout", processed=True))
         if expired:
+            if self._blocked:
+                self._pump_blocked()
             self._maybe_closed()
         return expired
 
@@ -784,7 +786,6 @@ class ApnsConnection:
         outcomes: list[Outcome] = []
         h2c = self._h2
         streams = self._streams
-        window_opened = False
         for event in h2c.receive_frames(data):
             # ``type(x) is`` rather than isinstance: h2's event classes are final, and this runs per answer.
             if type(event) is h2.events.ResponseReceived:
@@ -797,6 +798,10 @@ class ApnsConnection:
                             stream.apns_id = value
             elif type(event) is h2.events.StreamEnded:
                 stream = streams.pop(event.stream_id, None)
+                if event.stream_id in h2c.streams:
+                    # Answered before we finished the body (an early 413, say): end our half with a reset,
+                    # or the server keeps counting the stream against its limit (RFC 9113 §8.1).
+                    h2c.reset_stream(event.stream_id, ErrorCodes.NO_ERROR)
                 h2c.forget_stream(event.stream_id)
                 if stream is not None:
                     self.answers_received += 1
@@ -808,8 +813,6 @@ class ApnsConnection:
                     if stream.data is None:
                         stream.data = bytearray()
                     stream.data += event.data
-            elif type(event) is h2.events.WindowUpdated:
-                window_opened = True
             elif type(event) is h2.events.StreamReset:
                 stream = streams.pop(event.stream_id, None)
                 h2c.forget_stream(event.stream_id)
@@ -824,12 +827,12 @@ class ApnsConnection:
                     self.settings_received = True
                     if self.state == "connecting":
                         self.state = "open"
-                window_opened = True  # INITIAL_WINDOW_SIZE may have grown
             elif type(event) is h2.events.ConnectionTerminated:
                 outcomes.extend(self._on_goaway(event))
             elif type(event) is h2.events.PingAckReceived:
                 self._ping_sent_at = None
-        if window_opened and self._blocked:
+        if self._blocked:
+            # More window, or the waiting stream ended (answered early, reset): either way move on.
             self._pump_blocked()
         self._maybe_closed()
         return outcomes

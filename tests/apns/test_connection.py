@@ -211,6 +211,20 @@ def test_small_window_holds_bodies_back_until_window_update_and_never_overruns()
     assert conn.can_send()
 
 
+def test_answer_before_the_body_is_complete_resets_our_half_of_the_stream() -> None:
+    conn, server = connect({SettingCodes.INITIAL_WINDOW_SIZE: 100})
+    exchange(conn, server)
+    sid = conn.send(make_push(1, payload=b"x" * 600), "early", 0.0)
+    server.feed(conn.data_to_send())  # the server has the headers and 100 bytes of body
+    server.out()  # (drop its WINDOW_UPDATE: the answer alone must unblock the connection)
+    server.answer(sid, 413, {"reason": "PayloadTooLarge"})
+    outcomes = conn.receive_data(server.out(), 0.0)
+    assert [(o.exchange, o.status) for o in outcomes if isinstance(o, Answered)] == [("early", 413)]
+    server.feed(conn.data_to_send())
+    assert sid in server.resets  # our half is closed, so the stream no longer counts against the limit
+    assert conn.in_flight == 0 and conn.can_send()
+
+
 def test_connection_window_exhaustion_waits_instead_of_raising() -> None:
     conn, server = connect()
     exchange(conn, server)
