@@ -501,3 +501,32 @@ async def test_dead_token_metric_and_stats_count_what_happened(
     stats = harness.sender.stats()
     assert stats["pushes"] == {"accepted": 1, "rejected": 1, "failed": 0}
     assert stats["dead_tokens"] == 1 and stats["connections"] == 1 and stats["streams_in_flight"] == 0
+
+
+async def test_413_is_failed_not_retried_and_not_a_dead_token(
+    start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
+) -> None:
+    server = await start_apns_server()
+    server.set_token_status(f"{3:0160x}", 413, "PayloadTooLarge")
+    harness = await start_sender(server)
+    (result,) = await harness.send_all([la_push(3)])
+    assert (result.outcome, result.status, result.reason, result.attempts) == ("failed", 413, "PayloadTooLarge", 1)
+    assert harness.janitor_results() == []
+
+
+async def test_goaway_with_a_configuration_reason_stops_the_sender(
+    start_apns_server: StartServer, signing_key: SigningKeyPair
+) -> None:
+    server = await start_apns_server()
+    sender = ApnsSender(sender_settings(server, signing_key), ssl_context=server.ssl_context_for_clients())
+    caught: list[BaseException] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sender.run)
+            assert (await sender.send_and_wait(la_push(1))).outcome == "accepted"
+            server.goaway("BadCertificateEnvironment")
+            await trio.sleep_forever()
+    except* ApnsConfigurationError as group:
+        caught.extend(group.exceptions)
+    (error,) = caught
+    assert "BadCertificateEnvironment" in str(error)
