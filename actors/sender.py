@@ -744,13 +744,7 @@ class ApnsSender:
                 continue
             # Nothing to write: sleep until woken, the next request deadline or the ping schedule.
             deadline = conn.next_deadline()
-            ping_at = (
-                conn._ping_sent_at + settings.ping_timeout_s
-                if conn._ping_sent_at is not None
-                else conn.last_activity + settings.ping_idle_s
-            )
-            if conn.state != "open" and conn._ping_sent_at is None:
-                ping_at = float("inf")  # draining: no new pings, only deadlines
+            ping_at = conn.next_ping_check(settings.ping_idle_s, settings.ping_timeout_s)
             wake_at = ping_at if deadline is None else min(deadline, ping_at)
             with trio.move_on_at(wake_at):
                 await wake.wait()

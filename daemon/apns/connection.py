@@ -783,6 +783,14 @@ class ApnsConnection:
         self._ping_sent_at = now
         self.pings_sent += 1
 
+    def next_ping_check(self, idle_s: float, timeout_s: float) -> float:
+        """When the ping schedule next needs a look: a ping due, or an unanswered one overdue (inf: never)."""
+        if self._ping_sent_at is not None:
+            return self._ping_sent_at + timeout_s
+        if self.state != "open":
+            return float("inf")  # draining: no new pings, only deadlines
+        return self.last_activity + idle_s
+
     def ping_overdue(self, now: float, timeout_s: float) -> bool:
         return self._ping_sent_at is not None and now - self._ping_sent_at >= timeout_s
 
