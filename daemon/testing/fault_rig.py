@@ -1,7 +1,7 @@
 """A fault rig: one in-process daemon on real local parts, with a fault proxy in front of each peer.
 
 What the fault tests (``tests/faults``) drive. In the caller's trio loop it starts the project's APNs server,
-the replay server (serving one tape), and three ``FaultProxy`` instances (``dynamodb``, ``sportmonks``,
+the replay server (serving one tape), and three ``FaultProxy`` instances (``LazyFaultProxy`` for DynamoDB) (``dynamodb``, ``sportmonks``,
 ``apns``) forwarding to moto (a child process the caller owns), the replay server and the APNs server. The
 daemon (``daemon.run.Daemon``, jobs off) is configured with the proxies' ports, so every byte it exchanges with
 a peer crosses a proxy that a test can degrade; the rig's own ``repos`` talk to moto directly, so a test
@@ -31,9 +31,12 @@ from typing import Any
 import trio
 
 from daemon.testing.fault_proxy import FaultProxy
+from daemon.testing.lazy_proxy import LazyFaultProxy
 
 TEAM_ID = "FAULTTEAM1"
 KEY_ID = "FAULTKEY01"
+# a second instance signs with its own key, so the APNs server's record says which instance pushed
+SECOND_KEY_ID = "FAULTKEY02"
 TOPIC = "app.sightscreen.faults"
 
 
@@ -88,7 +91,7 @@ class FaultRig:
         self.repos: Any = None
         self.daemon: Any = None
         self._dynamo: Any = None
-        self._key: Any = None
+        self._keys: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ start and stop
     async def start(self, nursery: trio.Nursery, *, add_tape: bool = True) -> None:
@@ -108,8 +111,10 @@ class FaultRig:
         self._dynamo = Dynamo(DynamoSettings(endpoint_url=self.moto_url, table_prefix=self.prefix))
         await create_tables(self._dynamo)
         self.repos = Repositories(self._dynamo)
-        self._key = generate_signing_key(KEY_ID)
-        self.apns = ApnsTestServer(team_id=TEAM_ID, keys={KEY_ID: self._key.public_pem}, topics=[TOPIC], ca=make_ca())
+        self._keys = {kid: generate_signing_key(kid) for kid in (KEY_ID, SECOND_KEY_ID)}
+        self.apns = ApnsTestServer(
+            team_id=TEAM_ID, keys={kid: k.public_pem for kid, k in self._keys.items()}, topics=[TOPIC], ca=make_ca()
+        )
         await nursery.start(self.apns.serve)
         self.replay = ReplayServer(
             [], speed=opts.speed, innings_break_s=opts.innings_break_s, start_delay_s=opts.start_delay_wall_s * opts.speed
@@ -122,7 +127,8 @@ class FaultRig:
             "apns": ("127.0.0.1", int(self.apns.port)),
         }
         for name, (host, port) in targets.items():
-            proxy = FaultProxy(host, port)
+            # moto is single-threaded: a connection held open in front of it would stall its other clients
+            proxy = LazyFaultProxy(host, port) if name == "dynamodb" else FaultProxy(host, port)
             await nursery.start(proxy.serve)
             self.proxies[name] = proxy
         await self.seed()
@@ -134,12 +140,13 @@ class FaultRig:
     def start_match(self) -> None:
         self.replay.add_tape(self.tape)
 
-    def config(self, instance_id: str = "fault-i1") -> Any:
+    def config(self, instance_id: str = "fault-i1", *, key_id: str = KEY_ID, dynamo_direct: bool = False) -> Any:
+        """The daemon's configuration: every peer through its proxy (DynamoDB directly with ``dynamo_direct``)."""
         from daemon.demo import demo_config
 
         opts = self.options
         extra: dict[str, dict[str, Any]] = {
-            "apns": {"team_id": TEAM_ID, "key_id": KEY_ID, "topic": TOPIC},
+            "apns": {"team_id": TEAM_ID, "key_id": key_id, "topic": TOPIC},
             "orchestrator": {"cycle_s": opts.cycle_s, "lease_s": opts.lease_s, "clock_skew_bound_s": 0.5},
             "match": {"session_refresh_s": 1.0, "heal_every_s": 5.0},
             "sportmonks": {"breaker_cooldown_s": 1.0},
@@ -147,11 +154,11 @@ class FaultRig:
         for section, values in opts.extra.items():
             extra.setdefault(section, {}).update(values)
         return demo_config(
-            dynamo_url=f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
+            dynamo_url=self.moto_url if dynamo_direct else f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
             replay_url=f"http://127.0.0.1:{self.proxies['sportmonks'].port}",
             apns_url=f"https://127.0.0.1:{self.proxies['apns'].port}",
             ca_file=self.apns.ca_file,
-            private_key=self._key.private_pem,
+            private_key=self._keys[key_id].private_pem,
             league_id=str(self.tape.league_id),
             cadence_s=opts.cadence_s,
             admin_socket=str(self.workdir / f"{instance_id}.sock"),
@@ -161,11 +168,19 @@ class FaultRig:
             extra=extra,
         )
 
-    def new_daemon(self, instance_id: str = "fault-i1", on_delivery: Callable[[Any], None] | None = None) -> Any:
-        """A daemon on this rig's proxies (not started: ``await nursery.start(daemon.run)``)."""
+    def new_daemon(
+        self,
+        instance_id: str = "fault-i1",
+        *,
+        key_id: str = KEY_ID,
+        dynamo_direct: bool = False,
+        on_delivery: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """A daemon on this rig's peers (not started: ``await nursery.start(daemon.run)``)."""
         from daemon.run import Daemon
 
-        return Daemon(self.config(instance_id), on_delivery=on_delivery or self.deliveries.append, with_jobs=False)
+        config = self.config(instance_id, key_id=key_id, dynamo_direct=dynamo_direct)
+        return Daemon(config, on_delivery=on_delivery or self.deliveries.append, with_jobs=False)
 
     async def stop_daemon(self, daemon: Any | None = None, *, timeout: float = 20.0) -> None:
         daemon = daemon or self.daemon
@@ -252,6 +267,14 @@ class FaultRig:
             if record.get("status") == 200 and record.get("token") in self.tokens:
                 out[record["token"]].append(record)
         return out
+
+    @staticmethod
+    def record_kid(record: dict[str, Any]) -> str | None:
+        """The key id of the provider token a request was signed with (which instance sent it)."""
+        auth = (record.get("headers") or {}).get("authorization", "")
+        if "kid=" not in auth:
+            return None
+        return str(auth.split("kid=", 1)[1].split()[0].rstrip(">"))
 
     def accepted_updates(self) -> int:
         return sum(1 for r in self.apns.records if r.get("status") == 200 and aps(r).get("event") == "update")

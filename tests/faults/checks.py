@@ -22,7 +22,8 @@ async def assert_nothing_lost(rig: FaultRig, *, tokens: list[str] | None = None)
     await run_to_end(rig)
     tape = rig.replay.tape(rig.match_id)
     assert standing_wickets(tape), "the tape has wickets (otherwise this check proves nothing)"
-    assert rig.missing_wickets(tokens) == {}
+    missing = rig.missing_wickets(tokens)
+    assert missing == {}, f"wickets never delivered: {missing}; deliveries: {_summary(rig)}"
     by_token = rig.accepted_by_token()
     for token in tokens if tokens is not None else list(rig.tokens):
         ends = [r for r in by_token.get(token, []) if aps(r).get("event") == "end"]
@@ -46,7 +47,11 @@ async def assert_state_whole(rig: FaultRig) -> None:
     stored = {(str(row[0]), int(row[2]), int(row[3])) for row in item["previousScore"]["innings"]}
     assert stored == expected, f"persisted score {sorted(stored)} is not the tape's final {sorted(expected)}"
     reported = set(item.get("reportedWickets") or [])
-    assert standing_wickets(tape) <= reported
+    assert standing_wickets(tape) <= reported, f"reported {sorted(reported)}"
+
+
+def _summary(rig: FaultRig) -> list[str]:
+    return [f"{d.kind} {d.over} {d.score} {','.join(d.event_types)} {d.accepted}/{d.tokens}" for d in rig.deliveries]
 
 
 def first_updates(rig: FaultRig, n: int) -> Any:

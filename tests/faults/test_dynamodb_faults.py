@@ -1,0 +1,127 @@
+"""DynamoDB faults: client-side throttling (a botocore hook on the daemon's own client) and the TCP link
+through the fault proxy (latency, resets, a blackhole longer than a lease).
+
+Each test checks the outcome in DynamoDB and on the APNs server's record: the daemon stayed up, botocore's
+retries absorbed what they can, a lease that could not be renewed stopped the owner's pushes, the match was
+resumed (by another instance or the same one) without a gap, and every session got every wicket and an end.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import trio
+
+from daemon import metrics
+from daemon.testing.dynamo_throttle import DynamoThrottle
+from daemon.testing.fault_rig import SECOND_KEY_ID, FaultRig
+from tests.faults.checks import assert_nothing_lost, first_updates
+
+pytestmark = pytest.mark.slow
+
+
+def _restarts() -> float:
+    return metrics.ACTOR_RESTARTS.labels("match")._value.get()
+
+
+@pytest.mark.parametrize("code", ["ProvisionedThroughputExceededException", "ThrottlingException"])
+async def test_intermittent_throttling_is_absorbed_by_botocore_retries(make_rig: Any, code: str) -> None:
+    async with make_rig(seed=3) as rig:
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        restarts = _restarts()
+        throttle = DynamoThrottle(rig.daemon.dynamo.client).install(code=code, every=4)
+        await assert_nothing_lost(rig)
+        throttle.remove()
+        assert throttle.throttled["UpdateItem"] > 0, "state writes and lease renewals were throttled"
+        assert _restarts() == restarts, "botocore retried every throttled call: no actor crashed"
+        item = await rig.match_item()
+        assert item is not None and int(item["ownerEpoch"]) == 1, "the owner never lost the match"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="actors/match.py raises DynamoDB errors (a throttled _persist, the opening _renew_once) as crashes: "
+    "the supervisor's restart budget (5 in 60 s) is spent in seconds and the orchestrator quarantines the match "
+    "for 600 s, so the only instance does not resume it once the throttling stops",
+)
+async def test_throttling_past_the_retry_budget_and_the_lease_then_the_owner_resumes_without_a_gap(
+    make_rig: Any,
+) -> None:
+    async with make_rig(seed=1, lease_s=3.0, extra={"dynamodb": {"max_attempts": 2}}) as rig:
+        await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "the first wicket served")
+        orchestrator = rig.daemon.orchestrator
+        assert orchestrator is not None
+        throttle = DynamoThrottle(rig.daemon.dynamo.client).install(every=1)
+        await rig.wait_for(lambda: not orchestrator.owned, 30, "the owner to let the match go")
+        stopped_at = time.time()
+        await trio.sleep(6.0)  # every DynamoDB call of the daemon is refused for a while longer
+        throttle.remove()
+        late = [r for r in rig.apns.records if r["status"] == 200 and stopped_at < r["time"]]
+        assert not late, "nothing was pushed while the match had no owner"
+        # the lease is 3 s and the orchestrator looks every second: it takes the match back soon
+        await rig.wait_for(lambda: bool(orchestrator.owned), 20, "the instance to take the match back")
+        await assert_nothing_lost(rig)
+        item = await rig.match_item()
+        assert item is not None and int(item["ownerEpoch"]) >= 2, "the same instance took the match back"
+        assert item["instanceId"] == rig.daemon.instance_id
+
+
+async def test_a_slow_and_resetting_link_to_dynamodb_loses_nothing(make_rig: Any) -> None:
+    async with make_rig(seed=4) as rig:
+        proxy = rig.proxies["dynamodb"]
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        proxy.set(latency_s=0.02)
+        resets = 0
+        for _ in range(4):
+            await trio.sleep(0.8)
+            resets += proxy.reset()
+        assert resets > 0, "open connections to DynamoDB were reset"
+        await assert_nothing_lost(rig)
+
+
+async def test_dynamodb_unreachable_past_a_lease_the_owner_stops_and_another_instance_resumes(
+    make_rig: Any,
+) -> None:
+    async with make_rig(seed=1, lease_s=3.0) as rig:
+        first = rig.daemon
+        await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "the first wicket served")
+        async with trio.open_nursery() as nursery:
+            # a second instance, with its own link to DynamoDB and its own APNs key
+            second = rig.new_daemon("fault-i2", key_id=SECOND_KEY_ID, dynamo_direct=True)
+            await nursery.start(second.run)
+            try:
+                rig.proxies["dynamodb"].set(blackhole=True)
+
+                async def owner() -> str | None:
+                    item = await rig.match_item()
+                    return None if item is None else str(item.get("instanceId"))
+
+                with trio.fail_after(60):
+                    while await owner() != "fault-i2":
+                        await trio.sleep(0.1)
+                await trio.sleep(2.0)  # the cut-off owner keeps running, blind, while the new one pushes
+                rig.proxies["dynamodb"].clear()
+                await assert_nothing_lost(rig)
+                assert not first.finished.is_set(), "the cut-off instance stayed up"
+            finally:
+                with trio.CancelScope(shield=True):
+                    await rig.stop_daemon(second)
+                nursery.cancel_scope.cancel()
+        _check_one_owner_at_a_time(rig)
+        item = await rig.match_item()
+        assert item is not None and item["instanceId"] == "fault-i2" and int(item["ownerEpoch"]) >= 2
+
+
+def _check_one_owner_at_a_time(rig: FaultRig) -> None:
+    """Accepted pushes, in server order, come from one instance and then the other: never interleaved."""
+    runs: list[str] = []
+    for record in sorted(rig.apns.records, key=lambda r: r["time"]):
+        if record["status"] != 200:
+            continue
+        kid = rig.record_kid(record) or "?"
+        if not runs or runs[-1] != kid:
+            runs.append(kid)
+    assert len(runs) == len(set(runs)), f"pushes from interleaved owners: {runs}"
+    assert runs[-1] == SECOND_KEY_ID
