@@ -257,9 +257,11 @@ class FaultRig:
         return False
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        with trio.fail_after(timeout):
+        with trio.move_on_after(timeout):
             while not predicate():
                 await trio.sleep(0.05)
+            return
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
     def accepted_by_token(self) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
