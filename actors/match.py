@@ -446,14 +446,9 @@ class MatchActor:
         await self._publish_display(result, snapshot)
         reason = "match_abandoned" if result.phase == "abandoned" else "match_end"
         sessions = await self._repos.live_activities.get_all_la_sessions_for_match(self.match_id)
-        for item in sessions:
-            if item.get("status") != "ended":
-                await self._repos.live_activities.end_la_session(
-                    self.match_id,
-                    str(item["visitorKey"]),
-                    reason,
-                    ttl_s=self._settings.session_ttl_after_end_s,
-                )
+        await self._repos.live_activities.end_la_sessions(
+            self.match_id, sessions, reason, ttl_s=self._settings.session_ttl_after_end_s
+        )
         await self._repos.follows.remove_all_follows_for_match(self.match_id)
         await self._repos.active_matches.deactivate_match(
             self.match_id, self.instance_id, self.epoch, ttl_s=self._lease_ended_ttl()

@@ -244,6 +244,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "sportmonks_calls_per_hour": (
             round(requests / (elapsed / 3600.0)) if isinstance(requests, int) and elapsed else None
         ),
+        # the same per instance, scaled to the production marquee cadence (2.5 s): what the budget sees
+        "sportmonks_calls_per_hour_per_instance_at_2_5s": (
+            round(requests / (elapsed / 3600.0) * args.cadence / 2.5 / max(1, args.instances))
+            if isinstance(requests, int) and elapsed
+            else None
+        ),
         "replay": replay_stats if isinstance(replay_stats, dict) and len(json.dumps(replay_stats)) < 2000 else None,
     }
 

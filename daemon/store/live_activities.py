@@ -130,6 +130,33 @@ class LiveActivityRepository(Repository):
         cond = f"attribute_exists({u.name('visitorKey')})"
         return await self._update(self._key(match_id, visitor_key), u.kwargs(cond)) is not None
 
+    async def end_la_sessions(
+        self,
+        match_id: str,
+        sessions: list[Item],
+        end_reason: str,
+        *,
+        now: float | None = None,
+        ttl_s: float | None = None,
+    ) -> int:
+        """End many sessions of one match at once (match completion): the items just read by
+        ``get_all_la_sessions_for_match`` are written back ended, 25 per BatchWriteItem, instead of one
+        UpdateItem each (2,000 sessions: 80 calls, not 2,000). Sessions already ended are skipped, so a
+        wind-up interrupted half-way resumes where it stopped. A token rotated in the instant between the
+        read and the write is lost with the ended session, which no longer receives pushes anyway.
+        Returns how many sessions were ended."""
+        t = self._now(now)
+        items = []
+        for item in sessions:
+            if item.get("status") == STATUS_ENDED or str(item.get("matchId")) != match_id:
+                continue
+            ended = dict(item)
+            ended.update(status=STATUS_ENDED, endedAt=iso(t), endReason=end_reason)
+            if ttl_s is not None:
+                ended["ttl"] = int(t + ttl_s)
+            items.append(ended)
+        return await self._batch_put(items) if items else 0
+
     async def suspend_la_session(self, match_id: str, visitor_key: str, *, now: float | None = None) -> bool:
         """Suspend an active session (its token was rejected by APNs). False unless it is currently active."""
         t = self._now(now)

@@ -86,3 +86,18 @@ async def test_reads_page_past_one_page_and_filter_expired_on_every_page(repos: 
     assert sorted(s["userId"] for s in got) == [f"u{i:02d}" for i in range(11) if i % 3 != 0]
     assert len(await la.get_user_la_sessions("u01", now=T0)) == 1
     assert await la.get_user_la_sessions("u03", now=T0) == []
+
+
+async def test_ending_many_sessions_in_batches_skips_ended_ones_and_keeps_their_fields(repos: Repositories):
+    for i in range(60):
+        await repos.live_activities.register_la_session("m9", f"u{i}", "d", f"{i:064x}")
+    await repos.live_activities.end_la_session("m9", "u0#d", "user_unfollowed")
+    sessions = await repos.live_activities.get_all_la_sessions_for_match("m9")
+    ended = await repos.live_activities.end_la_sessions("m9", sessions, "match_end", now=1000.0, ttl_s=3600)
+    assert ended == 59  # the one already ended keeps its own reason
+    after = {s["visitorKey"]: s for s in await repos.live_activities.get_all_la_sessions_for_match("m9", now=1000.0)}
+    assert len(after) == 60 and all(s["status"] == "ended" for s in after.values())
+    assert after["u0#d"]["endReason"] == "user_unfollowed"
+    assert after["u7#d"]["endReason"] == "match_end" and after["u7#d"]["ttl"] == 4600
+    assert after["u7#d"]["updateToken"] == f"{7:064x}" and after["u7#d"]["userId"] == "u7"
+    assert await repos.live_activities.end_la_sessions("m9", list(after.values()), "match_end") == 0

@@ -1,0 +1,40 @@
+"""The short soak: a few matches, a few thousand tokens, several instances, one kill -9 or more.
+
+It runs ``bench/soak.py`` exactly as an operator would and reads its last line. The long soak (20 matches,
+200,000 tokens, kills every 60 s) is run by hand; its figures are in the README.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_short_soak_with_kills_loses_nothing_and_shows_no_alert_twice() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable, str(PROJECT_ROOT / "bench" / "soak.py"),
+            "--matches", "2", "--tokens", "2000", "--instances", "2", "--speed", "300",
+            "--kill-every", "30", "--cadence", "0.5", "--lease", "5", "--duration", "400",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["matches_ended"] == 2, result
+    assert result["kills"] >= 1, result
+    assert result["expected_deliveries"] > 0
+    assert result["lost"] == 0, result
+    assert result["duplicate_alerts"] == 0, result
+    assert result["key_events_delivered_to_every_token"] == result["key_events_in_tapes"]
