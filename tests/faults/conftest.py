@@ -35,14 +35,6 @@ def make_rig(tmp_path: Path, moto_server: Any, table_prefix: str) -> Callable[..
                     with trio.CancelScope(shield=True):
                         for proxy in rig.proxies.values():
                             proxy.clear()
-                        # Let an ended match's actor finish before the drain: a drain that cancels an actor
-                        # while it raises LeaseLost crashes the daemon (a supervisor bug with its own test,
-                        # test_shutdown_race.py); the fault tests are about the faults, not that race.
-                        with trio.move_on_after(10):
-                            while rig.daemon.orchestrator is not None and rig.daemon.orchestrator.owned:
-                                if not await rig.is_ended():
-                                    break
-                                await trio.sleep(0.1)
                         await rig.stop_daemon()
                     nursery.cancel_scope.cancel()
         finally:

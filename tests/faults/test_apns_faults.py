@@ -135,12 +135,30 @@ async def test_the_stream_limit_falling_to_one_after_a_rejection_loses_nothing(m
         assert _sender(rig)["pushes"]["failed"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="actors/match.py: a tick persists its state even when its pushes failed "
-                   "(APNs down past the sender's retry budget), so the key events of those ticks are never sent")
 async def test_an_apns_outage_longer_than_the_retry_budget_loses_no_key_event(make_rig: Any) -> None:
     async with make_rig(seed=1, extra=_apns(max_retries=2)) as rig:
-        await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "the first wicket served")
-        rig.apns.storm(503, duration_s=4.0)
-        await trio.sleep(4.5)
-        assert _sender(rig)["pushes"]["failed"] > 0, "pushes ran out of retries during the outage"
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        # Deterministic: freeze the match, take APNs down, move the match on to just past its next wicket,
+        # and keep APNs down until that tick's pushes have run out of retries.
+        rig.replay.pause()
+        served = rig.served_wickets()
+        wicket_ball = _next_wicket_ball(rig)
+        rig.apns.storm(503)
+        failed = _sender(rig)["pushes"]["failed"]
+        rig.replay.seek(rig.match_id, ball_id=wicket_ball)
+        assert rig.served_wickets() - served, "a new wicket is on the feed"
+        await rig.wait_for(lambda: _sender(rig)["pushes"]["failed"] >= failed + len(rig.tokens), 60,
+                           "the wicket's pushes to run out of the sender's retries")
+        rig.apns.reset()
+        rig.replay.play()
         await assert_nothing_lost(rig)
+
+
+def _next_wicket_ball(rig: FaultRig) -> int:
+    status = rig.replay.status()[rig.match_id]
+    tape = rig.replay.tape(rig.match_id)
+    seen = {int(b["id"]) for b in tape.fixture_at(status["cursor"]).get("balls") or []}
+    for ball in tape.fixture_at(len(tape)).get("balls") or []:
+        if int(ball["id"]) not in seen and (ball.get("score") or {}).get("is_wicket"):
+            return int(ball["id"])
+    raise LookupError("no wicket left on the tape")
