@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -138,48 +139,52 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             start_delay_wall_s=args.start_delay,
         )
         async with trio.open_nursery() as nursery:
-            await cluster.start(nursery, instances=args.instances)
-            token_match = {t: m.match_id for m in cluster.matches.values() for t in m.tokens}
-            tally = Tally(token_match)
+            try:
+                await cluster.start(nursery, instances=args.instances)
+                token_match = {t: m.match_id for m in cluster.matches.values() for t in m.tokens}
+                tally = Tally(token_match)
 
-            async def sample_loop() -> None:
-                while True:
-                    records, cluster.apns.records = cluster.apns.records, []
-                    tally.eat(records)
-                    for inst in list(cluster.instances.values()):
-                        s = _proc_sample(inst.proc.pid)
-                        if s is not None:
-                            samples[inst.instance_id] = s
-                        text = await admin_request(cluster.admin_socket(inst), "metrics")
-                        if isinstance(text, str):
-                            tick_calls[inst.instance_id] = _calls_per_tick(text)
-                    await trio.sleep(1.0)
+                async def sample_loop() -> None:
+                    while True:
+                        records, cluster.apns.records = cluster.apns.records, []
+                        tally.eat(records)
+                        for inst in list(cluster.instances.values()):
+                            s = _proc_sample(inst.proc.pid)
+                            if s is not None:
+                                samples[inst.instance_id] = s
+                            text = await admin_request(cluster.admin_socket(inst), "metrics")
+                            if isinstance(text, str):
+                                tick_calls[inst.instance_id] = _calls_per_tick(text)
+                        await trio.sleep(1.0)
 
-            nursery.start_soon(sample_loop)
-            kills = 0
-            with trio.move_on_after(args.duration):
-                next_kill = trio.current_time() + (args.kill_every or 1e12)
-                while not await cluster.wait_all_ended(1.0):
-                    if args.kill_every and trio.current_time() >= next_kill:
-                        slot = rng.choice(sorted(cluster.instances))
-                        cluster.kill(slot)
-                        kills += 1
-                        cluster.spawn(slot)
-                        next_kill = trio.current_time() + args.kill_every
-            await trio.sleep(1.5)
-            records, cluster.apns.records = cluster.apns.records, []
-            tally.eat(records)
-            ended = {
-                str(i["matchId"]) for i in await cluster.active_records() if i.get("status") == "ended"
-            }
-            await cluster.stop_all()
-            elapsed = time.time() - started
-            replay_stats = cluster.replay.status() if hasattr(cluster.replay, "status") else {}
-            served = getattr(cluster.replay, "requests_served", {}) or {}
-            requests = sum(v for k, v in served.items() if k != "control")
-            nursery.cancel_scope.cancel()
+                nursery.start_soon(sample_loop)
+                kills = 0
+                with trio.move_on_after(args.duration):
+                    next_kill = trio.current_time() + (args.kill_every or 1e12)
+                    while not await cluster.wait_all_ended(1.0):
+                        if args.kill_every and trio.current_time() >= next_kill:
+                            slot = rng.choice(sorted(cluster.instances))
+                            cluster.kill(slot)
+                            kills += 1
+                            cluster.spawn(slot)
+                            next_kill = trio.current_time() + args.kill_every
+                await trio.sleep(1.5)
+                records, cluster.apns.records = cluster.apns.records, []
+                tally.eat(records)
+                ended = {
+                    str(i["matchId"]) for i in await cluster.active_records() if i.get("status") == "ended"
+                }
+                elapsed = time.time() - started
+                replay_stats = cluster.replay.status() if hasattr(cluster.replay, "status") else {}
+                served = getattr(cluster.replay, "requests_served", {}) or {}
+                requests = sum(v for k, v in served.items() if k != "control")
+            finally:
+                with trio.CancelScope(shield=True):
+                    await cluster.stop_all()
+                nursery.cancel_scope.cancel()
     finally:
-        await trio.to_thread.run_sync(moto.stop)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(moto.stop)
 
     expected = 0
     delivered_all = 0
@@ -267,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-delay", type=float, default=8.0, help="wall seconds before the first ball")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
+
+    def _stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # run the finally blocks: stop the daemons and moto, even when killed by timeout
+
+    signal.signal(signal.SIGTERM, _stop)
     result = trio.run(soak, args)
     print(json.dumps(result))
     return 0

@@ -26,6 +26,8 @@ from typing import Any
 
 import trio
 
+from daemon.store.local import die_with_parent
+
 TEAM_ID = "CLUSTER001"
 TOPIC = "app.sightscreen.cluster"
 
@@ -236,7 +238,8 @@ class Cluster:
                 "topic": TOPIC,
             },
             "orchestrator": {"cycle_s": self.cycle_s, "lease_s": self.lease_s, "clock_skew_bound_s": 0.5},
-            "match": {"session_refresh_s": 1.0, "heal_every_s": 5.0},
+            # sessions are seeded before the daemons start: a slow refresh keeps moto (one thread) free
+            "match": {"session_refresh_s": 10.0, "heal_every_s": 10.0},
             "admin": {"socket_path": str(self.workdir / f"{instance_id}.sock")},
             "logging": {"level": "info", "format": "json"},
         }
@@ -259,6 +262,7 @@ class Cluster:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            preexec_fn=die_with_parent,
         )
         log.close()
         inst = Instance(slot, gen, instance_id, kid, proc, log_path, config_path)
