@@ -22,7 +22,16 @@ import urllib.request
 from dataclasses import dataclass, field
 
 _SERVER_CODE = r"""
-import sys
+import os, sys, threading, time
+
+# Exit when the process that started us is gone (a test run or benchmark killed from outside). Watching the
+# parent pid works whichever thread started us; PR_SET_PDEATHSIG would fire when that *thread* exits.
+_parent = os.getppid()
+def _watch_parent():
+    while os.getppid() == _parent:
+        time.sleep(0.5)
+    os._exit(0)
+threading.Thread(target=_watch_parent, daemon=True).start()
 from werkzeug.serving import run_simple, WSGIRequestHandler
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from moto.server import MotoRequestHandler
@@ -38,7 +47,8 @@ run_simple(sys.argv[1], int(sys.argv[2]), DomainDispatcherApplication(create_bac
 
 def die_with_parent() -> None:
     """preexec_fn: the child gets SIGKILL when the process that started it dies (Linux), so a test run or a
-    benchmark killed from outside never leaves a server behind."""
+    benchmark killed from outside never leaves a daemon behind. Only for children started from a thread that
+    lives as long as the process (the kernel ties PR_SET_PDEATHSIG to the forking thread)."""
     try:
         import ctypes
 
@@ -78,7 +88,6 @@ class MotoServer:
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,  # Ctrl-C in a terminal goes to our process, which stops the server itself
-            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
