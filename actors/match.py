@@ -385,7 +385,7 @@ class MatchActor:
         waiting: dict[int, Push] = {}
         async with receive:
             for push in pushes:
-                tagged = _with_reply(push, send)
+                tagged = replace(push, reply_to=send, not_after=self._lease_until)
                 waiting[id(tagged)] = push
                 await self._sender.send(tagged)
             retry: list[Push] = []
@@ -554,9 +554,6 @@ class MatchActor:
             "last_events": self.last_events,
         }
 
-
-def _with_reply(push: Push, reply_to: Any) -> Push:
-    return replace(push, reply_to=reply_to)
 
 
 def _iso(epoch: float) -> str:

@@ -730,6 +730,10 @@ class ApnsSender:
                     if dead_reason is not None:  # died while this push waited in the queue
                         self._settle(exchange, "rejected", None, dead_reason, None)
                         continue
+                    if push.not_after is not None and now > push.not_after:
+                        # its producer's lease ran out while it waited (paused, cut off): never send late
+                        self._settle(exchange, "failed", None, "NotAfterPassed", None)
+                        continue
                     exchange.attempts += 1
                     conn.send(push, exchange, now)
                     sent += 1

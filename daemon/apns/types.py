@@ -37,6 +37,9 @@ class Push:
     collapse_id: str | None = None
     apns_id: str | None = None
     context: Any = None
+    # trio.current_time() after which this push must not go out (a match actor's lease end): a producer
+    # that was paused past its authority never pushes late; the push fails with reason "NotAfterPassed"
+    not_after: float | None = None
     reply_to: trio.MemorySendChannel[PushResult] | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -530,3 +530,15 @@ async def test_goaway_with_a_configuration_reason_stops_the_sender(
         caught.extend(group.exceptions)
     (error,) = caught
     assert "BadCertificateEnvironment" in str(error)
+
+
+async def test_a_push_past_its_not_after_is_failed_without_a_request(
+    start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
+) -> None:
+    server = await start_apns_server()
+    harness = await start_sender(server)
+    late = await harness.sender.send_and_wait(la_push(1, not_after=trio.current_time() - 0.001))
+    assert (late.outcome, late.reason, late.attempts) == ("failed", "NotAfterPassed", 0)
+    in_time = await harness.sender.send_and_wait(la_push(2, not_after=trio.current_time() + 60))
+    assert in_time.outcome == "accepted"
+    assert [r["token"] for r in server.records] == [f"{2:0160x}"]  # the late one never went out
