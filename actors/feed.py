@@ -146,6 +146,7 @@ class _Subscription:
     delivered: int = 0
     last_error: str | None = None
     last_update_at: float | None = None
+    had_fixture: bool = False  # a good fixture was offered at least once
 
     def offer(self, update: FeedUpdate) -> None:
         """Put ``update`` in the one-slot mailbox (never blocks)."""
@@ -396,6 +397,7 @@ class FeedActor:
                 continue  # its ball-by-ball fixture comes from /fixtures/{id}; here it only proved it is live
             if not marquee and self.settings.strip_balls_for_non_marquee:
                 fixture = without_balls(fixture)
+            sub.had_fixture = True
             sub.offer(FeedUpdate(sub.match_id, fixture, fetched_at, "livescores", True))
             self._cache_put(sub.match_id, fixture)
 
@@ -426,16 +428,25 @@ class FeedActor:
                 fixture = await self.client.fixture(sub.match_id, include, budget_wait_s=0)
             except BudgetExhausted as exc:
                 log.info("feed_fixture_skipped", match_id=sub.match_id, error=str(exc))
+                self._retry_first_fixture_soon(sub)
                 return  # no data this time, nothing wrong with the match: try at the next slot
             except SportMonksError as exc:
                 log.warning("feed_fixture_failed", match_id=sub.match_id, error=str(exc))
                 if self._subs.get(sub.match_id) is sub:
                     sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", in_livescores, error=str(exc)))
+                self._retry_first_fixture_soon(sub)
                 return
         if self._subs.get(sub.match_id) is not sub:
             return  # unsubscribed while the call was out
+        sub.had_fixture = True
         sub.offer(FeedUpdate(sub.match_id, fixture, time.time(), "fixture", in_livescores))
         self._cache_put(sub.match_id, fixture)
+
+    def _retry_first_fixture_soon(self, sub: _Subscription) -> None:
+        """A subscriber that never had a good fixture retries at the livescores cadence, not every 30 s: its
+        first look must be the pre-match state, or the first balls it sees would be taken as history."""
+        if not sub.had_fixture:
+            sub.next_fixture_at = min(sub.next_fixture_at, trio.current_time() + self._livescores_cadence())
 
     # ------------------------------------------------------------------------------------------ forwarding
 

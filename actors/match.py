@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
+from botocore.exceptions import BotoCoreError, ClientError
 
 from actors.janitor import TokenRef
 from actors.settings import MatchActorSettings, OrchestratorSettings
@@ -50,13 +51,21 @@ from daemon.metrics import (
     TICK_DURATION,
     TICKS,
 )
-from daemon.store.dynamo import count_calls
+from daemon.store.dynamo import StoreError, count_calls
 
 TERMINAL_PHASES = frozenset({"completed", "abandoned"})
 
 
 class LeaseLost(Exception):
     """This instance no longer owns the match: stop at once, push nothing more. Not a crash."""
+
+
+# DynamoDB failing past botocore's own retries (throttled, unreachable). Without DynamoDB the actor can neither
+# prove its lease nor persist a tick, so it stops as if the lease were lost: its lock (if still its own) is
+# released and the orchestrator takes the match again at its next takeover check, once DynamoDB answers,
+# from the persisted state. Treating it as a crash would spend the supervisor's restart budget in seconds and
+# quarantine the match for minutes.
+STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, StoreError)
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,13 @@ class MatchActor:
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self._run(task_status)
+        except* STORE_UNAVAILABLE as group:
+            LOCK_LOSSES.inc()
+            raise LeaseLost(f"DynamoDB unavailable: {group.exceptions[0]!r}") from None
+
+    async def _run(self, task_status: Any) -> None:
         await self._renew_once()  # a restarted incarnation must prove it still holds the lease
         item = await self._repos.active_matches.get_active_match_state(self.match_id)
         if (

@@ -21,6 +21,12 @@ class OrchestratorSettings(BaseModel):
     )
     max_restarts: int = Field(5, ge=0, description="restarts of one match actor allowed within restart_window_s")
     restart_window_s: float = Field(60.0, gt=0)
+    quarantine_s: float = Field(
+        120.0,
+        ge=0,
+        description="a match whose actor exhausted its restarts is left alone this long by this instance, so "
+        "another instance may try it (a crash loop here is a bug, logged loudly; not an outage)",
+    )
     restart_backoff_s: float = Field(1.0, ge=0, description="pause before restarting a crashed match actor")
     max_matches: int = Field(64, ge=1, description="matches one instance takes at most")
     fixture_lookback_s: float = Field(

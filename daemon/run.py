@@ -132,6 +132,7 @@ class Daemon:
                     actor_factory=self._match_actor,
                     settings=orch_cfg,
                     marquee_leagues=self.config.feed.marquee_leagues,
+                    quarantine_s=orch_cfg.quarantine_s,
                 )
                 await supervisor.start("janitor", lambda: self.janitor, kind="janitor")
                 sender_guard = _FatalOnConfigError(self, self.sender)

@@ -16,7 +16,7 @@ import trio.testing
 from actors.feed import FeedActor, FeedUpdate, cache_ttl_s, without_balls
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
-from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
+from tests.sportmonks.fake_api import FakeSportMonks, Scripted, minimal_fixture
 
 MARQUEE_LEAGUE = 5
 
@@ -222,6 +222,32 @@ async def test_match_not_yet_live_is_fetched_by_id_and_switches_to_livescores(
     assert collector.updates["11"][-1].in_livescores is True
     assert collector.updates["11"][-1].source == "livescores"
     assert len(fake.calls("/fixtures/11")) == 1
+
+
+async def test_a_failed_first_fetch_is_retried_at_the_livescores_cadence_not_every_30s(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.fixtures_by_id[12] = minimal_fixture(12, status="NS")
+    feed = make_feed(fake)
+    async with running(feed) as nursery:
+        await trio.sleep(1)  # the feed's first /livescores (empty) is in
+        failures = [2]
+
+        def fail_twice(seen: Any) -> Scripted | None:
+            if seen.path.endswith("/fixtures/12") and failures[0] > 0:
+                failures[0] -= 1
+                return Scripted(503, {"message": "scripted"})
+            return None
+
+        fake.hook = fail_twice
+        collector = Collector(nursery)
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(12)
+        good = [u for u in collector.updates["12"] if u.fixture is not None]
+        assert good and good[0].fixture["status"] == "NS"  # type: ignore[index]
+        # the pre-match look came after two failures, seconds apart, long before the 30 s refetch
+        assert failures == [0] and len(fake.calls("/fixtures/12")) == 3
 
 
 # ------------------------------------------------------------------------------------------------ errors

@@ -42,12 +42,6 @@ async def test_intermittent_throttling_is_absorbed_by_botocore_retries(make_rig:
         assert item is not None and item["instanceId"] == rig.daemon.instance_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="actors/match.py raises DynamoDB errors (a throttled _persist, the opening _renew_once) as crashes: "
-    "the supervisor's restart budget (5 in 60 s) is spent in seconds and the orchestrator quarantines the match "
-    "for 600 s, so the only instance does not resume it once the throttling stops",
-)
 async def test_throttling_past_the_retry_budget_and_the_lease_then_the_owner_resumes_without_a_gap(
     make_rig: Any,
 ) -> None:
