@@ -128,7 +128,13 @@ class Cluster:
         from daemon.store.tables import create_tables
 
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.dynamo = Dynamo(DynamoSettings(endpoint_url=self.moto_url, table_prefix=self.prefix))
+        # the harness's own client waits longer than the daemons': under a soak moto (one thread) is the
+        # busiest process, and a slow answer to the harness must not end the run
+        self.dynamo = Dynamo(
+            DynamoSettings(
+                endpoint_url=self.moto_url, table_prefix=self.prefix, read_timeout_s=60.0, max_attempts=10
+            )
+        )
         await create_tables(self.dynamo)
         self.repos = Repositories(self.dynamo)
         # one key per process generation, all trusted by the APNs server
@@ -316,7 +322,11 @@ class Cluster:
     async def wait_all_ended(self, timeout: float) -> bool:
         with trio.move_on_after(timeout):
             while True:
-                items = await self.active_records()
+                try:
+                    items = await self.active_records()
+                except Exception:  # moto saturated: not known to have ended yet, look again
+                    await trio.sleep(0.5)
+                    continue
                 ended = {str(i["matchId"]) for i in items if i.get("status") == "ended"}
                 if ended >= set(self.matches):
                     return True
