@@ -298,10 +298,7 @@ class MatchActor:
         return False
 
     def _content_for(self, display: Any, user_id: str) -> dict[str, Any]:
-        team = self.follower_team.get(user_id, "")
-        if team and team in display:
-            return dict(display[team])
-        return dict(display.get("neutral") or next(iter(display.values())))
+        return dict(display[self._perspective(user_id, display)])
 
     def _perspective(self, user_id: str, display: Any) -> str:
         team = self.follower_team.get(user_id, "")
@@ -467,13 +464,10 @@ class MatchActor:
         )
         await self._repos.follows.remove_all_follows_for_match(self.match_id)
         await self._repos.active_matches.deactivate_match(
-            self.match_id, self.instance_id, self.epoch, ttl_s=self._lease_ended_ttl()
+            self.match_id, self.instance_id, self.epoch, ttl_s=int(self._lease.ended_ttl_s)
         )
         await self._release_lock()
         self.log.info("match_ended", phase=result.phase)
-
-    def _lease_ended_ttl(self) -> int:
-        return int(self._lease.ended_ttl_s)
 
     # ------------------------------------------------------------------ self-healing push-to-start
     async def _heal_loop(self) -> None:
