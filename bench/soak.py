@@ -63,7 +63,7 @@ class Tally:
         self.token_match = token_match
         self.delivered: dict[str, set[tuple[str, str]]] = defaultdict(set)  # token -> {(type, ball)}
         self.first_seen: dict[tuple[str, str, str], float] = {}  # (token, type, ball) -> accept time
-        self.alert_stamps: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+        self.alert_stamps: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
         self.accepted = 0
         self.rejected = 0
         self.by_kind: dict[str, int] = defaultdict(int)
@@ -89,7 +89,9 @@ class Tally:
                 got.add(("match_end", self.token_match.get(token, "?")))
             if aps.get("alert") and event == "update":
                 head = (state.get("events") or [{}])[0]
-                k = (token, str(state.get("eventType")), str(head.get("subject")))
+                # same event = same type, subject and ball (an overturned catch and the later real
+                # dismissal of the same batter are two alerts)
+                k = (token, str(state.get("eventType")), str(head.get("subject")), str(head.get("ballId")))
                 self.alert_stamps[k].add(int(aps.get("timestamp", 0)))
 
 

@@ -83,13 +83,15 @@ def _check_deliveries(cluster: Cluster, tapes: list[Any]) -> None:
             stamps = [int(_aps(r)["timestamp"]) for r in records if _aps(r).get("event") == "update"]
             # arrival order may interleave a repeat, but the device keeps the newest: a repeat carries
             # the same timestamp as the original, so at most one timestamp per alerting event
-            alerts: dict[tuple[str, str], set[int]] = defaultdict(set)
+            alerts: dict[tuple[str, str, str], set[int]] = defaultdict(set)
             for r in records:
                 aps = _aps(r)
                 if aps.get("alert") and aps.get("event") == "update":
                     state = aps.get("content-state") or {}
                     head = (state.get("events") or [{}])[0]
-                    key = (str(state.get("eventType")), str(head.get("subject")))
+                    # the same event is the same ball too: a catch overturned on review and the batter's
+                    # real dismissal later are two alerts, not one shown twice
+                    key = (str(state.get("eventType")), str(head.get("subject")), str(head.get("ballId")))
                     alerts[key].add(int(aps["timestamp"]))
             for key, ts in alerts.items():
                 assert len(ts) == 1, f"alert {key} shown {len(ts)} times on one device"
