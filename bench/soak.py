@@ -1,18 +1,30 @@
 """Soak benchmark: many matches, many tokens, several instances, random kills; prove nothing is lost.
 
     python bench/soak.py [--matches M] [--tokens T] [--instances I] [--speed X] [--kill-every S]
-                         [--duration S] [--cadence S] [--lease S] [--seed N]
+                         [--duration S] [--cadence S] [--lease S] [--seed N] [--format T20|T10]
+                         [--stagger S] [--drain S] [--dynamodb moto|dynalite] [--apns python|nginx]
 
 Runs M synthesised T20 matches concurrently at speed X against the local servers (moto on loopback, the
 replay server, the APNs server), with T Live Activity tokens in total spread over the matches, across I
 ``sightscreen run`` processes, killing one at random (``kill -9``) every S seconds and starting a fresh one
-in its place. It stops when every match ended or after ``--duration`` seconds.
+in its place. It stops when every match ended or after ``--duration`` seconds (the cut-off); after a cut-off with
+matches still on, it stops killing and lets the daemons run ``--drain`` more seconds, so what happened
+before the cut-off can arrive, then judges.
+
+Peers. By default the soak runs against the project's reference peers: moto (one thread) and the
+project's validating Python APNs server. At the target scale (20 matches, 200,000 tokens) on a small machine
+those peers, not the daemons, are the bottleneck (moto answers a Query of 10,000 sessions in ~5 s; the Python
+APNs server costs 100-200 µs per push), so ``--dynamodb dynalite`` (npm, installed on first use) and
+``--apns nginx`` (a C HTTP/2 server that records what it was sent) take their place. See
+``daemon/testing/dynalite.py`` and ``daemon/testing/nginx_apns.py`` for what each does not check.
 
 Definitions (what the figures mean):
 - key events in the tapes: the events that must reach every token whatever the cadence — every wicket that
   stands at the end of the tape (corrected or deleted ones excluded) and each match's end;
+- key events due: those of them that happened before the cut-off (a wicket whose ball was served by then;
+  a match end that happened) — all of them when every match ended;
 - delivered: a (token, key event) pair whose event appeared in an update (or the end) APNs accepted for that
-  token; ``lost`` = pairs expected minus pairs delivered, for matches that ended;
+  token; ``lost`` = pairs due minus pairs delivered;
 - duplicate alerts: a token that saw the same alerting event with two different timestamps (a repeat with
   the same timestamp is discarded by iOS, so it is not a duplicate on the device);
 - lag: from the moment the replay server first served a wicket's ball to the moment APNs accepted the first
@@ -35,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from daemon.replay.synth import synthesise  # noqa: E402
 from daemon.store.local import MotoServer  # noqa: E402
 from daemon.testing.cluster import Cluster, admin_request  # noqa: E402
+from daemon.testing.dynalite import DynaliteServer  # noqa: E402
+from daemon.testing.nginx_apns import NginxApns  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -68,7 +83,9 @@ class Tally:
         self.rejected = 0
         self.by_kind: dict[str, int] = defaultdict(int)
 
-    def eat(self, records: list[dict[str, Any]]) -> None:
+    def eat(self, records: Iterable[dict[str, Any]]) -> None:
+        """Records as the APNs servers give them: ``token``, ``status``, ``time`` and ``payload`` (which
+        nginx leaves out, None, for a push with no event; then ``kind`` says start/update/end)."""
         for r in records:
             if r.get("status") != 200:
                 self.rejected += 1
@@ -76,8 +93,10 @@ class Tally:
             self.accepted += 1
             token = r["token"]
             aps = (r.get("payload") or {}).get("aps") or {}
-            event = str(aps.get("event"))
+            event = str(aps.get("event") or r.get("kind"))
             self.by_kind[event] += 1
+            if not aps:
+                continue
             state = aps.get("content-state") or {}
             got = self.delivered[token]
             for ev in state.get("events") or []:
@@ -107,6 +126,22 @@ def _proc_sample(pid: int) -> tuple[int, float] | None:
         return None
 
 
+def _tree_cpu(pid: int) -> float | None:
+    """CPU seconds of a process and its direct children (nginx's work is done by its worker)."""
+    own = _proc_sample(pid)
+    if own is None:
+        return None
+    total = own[1]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        sample = _proc_sample(int(child))
+        total += sample[1] if sample else 0.0
+    return total
+
+
 def _calls_per_tick(metrics_text: str) -> tuple[float, float]:
     total = count = 0.0
     for line in metrics_text.splitlines():
@@ -117,19 +152,31 @@ def _calls_per_tick(metrics_text: str) -> tuple[float, float]:
     return total, count
 
 
+def _start_store(kind: str) -> MotoServer | DynaliteServer:
+    return DynaliteServer().start() if kind == "dynalite" else MotoServer().start()
+
+
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
-    tapes = [synthesise("T20", seed=args.seed + i) for i in range(args.matches)]
+    tapes = [synthesise(args.format, seed=args.seed + i) for i in range(args.matches)]
     per_match = max(1, args.tokens // args.matches)
-    moto = await trio.to_thread.run_sync(lambda: MotoServer().start())
     workdir = Path(tempfile.mkdtemp(prefix="sightscreen-soak-"))
+    # Peers start from this (the main) thread, not a worker thread: they die with the process that started
+    # them, and the kernel ties that to the starting thread (see die_with_parent).
+    store = _start_store(args.dynamodb)
+    nginx = NginxApns(record_path=workdir / "apns-records.jsonl") if args.apns == "nginx" else None
     started = time.time()
     samples: dict[str, tuple[int, float]] = {}
     tick_calls: dict[str, tuple[float, float]] = {}
+    kills = 0
+    tally: Tally | None = None
+    cut = started
     try:
+        if nginx is not None:
+            nginx.start()
         cluster = Cluster(
             workdir,
-            moto_url=moto.url,
+            moto_url=store.url,
             tapes=tapes,
             table_prefix="soak-",
             speed=args.speed,
@@ -139,17 +186,23 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             cycle_s=min(5.0, args.lease),
             innings_break_s=1200.0,
             start_delay_wall_s=args.start_delay,
+            stagger_wall_s=args.stagger,
+            apns_peer=(nginx.url, nginx.ca_file) if nginx is not None else None,
+            extra_config={"match": {"session_refresh_s": args.session_refresh}},
         )
         async with trio.open_nursery() as nursery:
             try:
                 await cluster.start(nursery, instances=args.instances)
+                print(f"soak: {args.matches} matches, {per_match * args.matches} tokens seeded, "
+                      f"{args.instances} instances up after {time.time() - started:.0f} s", file=sys.stderr)
                 token_match = {t: m.match_id for m in cluster.matches.values() for t in m.tokens}
                 tally = Tally(token_match)
 
                 async def sample_loop() -> None:
                     while True:
-                        records, cluster.apns.records = cluster.apns.records, []
-                        tally.eat(records)
+                        if cluster.apns is not None:
+                            records, cluster.apns.records = cluster.apns.records, []
+                            tally.eat(records)
                         for inst in list(cluster.instances.values()):
                             s = _proc_sample(inst.proc.pid)
                             if s is not None:
@@ -160,19 +213,22 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         await trio.sleep(1.0)
 
                 nursery.start_soon(sample_loop)
-                kills = 0
+                all_ended = False
                 with trio.move_on_after(args.duration):
                     next_kill = trio.current_time() + (args.kill_every or 1e12)
-                    while not await cluster.wait_all_ended(1.0):
+                    while not (all_ended := await cluster.wait_all_ended(1.0)):
                         if args.kill_every and trio.current_time() >= next_kill:
                             slot = rng.choice(sorted(cluster.instances))
                             cluster.kill(slot)
                             kills += 1
                             cluster.spawn(slot)
                             next_kill = trio.current_time() + args.kill_every
+                cut = time.time()
+                if not all_ended:
+                    # the cut-off: no more kills; what happened before it has --drain seconds to arrive
+                    print(f"soak: cut-off after {cut - started:.0f} s; draining {args.drain:.0f} s", file=sys.stderr)
+                    await cluster.wait_all_ended(args.drain)
                 await trio.sleep(1.5)
-                records, cluster.apns.records = cluster.apns.records, []
-                tally.eat(records)
                 ended = {
                     str(i["matchId"]) for i in await cluster.active_records() if i.get("status") == "ended"
                 }
@@ -180,43 +236,51 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 replay_stats = cluster.replay.status() if hasattr(cluster.replay, "status") else {}
                 served = getattr(cluster.replay, "requests_served", {}) or {}
                 requests = sum(v for k, v in served.items() if k != "control")
+                wickets_served = {
+                    str(tape.fixture_id): _standing_wickets(tape, cluster.replay) for tape in tapes
+                }
             finally:
                 with trio.CancelScope(shield=True):
                     await cluster.stop_all()
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(moto.stop)
+            peers = {"dynamodb": _tree_cpu(store.proc.pid) if store.proc else None}
+            if nginx is not None and nginx.proc is not None:
+                peers["apns"] = _tree_cpu(nginx.proc.pid)
+            await trio.to_thread.run_sync(store.stop)
+            if nginx is not None:
+                await trio.to_thread.run_sync(nginx.stop)
+    assert tally is not None
+    if nginx is not None:
+        tally.eat(nginx.records())
+    elif cluster.apns is not None:
+        tally.eat(cluster.apns.records)
 
     expected = 0
     delivered_all = 0
     lost = 0
     lags: list[float] = []
     key_events = 0
+    due_events = 0
     for tape in tapes:
         match_id = str(tape.fixture_id)
         match = cluster.matches[match_id]
-        final = tape.fixture_at(len(tape))
-        events: list[tuple[str, str, float | None]] = []
-        for ball in final.get("balls") or []:
-            if (ball.get("score") or {}).get("is_wicket") and ball.get("batsmanout_id"):
-                idx = tape.entry_index_of_ball(int(ball["id"]))
-                served = None
-                if idx is not None and hasattr(cluster.replay, "ball_served_at"):
-                    served = cluster.replay.ball_served_at(match_id, idx)
-                events.append(("wicket", f"{ball['scoreboard']}:{ball['batsmanout_id']}", served))
-        events.append(("match_end", match_id, None))
+        events = wickets_served[match_id] + [("match_end", match_id, None)]
         key_events += len(events)
-        if match_id not in ended:
-            continue
-        for etype, subject, served in events:
+        for etype, subject, served_at in events:
+            if etype == "match_end" and match_id not in ended:
+                continue  # not due: the match had not ended
+            if etype != "match_end" and (served_at is None or served_at > cut):
+                continue  # not due: the ball came after the cut-off
+            due_events += 1
             everyone = True
             for token in match.tokens:
                 expected += 1
                 if (etype, subject) in tally.delivered.get(token, set()):
                     seen = tally.first_seen.get((token, etype, subject))
-                    if served is not None and seen is not None:
-                        lags.append(max(0.0, seen - served))
+                    if served_at is not None and seen is not None:
+                        lags.append(max(0.0, seen - served_at))
                 else:
                     lost += 1
                     everyone = False
@@ -224,20 +288,25 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     duplicates = sum(1 for stamps in tally.alert_stamps.values() if len(stamps) > 1)
     total_calls = sum(c[0] for c in tick_calls.values())
     total_ticks = sum(c[1] for c in tick_calls.values())
+    run_s = max(1e-9, cut - started)
     return {
         "matches": args.matches,
         "matches_ended": len(ended),
         "tokens": per_match * args.matches,
         "instances": args.instances,
         "speed": args.speed,
+        "cadence_s": args.cadence,
+        "peers": {"dynamodb": args.dynamodb, "apns": args.apns},
         "kills": kills,
         "seconds": round(elapsed, 1),
         "key_events_in_tapes": key_events,
+        "key_events_due": due_events,
         "key_events_delivered_to_every_token": delivered_all,
         "expected_deliveries": expected,
         "lost": lost,
         "duplicate_alerts": duplicates,
         "pushes_accepted": tally.accepted,
+        "pushes_per_s": round(tally.accepted / run_s, 1),
         "pushes_by_event": dict(tally.by_kind),
         "pushes_rejected": tally.rejected,
         "lag_s": {
@@ -247,6 +316,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         },
         "peak_rss_mb": {k: round(v[0] / 2**20, 1) for k, v in samples.items()},
         "cpu_s": {k: round(v[1], 1) for k, v in samples.items()},
+        "peer_cpu_s": {k: round(v, 1) for k, v in peers.items() if v is not None},
+        "harness_cpu_s": round(time.process_time(), 1),
         "dynamodb_calls_per_tick": round(total_calls / total_ticks, 2) if total_ticks else None,
         "sportmonks_calls_per_hour": (
             round(requests / (elapsed / 3600.0)) if isinstance(requests, int) and elapsed else None
@@ -261,6 +332,17 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _standing_wickets(tape: Any, replay: Any) -> list[tuple[str, str, float | None]]:
+    """The wickets that stand at the end of the tape, with when the replay server first served each."""
+    out: list[tuple[str, str, float | None]] = []
+    for ball in tape.fixture_at(len(tape)).get("balls") or []:
+        if (ball.get("score") or {}).get("is_wicket") and ball.get("batsmanout_id"):
+            idx = tape.entry_index_of_ball(int(ball["id"]))
+            served = replay.ball_served_at(str(tape.fixture_id), idx) if idx is not None else None
+            out.append(("wicket", f"{ball['scoreboard']}:{ball['batsmanout_id']}", served))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--matches", type=int, default=3)
@@ -273,6 +355,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease", type=float, default=3.0, help="lock lease in seconds")
     parser.add_argument("--start-delay", type=float, default=8.0, help="wall seconds before the first ball")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--format", default="T20", choices=["T20", "T10", "ODI"], help="synthesised match format")
+    parser.add_argument("--stagger", type=float, default=0.0,
+                        help="wall seconds between match starts (real matches do not bowl in step)")
+    parser.add_argument("--drain", type=float, default=30.0,
+                        help="after a --duration cut-off: seconds for what happened before it to arrive")
+    parser.add_argument("--session-refresh", type=float, default=10.0,
+                        help="match.session_refresh_s of the daemons (sessions are seeded before they start)")
+    parser.add_argument("--dynamodb", default="moto", choices=["moto", "dynalite"], help="local DynamoDB peer")
+    parser.add_argument("--apns", default="python", choices=["python", "nginx"],
+                        help="APNs peer: the project's validating server, or nginx recording what it got")
     args = parser.parse_args(argv)
 
     def _stop(signum: int, frame: Any) -> None:

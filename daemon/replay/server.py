@@ -251,17 +251,22 @@ class ReplayServer:
 
     # ------------------------------------------------------------------------------------------ tapes
 
-    def add_tape(self, tape: Tape) -> None:
-        """Start serving ``tape``; its match starts ``start_delay_s`` (match time) from now."""
+    def add_tape(self, tape: Tape, *, start_delay_s: float | None = None) -> None:
+        """Start serving ``tape``; its match starts ``start_delay_s`` (match time; default: the server's)
+        from now."""
         if tape.fixture_id in self._matches:
             raise ValueError(f"fixture {tape.fixture_id} is already being served")
+        if start_delay_s is None:
+            start_delay_s = self.start_delay_s
+        elif not (start_delay_s >= 0 and math.isfinite(start_delay_s)):
+            raise ValueError(f"start_delay_s: must be a finite number >= 0, got {start_delay_s}")
         now = self.clock()
         clock = ReplayClock(
             total=len(tape),
             ms_per_ball=self.ms_per_ball or tape.ms_per_ball,
             break_index=tape.innings_break_index(),
             break_ms=self.innings_break_s * 1000.0,
-            starts_at=now + self.start_delay_s / self.speed,
+            starts_at=now + start_delay_s / self.speed,
             speed=self.speed,
         )
         n = len(tape)

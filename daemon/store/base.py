@@ -108,7 +108,10 @@ class Repository:
         except ClientError as exc:
             if is_condition_failed(exc):
                 old = exc.response.get("Item")
-                return False, (from_item(old) if old else None)
+                if old is None:
+                    # a peer that ignores ReturnValuesOnConditionCheckFailure (dynalite): read it instead
+                    return False, await self._get(*self._key_of(item), consistent=True)
+                return False, from_item(old)
             raise
         return True, None
 

@@ -25,7 +25,10 @@ from typing import Any
 import trio
 from botocore.exceptions import ClientError
 
+from daemon.logs import get_logger
 from daemon.store.dynamo import Dynamo
+
+log = get_logger("daemon.store")
 
 
 @dataclass(frozen=True)
@@ -209,11 +212,18 @@ async def create_tables(
             desc = await _ttl_description(dynamo, logical)
             if desc.get("TimeToLiveStatus") in ("ENABLED", "ENABLING"):
                 return
-        await dynamo.call(
-            logical,
-            "update_time_to_live",
-            TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
-        )
+        try:
+            await dynamo.call(
+                logical,
+                "update_time_to_live",
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
+            )
+        except ClientError as exc:
+            # dynalite (a local peer the soak benchmark can use) has no TTL API. Nothing depends on TTL
+            # deletion - every read filters expired items - so a peer without it is usable; say so.
+            if _code(exc) != "UnknownOperationException":
+                raise
+            log.warning("dynamodb_ttl_unsupported", table=logical, attribute=spec.ttl_attribute)
 
     # tables are independent: create them side by side (each call still runs in a worker thread)
     async with trio.open_nursery() as nursery:

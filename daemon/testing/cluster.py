@@ -91,6 +91,8 @@ class Cluster:
         start_delay_wall_s: float = 8.0,
         keep_records: int | None = None,
         extra_config: dict[str, dict[str, Any]] | None = None,
+        apns_peer: tuple[str, str] | None = None,
+        stagger_wall_s: float = 0.0,
     ) -> None:
         self.workdir = workdir
         self.moto_url = moto_url
@@ -107,6 +109,13 @@ class Cluster:
         self.start_delay_wall_s = start_delay_wall_s
         self.keep_records = keep_records
         self.extra_config = extra_config or {}
+        # (url, CA file) of an APNs peer the caller runs (e.g. nginx for the soak); None: the project's
+        # own validating APNs server, in this loop, whose ``records`` the caller reads
+        self.apns_peer = apns_peer
+        # match i starts i * stagger_wall_s after the first: real matches do not bowl in step
+        self.stagger_wall_s = stagger_wall_s
+        self.apns_url = ""
+        self.apns_ca_file = ""
         self.instances: dict[int, Instance] = {}
         self.retired: list[Instance] = []
         self.matches: dict[str, SeededMatch] = {}
@@ -141,14 +150,18 @@ class Cluster:
         for n in range(1, 65):
             kid = f"GEN{n:07d}"
             self._keys[kid] = generate_signing_key(kid)
-        self.apns = ApnsTestServer(
-            team_id=TEAM_ID,
-            keys={kid: pair.public_pem for kid, pair in self._keys.items()},
-            topics=[TOPIC],
-            ca=make_ca(),
-            keep_records=self.keep_records,
-        )
-        await nursery.start(self.apns.serve)
+        if self.apns_peer is not None:
+            self.apns_url, self.apns_ca_file = self.apns_peer
+        else:
+            self.apns = ApnsTestServer(
+                team_id=TEAM_ID,
+                keys={kid: pair.public_pem for kid, pair in self._keys.items()},
+                topics=[TOPIC],
+                ca=make_ca(),
+                keep_records=self.keep_records,
+            )
+            await nursery.start(self.apns.serve)
+            self.apns_url, self.apns_ca_file = f"https://127.0.0.1:{self.apns.port}", self.apns.ca_file
         self.replay = ReplayServer(
             [],
             speed=self.speed,
@@ -162,13 +175,14 @@ class Cluster:
         # The matches' clocks start only once every instance is up (a loaded machine may take many seconds
         # to start a Python process), so the first balls are seen by a daemon that was there before them.
         await self.wait_healthy(timeout=120)
-        for tape in self.tapes:
-            self.replay.add_tape(tape)
+        for i, tape in enumerate(self.tapes):
+            self.replay.add_tape(tape, start_delay_s=(self.start_delay_wall_s + i * self.stagger_wall_s) * self.speed)
 
     async def seed(self) -> None:
         repos = self.repos
-        for tape in self.tapes:
+        for i, tape in enumerate(self.tapes):
             match_id = str(tape.fixture_id)
+            starts = time.time() + self.start_delay_wall_s + i * self.stagger_wall_s
             league = str(tape.league_id)
             await repos.leagues.put_league({"leagueId": league, "name": "Cluster", "code": "CL", "active": True})
             await repos.fixtures.batch_write_fixtures(
@@ -177,7 +191,7 @@ class Cluster:
                         "matchId": match_id,
                         "leagueId": league,
                         "leagueCode": "CL",
-                        "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.start_delay_wall_s)),
+                        "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(starts)),
                         "status": "NS",
                         "localteamId": str(tape.localteam.id),
                         "visitorteamId": str(tape.visitorteam.id),
@@ -236,8 +250,8 @@ class Cluster:
                 "marquee_leagues": leagues,
             },
             "apns": {
-                "url": f"https://127.0.0.1:{self.apns.port}",
-                "ca_file": self.apns.ca_file,
+                "url": self.apns_url,
+                "ca_file": self.apns_ca_file,
                 "team_id": TEAM_ID,
                 "key_id": kid,
                 "private_key_file": str(key_path),

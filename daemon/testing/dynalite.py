@@ -1,0 +1,105 @@
+"""dynalite (npm) as a fast local DynamoDB peer for the soak benchmark.
+
+moto's server answers a Query of 10,000 Live Activity sessions in ~5 s (its response serialiser costs
+~0.4 ms per item) and runs on one thread, so at the soak's 200,000 tokens moto, not the daemons, would be
+measured. dynalite (node, LevelDB in memory) answers the same Query in ~0.4 s and is linearizable under
+concurrent writers (spec/dynamodb.md §2, §5). Its gaps, and what the project does about them:
+
+- no UpdateTimeToLive: ``create_tables`` logs ``dynamodb_ttl_unsupported`` and goes on (every read
+  filters expired items; nothing relies on TTL deletion);
+- ``ReturnValuesOnConditionCheckFailure`` ignored: the repositories read the item instead;
+- no transactions or streams (the daemon uses neither).
+
+The tests keep running against moto (the project's reference peer); dynalite is a benchmark option only.
+It is installed from the npm registry into ``~/.cache/sightscreen/dynalite`` on first use (node >= 20).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from daemon.store.local import die_with_parent, free_port
+
+VERSION = "4.0.0"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sightscreen" / "dynalite"
+
+
+def install(cache: Path = CACHE) -> Path:
+    """The path of dynalite's cli.js, installing the pinned version with npm when it is not there yet."""
+    cli = cache / "node_modules" / "dynalite" / "cli.js"
+    if cli.exists():
+        return cli
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        raise RuntimeError("dynalite needs node >= 20 and npm (Debian: apt-get install nodejs npm)")
+    cache.mkdir(parents=True, exist_ok=True)
+    if not (cache / "package.json").exists():
+        (cache / "package.json").write_text('{"name": "sightscreen-dynalite", "private": true}\n')
+    subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", f"dynalite@{VERSION}"],
+        cwd=cache,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    if not cli.exists():
+        raise RuntimeError(f"npm install dynalite@{VERSION} finished but {cli} is missing")
+    return cli
+
+
+class DynaliteServer:
+    """In-memory dynalite on loopback. ``start()`` returns once it answers; ``stop()`` ends it."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> DynaliteServer:
+        cli = install()
+        if not self.port:
+            self.port = free_port(self.host)
+        self.proc = subprocess.Popen(
+            [
+                shutil.which("node") or "node", str(cli), "--host", self.host, "--port", str(self.port),
+                "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"dynalite exited with code {self.proc.returncode} before answering")
+            try:
+                with urllib.request.urlopen(self.url, timeout=1):
+                    return self
+            except urllib.error.HTTPError:
+                return self  # it answered (400 to a bare GET): up
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"dynalite did not answer on {self.url} within {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc = None

@@ -1,0 +1,174 @@
+"""nginx as a cheap APNs peer for benchmarks: a C HTTP/2 TLS server that answers 200 to every push and, when
+asked, writes one JSON line per push to a record file for the benchmark to read afterwards.
+
+The project's own APNs server (``daemon.apns.server``) validates like Apple and scripts faults, but costs
+100-200 µs of Python per push; at the soak's 200,000 tokens that alone would take a core of a 2-core
+machine. nginx costs a few µs, so the daemons are what gets measured. It does not check provider tokens
+(the tests against the project's server do).
+
+Record lines (``record_path``): ``{"t": <epoch s, ms>, "s": <status>, "u": "/3/device/<token>",
+"k": "start|update|end", "b": "<body or empty>"}``. To keep the file small the body is written only for
+pushes that carry something a benchmark looks at: an ``end``, or an update/start whose ``events`` list is
+not empty (``"events":[]`` is how ``daemon.cricket.payloads`` encodes "no event this tick").
+
+Needs Debian's ``nginx-light`` (or any nginx with HTTP/2 and SSL); the body is read with the echo module
+(``libnginx-mod-http-echo``) when present, else through a proxy hop to a second local server block.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from daemon.store.local import die_with_parent
+
+ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
+
+_CONF = """
+{load_module}
+worker_processes 1;
+error_log {dir}/error.log warn;
+pid {dir}/nginx.pid;
+events {{ worker_connections 4096; }}
+http {{
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    keepalive_requests 100000000;
+    keepalive_timeout 600s;
+    http2_max_concurrent_streams 1000;
+    client_body_buffer_size 16k;
+    map $request_body $interesting {{ "~\\"event\\":\\"end\\"" 1; "~\\"events\\":\\[\\]" 0; default 1; }}
+    map $interesting $logged_body {{ 1 $request_body; default ""; }}
+    map $request_body $kind {{ "~\\"event\\":\\"end\\"" end; "~\\"event\\":\\"start\\"" start; default update; }}
+    log_format rec escape=json '{{"t":$msec,"s":$status,"u":"$request_uri","k":"$kind","b":"$logged_body"}}';
+    {access_log}
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        ssl_certificate {dir}/cert.pem;
+        ssl_certificate_key {dir}/key.pem;
+        location / {{ {answer} }}
+    }}
+    {backend}
+}}
+"""
+
+# Without the echo module nginx only reads a body it proxies: hop to a second server block answering 200.
+_BACKEND = """
+    upstream answer200 {{ server 127.0.0.1:{port}; keepalive 32; }}
+    server {{ listen 127.0.0.1:{port}; access_log off; location / {{ return 200; }} }}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class NginxApns:
+    """``start()`` → serving; ``url``/``ca_file`` for the daemons; ``records()`` reads the record file."""
+
+    def __init__(self, *, record_path: Path | None = None, workdir: Path | None = None) -> None:
+        self.record_path = record_path
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="sightscreen-nginx-"))
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> str:
+        return str(self.workdir / "ca.pem")
+
+    def start(self, timeout: float = 10.0) -> NginxApns:
+        import trustme
+
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not Path(nginx).exists():
+            raise RuntimeError("nginx is not installed (Debian: apt-get install nginx-light)")
+        d = self.workdir
+        d.mkdir(parents=True, exist_ok=True)
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        cert.private_key_pem.write_to_path(str(d / "key.pem"))
+        cert.cert_chain_pems[0].write_to_path(str(d / "cert.pem"))
+        ca.cert_pem.write_to_path(str(d / "ca.pem"))
+        self.port = _free_port()
+        logging = self.record_path is not None
+        echo = ECHO_MODULE.exists()
+        if not logging:
+            answer, backend = "return 200;", ""
+        elif echo:
+            answer, backend = 'echo_read_request_body; echo_status 200; echo -n "";', ""
+        else:
+            backend_port = _free_port()
+            answer = 'proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://answer200;'
+            backend = _BACKEND.format(port=backend_port)
+        conf = _CONF.format(
+            dir=d,
+            port=self.port,
+            load_module=f"load_module {ECHO_MODULE};" if logging and echo else "",
+            access_log=f"access_log {self.record_path} rec buffer=256k flush=1s;" if logging else "access_log off;",
+            answer=answer,
+            backend=backend,
+        )
+        (d / "nginx.conf").write_text(conf)
+        self.proc = subprocess.Popen(
+            [nginx, "-p", str(d), "-c", str(d / "nginx.conf"), "-g", "daemon off;"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"nginx did not start; see {d}/error.log") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Graceful stop (SIGQUIT): nginx flushes its buffered record lines before it exits."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """Every recorded push as ``{"time", "status", "token", "kind", "payload"}`` (payload None when not
+        logged), in the file's order. Read after ``stop()`` so every buffered line is there."""
+        if self.record_path is None or not self.record_path.exists():
+            return
+        with self.record_path.open("rb") as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a crash: nothing to count
+                body = r.get("b") or ""
+                yield {
+                    "time": float(r["t"]),
+                    "status": int(r["s"]),
+                    "token": str(r["u"]).rsplit("/", 1)[-1],
+                    "kind": r.get("k"),
+                    "payload": json.loads(body) if body else None,
+                }
