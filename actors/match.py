@@ -26,6 +26,7 @@ persisted phase already terminal runs the same end sequence again (each step is 
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -86,11 +87,17 @@ class Delivery:
     at: float = field(default_factory=time.time)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Session:
     visitor_key: str
     user_id: str
     token: str
+
+
+# What a refresh reads: only these attributes come back (a match can have 100,000 sessions and followers,
+# held in memory for the whole match; the rest of each item is not needed here).
+SESSION_FIELDS = ("visitorKey", "userId", "updateToken", "status")
+FOLLOWER_FIELDS = ("userId", "teamId")
 
 
 def lock_key(match_id: str) -> str:
@@ -234,17 +241,33 @@ class MatchActor:
 
     # ------------------------------------------------------------------ sessions and followers
     async def refresh_sessions(self) -> None:
-        sessions = await self._repos.live_activities.get_all_la_sessions_for_match(self.match_id)
-        followers = await self._repos.follows.get_followers_for_match(self.match_id)
+        """Re-read the match's sessions and followers. Unchanged sessions keep their objects and user ids
+        are shared between the two maps, so a big match costs its memory once, not once per refresh."""
+        sessions = await self._repos.live_activities.get_all_la_sessions_for_match(
+            self.match_id, fields=SESSION_FIELDS
+        )
+        old = self.sessions
         fresh: dict[str, Session] = {}
         for item in sessions:
             token = item.get("updateToken")
             if item.get("status", "active") != "active" or not token:
                 continue
             key = str(item["visitorKey"])
-            fresh[key] = Session(key, str(item.get("userId") or key.split("#", 1)[0]), str(token))
+            known = old.get(key)
+            if known is not None and known.token == token:
+                fresh[known.visitor_key] = known
+            else:
+                user = sys.intern(str(item.get("userId") or key.split("#", 1)[0]))
+                fresh[key] = Session(key, user, str(token))
+        del sessions
+        followers = await self._repos.follows.get_followers_for_match(self.match_id, fields=FOLLOWER_FIELDS)
+        teams: dict[str, str] = {}  # one string per team, not one per follower
+        follower_team: dict[str, str] = {}
+        for f in followers:
+            team = str(f.get("teamId") or "")
+            follower_team[sys.intern(str(f["userId"]))] = teams.setdefault(team, team)
         self.sessions = fresh
-        self.follower_team = {str(f["userId"]): str(f.get("teamId") or "") for f in followers}
+        self.follower_team = follower_team
         self._sessions_loaded.set()
 
     async def _refresh_loop(self) -> None:

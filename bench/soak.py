@@ -152,8 +152,10 @@ def _calls_per_tick(metrics_text: str) -> tuple[float, float]:
     return total, count
 
 
-def _start_store(kind: str) -> MotoServer | DynaliteServer:
-    return DynaliteServer().start() if kind == "dynalite" else MotoServer().start()
+def _start_store(kind: str, workdir: Path) -> MotoServer | DynaliteServer:
+    if kind == "dynalite":
+        return DynaliteServer(log_path=workdir / "dynalite.log").start()
+    return MotoServer().start()
 
 
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
@@ -163,7 +165,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="sightscreen-soak-"))
     # Peers start from this (the main) thread, not a worker thread: they die with the process that started
     # them, and the kernel ties that to the starting thread (see die_with_parent).
-    store = _start_store(args.dynamodb)
+    store = _start_store(args.dynamodb, workdir)
     nginx = NginxApns(record_path=workdir / "apns-records.jsonl") if args.apns == "nginx" else None
     started = time.time()
     samples: dict[str, tuple[int, float]] = {}
@@ -200,6 +202,11 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
 
                 async def sample_loop() -> None:
                     while True:
+                        for name, proc in (("dynamodb", store.proc), ("apns", nginx.proc if nginx else None)):
+                            if proc is not None and proc.poll() is not None:
+                                raise RuntimeError(
+                                    f"the {name} peer exited with code {proc.returncode}: see {workdir}"
+                                )
                         if cluster.apns is not None:
                             records, cluster.apns.records = cluster.apns.records, []
                             tally.eat(records)

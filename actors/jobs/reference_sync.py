@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -278,19 +278,16 @@ class ReferenceSyncJob:
         self._note_invalid(report, errors)
         existing = {str(lg["leagueId"]): lg for lg in await self._repos.leagues.get_all_leagues()}
         now_iso = _iso_now(self._clock)
-        for item in items:
-            report.seen += 1
-            old = existing.get(item["leagueId"])
-            if old is not None and old.get("syncHash") == item["syncHash"]:
-                report.unchanged += 1
-                continue
-            if old is not None:
-                fields = changed_fields(item, old, LEAGUE_SYNCED_FIELDS)
-                fields.update(syncHash=item["syncHash"], updatedAt=now_iso)
-                if await self._repos.leagues.update_league_fields(item["leagueId"], fields):
-                    report.updated += 1
-                    report.written.append(item["leagueId"])
-                    continue
+        new_items = await _update_changed(
+            report,
+            items,
+            existing,
+            "leagueId",
+            LEAGUE_SYNCED_FIELDS,
+            self._repos.leagues.update_league_fields,
+            now_iso,
+        )
+        for item in new_items:
             # New (or deleted since we read it): created with the configured initial active flag.
             new = dict(
                 item, updatedAt=now_iso, active=int(item["leagueId"]) in self.settings.active_league_ids
@@ -311,21 +308,16 @@ class ReferenceSyncJob:
         self._note_invalid(report, errors)
         existing = {str(t["teamId"]): t for t in await self._repos.teams.get_all_teams()}
         now_iso = _iso_now(self._clock)
-        created: list[dict[str, Any]] = []
-        for item in _dedupe(items, "teamId"):
-            report.seen += 1
-            old = existing.get(item["teamId"])
-            if old is not None and old.get("syncHash") == item["syncHash"]:
-                report.unchanged += 1
-                continue
-            if old is not None:
-                fields = changed_fields(item, old, TEAM_SYNCED_FIELDS)
-                fields.update(syncHash=item["syncHash"], updatedAt=now_iso)
-                if await self._repos.teams.update_team_fields(item["teamId"], fields):
-                    report.updated += 1
-                    report.written.append(item["teamId"])
-                    continue
-            created.append(dict(item, updatedAt=now_iso))
+        new_items = await _update_changed(
+            report,
+            _dedupe(items, "teamId"),
+            existing,
+            "teamId",
+            TEAM_SYNCED_FIELDS,
+            self._repos.teams.update_team_fields,
+            now_iso,
+        )
+        created = [dict(item, updatedAt=now_iso) for item in new_items]
         for batch in _chunks(created, 25):
             await self._repos.teams.batch_write_teams(batch)
             report.created += len(batch)
@@ -389,6 +381,36 @@ def _summary(report: SyncReport) -> dict[str, int]:
         "unchanged": report.unchanged,
         "invalid": report.invalid,
     }
+
+
+async def _update_changed(
+    report: SyncReport,
+    items: Iterable[dict[str, Any]],
+    existing: Mapping[str, Mapping[str, Any]],
+    key: str,
+    synced_fields: Iterable[str],
+    update_fields: Callable[[str, dict[str, Any]], Awaitable[bool]],
+    now_iso: str,
+) -> list[dict[str, Any]]:
+    """The reference-table sync rule: an item whose ``syncHash`` is unchanged is left alone; a changed one
+    gets only its synced fields updated (admin-owned fields kept, conditionally on the item existing);
+    the rest - new, or deleted since read - are returned for the caller to create."""
+    to_create: list[dict[str, Any]] = []
+    for item in items:
+        report.seen += 1
+        old = existing.get(item[key])
+        if old is not None and old.get("syncHash") == item["syncHash"]:
+            report.unchanged += 1
+            continue
+        if old is not None:
+            fields = changed_fields(item, old, synced_fields)
+            fields.update(syncHash=item["syncHash"], updatedAt=now_iso)
+            if await update_fields(item[key], fields):
+                report.updated += 1
+                report.written.append(item[key])
+                continue
+        to_create.append(item)
+    return to_create
 
 
 def _dedupe(items: Sequence[dict[str, Any]], key: str) -> list[dict[str, Any]]:

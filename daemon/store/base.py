@@ -150,9 +150,16 @@ class Repository:
         now: float | None = None,
         max_items: int | None = None,
         include_expired: bool = False,
+        fields: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> list[Item]:
+        """Every page of a Query or Scan, expired items filtered out server-side; ``fields``: only those
+        attributes come back (a ProjectionExpression: less to read, parse and hold)."""
         names = dict(names or {})
+        if fields:
+            for i, attr in enumerate(fields):
+                names[f"#f{i}"] = attr
+            kwargs["ProjectionExpression"] = ", ".join(f"#f{i}" for i in range(len(fields)))
         raw_values = {k: to_attr(v, k) for k, v in (values or {}).items()}
         filters = [f"({filter_expression})"] if filter_expression else []
         ttl = None if include_expired else self._ttl_filter(self._now(now))
@@ -188,6 +195,11 @@ class Repository:
             by_key[self._key_of(item)] = to_item(item)
         await self.dynamo.batch_write(self.logical, [{"PutRequest": {"Item": it}} for it in by_key.values()])
         return len(by_key)
+
+    async def import_items(self, items: Iterable[Mapping[str, Any]]) -> int:
+        """Bulk load whole items, overwriting (BatchWriteItem, 25 a call): for migrations from the legacy
+        backend and for seeding local clusters. Not an access pattern of the daemon itself."""
+        return await self._batch_put(items)
 
     async def _batch_delete(self, keys: Iterable[Sequence[str]]) -> int:
         unique = list(dict.fromkeys(tuple(k) for k in keys))

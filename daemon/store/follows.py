@@ -14,6 +14,7 @@ expires with it (no separate 48 h table).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from daemon.store.base import Item, Repository
@@ -30,9 +31,13 @@ class MatchFollowRepository(Repository):
         """The follow (truthy) or None (GetItem, expired follows count as absent)."""
         return await self._get(match_id, user_id, now=now)
 
-    async def get_followers_for_match(self, match_id: str, *, now: float | None = None) -> list[Item]:
-        """Every unexpired follow of a match (Query, every page)."""
-        return await self._query("#mid = :mid", names={"#mid": "matchId"}, values={":mid": match_id}, now=now)
+    async def get_followers_for_match(
+        self, match_id: str, *, now: float | None = None, fields: Sequence[str] | None = None
+    ) -> list[Item]:
+        """Every unexpired follow of a match (Query, every page); only the attributes in ``fields`` if given."""
+        return await self._query(
+            "#mid = :mid", names={"#mid": "matchId"}, values={":mid": match_id}, now=now, fields=fields
+        )
 
     async def follow_match(
         self, match_id: str, user_id: str, team_id: str | None, expires_at: float, *, now: float | None = None

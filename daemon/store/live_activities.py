@@ -15,6 +15,7 @@ A token update does not reactivate a suspended session: a new activity registers
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from daemon.store.base import Item, Repository
@@ -47,9 +48,15 @@ class LiveActivityRepository(Repository):
     logical = LIVE_ACTIVITIES
 
     async def get_all_la_sessions_for_match(
-        self, match_id: str, *, status: str | None = None, now: float | None = None
+        self,
+        match_id: str,
+        *,
+        status: str | None = None,
+        now: float | None = None,
+        fields: Sequence[str] | None = None,
     ) -> list[Item]:
-        """Every session of a match (Query, every page, expired ones filtered); only ``status`` ones if given."""
+        """Every session of a match (Query, every page, expired ones filtered); only ``status`` ones if given;
+        only the attributes in ``fields`` if given."""
         values: dict[str, Any] = {":mid": match_id}
         names = {"#mid": "matchId"}
         filt = None
@@ -58,7 +65,8 @@ class LiveActivityRepository(Repository):
             values[":st"] = status
             filt = "#st = :st"
         return await self._query(
-            "#mid = :mid", names=names, values=values, filter_expression=filt, now=now, ConsistentRead=True
+            "#mid = :mid", names=names, values=values, filter_expression=filt, now=now, fields=fields,
+            ConsistentRead=True,
         )
 
     async def get_user_la_sessions(self, user_id: str, *, now: float | None = None) -> list[Item]:

@@ -224,8 +224,8 @@ class Cluster:
                 )
                 tokens[token] = f"{user}#d{i}"
             # BatchWriteItem, 25 a call: seeding 200,000 sessions one UpdateItem at a time would take an hour
-            await repos.follows._batch_put(follows)
-            await repos.live_activities._batch_put(sessions)
+            await repos.follows.import_items(follows)
+            await repos.live_activities.import_items(sessions)
             self.matches[match_id] = SeededMatch(match_id, league, tokens)
 
     # ------------------------------------------------------------------ instances

@@ -55,9 +55,14 @@ def install(cache: Path = CACHE) -> Path:
 class DynaliteServer:
     """In-memory dynalite on loopback. ``start()`` returns once it answers; ``stop()`` ends it."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, log_path: Path | None = None, heap_mb: int = 8192
+    ) -> None:
         self.host = host
         self.port = port
+        # node's default heap limit (~2-4 GB) is too small for 400,000 items held in memory
+        self.heap_mb = heap_mb
+        self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -68,16 +73,22 @@ class DynaliteServer:
         cli = install()
         if not self.port:
             self.port = free_port(self.host)
-        self.proc = subprocess.Popen(
-            [
-                shutil.which("node") or "node", str(cli), "--host", self.host, "--port", str(self.port),
-                "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,
-        )
+        log = self.log_path.open("ab") if self.log_path is not None else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    shutil.which("node") or "node", f"--max-old-space-size={self.heap_mb}", str(cli),
+                    "--host", self.host, "--port", str(self.port),
+                    "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0",
+                ],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
+            )
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

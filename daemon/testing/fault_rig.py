@@ -236,8 +236,8 @@ class FaultRig:
                 }
             )
             self.tokens[token] = visitor
-        await repos.follows._batch_put(follows)
-        await repos.live_activities._batch_put(sessions)
+        await repos.follows.import_items(follows)
+        await repos.live_activities.import_items(sessions)
 
     def close(self) -> None:
         if self._dynamo is not None:
