@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
+import math
 import random
 import ssl
 import time
@@ -171,6 +172,8 @@ class ApnsSender:
         self._slots = [_Slot(i) for i in range(settings.connections)]
         self._dead: dict[str, str] = {}
         self._undelivered: deque[tuple[trio.MemorySendChannel[PushResult], PushResult]] = deque()
+        self._undeliverable_logged_at = -math.inf
+        self._undeliverable_count = 0
         self._delivery_wake = _Wakeup()
         self._idle_wake = _Wakeup()
         self._outstanding = 0  # pushes taken from the inbox and not yet settled
@@ -287,7 +290,7 @@ class ApnsSender:
             self._inbox_recv.close()
             metrics.APNS_CONNECTIONS.set(0)
             metrics.APNS_STREAMS.set(0)
-            log.info("apns_sender_stopped", **self._counts)
+            log.info("apns_sender_stopped", **self._counts, undeliverable=self._undeliverable_count)
         if self._fatal is not None:
             raise self._fatal
 
@@ -426,7 +429,22 @@ class ApnsSender:
             self._undelivered.append((channel, result))
             self._delivery_wake.set()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
-            log.warning("apns_result_undeliverable", token=short_token(result.push.token), outcome=result.outcome)
+            self._undeliverable(result)
+
+    def _undeliverable(self, result: PushResult) -> None:
+        """The producer stopped listening (a match actor that ended or was cancelled): its results go
+        nowhere. Logged once per producer burst, counted, not once per push (a stopping owner of a
+        10,000-token match would write 10,000 lines)."""
+        self._undeliverable_count += 1
+        now = trio.current_time()
+        if now - self._undeliverable_logged_at >= 5.0:
+            self._undeliverable_logged_at = now
+            log.warning(
+                "apns_results_undeliverable",
+                example_token=short_token(result.push.token),
+                outcome=result.outcome,
+                total=self._undeliverable_count,
+            )
 
     async def _delivery_loop(self) -> None:
         while True:
@@ -436,7 +454,7 @@ class ApnsSender:
             try:
                 await channel.send(result)
             except (trio.ClosedResourceError, trio.BrokenResourceError):
-                log.warning("apns_result_undeliverable", token=short_token(result.push.token), outcome=result.outcome)
+                self._undeliverable(result)
             self._undelivered.popleft()
 
     def _mark_dead(self, exchange: _Exchange, status: int, reason: str, apns_id: str | None) -> None:

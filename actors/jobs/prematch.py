@@ -2,7 +2,7 @@
 
 Owns the prematch actor, its pure decision core, and the prematch marker on ``cricket-match-follows`` items
 (the attributes ``prematchFor``, ``prematchStart``, ``prematchState``, ``prematchClaimedMs``,
-``prematchExpiresAt``, ``prematchAt``, ``prematchResult``; written only through ``PrematchMarks`` below). It
+``prematchExpiresAt``, ``prematchAt``, ``prematchResult``; written only through ``MatchFollowRepository``'s ``*_prematch`` methods). It
 reads ``cricket-fixtures`` (GSI by league and start time), ``cricket-leagues`` (active leagues, cached),
 ``cricket-teams`` (names for the text) and ``cricket-devices``; it writes nothing else, except deleting a
 device (or its push-to-start token) that APNs rejected for good.
@@ -66,16 +66,15 @@ from daemon.cricket.display import NEUTRAL, build_display
 from daemon.cricket.payloads import alert_payload, start_payload
 from daemon.cricket.snapshot import snapshot_from_fixture
 from daemon.logs import get_logger, short_token
-from daemon.store.dynamo import is_condition_failed
+from daemon.store.follows import PREMATCH_CLAIMED, PREMATCH_SENT
 
 log = get_logger("jobs.prematch")
 
 JOB = "prematch"
-FOLLOWS_TABLE = "cricket-match-follows"
 COLLAPSE_ID_MAX = 64  # bytes, APNs (spec apns.md: BadCollapseId above it)
 
-STATE_CLAIMED = "claimed"
-STATE_SENT = "sent"
+STATE_CLAIMED = PREMATCH_CLAIMED
+STATE_SENT = PREMATCH_SENT
 
 
 class PushSink(Protocol):
@@ -118,7 +117,7 @@ class Decision(enum.Enum):
 
 
 def decide(marker: Marker | None, *, start_epoch: float, now: float, settings: PrematchSettings) -> Decision:
-    """What to do for one follower. ``PrematchMarks.claim`` enforces the same rule in DynamoDB."""
+    """What to do for one follower. ``MatchFollowRepository.claim_prematch`` enforces the same rule in DynamoDB."""
     if marker is None or marker.start_epoch is None:
         return Decision.NOTIFY
     if marker.expires_at is not None and marker.expires_at <= now:
@@ -199,158 +198,41 @@ def prematch_text(
 
 
 class UnfollowedMemo:
-    """Matches nobody followed when we looked, until their window has passed (defect 5). Bounded LRU."""
+    """Matches nobody followed when we looked (defect 5), with a backoff: the next look is ``first_delay_s``
+    later, then twice that, and so on, never past the match's window. A follower who comes late is still
+    found (defect 4), at a few reads per window instead of one a minute. Bounded LRU."""
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, first_delay_s: float = 300.0) -> None:
         self._max = max_size
-        self._entries: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._first_delay = first_delay_s
+        # (match, start) -> (look again at, window end, current delay)
+        self._entries: OrderedDict[tuple[str, str], tuple[float, float, float]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def remember(self, match_id: str, start_iso: str, *, forget_at: float) -> None:
-        if self._max <= 0:
-            return
+    def remember(self, match_id: str, start_iso: str, *, now: float, window_end: float) -> float:
+        """Nobody follows it at ``now``; returns when to look again."""
         key = (match_id, start_iso)
-        self._entries[key] = forget_at
+        if self._max <= 0:
+            return now
+        previous = self._entries.get(key)
+        delay = self._first_delay if previous is None else previous[2] * 2
+        again = min(now + delay, window_end)
+        self._entries[key] = (again, window_end, delay)
         self._entries.move_to_end(key)
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
+        return again
 
     def knows(self, match_id: str, start_iso: str, *, now: float) -> bool:
-        forget_at = self._entries.get((match_id, start_iso))
-        if forget_at is None:
-            return False
-        if forget_at <= now:
-            del self._entries[(match_id, start_iso)]
-            return False
-        return True
+        """True while the match is known to have no follower and it is not yet time to look again."""
+        entry = self._entries.get((match_id, start_iso))
+        return entry is not None and now < entry[0]
 
     def prune(self, now: float) -> None:
-        for key in [k for k, t in self._entries.items() if t <= now]:
+        for key in [k for k, (_, window_end, _) in self._entries.items() if window_end <= now]:
             del self._entries[key]
-
-
-# --- the marker on the follow item (adapter over the data layer's Dynamo) ---------------------------------
-
-
-class PrematchMarks:
-    """Conditional writes of the prematch marker on ``cricket-match-follows`` items.
-
-    The data layer's ``mark_prematch_notified`` claims by start time alone (any change re-notifies, no
-    lease, no expiry); this adapter adds the lease, the threshold and the expiry the crash-safety scheme
-    needs, on the same table through ``Dynamo.call``. It shares ``prematchFor`` with it, so the data
-    layer's ``clear_prematch_mark`` still hands a notification back.
-    """
-
-    def __init__(self, dynamo: Any) -> None:
-        self._dynamo = dynamo
-
-    @staticmethod
-    def _key(match_id: str, user_id: str) -> dict[str, Any]:
-        return {"matchId": {"S": match_id}, "userId": {"S": user_id}}
-
-    async def _update(self, match_id: str, user_id: str, **kwargs: Any) -> bool:
-        try:
-            await self._dynamo.call(FOLLOWS_TABLE, "update_item", Key=self._key(match_id, user_id), **kwargs)
-        except Exception as exc:
-            if is_condition_failed(exc):
-                return False
-            raise
-        return True
-
-    async def claim(
-        self,
-        match_id: str,
-        user_id: str,
-        *,
-        start_iso: str,
-        start_epoch: float,
-        now: float,
-        settings: PrematchSettings,
-    ) -> int | None:
-        """A fresh claim for this start time; the claim stamp (ms), or None when the marker forbids it."""
-        stamp = int(now * 1000)
-        threshold = settings.restart_notify_threshold_s
-        ok = await self._update(
-            match_id,
-            user_id,
-            UpdateExpression=(
-                "SET #for = :for, #start = :start, #state = :claimed, #ms = :ms, #exp = :exp, #at = :at "
-                "REMOVE #result"
-            ),
-            ConditionExpression=(
-                "attribute_exists(#uid) AND (attribute_not_exists(#for) OR attribute_not_exists(#start) "
-                "OR #exp <= :now OR #start < :lo OR #start > :hi)"
-            ),
-            ExpressionAttributeNames={
-                "#uid": "userId",
-                "#for": "prematchFor",
-                "#start": "prematchStart",
-                "#state": "prematchState",
-                "#ms": "prematchClaimedMs",
-                "#exp": "prematchExpiresAt",
-                "#at": "prematchAt",
-                "#result": "prematchResult",
-            },
-            ExpressionAttributeValues={
-                ":for": {"S": start_iso},
-                ":start": _n(start_epoch),
-                ":claimed": {"S": STATE_CLAIMED},
-                ":ms": _n(stamp),
-                ":exp": _n(marker_expiry(start_epoch, settings)),
-                ":at": {"S": iso_utc(now)},
-                ":now": _n(now),
-                ":lo": _n(start_epoch - threshold),
-                ":hi": _n(start_epoch + threshold),
-            },
-        )
-        return stamp if ok else None
-
-    async def reclaim(self, match_id: str, user_id: str, *, seen_ms: int | None, now: float) -> int | None:
-        """Take over a claim whose lease ran out, only if it is still exactly the claim we saw
-        (``seen_ms`` None: a claim written without a stamp, taken over only while it still has none)."""
-        stamp = int(now * 1000)
-        values: dict[str, Any] = {":claimed": {"S": STATE_CLAIMED}, ":at": {"S": iso_utc(now)}}
-        if seen_ms is None:
-            condition = "#state = :claimed AND attribute_not_exists(#ms)"
-        else:
-            stamp = max(stamp, seen_ms + 1)
-            condition = "#state = :claimed AND #ms = :seen"
-            values[":seen"] = _n(seen_ms)
-        values[":ms"] = _n(stamp)
-        ok = await self._update(
-            match_id,
-            user_id,
-            UpdateExpression="SET #ms = :ms, #at = :at",
-            ConditionExpression=condition,
-            ExpressionAttributeNames={
-                "#state": "prematchState",
-                "#ms": "prematchClaimedMs",
-                "#at": "prematchAt",
-            },
-            ExpressionAttributeValues=values,
-        )
-        return stamp if ok else None
-
-    async def confirm(self, match_id: str, user_id: str, *, claimed_ms: int, result: str) -> bool:
-        """The claim's notification is settled; False if the claim is no longer ours (taken over)."""
-        return await self._update(
-            match_id,
-            user_id,
-            UpdateExpression="SET #state = :sent, #result = :result",
-            ConditionExpression="#ms = :mine",
-            ExpressionAttributeNames={
-                "#state": "prematchState",
-                "#result": "prematchResult",
-                "#ms": "prematchClaimedMs",
-            },
-            ExpressionAttributeValues={
-                ":sent": {"S": STATE_SENT},
-                ":result": {"S": result},
-                ":mine": _n(claimed_ms),
-            },
-        )
 
 
 # --- the actor -----------------------------------------------------------------------------------------
@@ -410,7 +292,6 @@ class PrematchNotifier:
         topic: str = "",
         clock: Callable[[], float] = time.time,
         leagues: LeagueDirectory | None = None,
-        marks: PrematchMarks | None = None,
     ) -> None:
         self._repos = repos
         self._sender = sender
@@ -420,8 +301,9 @@ class PrematchNotifier:
         self.leagues = leagues or LeagueDirectory(
             repos.leagues, max_age_s=self.settings.active_leagues_cache_s
         )
-        self.marks = marks or PrematchMarks(getattr(repos, "dynamo", None) or repos.follows.dynamo)
-        self.unfollowed = UnfollowedMemo(self.settings.unfollowed_memo_size)
+        self.unfollowed = UnfollowedMemo(
+            self.settings.unfollowed_memo_size, self.settings.unfollowed_recheck_s
+        )
         self._teams: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
         self.failures = 0
         self.cycles = 0
@@ -475,7 +357,7 @@ class PrematchNotifier:
             if not followers:
                 report.matches_unfollowed += 1
                 self.unfollowed.remember(
-                    match.match_id, match.start_iso, forget_at=match.start_epoch + s.catch_up_s
+                    match.match_id, match.start_iso, now=now, window_end=match.start_epoch + s.catch_up_s
                 )
                 continue
             await self._notify_match(match, followers, now, report)
@@ -557,18 +439,21 @@ class PrematchNotifier:
     async def _claim(self, match: DueMatch, work: _Work, now: float, report: CycleReport) -> _Claim | None:
         user_id, decision, marker = work.user_id, work.decision, work.marker
         if decision is Decision.NOTIFY:
-            stamp = await self.marks.claim(
+            stamp = await self._repos.follows.claim_prematch(
                 match.match_id,
                 user_id,
                 start_iso=match.start_iso,
                 start_epoch=match.start_epoch,
                 now=now,
-                settings=self.settings,
+                threshold_s=self.settings.restart_notify_threshold_s,
+                expires_at=marker_expiry(match.start_epoch, self.settings),
             )
             collapse_start = match.start_iso
         else:
             assert marker is not None  # RESEND is only decided from a marker
-            stamp = await self.marks.reclaim(match.match_id, user_id, seen_ms=marker.claimed_ms, now=now)
+            stamp = await self._repos.follows.reclaim_prematch(
+                match.match_id, user_id, seen_ms=marker.claimed_ms, now=now
+            )
             collapse_start = marker.start_iso  # the first send's id, so this copy collapses onto it
         if stamp is None:  # another worker or instance holds it: its business now
             report.lost_claims += 1
@@ -677,7 +562,9 @@ class PrematchNotifier:
         if claim.alert_id is None:  # no device, or a device without a token: nothing can reach this user
             report.no_device += 1
             metrics.PREMATCH_NOTIFICATIONS.labels("no_device").inc()
-            await self.marks.confirm(match.match_id, user_id, claimed_ms=claim.stamp, result="no_device")
+            await self._repos.follows.confirm_prematch(
+                match.match_id, user_id, claimed_ms=claim.stamp, result="no_device"
+            )
             return
         result = claim.results.get(claim.alert_id)
         if result is None or result.outcome not in ("accepted", "rejected"):
@@ -707,7 +594,9 @@ class PrematchNotifier:
         else:
             report.accepted += 1
             metrics.PREMATCH_NOTIFICATIONS.labels("accepted").inc()
-        await self.marks.confirm(match.match_id, user_id, claimed_ms=claim.stamp, result=result.outcome)
+        await self._repos.follows.confirm_prematch(
+            match.match_id, user_id, claimed_ms=claim.stamp, result=result.outcome
+        )
 
     async def _team_info(self, fixture: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
         """The two teams (name, code) from ``cricket-teams``, remembered; the text degrades without them."""
@@ -789,12 +678,6 @@ def _content_state(
         snapshot_from_fixture(raw), event=None, event_type=None, result=None, alert_event=False
     )
     return dict(display.get(perspective or NEUTRAL) or display[NEUTRAL])
-
-
-def _n(value: float) -> dict[str, str]:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return {"N": repr(value) if isinstance(value, float) else str(value)}
 
 
 def _number(value: Any) -> float | None:

@@ -151,7 +151,13 @@ class PrematchSettings(BaseModel):
     unfollowed_memo_size: int = Field(
         default=2000,
         ge=0,
-        description="matches nobody follows, remembered so they cost no more reads in their window",
+        description="matches nobody follows, remembered so they cost few reads in their window",
+    )
+    unfollowed_recheck_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="a match nobody followed is looked at again after this long, then after twice as long "
+        "each time (a late follower is still notified)",
     )
     active_leagues_cache_s: float = Field(
         default=600.0, gt=0, description="how long the list of active leagues is reused"

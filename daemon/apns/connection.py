@@ -355,9 +355,9 @@ class _ApnsH2Connection(h2.connection.H2Connection):
             frame_type = buffer[pos + 3]
             flags = buffer[pos + 4]
             stream_id = int.from_bytes(buffer[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+            # the fast path: a whole HEADERS block or a DATA frame, unpadded, on a stream we opened
             if (
-                frame_type == _HEADERS
-                and flags & _END_HEADERS
+                (frame_type == _DATA or (frame_type == _HEADERS and flags & _END_HEADERS))
                 and not flags & _PADDED_OR_PRIORITY
                 and length <= self.max_inbound_frame_size
                 and stream_id in streams
@@ -366,20 +366,8 @@ class _ApnsH2Connection(h2.connection.H2Connection):
                 if slow_from >= 0:
                     events += self.receive_data(bytes(buffer[slow_from:pos]))
                     slow_from = -1
-                events += self._fast_headers(streams[stream_id], bytes(buffer[pos + 9 : frame_end]),
-                                             bool(flags & _END_STREAM))
-            elif (
-                frame_type == _DATA
-                and not flags & _PADDED_OR_PRIORITY
-                and length <= self.max_inbound_frame_size
-                and stream_id in streams
-                and not frame_buffer._headers_buffer
-            ):
-                if slow_from >= 0:
-                    events += self.receive_data(bytes(buffer[slow_from:pos]))
-                    slow_from = -1
-                events += self._fast_data(streams[stream_id], bytes(buffer[pos + 9 : frame_end]),
-                                          bool(flags & _END_STREAM))
+                handler = self._fast_data if frame_type == _DATA else self._fast_headers
+                events += handler(streams[stream_id], bytes(buffer[pos + 9 : frame_end]), bool(flags & _END_STREAM))
             elif (
                 frame_type == _RST_STREAM
                 and length == 4

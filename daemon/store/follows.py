@@ -21,6 +21,9 @@ from daemon.store.base import Item, Repository
 from daemon.store.codec import UpdateBuilder, iso
 from daemon.store.tables import MATCH_FOLLOWS
 
+PREMATCH_CLAIMED = "claimed"
+PREMATCH_SENT = "sent"
+
 
 class MatchFollowRepository(Repository):
     logical = MATCH_FOLLOWS
@@ -64,8 +67,11 @@ class MatchFollowRepository(Repository):
         """Delete every follow of a match (expired ones too): Query the keys, BatchWriteItem deletes in 25s.
         Returns how many were deleted."""
         keys = await self._query(
-            "#mid = :mid", names={"#mid": "matchId", "#uid": "userId"}, values={":mid": match_id},
-            include_expired=True, ProjectionExpression="#mid, #uid",
+            "#mid = :mid",
+            names={"#mid": "matchId", "#uid": "userId"},
+            values={":mid": match_id},
+            include_expired=True,
+            ProjectionExpression="#mid, #uid",
         )
         return await self._batch_delete((k["matchId"], k["userId"]) for k in keys)
 
@@ -80,12 +86,72 @@ class MatchFollowRepository(Repository):
         cond = f"attribute_exists({u.name('userId')}) AND (attribute_not_exists({pf}) OR {pf} <> {start})"
         return await self._update(self._key(match_id, user_id), u.kwargs(cond)) is not None
 
-    async def clear_prematch_mark(self, match_id: str, user_id: str, *, start_time: str | None = None) -> bool:
+    async def clear_prematch_mark(
+        self, match_id: str, user_id: str, *, start_time: str | None = None
+    ) -> bool:
         """Give a claim back (the send failed, retry later). With ``start_time``, only that claim."""
         u = UpdateBuilder().remove("prematchFor").remove("prematchAt")
         cond = f"attribute_exists({u.name('userId')})"
         if start_time is not None:
             cond += f" AND {u.name('prematchFor')} = {u.value(start_time)}"
+        return await self._update(self._key(match_id, user_id), u.kwargs(cond)) is not None
+
+    # --- the prematch marker (actors.jobs.prematch): claim, take over a lapsed claim, confirm ---------------
+    # Attributes on the follow item: prematchFor (start time, ISO; shared with mark_prematch_notified, so
+    # clear_prematch_mark still hands a notification back), prematchStart (epoch s), prematchState
+    # (claimed|sent), prematchClaimedMs (the claim's stamp: a fencing token), prematchExpiresAt,
+    # prematchAt, prematchResult.
+
+    async def claim_prematch(
+        self,
+        match_id: str,
+        user_id: str,
+        *,
+        start_iso: str,
+        start_epoch: float,
+        now: float,
+        threshold_s: float,
+        expires_at: float,
+    ) -> int | None:
+        """A fresh claim of this follow's prematch notification for this start time: the claim stamp (ms),
+        or None when the marker forbids it (a claim or a send for a start time within ``threshold_s`` of
+        this one that has not expired, or no such follow)."""
+        stamp = int(now * 1000)
+        u = (
+            UpdateBuilder()
+            .set("prematchFor", start_iso)
+            .set("prematchStart", start_epoch)
+            .set("prematchState", PREMATCH_CLAIMED)
+            .set("prematchClaimedMs", stamp)
+            .set("prematchExpiresAt", expires_at)
+            .set("prematchAt", iso(now))
+            .remove("prematchResult")
+        )
+        pfor, pstart, pexp = u.name("prematchFor"), u.name("prematchStart"), u.name("prematchExpiresAt")
+        cond = (
+            f"attribute_exists({u.name('userId')}) AND (attribute_not_exists({pfor}) OR "
+            f"attribute_not_exists({pstart}) OR {pexp} <= {u.value(now)} OR "
+            f"{pstart} < {u.value(start_epoch - threshold_s)} OR {pstart} > {u.value(start_epoch + threshold_s)})"
+        )
+        return stamp if await self._update(self._key(match_id, user_id), u.kwargs(cond)) is not None else None
+
+    async def reclaim_prematch(
+        self, match_id: str, user_id: str, *, seen_ms: int | None, now: float
+    ) -> int | None:
+        """Take over a claim whose lease ran out, only if it is still exactly the claim we saw (``seen_ms``
+        None: a claim written without a stamp, taken over only while it still has none). The new stamp."""
+        stamp = int(now * 1000) if seen_ms is None else max(int(now * 1000), seen_ms + 1)
+        u = UpdateBuilder().set("prematchClaimedMs", stamp).set("prematchAt", iso(now))
+        state, ms = u.name("prematchState"), u.name("prematchClaimedMs")
+        cond = f"{state} = {u.value(PREMATCH_CLAIMED)} AND "
+        cond += f"attribute_not_exists({ms})" if seen_ms is None else f"{ms} = {u.value(seen_ms)}"
+        return stamp if await self._update(self._key(match_id, user_id), u.kwargs(cond)) is not None else None
+
+    async def confirm_prematch(self, match_id: str, user_id: str, *, claimed_ms: int, result: str) -> bool:
+        """The claim's notification is settled (``result``: the push outcome); False if the claim is no
+        longer ours (taken over)."""
+        u = UpdateBuilder().set("prematchState", PREMATCH_SENT).set("prematchResult", result)
+        cond = f"{u.name('prematchClaimedMs')} = {u.value(claimed_ms)}"
         return await self._update(self._key(match_id, user_id), u.kwargs(cond)) is not None
 
 

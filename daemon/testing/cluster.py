@@ -370,8 +370,8 @@ async def admin_request(path: str, cmd: str, args: list[str] | None = None) -> A
                         break
                     buf += chunk
         answer = json.loads(buf)
-    except (OSError, trio.TooSlowError, ValueError):
-        return None
+    except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
+        return None  # not answering, answering garbage, or gone mid-answer (killed)
     return answer.get("result") if answer.get("ok") else None
 
 

@@ -165,10 +165,14 @@ class NginxApns:
                 except ValueError:
                     continue  # a line cut by a crash: nothing to count
                 body = r.get("b") or ""
+                try:
+                    payload = json.loads(body) if body else None
+                except ValueError:
+                    payload = None  # a body cut short: the client went away mid-request (status 499)
                 yield {
                     "time": float(r["t"]),
                     "status": int(r["s"]),
                     "token": str(r["u"]).rsplit("/", 1)[-1],
                     "kind": r.get("k"),
-                    "payload": json.loads(body) if body else None,
+                    "payload": payload,
                 }

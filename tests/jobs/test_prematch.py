@@ -133,13 +133,18 @@ def test_prematch_text() -> None:
 
 
 def test_unfollowed_memo_is_bounded_and_forgets_after_the_window() -> None:
-    memo = UnfollowedMemo(max_size=2)
-    memo.remember("a", "s", forget_at=100)
-    memo.remember("b", "s", forget_at=100)
-    memo.remember("c", "s", forget_at=100)
+    memo = UnfollowedMemo(max_size=2, first_delay_s=10)
+    memo.remember("a", "s", now=0, window_end=100)
+    memo.remember("b", "s", now=0, window_end=100)
+    assert memo.remember("c", "s", now=0, window_end=100) == 10
     assert len(memo) == 2 and not memo.knows("a", "s", now=0)  # oldest evicted
-    assert memo.knows("c", "s", now=99) and not memo.knows("c", "s", now=100)
+    assert memo.knows("c", "s", now=9) and not memo.knows("c", "s", now=10)  # time to look again
+    assert memo.remember("c", "s", now=10, window_end=100) == 30  # still nobody: the wait doubles
+    assert memo.remember("c", "s", now=30, window_end=100) == 70
+    assert memo.remember("c", "s", now=70, window_end=100) == 100  # never past the window
     assert not memo.knows("b", "other start", now=0)  # a rescheduled match is a new entry
+    memo.prune(100)
+    assert len(memo) == 0
 
 
 # --- whole cycles against DynamoDB ------------------------------------------------------------------------

@@ -297,7 +297,7 @@ async def test_defect4_a_late_follower_is_notified_on_the_next_cycle(
 # --- 5. a match nobody follows costs no repeated reads ------------------------------------------------------
 
 
-async def test_defect5_a_match_nobody_follows_is_read_once_per_window(
+async def test_defect5_a_match_nobody_follows_is_read_with_backoff_not_every_cycle(
     repos: Any, two_apns: tuple[ApnsWorld, ApnsWorld]
 ) -> None:
     await seed_reference(repos)
@@ -305,23 +305,41 @@ async def test_defect5_a_match_nobody_follows_is_read_once_per_window(
     legacy_apns, our_apns = two_apns
     clock = Clock()
 
-    async def queries_over_ten_cycles(tick: Callable[[], Awaitable[Any]]) -> float:
+    async def queries_over(cycles: int, tick: Callable[[], Awaitable[Any]]) -> float:
         clock.now = T0
         before = follower_queries()
-        for _ in range(10):
+        for _ in range(cycles):
             await tick()
             clock.now += MINUTE
         return follower_queries() - before
 
-    legacy_reads = await queries_over_ten_cycles(
-        LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock).tick
-    )
-    notifier = ours(repos, our_apns.sender, clock)
-    our_reads = await queries_over_ten_cycles(notifier.run_cycle)
+    legacy_reads = await queries_over(20, LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock).tick)
+    notifier = ours(repos, our_apns.sender, clock, unfollowed_recheck_s=300)
+    our_reads = await queries_over(20, notifier.run_cycle)
 
-    assert legacy_reads == 10  # legacy: "skipping (will retry)" every 60 s
-    assert our_reads == 1
+    assert legacy_reads == 20  # legacy: "skipping (will retry)" every 60 s
+    assert our_reads == 3  # ours: at 0, 5 and 15 minutes (the wait doubles)
     assert notifier.last_report is not None and notifier.last_report.matches_skipped_unfollowed == 1
+
+
+async def test_defect5_fix_still_notifies_a_follower_of_a_match_nobody_followed_at_first(
+    repos: Any, two_apns: tuple[ApnsWorld, ApnsWorld]
+) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    _, our_apns = two_apns
+    clock = Clock()
+    notifier = ours(repos, our_apns.sender, clock, unfollowed_recheck_s=300)
+    await notifier.run_cycle()  # nobody follows it yet
+    await follow(repos, 7, "late", start=START)
+    await register(repos, "late")
+    for _ in range(4):  # within the backoff: not looked at again
+        clock.now += MINUTE
+        await notifier.run_cycle()
+    assert alerts_to(our_apns, token("late")) == []
+    clock.now += MINUTE  # 5 minutes after the first look
+    await notifier.run_cycle()
+    assert len(alerts_to(our_apns, token("late"))) == 1
 
 
 # --- 6. the sent marker expires soon after the window ---------------------------------------------------------
