@@ -27,7 +27,7 @@ from daemon.logs import get_logger, short_token
 log = get_logger("janitor")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TokenRef:
     """What a pushed token belongs to; carried in ``Push.context`` and read back by the janitor."""
 

@@ -8,7 +8,8 @@ The actor owns, for its match:
   a write fenced on ``instanceId = me AND ownerEpoch = epoch`` — a paused instance that lost its lease cannot
   overwrite the new owner; a fenced write that fails stops the actor the same way;
 - its cooldowns (part of the engine's state);
-- the match's Live Activity sessions and followers, held in memory and refreshed every ``session_refresh_s``,
+- the match's Live Activity sessions and followers, held in memory and refreshed every ``session_refresh_s``
+  (sessions; longer for a big match, see ``refresh_interval``) and ``follower_refresh_s`` (followers),
   so a tick costs a bounded number of DynamoDB calls whatever the number of followers;
 - self-healing: followers without an active session get a push-to-start, rate-limited per device.
 
@@ -240,9 +241,10 @@ class MatchActor:
             self.log.warning("lock_release_failed", error=repr(exc))
 
     # ------------------------------------------------------------------ sessions and followers
-    async def refresh_sessions(self) -> None:
-        """Re-read the match's sessions and followers. Unchanged sessions keep their objects and user ids
-        are shared between the two maps, so a big match costs its memory once, not once per refresh."""
+    async def refresh_sessions(self, *, followers: bool = True) -> None:
+        """Re-read the match's sessions (and followers, unless told not to). Unchanged sessions keep their
+        objects and user ids are shared between the two maps, so a big match costs its memory once, not
+        once per refresh."""
         sessions = await self._repos.live_activities.get_all_la_sessions_for_match(
             self.match_id, fields=SESSION_FIELDS
         )
@@ -260,24 +262,35 @@ class MatchActor:
                 user = sys.intern(str(item.get("userId") or key.split("#", 1)[0]))
                 fresh[key] = Session(key, user, str(token))
         del sessions
-        followers = await self._repos.follows.get_followers_for_match(self.match_id, fields=FOLLOWER_FIELDS)
-        teams: dict[str, str] = {}  # one string per team, not one per follower
-        follower_team: dict[str, str] = {}
-        for f in followers:
-            team = str(f.get("teamId") or "")
-            follower_team[sys.intern(str(f["userId"]))] = teams.setdefault(team, team)
+        if followers:
+            follows = await self._repos.follows.get_followers_for_match(self.match_id, fields=FOLLOWER_FIELDS)
+            teams: dict[str, str] = {}  # one string per team, not one per follower
+            follower_team: dict[str, str] = {}
+            for f in follows:
+                team = str(f.get("teamId") or "")
+                follower_team[sys.intern(str(f["userId"]))] = teams.setdefault(team, team)
+            self.follower_team = follower_team
         self.sessions = fresh
-        self.follower_team = follower_team
         self._sessions_loaded.set()
 
+    def refresh_interval(self) -> float:
+        """Seconds to the next session refresh: ``session_refresh_s``, longer for a big match so that its
+        re-reads stay under ``session_refresh_items_per_s`` (their decoding is most of a big match's CPU)."""
+        s = self._settings
+        return max(s.session_refresh_s, len(self.sessions) / s.session_refresh_items_per_s)
+
     async def _refresh_loop(self) -> None:
+        followers_due = -math.inf
         while True:
+            with_followers = trio.current_time() >= followers_due
             try:
-                await self.refresh_sessions()
+                await self.refresh_sessions(followers=with_followers)
+                if with_followers:
+                    followers_due = trio.current_time() + self._settings.follower_refresh_s
             except Exception as exc:  # keep the last good view; try again next round
                 self.log.warning("session_refresh_failed", error=repr(exc))
                 self._sessions_loaded.set()
-            await trio.sleep(self._settings.session_refresh_s)
+            await trio.sleep(self.refresh_interval())
 
     # ------------------------------------------------------------------ ticks
     async def _on_update(self, update: Any) -> bool:

@@ -60,7 +60,19 @@ class MatchActorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     session_refresh_s: float = Field(
-        15.0, gt=0, description="how often the actor re-reads the match's Live Activity sessions and followers"
+        15.0, gt=0, description="how often the actor re-reads the match's Live Activity sessions (at least)"
+    )
+    session_refresh_items_per_s: float = Field(
+        250.0,
+        gt=0,
+        description="a big match re-reads its sessions no faster than this many per second on average "
+        "(10,000 sessions: every 40 s); reading and decoding a session costs ~50 us of CPU",
+    )
+    follower_refresh_s: float = Field(
+        60.0,
+        gt=0,
+        description="how often the actor re-reads the match's followers (their team picks the perspective; "
+        "a follower without a session gets a push-to-start)",
     )
     heal_every_s: float = Field(
         30.0, gt=0, description="how often followers without an active session get a push-to-start"

@@ -173,8 +173,9 @@ class Repository:
             kwargs["ExpressionAttributeNames"] = names
         if raw_values:
             kwargs["ExpressionAttributeValues"] = raw_values
-        raw = await self.dynamo.paginate(self.logical, operation, max_items=max_items, **kwargs)
-        return [from_item(r) for r in raw]
+        return await self.dynamo.paginate(
+            self.logical, operation, max_items=max_items, transform=from_item, **kwargs
+        )
 
     async def _query(
         self, key_condition: str, *, index: str | None = None, **kwargs: Any

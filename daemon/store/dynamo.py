@@ -184,17 +184,27 @@ class Dynamo:
     # --- pagination -----------------------------------------------------------------------------------
 
     async def paginate(
-        self, logical_table: str, operation: str, *, max_items: int | None = None, **kwargs: Any
-    ) -> list[dict[str, Any]]:
+        self,
+        logical_table: str,
+        operation: str,
+        *,
+        max_items: int | None = None,
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        **kwargs: Any,
+    ) -> list[Any]:
         """Every raw item of a Query or Scan, following ``LastEvaluatedKey`` until the end.
 
         A page may be empty and still have a next page (``Limit`` counts items before the filter), so the
         loop ends only when there is no ``LastEvaluatedKey`` - or once ``max_items`` items are in hand.
+        ``transform`` is applied to each item as its page arrives, so a raw page is dropped before the
+        next one is read (10,000 raw items cost several times their decoded size).
         """
-        items: list[dict[str, Any]] = []
+        items: list[Any] = []
         while True:
             resp = await self.call(logical_table, operation, **kwargs)
-            items.extend(resp.get("Items", []))
+            page = resp.pop("Items", [])
+            items.extend(page if transform is None else map(transform, page))
+            del page
             if max_items is not None and len(items) >= max_items:
                 return items[:max_items]
             lek = resp.get("LastEvaluatedKey")
