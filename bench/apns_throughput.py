@@ -55,6 +55,7 @@ from daemon.apns.settings import ApnsSettings  # noqa: E402
 from daemon.apns.token import generate_signing_key  # noqa: E402
 from daemon.apns.types import Push, PushResult  # noqa: E402
 from daemon.logs import configure  # noqa: E402
+from daemon.testing.nginx_apns import NginxApns  # noqa: E402
 
 
 def live_activity_update(i: int) -> bytes:
@@ -228,7 +229,7 @@ async def run_aioapns(args: argparse.Namespace, creds: dict[str, str]) -> dict[s
 # -- server and credentials -----------------------------------------------------------------------------
 
 
-def spawn_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+def spawn_server(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     if args.spawn_server == "nginx":
         return spawn_nginx()
     cmd = [sys.executable, "-m", "daemon", "apns-server", "--fast", "--keep-records", "100", "--topic", args.topic]
@@ -241,62 +242,17 @@ def spawn_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], dict[
     return proc, json.loads(line)["apns_server"]
 
 
-_NGINX_CONF = """
-worker_processes 1;
-error_log {dir}/error.log warn;
-pid {dir}/nginx.pid;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    keepalive_requests 100000000;
-    keepalive_timeout 600s;
-    http2_max_concurrent_streams 1000;
-    server {{
-        listen 127.0.0.1:{port} ssl http2;
-        ssl_certificate {dir}/cert.pem;
-        ssl_certificate_key {dir}/key.pem;
-        location / {{ return 200; }}
-    }}
-}}
-"""
-
-
-def spawn_nginx() -> tuple[subprocess.Popen[str], dict[str, Any]]:
+def spawn_nginx() -> tuple[Any, dict[str, Any]]:
     """A C HTTP/2 server answering 200 to everything (Debian's nginx-light), with a throw-away trustme CA."""
-    import shutil
-    import socket
-
-    import trustme
-
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not Path(nginx).exists():
-        raise SystemExit("--spawn-server nginx needs nginx (apt-get install nginx-light)")
-    folder = Path(tempfile.mkdtemp(prefix="apns-bench-nginx-"))
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert.private_key_pem.write_to_path(str(folder / "key.pem"))
-    cert.cert_chain_pems[0].write_to_path(str(folder / "cert.pem"))
-    ca.cert_pem.write_to_path(str(folder / "ca.pem"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    (folder / "nginx.conf").write_text(_NGINX_CONF.format(dir=folder, port=port))
-    proc = subprocess.Popen([nginx, "-p", str(folder), "-c", str(folder / "nginx.conf"), "-g", "daemon off;"],
-                            stdout=subprocess.DEVNULL, text=True)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise SystemExit(f"nginx did not start; see {folder}/error.log") from None
-            time.sleep(0.05)
+    try:
+        server = NginxApns().start()
+    except RuntimeError as exc:
+        raise SystemExit(f"--spawn-server nginx: {exc}") from None
+    folder = Path(tempfile.mkdtemp(prefix="apns-bench-key-"))
     pair = generate_signing_key()
     (folder / "key.p8").write_text(pair[0])
-    return proc, {"url": f"https://127.0.0.1:{port}", "ca_file": str(folder / "ca.pem"),
-                  "private_key_file": str(folder / "key.p8"), "key_id": "KEY0000001", "team_id": "TEAM000001"}
+    return server, {"url": server.url, "ca_file": server.ca_file, "private_key_file": str(folder / "key.p8"),
+                    "key_id": "KEY0000001", "team_id": "TEAM000001"}
 
 
 def credentials(args: argparse.Namespace) -> dict[str, str]:
@@ -360,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
             if other["pushes_per_s"]:
                 result["vs_aioapns"] = round(result["pushes_per_s"] / other["pushes_per_s"], 2)
     finally:
-        if proc is not None:
+        if isinstance(proc, NginxApns):
+            proc.stop()
+        elif proc is not None:
             proc.terminate()
             proc.wait(timeout=10)
     print(json.dumps(result))

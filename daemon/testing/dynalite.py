@@ -8,7 +8,10 @@ concurrent writers (spec/dynamodb.md §2, §5). Its gaps, and what the project d
 - no UpdateTimeToLive: ``create_tables`` logs ``dynamodb_ttl_unsupported`` and goes on (every read
   filters expired items; nothing relies on TTL deletion);
 - ``ReturnValuesOnConditionCheckFailure`` ignored: the repositories read the item instead;
-- no transactions or streams (the daemon uses neither).
+- no transactions or streams (the daemon uses neither);
+- a client that goes away mid-request (a daemon killed by the soak) makes dynalite 4.0.0 throw from its
+  request error handler and exit: ``LAUNCHER`` starts it with a handler that logs that one error and goes
+  on (anything else still ends the process).
 
 The tests keep running against moto (the project's reference peer); dynalite is a benchmark option only.
 It is installed from the npm registry into ``~/.cache/sightscreen/dynalite`` on first use (node >= 20).
@@ -28,6 +31,23 @@ from daemon.store.local import die_with_parent, free_port
 
 VERSION = "4.0.0"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sightscreen" / "dynalite"
+
+
+LAUNCHER = """\
+// sightscreen: dynalite with a client that vanishes mid-request logged, not fatal (see dynalite.py)
+process.on('uncaughtException', function (err) {
+  if (err && (err.code === 'ECONNRESET' || err.message === 'aborted')) {
+    console.error('dynalite: a client went away mid-request (' + err.message + '); going on')
+    return
+  }
+  console.error(err)
+  process.exit(1)
+})
+var argv = {createTableMs: 0, deleteTableMs: 0, updateTableMs: 0}
+var server = require('dynalite')(argv).listen(+process.argv[3], process.argv[2], function () {
+  console.log('dynalite listening at http://' + process.argv[2] + ':' + server.address().port)
+})
+"""
 
 
 def install(cache: Path = CACHE) -> Path:
@@ -71,15 +91,16 @@ class DynaliteServer:
 
     def start(self, timeout: float = 30.0) -> DynaliteServer:
         cli = install()
+        launcher = cli.parents[2] / "sightscreen-dynalite.js"  # beside node_modules: require() finds it
+        launcher.write_text(LAUNCHER)
         if not self.port:
             self.port = free_port(self.host)
         log = self.log_path.open("ab") if self.log_path is not None else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(
                 [
-                    shutil.which("node") or "node", f"--max-old-space-size={self.heap_mb}", str(cli),
-                    "--host", self.host, "--port", str(self.port),
-                    "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0",
+                    shutil.which("node") or "node", f"--max-old-space-size={self.heap_mb}", str(launcher),
+                    self.host, str(self.port),
                 ],
                 stdout=log,
                 stderr=log,
