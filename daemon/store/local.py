@@ -57,6 +57,18 @@ def die_with_parent() -> None:
         pass
 
 
+def stop_child(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout: float = 5.0) -> None:
+    """Ask a child to stop (``sig``), give it ``timeout`` seconds, then kill it; reaped either way."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -108,15 +120,7 @@ class MotoServer:
             pass
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_child(self.proc)
         self.proc = None
 
     def __enter__(self) -> MotoServer:

@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from daemon.store.local import die_with_parent, free_port
+from daemon.store.local import die_with_parent, free_port, stop_child
 
 VERSION = "4.0.0"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sightscreen" / "dynalite"
@@ -125,13 +125,5 @@ class DynaliteServer:
         raise RuntimeError(f"dynalite did not answer on {self.url} within {timeout}s")
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_child(self.proc)
         self.proc = None

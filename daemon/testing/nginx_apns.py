@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from daemon.store.local import die_with_parent
+from daemon.store.local import die_with_parent, stop_child
 
 ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
 
@@ -145,15 +145,7 @@ class NginxApns:
 
     def stop(self) -> None:
         """Graceful stop (SIGQUIT): nginx flushes its buffered record lines before it exits."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc, signal.SIGQUIT, timeout=15)
         self.proc = None
 
     def records(self) -> Iterator[dict[str, Any]]:

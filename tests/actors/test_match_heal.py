@@ -11,9 +11,8 @@ from typing import Any
 import trio
 
 from actors.match import MatchActor
-from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.apns.types import Push, PushResult
-from daemon.cricket.settings import EngineSettings
+from tests.actors.match_helpers import make_match_actor
 
 
 class AcceptingSender:
@@ -27,19 +26,7 @@ class AcceptingSender:
 
 
 def _actor(repos: Any, sender: AcceptingSender, **settings: Any) -> MatchActor:
-    actor = MatchActor(
-        "500",
-        instance_id="me",
-        epoch=1,
-        repos=repos,
-        feed=None,
-        sender=sender,
-        topic="app.test",
-        marquee=True,
-        engine_settings=EngineSettings(),
-        settings=MatchActorSettings(**settings),
-        lease=OrchestratorSettings(),
-    )
+    actor = make_match_actor("500", repos, sender, **settings)
     actor._lease_until = trio.current_time() + 60  # as if the lease had just been renewed
     actor.phase = "live"
     actor._last_display = {"neutral": {"title": "A v B", "subtitle": "A need 10", "score": "1/0"}}

@@ -10,24 +10,11 @@ from typing import Any
 import trio
 
 from actors.match import MatchActor
-from actors.settings import MatchActorSettings, OrchestratorSettings
-from daemon.cricket.settings import EngineSettings
+from tests.actors.match_helpers import make_match_actor
 
 
 def _actor(repos: Any, **settings: Any) -> MatchActor:
-    return MatchActor(
-        "600",
-        instance_id="me",
-        epoch=1,
-        repos=repos,
-        feed=None,
-        sender=None,
-        topic="app.test",
-        marquee=True,
-        engine_settings=EngineSettings(),
-        settings=MatchActorSettings(**settings),
-        lease=OrchestratorSettings(),
-    )
+    return make_match_actor("600", repos, **settings)
 
 
 async def test_refresh_keeps_active_sessions_shares_user_ids_and_reuses_unchanged_sessions(repos: Any) -> None:
