@@ -31,7 +31,9 @@ Definitions (what the figures mean):
   update carrying it, per token (p50, p99, max);
 - peak RSS and CPU per instance: VmHWM and utime+stime from /proc, sampled every second;
 - DynamoDB calls per tick: the daemons' own histogram (sum / count), read over their admin sockets;
-- SportMonks calls per hour: requests the replay server answered, per hour of wall time.
+- SportMonks calls per hour: requests the replay server answered, per hour of wall time;
+- slowest events: the five key events whose last token got them latest, with how long after the last kill
+  their ball came (a match whose owner was just killed waits for its lease to run out).
 
 The last line printed is one JSON object with those figures.
 """
@@ -142,14 +144,17 @@ def _tree_cpu(pid: int) -> float | None:
     return total
 
 
-def _calls_per_tick(metrics_text: str) -> tuple[float, float]:
-    total = count = 0.0
+def _calls_per_tick(metrics_text: str) -> tuple[float, float, float]:
+    """(calls, ticks, ticks that made no call) from the daemon's histogram."""
+    total = count = idle = 0.0
     for line in metrics_text.splitlines():
         if line.startswith("sightscreen_dynamodb_calls_per_tick_sum"):
             total = float(line.split()[-1])
         elif line.startswith("sightscreen_dynamodb_calls_per_tick_count"):
             count = float(line.split()[-1])
-    return total, count
+        elif line.startswith('sightscreen_dynamodb_calls_per_tick_bucket{le="0.0"}'):
+            idle = float(line.split()[-1])
+    return total, count, idle
 
 
 def _start_store(kind: str, workdir: Path) -> MotoServer | DynaliteServer:
@@ -169,8 +174,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     nginx = NginxApns(record_path=workdir / "apns-records.jsonl") if args.apns == "nginx" else None
     started = time.time()
     samples: dict[str, tuple[int, float]] = {}
-    tick_calls: dict[str, tuple[float, float]] = {}
+    tick_calls: dict[str, tuple[float, float, float]] = {}
     kills = 0
+    kill_times: list[float] = []
     tally: Tally | None = None
     cut = started
     try:
@@ -227,6 +233,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         if args.kill_every and trio.current_time() >= next_kill:
                             slot = rng.choice(sorted(cluster.instances))
                             cluster.kill(slot)
+                            kill_times.append(time.time())
                             kills += 1
                             cluster.spawn(slot)
                             next_kill = trio.current_time() + args.kill_every
@@ -268,6 +275,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     delivered_all = 0
     lost = 0
     lags: list[float] = []
+    per_event: list[dict[str, Any]] = []
     key_events = 0
     due_events = 0
     for tape in tapes:
@@ -282,19 +290,32 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 continue  # not due: the ball came after the cut-off
             due_events += 1
             everyone = True
+            event_lags: list[float] = []
             for token in match.tokens:
                 expected += 1
                 if (etype, subject) in tally.delivered.get(token, set()):
                     seen = tally.first_seen.get((token, etype, subject))
                     if served_at is not None and seen is not None:
-                        lags.append(max(0.0, seen - served_at))
+                        event_lags.append(max(0.0, seen - served_at))
                 else:
                     lost += 1
                     everyone = False
             delivered_all += everyone
+            lags.extend(event_lags)
+            if event_lags and served_at is not None:
+                before = [k for k in kill_times if k <= served_at]
+                per_event.append({
+                    "match": match_id,
+                    "event": f"{etype} {subject}",
+                    "at_s": round(served_at - started, 1),
+                    "lag_p50_s": round(_pct(event_lags, 0.5) or 0.0, 2),
+                    "lag_max_s": round(max(event_lags), 2),
+                    "since_last_kill_s": round(served_at - before[-1], 1) if before else None,
+                })
     duplicates = sum(1 for stamps in tally.alert_stamps.values() if len(stamps) > 1)
     total_calls = sum(c[0] for c in tick_calls.values())
     total_ticks = sum(c[1] for c in tick_calls.values())
+    busy_ticks = total_ticks - sum(c[2] for c in tick_calls.values())
     run_s = max(1e-9, cut - started)
     return {
         "matches": args.matches,
@@ -321,11 +342,15 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             "p99": _pct(lags, 0.99),
             "max": max(lags) if lags else None,
         },
+        # where the tail comes from: the five events whose last token got them latest
+        "slowest_events": sorted(per_event, key=lambda e: -e["lag_max_s"])[:5],
         "peak_rss_mb": {k: round(v[0] / 2**20, 1) for k, v in samples.items()},
         "cpu_s": {k: round(v[1], 1) for k, v in samples.items()},
         "peer_cpu_s": {k: round(v, 1) for k, v in peers.items() if v is not None},
         "harness_cpu_s": round(time.process_time(), 1),
         "dynamodb_calls_per_tick": round(total_calls / total_ticks, 2) if total_ticks else None,
+        # the same over the ticks that wrote something (a new ball); a tick with no change costs none
+        "dynamodb_calls_per_changed_tick": round(total_calls / busy_ticks, 2) if busy_ticks else None,
         "sportmonks_calls_per_hour": (
             round(requests / (elapsed / 3600.0)) if isinstance(requests, int) and elapsed else None
         ),

@@ -44,7 +44,7 @@ TICK_DURATION = Histogram(
 DYNAMODB_CALLS_PER_TICK = Histogram(
     "sightscreen_dynamodb_calls_per_tick",
     "DynamoDB calls one match tick made (bounded whatever the number of followers)",
-    buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50),
+    buckets=(0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50),
     registry=REGISTRY,
 )
 KEY_EVENTS = Counter("sightscreen_key_events", "Key events pushed, by type", ["type"], registry=REGISTRY)
