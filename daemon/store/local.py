@@ -37,6 +37,11 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from moto.server import MotoRequestHandler
 
 class Quiet(MotoRequestHandler):
+    # One thread serves everyone: a client that sent half a request and went quiet (a link blackholed
+    # mid-request by the fault proxy, a process stopped mid-send) would hold it for ever. Cut it off after
+    # 3 s of silence, as a load balancer would.
+    timeout = 3
+
     def log_request(self, *a, **k):
         pass
 
