@@ -65,8 +65,8 @@ class DeviceRepository(Repository):
         t = self._now(now)
         key = self._key(user_id, device_token)
         existing = await self._query(
-            "#uid = :uid", names={"#uid": "userId", "#tok": "deviceToken"}, values={":uid": user_id},
-            include_expired=True, ProjectionExpression="#uid, #tok", ConsistentRead=True,
+            "#uid = :uid", names={"#uid": "userId"}, values={":uid": user_id},
+            include_expired=True, fields=("userId", "deviceToken"), ConsistentRead=True,
         )
         for old in existing:
             if old["deviceToken"] != device_token:

@@ -68,10 +68,10 @@ class MatchFollowRepository(Repository):
         Returns how many were deleted."""
         keys = await self._query(
             "#mid = :mid",
-            names={"#mid": "matchId", "#uid": "userId"},
+            names={"#mid": "matchId"},
             values={":mid": match_id},
             include_expired=True,
-            ProjectionExpression="#mid, #uid",
+            fields=("matchId", "userId"),
         )
         return await self._batch_delete((k["matchId"], k["userId"]) for k in keys)
 
