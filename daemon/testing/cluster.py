@@ -176,13 +176,17 @@ class Cluster:
         # to start a Python process), so the first balls are seen by a daemon that was there before them.
         await self.wait_healthy(timeout=120)
         for i, tape in enumerate(self.tapes):
-            self.replay.add_tape(tape, start_delay_s=(self.start_delay_wall_s + i * self.stagger_wall_s) * self.speed)
+            self.replay.add_tape(tape, start_delay_s=self._start_offset_s(i) * self.speed)
+
+    def _start_offset_s(self, i: int) -> float:
+        """Wall seconds from now to the first ball of the i-th match (the fixture's startTime says the same)."""
+        return self.start_delay_wall_s + i * self.stagger_wall_s
 
     async def seed(self) -> None:
         repos = self.repos
         for i, tape in enumerate(self.tapes):
             match_id = str(tape.fixture_id)
-            starts = time.time() + self.start_delay_wall_s + i * self.stagger_wall_s
+            starts = time.time() + self._start_offset_s(i)
             league = str(tape.league_id)
             await repos.leagues.put_league({"leagueId": league, "name": "Cluster", "code": "CL", "active": True})
             await repos.fixtures.batch_write_fixtures(
