@@ -93,6 +93,7 @@ class Session:
     visitor_key: str
     user_id: str
     token: str
+    ref: TokenRef  # what its pushes carry back (built once, not once per push)
 
 
 # What a refresh reads: only these attributes come back (a match can have 100,000 sessions and followers,
@@ -260,7 +261,8 @@ class MatchActor:
                 fresh[known.visitor_key] = known
             else:
                 user = sys.intern(str(item.get("userId") or key.split("#", 1)[0]))
-                fresh[key] = Session(key, user, str(token))
+                ref = TokenRef("la", self.match_id, visitor_key=key, user_id=user)
+                fresh[key] = Session(key, user, str(token), ref)
         del sessions
         if followers:
             follows = await self._repos.follows.get_followers_for_match(self.match_id, fields=FOLLOWER_FIELDS)
@@ -372,7 +374,7 @@ class MatchActor:
                 payload=by_perspective[self._perspective(s.user_id, display)],
                 priority=priority,
                 kind=kind,
-                context=TokenRef("la", self.match_id, visitor_key=s.visitor_key, user_id=s.user_id),
+                context=s.ref,
             )
             for s in sessions
         ]
@@ -429,18 +431,26 @@ class MatchActor:
         return counts
 
     async def _push_round(self, pushes: list[Push], counts: dict[str, int]) -> list[Push]:
-        """One hand-off of ``pushes``; returns those to send again (failed, or no result in time)."""
+        """One hand-off of ``pushes``; returns those to send again (failed, or no result in time).
+
+        The pushes go to the sender in one ``send_many`` and the results are taken as they are buffered,
+        awaiting only when none is: a scheduler trip per push each way cost as much CPU as the push itself."""
         send, receive = trio.open_memory_channel[Any](len(pushes))
         waiting: dict[int, Push] = {}
+        not_after = self._lease_until
+        tagged = [replace(push, reply_to=send, not_after=not_after) for push in pushes]
+        for original, push in zip(pushes, tagged, strict=True):
+            waiting[id(push)] = original
         async with receive:
-            for push in pushes:
-                tagged = replace(push, reply_to=send, not_after=self._lease_until)
-                waiting[id(tagged)] = push
-                await self._sender.send(tagged)
+            await self._sender.send_many(tagged)
+            del tagged
             retry: list[Push] = []
             with trio.move_on_after(self._settings.push_result_timeout_s) as scope:
                 while waiting:
-                    result = await receive.receive()
+                    try:
+                        result = receive.receive_nowait()
+                    except trio.WouldBlock:
+                        result = await receive.receive()
                     original = waiting.pop(id(result.push), None)
                     if original is None:
                         continue

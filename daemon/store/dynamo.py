@@ -22,6 +22,7 @@ naming how many requests were left (never a silent loss).
 from __future__ import annotations
 
 import contextvars
+import json
 import random
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -99,6 +100,43 @@ def count_calls() -> Iterator[CallCounter]:
         _counters.reset(token)
 
 
+# --- page decoding ---------------------------------------------------------------------------------------
+
+# Operations whose pages skip botocore's response parser (see ``_items_as_sent``).
+RAW_PAGE_OPERATIONS = ("Query", "Scan")
+# A binary attribute ({"B": base64} or {"BS": [...]}) needs botocore's base64 decoding; a page that might
+# hold one (or merely contains the text) takes botocore's path. JSON escapes a quote inside a string, so
+# these bytes appear only as a type tag or as an attribute named "B"/"BS".
+_BINARY_TAGS = (b'"B"', b'"BS"')
+
+
+def _items_as_sent(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> None:
+    """botocore ``before-parse`` hook for Query and Scan: hand the page's ``Items`` over as DynamoDB sent them.
+
+    botocore walks every attribute value of every item through the service model's shapes to produce
+    ``{"S": "..."}`` dicts that are exactly the JSON it received (for every type but binary). For a match's
+    10,000 Live Activity sessions that walk cost more CPU than all its pushes (``py-spy --gil`` on a soak
+    daemon: a fifth of the process). Here the body is decoded once with the C JSON decoder, ``Items`` goes
+    straight into the parsed response (botocore merges ``customized_response_dict`` into it), and botocore
+    parses only the rest (``Count``, ``LastEvaluatedKey``, ``ConsumedCapacity``). Errors, non-JSON bodies and
+    pages with binary attributes are left entirely to botocore; its CRC32 check reads the HTTP response
+    itself, which is untouched.
+    """
+    body = response_dict.get("body")
+    if response_dict.get("status_code") != 200 or not isinstance(body, bytes | bytearray):
+        return
+    if any(tag in body for tag in _BINARY_TAGS):
+        return
+    try:
+        page = json.loads(body)
+    except ValueError:
+        return
+    if not isinstance(page, dict) or not isinstance(page.get("Items"), list):
+        return
+    customized_response_dict["Items"] = page.pop("Items")
+    response_dict["body"] = json.dumps(page).encode()
+
+
 # --- the client ---------------------------------------------------------------------------------------
 
 
@@ -140,6 +178,8 @@ class Dynamo:
         self.client: Any = session.client(
             "dynamodb", endpoint_url=settings.endpoint_url, region_name=settings.region, config=config, **creds
         )
+        for operation in RAW_PAGE_OPERATIONS:
+            self.client.meta.events.register(f"before-parse.dynamodb.{operation}", _items_as_sent)
         self._limiter = trio.CapacityLimiter(settings.max_threads)
         self._api_names: dict[str, str] = dict(self.client.meta.method_to_api_mapping)
         self._snake_names: dict[str, str] = {api: snake for snake, api in self._api_names.items()}

@@ -24,6 +24,10 @@ class AcceptingSender:
         assert push.reply_to is not None
         await push.reply_to.send(PushResult(push, "accepted", 200, None, None, 1, 0.0))
 
+    async def send_many(self, pushes: list[Push]) -> None:
+        for push in pushes:
+            await self.send(push)
+
 
 def _actor(repos: Any, sender: AcceptingSender, **settings: Any) -> MatchActor:
     actor = make_match_actor("500", repos, sender, **settings)

@@ -113,3 +113,73 @@ async def test_paginate_follows_every_page(dynamo: Dynamo):
         items = await dynamo.paginate("cricket-teams", "scan")
     assert len(items) == 7
     assert c.n == 4
+
+
+# --- Query/Scan pages skip botocore's shape walk ----------------------------------------------------------
+
+_EVERY_TYPE = {
+    "matchId": {"S": "m1"},
+    "n": {"N": "12.5"},
+    "flag": {"BOOL": True},
+    "nothing": {"NULL": True},
+    "nested": {"M": {"list": {"L": [{"S": "a"}, {"N": "3"}, {"M": {"deep": {"SS": ["x", "y"]}}}]}}},
+    "numbers": {"NS": ["1", "2"]},
+    "quote": {"S": 'a "B" inside a string'},
+}
+
+
+def _botocore_only(dynamo: Dynamo):  # type: ignore[no-untyped-def]
+    """A client for the same server without the page hook: botocore's own parse, to compare against."""
+    import boto3
+
+    return boto3.session.Session().client(
+        "dynamodb", endpoint_url=dynamo.settings.endpoint_url, region_name=dynamo.settings.region,
+        aws_access_key_id="local", aws_secret_access_key="local",
+    )
+
+
+async def test_query_pages_decode_exactly_as_botocore_does(dynamo: Dynamo):
+    table = dynamo.table("live-activities")
+    items = [dict(_EVERY_TYPE, visitorKey={"S": f"u{i}#d"}) for i in range(5)]
+    await dynamo.batch_write("live-activities", [{"PutRequest": {"Item": it}} for it in items])
+    query = {"KeyConditionExpression": "matchId = :m", "ExpressionAttributeValues": {":m": {"S": "m1"}}}
+    plain = await trio.to_thread.run_sync(lambda: _botocore_only(dynamo).query(TableName=table, **query))
+    raw_pages: list[int] = []  # pages whose Items the hook took, seen by a handler registered after it
+    dynamo.client.meta.events.register(
+        "before-parse.dynamodb.Query",
+        lambda customized_response_dict, **_: raw_pages.append(len(customized_response_dict.get("Items", []))),
+    )
+    ours = await dynamo.call("live-activities", "query", **query)
+    assert ours["Items"] == plain["Items"] and len(ours["Items"]) == 5
+    assert ours["Count"] == plain["Count"] == 5
+    assert raw_pages == [5]
+    # and paging still follows LastEvaluatedKey, which botocore parses as before
+    faults.page_size(dynamo.client, 2)
+    paged = await dynamo.paginate("live-activities", "query", **query)
+    assert paged == plain["Items"]
+
+
+async def test_a_page_with_binary_attributes_takes_botocores_path(dynamo: Dynamo):
+    await dynamo.call("cricket-teams", "put_item", Item={"teamId": {"S": "1"}, "blob": {"B": b"\x00\xffraw"}})
+    items = await dynamo.paginate("cricket-teams", "scan")
+    assert items == [{"teamId": {"S": "1"}, "blob": {"B": b"\x00\xffraw"}}]
+
+
+def test_the_page_hook_leaves_errors_and_odd_bodies_alone():
+    from daemon.store.dynamo import _items_as_sent
+
+    for response in (
+        {"status_code": 400, "body": b'{"__type": "ValidationException", "Items": []}'},
+        {"status_code": 200, "body": b"not json"},
+        {"status_code": 200, "body": b'{"Count": 0}'},
+        {"status_code": 200, "body": b'{"Items": [{"k": {"B": "AAE="}}]}'},
+    ):
+        before = dict(response)
+        custom: dict[str, object] = {}
+        _items_as_sent(response_dict=response, customized_response_dict=custom)
+        assert custom == {} and response == before
+    response = {"status_code": 200, "body": b'{"Items": [{"k": {"S": "v"}}], "Count": 1}'}
+    custom = {}
+    _items_as_sent(response_dict=response, customized_response_dict=custom)
+    assert custom == {"Items": [{"k": {"S": "v"}}]}
+    assert response["body"] == b'{"Count": 1}'
