@@ -173,8 +173,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     store = _start_store(args.dynamodb, workdir)
     nginx = NginxApns(record_path=workdir / "apns-records.jsonl") if args.apns == "nginx" else None
     started = time.time()
-    samples: dict[str, tuple[int, float]] = {}
-    tick_calls: dict[str, tuple[float, float, float]] = {}
+    samples: dict[tuple[str, int], tuple[int, float]] = {}  # (instance, pid): last (VmHWM, CPU) seen
+    tick_calls: dict[tuple[str, int], tuple[float, float, float]] = {}  # per process: a kill loses none
     kills = 0
     kill_times: list[float] = []
     tally: Tally | None = None
@@ -218,11 +218,11 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                             tally.eat(records)
                         for inst in list(cluster.instances.values()):
                             s = _proc_sample(inst.proc.pid)
-                            if s is not None:
-                                samples[inst.instance_id] = s
+                            if s is not None and s[0] > 0:  # (a process that has exited reports no VmHWM)
+                                samples[(inst.instance_id, inst.proc.pid)] = s
                             text = await admin_request(cluster.admin_socket(inst), "metrics")
                             if isinstance(text, str):
-                                tick_calls[inst.instance_id] = _calls_per_tick(text)
+                                tick_calls[(inst.instance_id, inst.proc.pid)] = _calls_per_tick(text)
                         await trio.sleep(1.0)
 
                 nursery.start_soon(sample_loop)
@@ -317,6 +317,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     total_ticks = sum(c[1] for c in tick_calls.values())
     busy_ticks = total_ticks - sum(c[2] for c in tick_calls.values())
     run_s = max(1e-9, cut - started)
+    # per instance across its processes (each kill starts a new one): the highest peak, the CPU of all
+    peak_rss: dict[str, int] = {}
+    cpu_s: dict[str, float] = {}
+    for (instance, _pid), (hwm, cpu) in sorted(samples.items()):
+        peak_rss[instance] = max(peak_rss.get(instance, 0), hwm)
+        cpu_s[instance] = cpu_s.get(instance, 0.0) + cpu
     return {
         "matches": args.matches,
         "matches_ended": len(ended),
@@ -344,8 +350,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         },
         # where the tail comes from: the five events whose last token got them latest
         "slowest_events": sorted(per_event, key=lambda e: -e["lag_max_s"])[:5],
-        "peak_rss_mb": {k: round(v[0] / 2**20, 1) for k, v in samples.items()},
-        "cpu_s": {k: round(v[1], 1) for k, v in samples.items()},
+        "peak_rss_mb": {k: round(v / 2**20, 1) for k, v in peak_rss.items()},
+        "cpu_s": {k: round(v, 1) for k, v in cpu_s.items()},
         "peer_cpu_s": {k: round(v, 1) for k, v in peers.items() if v is not None},
         "harness_cpu_s": round(time.process_time(), 1),
         "dynamodb_calls_per_tick": round(total_calls / total_ticks, 2) if total_ticks else None,

@@ -50,6 +50,7 @@ import hpack.table
 from h2.connection import AllowedStreamIDs, ConnectionInputs, ConnectionState
 from h2.errors import ErrorCodes, _error_code_from_int
 from h2.stream import StreamInputs
+from h2.utilities import guard_increment_window
 from hpack.huffman_table import decode_huffman
 
 from daemon.apns.token import ProviderToken
@@ -289,7 +290,7 @@ class ResponseHeaderDecoder:
 # --- h2 with APNs-sized bookkeeping --------------------------------------------------------------------
 
 _FRAME_HEADER = struct.Struct(">HBBBL")  # 24-bit length as (high 16, low 8), type, flags, stream id
-_DATA, _HEADERS, _RST_STREAM, _CONTINUATION = 0x0, 0x1, 0x3, 0x9
+_DATA, _HEADERS, _RST_STREAM, _WINDOW_UPDATE, _CONTINUATION = 0x0, 0x1, 0x3, 0x8, 0x9
 _END_STREAM, _END_HEADERS = 0x1, 0x4
 _PADDED_OR_PRIORITY = 0x8 | 0x20
 
@@ -380,6 +381,21 @@ class _ApnsH2Connection(h2.connection.H2Connection):
                     events += self.receive_data(bytes(buffer[slow_from:pos]))
                     slow_from = -1
                 self._connection_input(ConnectionInputs.RECV_RST_STREAM)
+            elif (
+                frame_type == _WINDOW_UPDATE
+                and length == 4
+                and buffer[pos + 9 : frame_end] != b"\x00\x00\x00\x00"
+                and (stream_id == 0 or stream_id in streams or self._closed_by_us(stream_id))
+                and not frame_buffer._headers_buffer
+            ):
+                # Flow-control credit (nginx returns some after every request body): h2 would build a frame
+                # object for it and dispatch it. A zero increment (a protocol error) takes h2's path.
+                if slow_from >= 0:
+                    events += self.receive_data(bytes(buffer[slow_from:pos]))
+                    slow_from = -1
+                increment = int.from_bytes(buffer[pos + 9 : frame_end], "big") & 0x7FFFFFFF
+                if increment:
+                    events += self._fast_window_update(stream_id, increment)
             elif slow_from < 0:
                 slow_from = pos
             pos = frame_end
@@ -387,6 +403,33 @@ class _ApnsH2Connection(h2.connection.H2Connection):
             events += self.receive_data(bytes(buffer[slow_from:pos]))
         del buffer[:pos]
         return events
+
+    def _closed_by_us(self, stream_id: int) -> bool:
+        """A stream we opened and have since closed and forgotten (odd, at or below the last one we opened)."""
+        return stream_id & 1 == 1 and stream_id <= self.highest_outbound_stream_id and stream_id not in self.streams
+
+    def _fast_window_update(self, stream_id: int, increment: int) -> list[h2.events.Event]:
+        """What ``_receive_window_update_frame`` does: credit the connection or an open stream; a closed
+        stream's credit is ignored, as h2 ignores it."""
+        try:
+            self._connection_input(ConnectionInputs.RECV_WINDOW_UPDATE)
+            if stream_id == 0:
+                self.outbound_flow_control_window = guard_increment_window(
+                    self.outbound_flow_control_window, increment
+                )
+                return [h2.events.WindowUpdated(stream_id=0, delta=increment)]
+            stream = self.streams.get(stream_id)
+            if stream is None:
+                return []
+            frames, events = stream.receive_window_update(increment)
+            if frames:
+                self._prepare_for_sending(frames)
+            return events  # type: ignore[no-any-return]
+        except h2.exceptions.StreamClosedError:
+            return []
+        except h2.exceptions.ProtocolError as exc:
+            self._terminate_connection(exc.error_code)
+            raise
 
     def _fast_headers(self, stream: Any, block: bytes, end_stream: bool) -> list[h2.events.Event]:
         """What ``_receive_headers_frame`` + ``H2Stream.receive_headers`` do for a response (no validation)."""

@@ -8,6 +8,7 @@ import json
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 import h2.settings
 import hpack
 import pytest
@@ -425,3 +426,34 @@ def test_client_advertises_a_zero_header_table_and_no_push() -> None:
     exchange(conn, server)
     assert server.h2.remote_settings.header_table_size == 0
     assert server.h2.remote_settings.enable_push == 0
+
+
+def _window_update(stream_id: int, increment: int) -> bytes:
+    return (4).to_bytes(3, "big") + bytes([0x8, 0]) + stream_id.to_bytes(4, "big") + increment.to_bytes(4, "big")
+
+
+def test_window_updates_credit_the_connection_and_open_streams_and_ignore_closed_ones() -> None:
+    conn, server = connect({SettingCodes.INITIAL_WINDOW_SIZE: 100})
+    exchange(conn, server)
+    before = conn.send_window
+    conn.receive_data(_window_update(0, 5000), 0.0)
+    assert conn.send_window == before + 5000
+    done = conn.send(make_push(1), "done", 0.0)
+    exchange(conn, server)
+    server.answer(done)
+    exchange(conn, server)
+    sid = conn.send(make_push(2, payload=b"x" * 600), "big", 0.0)
+    server.feed(conn.data_to_send())  # headers and the first 100 bytes; the server's credit is dropped
+    server.out()
+    assert conn.receive_data(_window_update(done, 1000), 0.0) == []  # a closed stream: ignored, as h2 does
+    assert len(conn.data_to_send()) < 100  # no credit, no more body
+    conn.receive_data(_window_update(sid, 1000), 0.0)  # credit for the open stream: the other 500 bytes go
+    rest = conn.data_to_send()
+    assert 500 <= len(rest) < 600 and rest.endswith(b"x" * 500)
+
+
+def test_a_zero_window_increment_is_a_protocol_error() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    with pytest.raises(h2.exceptions.ProtocolError):
+        conn.receive_data(_window_update(0, 0), 0.0)
