@@ -103,6 +103,15 @@ class InstanceSettings(BaseModel):
         "before the rest is cancelled. 8 s fits inside `docker stop`'s default 10 s before SIGKILL; under "
         "systemd TimeoutStopSec must stay above it",
     )
+    stall_dump_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="when the event loop has not run for this long (every lease, deadline and admin answer is "
+        "waiting), write every thread's Python stack to stderr, once per stall, so the cause can be found; "
+        "0 turns it off. Loop lag is also in the sightscreen_event_loop_lag_seconds histogram and any stall "
+        "over 1 s is logged as event_loop_stalled",
+    )
     drain_timeout_s: float = Field(
         default=60.0,
         gt=0,

@@ -18,6 +18,8 @@ grace period, ``STOPPING=1``, exit 0.
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import io
 import signal
 import sys
 import time
@@ -35,7 +37,7 @@ from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
 from daemon import __version__
 from daemon.logs import get_logger
-from daemon.metrics import render
+from daemon.metrics import EVENT_LOOP_LAG, render
 from daemon.sportmonks.client import SportMonksClient
 from daemon.store import Repositories
 from daemon.store.dynamo import Dynamo
@@ -162,6 +164,7 @@ class Daemon:
                 reconciler = LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s)
                 await supervisor.start("reconciler", lambda: reconciler, kind="job")
                 nursery.start_soon(self._watchdog)
+                nursery.start_soon(self._loop_monitor)
                 if self._notifier is not None:
                     self._notifier.ready()
                 log.info("daemon_ready", instance_id=self.instance_id, version=__version__)
@@ -200,6 +203,29 @@ class Daemon:
                 owned = len(self.orchestrator.owned) if self.orchestrator else 0
                 notifier.status(f"{owned} matches owned")
             await trio.sleep(period)
+
+    async def _loop_monitor(self, interval_s: float = 0.25) -> None:
+        """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
+        sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
+        dump_s = float(getattr(self.config.instance, "stall_dump_s", 0.0))
+        dump_to = sys.__stderr__
+        try:
+            while True:
+                if dump_s:
+                    try:
+                        faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
+                    except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
+                        log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
+                        dump_s = 0.0
+                started = trio.current_time()
+                await trio.sleep(interval_s)
+                lag = max(0.0, trio.current_time() - started - interval_s)
+                EVENT_LOOP_LAG.observe(lag)
+                if lag >= 1.0:
+                    log.warning("event_loop_stalled", seconds=round(lag, 2))
+        finally:
+            if dump_s:
+                faulthandler.cancel_dump_traceback_later()
 
     # ------------------------------------------------------------------ admin socket
     def admin_handlers(self) -> dict[str, Callable[[list[str]], Any]]:

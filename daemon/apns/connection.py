@@ -436,6 +436,11 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         try:
             self._connection_input(ConnectionInputs.RECV_HEADERS)
             headers = self.response_decoder.decode(block)
+            if self.decoder.header_table_size:
+                # h2's own decoder still gets the odd HEADERS (a late answer on a stream we reset, a
+                # CONTINUATION): it must know the peer's table is empty, which the size update in the first
+                # block we decoded here told us and not it.
+                self.decoder.header_table_size = 0
             status = headers[0][1] if headers and headers[0][0] == b":status" else b""
             informational = status[:1] == b"1"
             if informational and end_stream:

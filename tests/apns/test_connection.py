@@ -457,3 +457,25 @@ def test_a_zero_window_increment_is_a_protocol_error() -> None:
     exchange(conn, server)
     with pytest.raises(h2.exceptions.ProtocolError):
         conn.receive_data(_window_update(0, 0), 0.0)
+
+
+def test_an_answer_that_crosses_our_timeout_reset_is_dropped_and_the_connection_goes_on() -> None:
+    # The server answers a stream we have just given up on, before our RST_STREAM reaches it. That late
+    # HEADERS takes h2's own path (the stream is closed), whose HPACK decoder must agree with ours about the
+    # peer's (zero-size) table, or the connection dies of a compression error (seen in the soak).
+    conn, server = connect(request_timeout_s=5.0)
+    exchange(conn, server)
+    for i in range(3):  # answers through our fast path first
+        sid = conn.send(make_push(i), f"warm{i}", 0.0)
+        exchange(conn, server)
+        server.answer(sid)
+        exchange(conn, server)
+    late = conn.send(make_push(10), "late", 0.0)
+    server.feed(conn.data_to_send())
+    assert [o.cause for o in conn.expire(5.0)] == ["timeout"]  # our reset is queued, not yet delivered
+    server.answer(late)
+    assert conn.receive_data(server.out(), 5.0) == []  # the crossed answer: dropped, no protocol error
+    sid = conn.send(make_push(11), "next", 5.0)
+    exchange(conn, server)
+    server.answer(sid)
+    assert [o.exchange for o in exchange(conn, server)] == ["next"]
