@@ -89,7 +89,11 @@ class _Wakeup:
             self._event.set()
 
     async def wait(self) -> None:
-        if not self._flag:
+        """Return once set (at once if already set); always a schedule point, so a loop around it can never
+        hold the event loop (a writer spinning on an already-set wake-up froze the soak's daemons)."""
+        if self._flag:
+            await trio.lowlevel.checkpoint()
+        else:
             await self._event.wait()
         self._flag = False
         self._event = trio.Event()
@@ -802,8 +806,8 @@ class ApnsSender:
         """
         limit = conn.max_concurrent
         batch = min(_COALESCE_BATCH, limit // 4)
-        if batch <= 1 or limit - conn.in_flight >= batch:
-            return
+        if conn.state != "open" or batch <= 1 or limit - conn.in_flight >= batch:
+            return  # (a draining connection takes no new streams: nothing to gather)
         with trio.move_on_after(_COALESCE_S):
             while conn.state == "open" and limit - conn.in_flight < batch:
                 await wake.wait()

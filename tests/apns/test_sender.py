@@ -542,3 +542,28 @@ async def test_a_push_past_its_not_after_is_failed_without_a_request(
     in_time = await harness.sender.send_and_wait(la_push(2, not_after=trio.current_time() + 60))
     assert in_time.outcome == "accepted"
     assert [r["token"] for r in server.records] == [f"{2:0160x}"]  # the late one never went out
+
+
+async def test_a_goaway_with_a_full_pipeline_and_a_queue_does_not_freeze_the_loop(
+    start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
+) -> None:
+    # Seen in the soak: a GOAWAY lands while the connection's streams are nearly all in flight and pushes
+    # are still queued. The draining connection's writer then looped without ever yielding, so its reader
+    # never took the answers and the whole process stood still until the request deadline expired them.
+    server = await start_apns_server(max_concurrent_streams=8)
+    harness = await start_sender(server, request_timeout_s=5.0)
+    await harness.send_all([la_push(0)])
+    server.delay(0.5)  # every answer is held: the pipeline is full when the GOAWAY lands
+    results: list[PushResult] = []
+
+    async def send() -> None:
+        results.extend(await harness.send_all([la_push(i) for i in range(1, 25)]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send)
+        await trio.sleep(0.2)
+        assert harness.sender.stats()["streams_in_flight"] == 8
+        server.goaway("Shutdown", graceful=False)  # now, keeping every stream it has (<= last_stream_id)
+    assert len(results) == 24 and {r.outcome for r in results} == {"accepted"}
+    assert harness.sender.stats()["retries"] == 0  # nothing sat unread until its deadline
+    assert_clean(server)
