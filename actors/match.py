@@ -366,19 +366,18 @@ class MatchActor:
                 )
         priority = 10 if kind == "end" else payloads.apns_priority(result.best)
         sessions = list(self.sessions.values())
-        pushes = [
-            Push(
-                token=s.token,
-                push_type="liveactivity",
-                topic=self._topic,
-                payload=by_perspective[self._perspective(s.user_id, display)],
-                priority=priority,
-                kind=kind,
-                context=s.ref,
-            )
-            for s in sessions
-        ]
-        counts = await self._push_all(pushes)
+        topic = self._topic
+
+        def pushes(reply_to: Any, not_after: float) -> list[Push]:
+            return [
+                Push(
+                    s.token, "liveactivity", topic, by_perspective[self._perspective(s.user_id, display)],
+                    priority, kind, context=s.ref, not_after=not_after, reply_to=reply_to,
+                )
+                for s in sessions
+            ]
+
+        total, counts = await self._push_all(pushes)
         for event in result.events:
             KEY_EVENTS.labels(event.type).inc()
         self.last_events = (
@@ -394,15 +393,19 @@ class MatchActor:
             event=result.best.text if result.best else None,
             event_types=tuple(e.type for e in result.events),
             priority=priority,
-            tokens=len(pushes),
+            tokens=total,
             **counts,
         )
         if self._on_delivery is not None:
             self._on_delivery(delivery)
         return delivery
 
-    async def _push_all(self, pushes: list[Push]) -> dict[str, int]:
+    async def _push_all(self, build: Callable[[Any, float], list[Push]]) -> tuple[int, dict[str, int]]:
         """Hand pushes to the sender and wait for every result, dropping sessions whose token is dead.
+
+        ``build(reply_to, not_after)`` makes the pushes, tagged with the channel their results come back on
+        and the lease end after which the sender must not send them (each push is built once: at 10,000
+        per tick, a copy per push is measurable). Returns how many were built and the outcome counts.
 
         Pushes that failed (APNs down past the sender's own retry budget) or whose result did not come back
         in time are sent again, the same payload with the same timestamp (a repeat is harmless on the
@@ -411,59 +414,60 @@ class MatchActor:
         owner rather than losing it. The lease is checked before every round: a paused or cut-off owner
         stops here."""
         counts = {"accepted": 0, "rejected": 0, "failed": 0}
-        pending = pushes
         deadline = trio.current_time() + self._settings.push_retry_max_s
-        attempt = 0
-        while pending:
+        send, receive = trio.open_memory_channel[Any](math.inf)
+        async with receive:
             self._assert_lease()
-            retry = await self._push_round(pending, counts)
-            if not retry:
-                break
-            if trio.current_time() >= deadline:
-                counts["failed"] += len(retry)
-                self.log.error("pushes_given_up", pushes=len(retry), after_s=self._settings.push_retry_max_s)
-                break
-            delay = min(self._settings.push_retry_backoff_max_s, 0.5 * 2**attempt)
-            self.log.warning("pushes_retrying", pushes=len(retry), attempt=attempt + 1, delay_s=delay)
-            await trio.sleep(delay)
-            attempt += 1
-            pending = retry
-        return counts
+            pending = build(send, self._lease_until)
+            total = len(pending)
+            attempt = 0
+            while pending:
+                retry = await self._push_round(pending, receive, counts)
+                if not retry:
+                    break
+                if trio.current_time() >= deadline:
+                    counts["failed"] += len(retry)
+                    self.log.error("pushes_given_up", pushes=len(retry), after_s=self._settings.push_retry_max_s)
+                    break
+                delay = min(self._settings.push_retry_backoff_max_s, 0.5 * 2**attempt)
+                self.log.warning("pushes_retrying", pushes=len(retry), attempt=attempt + 1, delay_s=delay)
+                await trio.sleep(delay)
+                attempt += 1
+                self._assert_lease()
+                # new objects (a late answer to the last round is then recognised and ignored) with the
+                # lease as it stands now
+                pending = [replace(push, not_after=self._lease_until) for push in retry]
+        return total, counts
 
-    async def _push_round(self, pushes: list[Push], counts: dict[str, int]) -> list[Push]:
+    async def _push_round(
+        self, pushes: list[Push], receive: trio.MemoryReceiveChannel[Any], counts: dict[str, int]
+    ) -> list[Push]:
         """One hand-off of ``pushes``; returns those to send again (failed, or no result in time).
 
         The pushes go to the sender in one ``send_many`` and the results are taken as they are buffered,
         awaiting only when none is: a scheduler trip per push each way cost as much CPU as the push itself."""
-        send, receive = trio.open_memory_channel[Any](len(pushes))
-        waiting: dict[int, Push] = {}
-        not_after = self._lease_until
-        tagged = [replace(push, reply_to=send, not_after=not_after) for push in pushes]
-        for original, push in zip(pushes, tagged, strict=True):
-            waiting[id(push)] = original
-        async with receive:
-            await self._sender.send_many(tagged)
-            del tagged
-            retry: list[Push] = []
-            with trio.move_on_after(self._settings.push_result_timeout_s) as scope:
-                while waiting:
-                    try:
-                        result = receive.receive_nowait()
-                    except trio.WouldBlock:
-                        result = await receive.receive()
-                    original = waiting.pop(id(result.push), None)
-                    if original is None:
-                        continue
-                    if result.outcome == "failed":
-                        retry.append(original)
-                        continue
-                    counts[result.outcome] = counts.get(result.outcome, 0) + 1
-                    ref = result.push.context
-                    if result.outcome == "rejected" and isinstance(ref, TokenRef) and ref.kind == "la":
-                        self.sessions.pop(ref.visitor_key or "", None)
-            if scope.cancelled_caught:
-                self.log.warning("push_results_timed_out", pending=len(waiting), total=len(pushes))
-                retry.extend(waiting.values())
+        waiting: dict[int, Push] = {id(push): push for push in pushes}
+        await self._sender.send_many(pushes)
+        retry: list[Push] = []
+        with trio.move_on_after(self._settings.push_result_timeout_s) as scope:
+            while waiting:
+                try:
+                    result = receive.receive_nowait()
+                except trio.WouldBlock:
+                    result = await receive.receive()
+                push = waiting.pop(id(result.push), None)
+                if push is None:
+                    continue  # a late answer to an earlier round
+                if result.outcome == "failed":
+                    retry.append(push)
+                    continue
+                counts[result.outcome] = counts.get(result.outcome, 0) + 1
+                ref = push.context
+                if result.outcome == "rejected" and isinstance(ref, TokenRef) and ref.kind == "la":
+                    self.sessions.pop(ref.visitor_key or "", None)
+        if scope.cancelled_caught:
+            self.log.warning("push_results_timed_out", pending=len(waiting), total=len(pushes))
+            retry.extend(waiting.values())
         return retry
 
     async def _persist(self, result: TickResult) -> None:
@@ -567,7 +571,9 @@ class MatchActor:
                 )
             )
         if pushes:
-            counts = await self._push_all(pushes)
+            _, counts = await self._push_all(
+                lambda reply_to, not_after: [replace(p, reply_to=reply_to, not_after=not_after) for p in pushes]
+            )
             self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
             if self._on_delivery is not None:
                 neutral = (self._last_display or {}).get("neutral") or {}

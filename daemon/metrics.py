@@ -50,7 +50,7 @@ DYNAMODB_CALLS_PER_TICK = Histogram(
 KEY_EVENTS = Counter("sightscreen_key_events", "Key events pushed, by type", ["type"], registry=REGISTRY)
 EVENT_LOOP_LAG = Histogram(
     "sightscreen_event_loop_lag_seconds",
-    "How late the trio loop woke a 0.25 s sleep: time every task waited behind work that did not yield",
+    "How late the trio loop woke a 1 s sleep: time every task waited behind work that did not yield",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY,
 )

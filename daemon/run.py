@@ -204,7 +204,7 @@ class Daemon:
                 notifier.status(f"{owned} matches owned")
             await trio.sleep(period)
 
-    async def _loop_monitor(self, interval_s: float = 0.25) -> None:
+    async def _loop_monitor(self, interval_s: float = 1.0) -> None:
         """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
         sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
         dump_s = float(getattr(self.config.instance, "stall_dump_s", 0.0))

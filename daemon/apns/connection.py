@@ -308,6 +308,13 @@ class _ApnsH2Connection(h2.connection.H2Connection):
         self.open_requests = 0
         self._pending_bytes = bytearray()  # a partial frame, until the rest arrives
         self.response_decoder = ResponseHeaderDecoder()
+        # the server's SETTINGS_MAX_CONCURRENT_STREAMS, kept by ``settings_changed`` (h2's Settings mapping
+        # costs a lookup chain per read, and this is read per request)
+        self.stream_limit: int = self.remote_settings.max_concurrent_streams
+
+    def settings_changed(self) -> None:
+        """The server's SETTINGS were applied: refresh what is kept from them."""
+        self.stream_limit = self.remote_settings.max_concurrent_streams
 
     @property
     def open_outbound_streams(self) -> int:
@@ -492,7 +499,7 @@ class _ApnsH2Connection(h2.connection.H2Connection):
 
     def send_request(self, stream_id: int, block: bytes) -> None:
         """Open ``stream_id`` with the HPACK ``block`` as its request headers (END_STREAM comes with the body)."""
-        if self.open_requests + 1 > self.remote_settings.max_concurrent_streams:
+        if self.open_requests + 1 > self.stream_limit:
             raise h2.exceptions.TooManyStreamsError("APNs stream limit reached")  # guarded by ApnsConnection
         self._connection_input(ConnectionInputs.SEND_HEADERS)
         stream = self._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
@@ -873,7 +880,8 @@ class ApnsConnection:
                         Unanswered(stream.exchange, "refused" if refused else "reset", processed=not refused)
                     )
             elif type(event) is h2.events.RemoteSettingsChanged:
-                self._max_concurrent = min(h2c.remote_settings.max_concurrent_streams, self.local_stream_cap)
+                h2c.settings_changed()
+                self._max_concurrent = min(h2c.stream_limit, self.local_stream_cap)
                 if not self.settings_received:
                     self.settings_received = True
                     if self.state == "connecting":

@@ -8,6 +8,7 @@ touch: I/O, connections, the token cache; the sender actor applies the verdicts.
 from __future__ import annotations
 
 import enum
+import functools
 import random
 import re
 from dataclasses import dataclass
@@ -87,6 +88,12 @@ def classify(status: int, reason: str | None) -> Verdict:
     return Verdict(Action.BUG, reason or f"HTTP{status}")
 
 
+@functools.lru_cache(maxsize=256)
+def _topic_is_valid(topic: str) -> bool:
+    # a process pushes to a handful of topics; this runs per push
+    return _TOPIC.fullmatch(topic) is not None
+
+
 def check_push(push: Push) -> str | None:
     """The reason APNs would refuse ``push`` outright (named like APNs's own reasons), or None if it is sendable."""
     if not push.token or not _HEX.fullmatch(push.token):
@@ -95,7 +102,7 @@ def check_push(push: Push) -> str | None:
         return "InvalidPushType"
     if not push.topic:
         return "MissingTopic"
-    if not _TOPIC.fullmatch(push.topic):
+    if not _topic_is_valid(push.topic):
         return "BadTopic"
     if push.priority not in (10, 5, 1):
         return "BadPriority"
