@@ -29,7 +29,9 @@ Definitions (what the figures mean):
   the same timestamp is discarded by iOS, so it is not a duplicate on the device);
 - lag: from the moment the replay server first served a wicket's ball to the moment APNs accepted the first
   update carrying it, per token (p50, p99, max);
-- peak RSS and CPU per instance: VmHWM and utime+stime from /proc, sampled every second;
+- peak RSS and CPU per instance (slot ``iN``): VmHWM and utime+stime from /proc, sampled every second; with
+  kills, the highest peak of the slot's processes and the sum of their CPU (up to a second of a killed
+  process's last CPU is not seen);
 - DynamoDB calls per tick: the daemons' own histogram (sum / count), read over their admin sockets;
 - SportMonks calls per hour: requests the replay server answered, per hour of wall time;
 - slowest events: the five key events whose last token got them latest, with how long after the last kill
@@ -173,7 +175,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     store = _start_store(args.dynamodb, workdir)
     nginx = NginxApns(record_path=workdir / "apns-records.jsonl") if args.apns == "nginx" else None
     started = time.time()
-    samples: dict[tuple[str, int], tuple[int, float]] = {}  # (instance, pid): last (VmHWM, CPU) seen
+    samples: dict[tuple[str, int], tuple[int, float]] = {}  # (instance slot, pid): last (VmHWM, CPU) seen
     tick_calls: dict[tuple[str, int], tuple[float, float, float]] = {}  # per process: a kill loses none
     kills = 0
     kill_times: list[float] = []
@@ -219,7 +221,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         for inst in list(cluster.instances.values()):
                             s = _proc_sample(inst.proc.pid)
                             if s is not None and s[0] > 0:  # (a process that has exited reports no VmHWM)
-                                samples[(inst.instance_id, inst.proc.pid)] = s
+                                samples[(f"i{inst.slot}", inst.proc.pid)] = s
                             text = await admin_request(cluster.admin_socket(inst), "metrics")
                             if isinstance(text, str):
                                 tick_calls[(inst.instance_id, inst.proc.pid)] = _calls_per_tick(text)
@@ -317,7 +319,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     total_ticks = sum(c[1] for c in tick_calls.values())
     busy_ticks = total_ticks - sum(c[2] for c in tick_calls.values())
     run_s = max(1e-9, cut - started)
-    # per instance across its processes (each kill starts a new one): the highest peak, the CPU of all
+    # per instance slot across its processes (each kill starts a new generation): the highest peak, the CPU of all
     peak_rss: dict[str, int] = {}
     cpu_s: dict[str, float] = {}
     for (instance, _pid), (hwm, cpu) in sorted(samples.items()):
