@@ -391,7 +391,7 @@ class _ApnsH2Connection(h2.connection.H2Connection):
             elif (
                 frame_type == _WINDOW_UPDATE
                 and length == 4
-                and buffer[pos + 9 : frame_end] != b"\x00\x00\x00\x00"
+                and (increment := int.from_bytes(buffer[pos + 9 : frame_end], "big") & 0x7FFFFFFF)
                 and (stream_id == 0 or stream_id in streams or self._closed_by_us(stream_id))
                 and not frame_buffer._headers_buffer
             ):
@@ -400,9 +400,7 @@ class _ApnsH2Connection(h2.connection.H2Connection):
                 if slow_from >= 0:
                     events += self.receive_data(bytes(buffer[slow_from:pos]))
                     slow_from = -1
-                increment = int.from_bytes(buffer[pos + 9 : frame_end], "big") & 0x7FFFFFFF
-                if increment:
-                    events += self._fast_window_update(stream_id, increment)
+                events += self._fast_window_update(stream_id, increment)
             elif slow_from < 0:
                 slow_from = pos
             pos = frame_end

@@ -479,3 +479,10 @@ def test_an_answer_that_crosses_our_timeout_reset_is_dropped_and_the_connection_
     exchange(conn, server)
     server.answer(sid)
     assert [o.exchange for o in exchange(conn, server)] == ["next"]
+
+
+def test_a_window_increment_of_only_the_reserved_bit_is_a_protocol_error_too() -> None:
+    conn, server = connect()
+    exchange(conn, server)
+    with pytest.raises(h2.exceptions.ProtocolError):
+        conn.receive_data(_window_update(0, 0x80000000), 0.0)
