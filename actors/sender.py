@@ -1,7 +1,7 @@
 """The APNs sender actor: one per process, every push goes through it.
 
-Owns: the inbox of ``Push`` requests (bounded: a full inbox blocks producers), the priority queues (10 before
-5), the pool of HTTP/2 connections (TLS with ALPN h2, one reader and one writer task per connection), the
+Owns: the inboxes of ``Push`` requests, one per priority (bounded: a full inbox blocks its producers; an
+alert is never stuck behind a queue of routine updates), the priority queues (10 before 5), the pool of HTTP/2 connections (TLS with ALPN h2, one reader and one writer task per connection), the
 provider-token cache, retries, the set of tokens APNs declared dead, and the one ``PushResult`` per push.
 Must not touch: DynamoDB or Live Activity sessions (the janitor gets the rejected results and acts on them),
 payload building, HTTP/2 framing details (``daemon.apns.connection``), Apple's answer table
@@ -99,6 +99,19 @@ class _Wakeup:
         self._event = trio.Event()
 
 
+class _Lane:
+    """One priority's way in: its bounded inbox, the queue the intake fills from it (at most ``cap``), and
+    the wake-up a writer gives when it has taken from the queue."""
+
+    __slots__ = ("send", "recv", "queue", "cap", "room")
+
+    def __init__(self, cap: int, queue: deque[_Exchange]) -> None:
+        self.send, self.recv = trio.open_memory_channel[Push](cap)
+        self.queue = queue
+        self.cap = cap
+        self.room = _Wakeup()
+
+
 @dataclass(eq=False)
 class _Slot:
     """One pool position: its current connection (replaced on reconnect) and that connection's wake-up."""
@@ -165,11 +178,14 @@ class ApnsSender:
         self._ssl_context = ssl_context or self._default_ssl_context(settings)
         self._janitor = janitor
         self._rng = rng or random.Random()
-        self._inbox_send, self._inbox_recv = trio.open_memory_channel[Push](settings.inbox_size)
         self._high: deque[_Exchange] = deque()
         self._low: deque[_Exchange] = deque()
-        self._queue_cap = settings.inbox_size
-        self._room = _Wakeup()
+        # One lane per priority, each with its inbox and its own cap on its queue: a full queue of priority-5
+        # updates (another match's 10,000-token fan-out) must not hold a wicket's priority-10 pushes in a
+        # shared inbox behind it.
+        self._urgent = _Lane(settings.inbox_size, self._high)
+        self._routine = _Lane(settings.inbox_size, self._low)
+        self._lanes = (self._urgent, self._routine)
         self._retry_heap: list[tuple[float, int, _Exchange]] = []
         self._retry_seq = itertools.count()
         self._retry_wake = _Wakeup()
@@ -210,13 +226,9 @@ class ApnsSender:
         return ctx
 
     # -- the public interface -----------------------------------------------------------------------------
-    def inbox(self) -> trio.MemorySendChannel[Push]:
-        """A handle on the inbox for one producer (close it when done; the sender stops on its own terms)."""
-        return self._inbox_send.clone()
-
     async def send(self, push: Push) -> None:
-        """Enqueue ``push``; blocks while the inbox is full (backpressure)."""
-        await self._inbox_send.send(push)
+        """Enqueue ``push``; blocks while its priority's inbox is full (backpressure)."""
+        await self._lane(push).send.send(push)
 
     async def send_many(self, pushes: Iterable[Push]) -> None:
         """Enqueue ``pushes`` in order, blocking only while the inbox is full.
@@ -225,8 +237,8 @@ class ApnsSender:
         has room); a match actor's 10,000-token fan-out puts them in without yielding and yields once at the
         end (or whenever the inbox is full). Producers blocked on a full inbox keep their turn: trio refills
         the buffer from waiting senders before a ``send_nowait`` finds room."""
-        inbox = self._inbox_send
         for push in pushes:
+            inbox = self._urgent.send if push.priority == 10 else self._routine.send
             try:
                 inbox.send_nowait(push)
             except trio.WouldBlock:
@@ -258,7 +270,10 @@ class ApnsSender:
             "streams_in_flight": sum(c.in_flight for c in conns),
             "max_concurrent_streams": [c.max_concurrent for c in conns],
             "queued": {"high": len(self._high), "low": len(self._low), "retry": len(self._retry_heap)},
-            "inbox": self._inbox_recv.statistics().current_buffer_used,
+            "inbox": {
+                "high": self._urgent.recv.statistics().current_buffer_used,
+                "low": self._routine.recv.statistics().current_buffer_used,
+            },
             "pushes": dict(self._counts),
             "retries": self._retries_total,
             "requeues": self._requeues_total,
@@ -274,13 +289,14 @@ class ApnsSender:
         self._draining = True
         # Take what producers already handed over, then close the inbox: later sends raise
         # BrokenResourceError at the producer instead of waiting in a queue nobody reads.
-        while True:
-            try:
-                push = self._inbox_recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-            self._accept(push)
-        self._inbox_recv.close()
+        for lane in self._lanes:
+            while True:
+                try:
+                    push = lane.recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                self._accept(push)
+            lane.recv.close()
         self._wake_writers()
         with trio.move_on_after(grace_s):
             while self._outstanding > 0:
@@ -295,7 +311,8 @@ class ApnsSender:
             with trio.CancelScope() as scope:
                 self._cancel_scope = scope
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._intake)
+                    for lane in self._lanes:
+                        nursery.start_soon(self._intake, lane)
                     nursery.start_soon(self._retry_loop)
                     nursery.start_soon(self._delivery_loop)
                     for slot in self._slots:
@@ -306,7 +323,8 @@ class ApnsSender:
             self._stopped = True
             reason = self._fatal.reason if self._fatal is not None else "ShuttingDown"
             self._fail_everything(reason)
-            self._inbox_recv.close()
+            for lane in self._lanes:
+                lane.recv.close()
             metrics.APNS_CONNECTIONS.set(0)
             metrics.APNS_STREAMS.set(0)
             log.info("apns_sender_stopped", **self._counts, undeliverable=self._undeliverable_count)
@@ -318,22 +336,22 @@ class ApnsSender:
             self._cancel_scope.cancel()
 
     # -- intake and queues --------------------------------------------------------------------------------
-    async def _intake(self) -> None:
-        recv = self._inbox_recv
+    async def _intake(self, lane: _Lane) -> None:
+        recv, queue, cap = lane.recv, lane.queue, lane.cap
         window = self.settings.batch_window_s
         last_batch = -1.0
         while True:
             # Backpressure: take from the inbox only while the internal queues have room, so a slow APNs
             # fills the inbox and producers block on it.
-            while len(self._high) + len(self._low) >= self._queue_cap:
-                await self._room.wait()
+            while len(queue) >= cap:
+                await lane.room.wait()
             try:
                 push = await recv.receive()
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 return  # drained (or every producer is gone)
             self._accept(push)
             # Take whatever else is already waiting without yielding per push.
-            while len(self._high) + len(self._low) < self._queue_cap:
+            while len(queue) < cap:
                 try:
                     push = recv.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
@@ -365,6 +383,9 @@ class ApnsSender:
             self._settle(exchange, "failed", None, problem, None)
             return
         (self._high if push.priority == 10 else self._low).append(exchange)
+
+    def _lane(self, push: Push) -> _Lane:
+        return self._urgent if push.priority == 10 else self._routine
 
     def _requeue_front(self, exchange: _Exchange) -> None:
         (self._high if exchange.push.priority == 10 else self._low).appendleft(exchange)
@@ -496,13 +517,14 @@ class ApnsSender:
         for slot in self._slots:
             if slot.conn is not None:
                 leftovers.extend(o.exchange for o in slot.conn.connection_lost())
-        while True:
-            try:
-                push = self._inbox_recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-            self._outstanding += 1
-            leftovers.append(_Exchange(push, trio.current_time()))
+        for lane in self._lanes:
+            while True:
+                try:
+                    push = lane.recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                self._outstanding += 1
+                leftovers.append(_Exchange(push, trio.current_time()))
         for exchange in leftovers:
             self._settle(exchange, "failed", exchange.last_status, reason, None)
         # Results parked for slow consumers: last chance, without blocking.
@@ -775,7 +797,8 @@ class ApnsSender:
                     conn.send(push, exchange, now)
                     sent += 1
                 if sent:
-                    self._room.set()
+                    self._urgent.room.set()
+                    self._routine.room.set()
                     self._update_stream_gauge()
             if conn.ping_due(now, settings.ping_idle_s):
                 conn.send_ping(now)

@@ -18,7 +18,11 @@ class ApnsSettings(BaseModel):
     private_key_file: str | None = Field(None, description="path of the .p8 signing key (PEM)")
     topic: str = Field("", description="the app's bundle id; Live Activity pushes add .push-type.liveactivity")
     connections: int = Field(2, ge=1, le=32, description="HTTP/2 connections in the pool")
-    inbox_size: int = Field(10000, ge=1, description="capacity of the sender's inbox; a full inbox blocks producers")
+    inbox_size: int = Field(
+        10000, ge=1,
+        description="capacity of each of the sender's two inboxes (priority 10 and 5) and of the queue behind each; "
+        "a full inbox blocks its producers",
+    )
     request_timeout_s: float = Field(10.0, gt=0, description="deadline for one request, from send to answer")
     max_retries: int = Field(5, ge=0, description="retries of a transient failure (429, 5xx, lost connection, deadline)")
     retry_backoff_s: float = Field(1.0, gt=0, description="first retry delay; doubles per attempt (with jitter)")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from actors.sender import ApnsSender
 from daemon import metrics
@@ -313,6 +314,30 @@ async def test_priority_10_goes_ahead_of_queued_priority_5(
     high = [la_push(100, priority=10, kind="alert", push_type="alert", topic=BUNDLE_ID)]
     await harness.send_all(low + high)
     order = [int(r["token"], 16) for r in server.records[1:]]
+    assert order.index(100) <= 1  # only the push already on the wire may precede it
+
+
+async def test_priority_10_is_not_held_behind_a_full_inbox_of_priority_5(
+    nursery: trio.Nursery, start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
+) -> None:
+    # Another match's fan-out has filled the routine inbox and its queue, and its producer is blocked on
+    # the rest; a wicket's alert from a second producer must still go next, not after that whole backlog.
+    server = await start_apns_server(max_concurrent_streams=1)
+    harness = await start_sender(server, inbox_size=2)
+    await harness.send_all([la_push(0)])
+    server.delay(0.02)
+    reply_send, reply_recv = trio.open_memory_channel[PushResult](100)
+    low = [la_push(i, priority=5, reply_to=reply_send) for i in range(1, 21)]
+    nursery.start_soon(harness.sender.send_many, low)
+    await trio.testing.wait_all_tasks_blocked()
+    assert harness.sender.stats()["inbox"]["low"] == 2  # full: the producer is blocked on the rest
+    high = la_push(100, priority=10, kind="alert", push_type="alert", topic=BUNDLE_ID, reply_to=reply_send)
+    with trio.fail_after(5):
+        await harness.sender.send(high)  # its own inbox has room: no wait behind the routine backlog
+        results = [await reply_recv.receive() for _ in range(21)]
+    assert {r.outcome for r in results} == {"accepted"}
+    order = [int(r["token"], 16) for r in server.records[1:]]
+    assert sorted(order) == [*range(1, 21), 100]
     assert order.index(100) <= 1  # only the push already on the wire may precede it
 
 
