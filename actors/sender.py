@@ -30,7 +30,7 @@ import random
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -289,13 +289,9 @@ class ApnsSender:
         self._draining = True
         # Take what producers already handed over, then close the inbox: later sends raise
         # BrokenResourceError at the producer instead of waiting in a queue nobody reads.
+        for push in self._take_inboxes():
+            self._accept(push)
         for lane in self._lanes:
-            while True:
-                try:
-                    push = lane.recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-                self._accept(push)
             lane.recv.close()
         self._wake_writers()
         with trio.move_on_after(grace_s):
@@ -383,6 +379,15 @@ class ApnsSender:
             self._settle(exchange, "failed", None, problem, None)
             return
         (self._high if push.priority == 10 else self._low).append(exchange)
+
+    def _take_inboxes(self) -> Iterator[Push]:
+        """Whatever producers have handed over and the intakes have not taken yet, urgent first."""
+        for lane in self._lanes:
+            while True:
+                try:
+                    yield lane.recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
 
     def _lane(self, push: Push) -> _Lane:
         return self._urgent if push.priority == 10 else self._routine
@@ -517,14 +522,9 @@ class ApnsSender:
         for slot in self._slots:
             if slot.conn is not None:
                 leftovers.extend(o.exchange for o in slot.conn.connection_lost())
-        for lane in self._lanes:
-            while True:
-                try:
-                    push = lane.recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-                self._outstanding += 1
-                leftovers.append(_Exchange(push, trio.current_time()))
+        for push in self._take_inboxes():
+            self._outstanding += 1
+            leftovers.append(_Exchange(push, trio.current_time()))
         for exchange in leftovers:
             self._settle(exchange, "failed", exchange.last_status, reason, None)
         # Results parked for slow consumers: last chance, without blocking.

@@ -34,8 +34,10 @@ Definitions (what the figures mean):
   process's last CPU is not seen);
 - DynamoDB calls per tick: the daemons' own histogram (sum / count), read over their admin sockets;
 - SportMonks calls per hour: requests the replay server answered, per hour of wall time;
-- slowest events: the five key events whose last token got them latest, with how long after the last kill
-  their ball came (a match whose owner was just killed waits for its lease to run out).
+- slowest events: the five key events whose last token got them latest, with the lag of their first token
+  (the wait for the owner's poll and the tick), their median and their last (last minus first is the
+  fan-out), and how long after the last kill their ball came (a match whose owner was just killed waits for
+  its lease to run out).
 
 The last line printed is one JSON object with those figures.
 """
@@ -310,6 +312,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     "match": match_id,
                     "event": f"{etype} {subject}",
                     "at_s": round(served_at - started, 1),
+                    "lag_first_s": round(min(event_lags), 2),
                     "lag_p50_s": round(_pct(event_lags, 0.5) or 0.0, 2),
                     "lag_max_s": round(max(event_lags), 2),
                     "since_last_kill_s": round(served_at - before[-1], 1) if before else None,
