@@ -112,6 +112,20 @@ class InstanceSettings(BaseModel):
         "0 turns it off. Loop lag is also in the sightscreen_event_loop_lag_seconds histogram and any stall "
         "over 1 s is logged as event_loop_stalled",
     )
+    gc_young_threshold: int = Field(
+        default=100_000,
+        ge=0,
+        le=10_000_000,
+        description="net allocations of container objects between two collections of the youngest generation "
+        "(CPython's default is 700). A 10,000-push fan-out keeps ~100,000 objects alive for a second or two; "
+        "at 700 the collector walks them hundreds of times, promotes them and soon walks the whole heap "
+        "(bench/gc_fanout.py: 60% of a model instance's time). 0 keeps CPython's default",
+    )
+    gc_freeze_at_ready: bool = Field(
+        default=True,
+        description="once the daemon is up, freeze what start-up built (gc.freeze: modules, service models, "
+        "configuration) so that full collections stop walking it",
+    )
     drain_timeout_s: float = Field(
         default=60.0,
         gt=0,

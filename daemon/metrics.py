@@ -54,6 +54,13 @@ EVENT_LOOP_LAG = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY,
 )
+GC_PAUSE = Histogram(
+    "sightscreen_gc_pause_seconds",
+    "How long each garbage collection held the process, by generation (2 walks the whole heap)",
+    ["generation"],
+    buckets=(0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+    registry=REGISTRY,
+)
 OWNED_MATCHES = Gauge("sightscreen_owned_matches", "Matches this instance owns", registry=REGISTRY)
 
 # --- SportMonks ----------------------------------------------------------------------------------------

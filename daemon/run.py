@@ -35,7 +35,7 @@ from actors.match import Delivery, MatchActor
 from actors.orchestrator import Orchestrator
 from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
-from daemon import __version__
+from daemon import __version__, gctune
 from daemon.logs import get_logger
 from daemon.metrics import EVENT_LOOP_LAG, render
 from daemon.sportmonks.client import SportMonksClient
@@ -268,6 +268,7 @@ class Daemon:
             "uptime_s": round(time.time() - self.started_at, 1),
             "owned_matches": sorted(orch.owned) if orch else [],
             "draining": bool(orch and orch.draining),
+            "gc": gctune.snapshot(),
             "orchestrator": {
                 "cycles": orch.cycles if orch else 0,
                 "last_cycle_at": orch.last_cycle_at if orch else None,
@@ -399,6 +400,9 @@ async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) 
 
             nursery.start_soon(watch_signals)
             await nursery.start(daemon.run)
+            if getattr(daemon.config.instance, "gc_freeze_at_ready", False):
+                frozen = gctune.freeze_startup_heap()
+                log.info("gc_startup_heap_frozen", objects=frozen)
             task_status.started(daemon)
             await daemon.finished.wait()  # the graceful stop is done inside run()
             nursery.cancel_scope.cancel()
@@ -418,6 +422,7 @@ def main(argv: list[str]) -> int:
         print(f"sightscreen: bad configuration in {args.config}:\n{exc}", file=sys.stderr)
         return 2
     configure_from(config.logging, instance_id=config.instance.id)
+    gctune.configure(config.instance.gc_young_threshold)
     daemon = Daemon(config, notifier=SdNotifier())
     try:
         trio.run(serve, daemon)

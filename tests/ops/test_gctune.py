@@ -1,0 +1,66 @@
+"""The garbage-collector settings: threshold, pause timing, the frozen start-up heap, and what ``status`` shows."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon import gctune
+from daemon.config import ConfigError, InstanceSettings, load_config
+
+
+@pytest.fixture
+def restore_gc() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    yield
+    gc.set_threshold(*thresholds)
+    gc.unfreeze()
+
+
+def test_configure_sets_the_young_threshold_and_times_every_collection(restore_gc: None) -> None:
+    monitor = gctune.configure(123_456)
+    assert gc.get_threshold()[0] == 123_456
+    before = list(monitor.collections)
+    gc.collect(0)
+    gc.collect()
+    assert monitor.collections[0] == before[0] + 1
+    assert monitor.collections[2] == before[2] + 1
+    assert monitor.longest_s > 0.0
+    assert gctune.configure(0) is monitor  # one monitor per process; 0 leaves the threshold alone
+    assert gc.get_threshold()[0] == 123_456
+    snap = gctune.snapshot()
+    assert snap is not None and snap["thresholds"][0] == 123_456
+    assert snap["collections"]["2"] == monitor.collections[2]
+
+
+def test_the_pause_histogram_is_fed_by_generation(restore_gc: None) -> None:
+    from daemon.metrics import REGISTRY
+
+    gctune.configure(0)
+
+    def count() -> float:
+        return REGISTRY.get_sample_value("sightscreen_gc_pause_seconds_count", {"generation": "2"}) or 0.0
+
+    before = count()
+    gc.collect()
+    assert count() == before + 1
+
+
+def test_freezing_the_startup_heap_hides_it_from_later_collections(restore_gc: None) -> None:
+    frozen = gctune.freeze_startup_heap()
+    assert frozen == gc.get_freeze_count() > 1000  # at least the modules loaded for this test
+    survivors = [[i] for i in range(1000)]
+    assert len(gc.get_objects()) < frozen  # a full walk no longer sees them
+    del survivors
+
+
+def test_the_threshold_is_checked_like_every_other_key(tmp_path: Path) -> None:
+    assert InstanceSettings().gc_young_threshold == 100_000
+    assert InstanceSettings().gc_freeze_at_ready is True
+    path = tmp_path / "bad.toml"
+    path.write_text("[instance]\ngc_young_threshold = -1\n")
+    with pytest.raises(ConfigError, match="gc_young_threshold"):
+        load_config(path, env={})
