@@ -47,6 +47,20 @@ def test_numbers_come_back_as_int_or_float_never_decimal():
     assert type(item["e"]["f"][0]) is float
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=5), plain, max_size=6))
+def test_items_round_trip_and_strings_take_the_short_path_unchanged(item):
+    assert _normal(from_item(to_item(item))) == _normal(item)
+
+
+def test_an_item_value_that_is_not_one_typed_value_is_an_error_even_with_a_string_in_it():
+    assert from_item({"a": {"S": ""}, "b": {"S": "x"}}) == {"a": "", "b": "x"}
+    with pytest.raises(ValueError):
+        from_item({"a": {"S": "x", "N": "1"}})
+    with pytest.raises(ValueError, match="unknown DynamoDB attribute type"):
+        from_item({"a": {"X": "x"}})
+
+
 def test_float_is_stored_as_its_shortest_repr():
     assert to_attr(0.1) == {"N": "0.1"}
 
