@@ -33,6 +33,7 @@ class GcMonitor:
         self._started = 0.0
         self._observe = [GC_PAUSE.labels(generation=g).observe for g in _GENERATIONS]
         self.collections = [0, 0, 0]
+        self.collected = [0, 0, 0]  # unreachable objects freed: garbage reference counting could not free
         self.pause_s = [0.0, 0.0, 0.0]
         self.longest_s = 0.0
 
@@ -43,6 +44,7 @@ class GcMonitor:
         pause = time.perf_counter() - self._started
         generation = min(int(info.get("generation", 2)), 2)
         self.collections[generation] += 1
+        self.collected[generation] += int(info.get("collected", 0))
         self.pause_s[generation] += pause
         self.longest_s = max(self.longest_s, pause)
         self._observe[generation](pause)
@@ -52,6 +54,7 @@ class GcMonitor:
             "thresholds": list(gc.get_threshold()),
             "frozen_objects": gc.get_freeze_count(),
             "collections": dict(zip(_GENERATIONS, self.collections)),
+            "collected": dict(zip(_GENERATIONS, self.collected)),
             "pause_s": {g: round(s, 3) for g, s in zip(_GENERATIONS, self.pause_s)},
             "longest_pause_s": round(self.longest_s, 4),
         }

@@ -157,6 +157,25 @@ def _shared_session() -> boto3.session.Session:
     return _session
 
 
+def _captured(method: Callable[..., dict[str, Any]], kwargs: dict[str, Any]) -> tuple[Any, Exception | None]:
+    """``method(**kwargs)`` in the worker thread, its exception returned rather than raised.
+
+    An exception's traceback holds the frames it went through, each frame its caller (``f_back``, up to the
+    thread's job loop) and their locals, among them the outcome that carries the exception back: a reference
+    cycle of ~130 objects that only the garbage collector can free, for every refused conditional write (a
+    lock held by another instance, a claim already made), several a second on a busy instance. A
+    ``ClientError`` is DynamoDB's answer, not a bug, and where inside botocore it was raised tells nothing:
+    it comes back without that traceback, and ``Dynamo.call`` re-raises it without keeping a reference, so
+    it is freed as soon as its caller is done with it. Any other exception keeps its traceback (it may be
+    a bug worth the stack)."""
+    try:
+        return method(**kwargs), None
+    except ClientError as exc:
+        return None, exc.with_traceback(None)
+    except Exception as exc:  # noqa: BLE001 - handed back and re-raised as it was
+        return None, exc
+
+
 class Dynamo:
     """One DynamoDB client for the process (or one per test)."""
 
@@ -213,13 +232,17 @@ class Dynamo:
         DYNAMODB_CALLS.labels(table=logical_table, operation=api_name).inc()
         for counter in _counters.get():
             counter.n += 1
+        response, error = await trio.to_thread.run_sync(_captured, method, kwargs, limiter=self._limiter)
+        if error is None:
+            return response  # type: ignore[no-any-return]
         try:
-            return await trio.to_thread.run_sync(lambda: method(**kwargs), limiter=self._limiter)
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "Unknown")
-            if code != CONDITIONAL_CHECK_FAILED:
-                DYNAMODB_ERRORS.labels(table=logical_table, operation=api_name, code=code).inc()
-            raise
+            if isinstance(error, ClientError):
+                code = error.response.get("Error", {}).get("Code", "Unknown")
+                if code != CONDITIONAL_CHECK_FAILED:
+                    DYNAMODB_ERRORS.labels(table=logical_table, operation=api_name, code=code).inc()
+            raise error
+        finally:
+            del error  # this frame is in the error's traceback: holding it here would make a reference cycle
 
     # --- pagination -----------------------------------------------------------------------------------
 

@@ -29,6 +29,12 @@ def test_configure_sets_the_young_threshold_and_times_every_collection(restore_g
     assert monitor.collections[0] == before[0] + 1
     assert monitor.collections[2] == before[2] + 1
     assert monitor.longest_s > 0.0
+    cycle: list[object] = []
+    cycle.append(cycle)  # only the collector can free this
+    del cycle
+    freed = sum(monitor.collected)
+    gc.collect()
+    assert sum(monitor.collected) >= freed + 1
     assert gctune.configure(0) is monitor  # one monitor per process; 0 leaves the threshold alone
     assert gc.get_threshold()[0] == 123_456
     snap = gctune.snapshot()

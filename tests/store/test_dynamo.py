@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import types
 
 import pytest
 import trio
@@ -78,6 +80,44 @@ async def test_errors_propagate_and_are_counted(dynamo: Dynamo):
         {"table": "no-such", "operation": "GetItem", "code": "ResourceNotFoundException"},
     )
     assert after == before + 1
+
+
+async def test_a_refused_conditional_write_leaves_nothing_for_the_garbage_collector(repos):
+    # A lock held by another instance refuses every renewal but the owner's: several a second on a busy
+    # instance. The refusal must be freed by reference counting, not left in a cycle of frames.
+    assert await repos.locks.extend("match:gc", "someone-else", 10) is False  # warm: botocore's lazy set-up
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(5):
+            assert await repos.locks.extend("match:gc", "someone-else", 10) is False
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, (BaseException, types.FrameType, types.TracebackType))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
+
+
+async def test_a_client_error_keeps_its_answer_and_an_unexpected_error_its_stack(dynamo: Dynamo):
+    with pytest.raises(ClientError) as caught:
+        await dynamo.call("no-such", "get_item", Key={"x": {"S": "1"}})
+    assert caught.value.response["Error"]["Code"] == "ResourceNotFoundException"
+    with pytest.raises(Exception) as unexpected:  # a parameter botocore rejects before sending
+        await dynamo.call("cricket-teams", "get_item", Key="not-a-map")
+    assert not isinstance(unexpected.value, ClientError)
+    frames = [tb.tb_frame.f_code.co_name for tb in _walk(unexpected.value.__traceback__)]
+    assert "_make_api_call" in frames  # where inside botocore it went wrong is still there
+
+
+def _walk(tb: types.TracebackType | None) -> list[types.TracebackType]:
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out
 
 
 async def test_unknown_operation_is_a_clear_error(dynamo: Dynamo):
