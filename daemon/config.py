@@ -121,6 +121,14 @@ class InstanceSettings(BaseModel):
         "at 700 the collector walks them hundreds of times, promotes them and soon walks the whole heap "
         "(bench/gc_fanout.py: 60% of a model instance's time). 0 keeps CPython's default",
     )
+    gc_sweep_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="every this many seconds, collect the young generations (gc.collect(1)): with a high "
+        "gc_young_threshold the collector seldom runs on its own, and garbage only it can free (an HTTP "
+        "response is a reference cycle holding its body) would pile up; 0 turns it off",
+    )
     gc_freeze_at_ready: bool = Field(
         default=True,
         description="once the daemon is up, freeze what start-up built (gc.freeze: modules, service models, "

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
 from daemon import gctune
 from daemon.config import ConfigError, InstanceSettings, load_config
@@ -53,6 +55,26 @@ def test_the_pause_histogram_is_fed_by_generation(restore_gc: None) -> None:
     before = count()
     gc.collect()
     assert count() == before + 1
+
+
+async def test_the_sweep_frees_cycles_between_collections(restore_gc: None) -> None:
+    gctune.configure(10_000_000)  # the collector would not run on its own here
+    box = Box(None)
+    box.value = box  # a cycle: reference counting alone never frees it
+    alive = weakref.ref(box)
+    del box
+    assert alive() is not None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gctune.sweep, 0.01)
+        with trio.fail_after(5):
+            while alive() is not None:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+
+
+class Box:
+    def __init__(self, value: object) -> None:
+        self.value = value
 
 
 def test_freezing_the_startup_heap_hides_it_from_later_collections(restore_gc: None) -> None:
