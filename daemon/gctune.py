@@ -18,12 +18,18 @@ The price of a high threshold: the collector seldom runs on its own, and garbage
 waits. Some of it is heavy: an httpx response is a reference cycle that holds its body (a SportMonks
 ``/livescores`` with every ball of every live match), and in a target soak the daemons' peak RSS rose by
 50-90 MB. So ``sweep`` collects the young generations every ``instance.gc_sweep_s`` (10 s): a walk of the
-objects allocated since, a few milliseconds, that frees what cycles there are while they are young.
+objects allocated since, a few milliseconds, that frees what cycles there are while they are young. That
+is not enough: garbage that was still alive at a young collection (a response in flight) has been moved to
+the oldest generation, which CPython collects only once it has grown by a quarter, and with few young
+collections that is seldom: RSS kept growing (200 to 300 MB in five minutes of the soak). So every
+``instance.gc_full_every_s`` (60 s) the sweep is a full collection: a walk of the heap start-up did not
+leave frozen (the sessions and followers of the owned matches), tens of milliseconds a minute.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import time
 from typing import Any
 
@@ -92,11 +98,17 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
-async def sweep(every_s: float) -> None:
-    """Collect the two young generations every ``every_s`` seconds, forever (a task of the daemon)."""
+async def sweep(every_s: float, full_every_s: float = 0.0) -> None:
+    """Collect the two young generations every ``every_s`` seconds, and every generation once
+    ``full_every_s`` has passed since the last full sweep (0: never), forever (a task of the daemon)."""
+    next_full = trio.current_time() + full_every_s if full_every_s else math.inf
     while True:
         await trio.sleep(every_s)
-        gc.collect(1)
+        if trio.current_time() >= next_full:
+            gc.collect()
+            next_full = trio.current_time() + full_every_s
+        else:
+            gc.collect(1)
 
 
 def snapshot() -> dict[str, Any] | None:

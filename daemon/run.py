@@ -167,7 +167,8 @@ class Daemon:
                 nursery.start_soon(self._loop_monitor)
                 sweep_s = float(getattr(self.config.instance, "gc_sweep_s", 0.0))
                 if sweep_s:
-                    nursery.start_soon(gctune.sweep, sweep_s)
+                    full_s = float(getattr(self.config.instance, "gc_full_every_s", 0.0))
+                    nursery.start_soon(gctune.sweep, sweep_s, full_s)
                 if self._notifier is not None:
                     self._notifier.ready()
                 log.info("daemon_ready", instance_id=self.instance_id, version=__version__)

@@ -72,6 +72,25 @@ async def test_the_sweep_frees_cycles_between_collections(restore_gc: None) -> N
         nursery.cancel_scope.cancel()
 
 
+async def test_every_full_every_s_the_sweep_collects_the_oldest_generation_too(restore_gc: None) -> None:
+    monitor = gctune.configure(10_000_000)
+    box = Box(None)
+    box.value = box
+    alive = weakref.ref(box)
+    gc.collect(1)  # alive at a young collection (a response in flight): promoted to the oldest generation
+    del box  # now garbage in the oldest generation, which young collections never look at
+    gc.collect(1)
+    assert alive() is not None
+    before = monitor.collections[2]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gctune.sweep, 0.01, 0.05)
+        with trio.fail_after(5):
+            while alive() is not None:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert monitor.collections[2] > before
+
+
 class Box:
     def __init__(self, value: object) -> None:
         self.value = value
