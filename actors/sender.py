@@ -1,8 +1,9 @@
 """The APNs sender actor: one per process, every push goes through it.
 
 Owns: the inboxes of ``Push`` requests, one per priority (bounded: a full inbox blocks its producers; an
-alert is never stuck behind a queue of routine updates), the priority queues (10 before 5), the pool of HTTP/2 connections (TLS with ALPN h2, one reader and one writer task per connection), the
-provider-token cache, retries, the set of tokens APNs declared dead, and the one ``PushResult`` per push.
+alert is never stuck behind a queue of routine updates), the priority queues (10 before 5), the pool of
+HTTP/2 connections (TLS with ALPN h2, one reader and one writer task per connection), the provider-token
+cache, retries, the set of tokens APNs declared dead, and the one ``PushResult`` per push.
 Must not touch: DynamoDB or Live Activity sessions (the janitor gets the rejected results and acts on them),
 payload building, HTTP/2 framing details (``daemon.apns.connection``), Apple's answer table
 (``daemon.apns.rules``).

@@ -119,7 +119,7 @@ class InstanceSettings(BaseModel):
         description="net allocations of container objects between two collections of the youngest generation "
         "(CPython's default is 700). A 10,000-push fan-out keeps ~100,000 objects alive for a second or two; "
         "at 700 the collector walks them hundreds of times, promotes them and soon walks the whole heap "
-        "(bench/gc_fanout.py: 60% of a model instance's time). 0 keeps CPython's default",
+        "(bench/gc_fanout.py: 63% of a model instance's time). 0 keeps CPython's default",
     )
     gc_sweep_s: float = Field(
         default=10.0,
