@@ -3,7 +3,9 @@
 The actor owns, for its match:
 - the lock lease (``cricket-locks``, ``match:{id}``): renewed every ``lease_s * renew_fraction``; when a renewal
   is refused, or the lease would run out (by this process's monotonic clock, less the configured clock-skew
-  bound) before a renewal succeeded, the actor raises ``LeaseLost`` and stops before pushing anything more;
+  bound) before a renewal succeeded, the actor raises ``LeaseLost`` and stops before pushing anything more.
+  Its pushes carry a ``Fence`` the actor moves to the new lease end at each renewal and to -inf when it
+  stops: a push waiting in the sender's queue goes out while, and only while, the actor holds the lease;
 - the previous state it diffs against (``active-matches``), loaded at start and written after every tick with
   a write fenced on ``instanceId = me AND ownerEpoch = epoch`` — a paused instance that lost its lease cannot
   overwrite the new owner; a fenced write that fails stops the actor the same way;
@@ -18,6 +20,11 @@ perspective team -> pushes to the shared sender over its bounded inbox -> wait f
 new state (fenced) -> publish the display state for the API side (``cricket-fixtures`` live fields,
 ``DisplayStateCache``). Pushing before persisting means a crash can repeat a push but never lose one; the
 repeat is harmless on the device (the same ``timestamp`` for an update, the same collapse id for an alert).
+The one exception is the first tick of a match nobody has persisted yet: it detects nothing (what the feed
+shows then is history, not news) and its state is the baseline the next ticks are diffed against, so that
+baseline is persisted *before* the first display goes out. An owner that dies while those pushes are still
+going out (10,000 sessions, APNs slow) then leaves its successor a baseline to diff against; before, the
+successor took whatever the feed showed by then as its baseline, and a wicket in between reached nobody.
 
 At match end: ``end`` (with a dismissal date) to every session, sessions marked ended, follows removed, the
 match deactivated in ``active-matches`` and the lock released. A restarted or new owner that finds the
@@ -38,7 +45,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from actors.janitor import TokenRef
 from actors.settings import MatchActorSettings, OrchestratorSettings
-from daemon.apns.types import Push
+from daemon.apns.types import Fence, Push
 from daemon.cricket import payloads
 from daemon.cricket.engine import TickResult, process_tick
 from daemon.cricket.settings import EngineSettings
@@ -143,6 +150,7 @@ class MatchActor:
         self.sessions: dict[str, Session] = {}
         self.follower_team: dict[str, str] = {}
         self._lease_until = -math.inf
+        self._fence = Fence(-math.inf)  # rides on every push; moved with the lease (see _renew_once)
         self._last_display: dict[str, Any] | None = None
         self._last_snapshot: MatchSnapshot | None = None
         self._push_to_start_sent: dict[str, float] = {}
@@ -162,6 +170,10 @@ class MatchActor:
         except* STORE_UNAVAILABLE as group:
             LOCK_LOSSES.inc()
             raise LeaseLost(f"DynamoDB unavailable: {group.exceptions[0]!r}") from None
+        finally:
+            # Stopped (lease lost, cancelled, crashed): what is still queued in the sender must not go out;
+            # the next owner repeats the tick.
+            self._fence.until = -math.inf
 
     async def _run(self, task_status: Any) -> None:
         await self._renew_once()  # a restarted incarnation must prove it still holds the lease
@@ -211,6 +223,7 @@ class MatchActor:
         LOCK_RENEWALS.labels("ok").inc()
         # Count from when the request left, not when it came back: the server may have written it at once.
         self._lease_until = started + self._lease.lease_s - self._lease.clock_skew_bound_s
+        self._fence.until = self._lease_until
 
     async def _renew_loop(self) -> None:
         while True:
@@ -318,6 +331,8 @@ class MatchActor:
             if terminal:
                 await self._finish(result, snapshot)
                 return True
+            if self.state is None and not result.events:
+                await self._persist_baseline(result)
             if result.display_changed or result.events:
                 await self._deliver(result, snapshot, kind="update")
             if result.state != self.state:
@@ -368,11 +383,11 @@ class MatchActor:
         sessions = list(self.sessions.values())
         topic = self._topic
 
-        def pushes(reply_to: Any, not_after: float) -> list[Push]:
+        def pushes(reply_to: Any, fence: Fence) -> list[Push]:
             return [
                 Push(
                     s.token, "liveactivity", topic, by_perspective[self._perspective(s.user_id, display)],
-                    priority, kind, context=s.ref, not_after=not_after, reply_to=reply_to,
+                    priority, kind, context=s.ref, fence=fence, reply_to=reply_to,
                 )
                 for s in sessions
             ]
@@ -400,12 +415,12 @@ class MatchActor:
             self._on_delivery(delivery)
         return delivery
 
-    async def _push_all(self, build: Callable[[Any, float], list[Push]]) -> tuple[int, dict[str, int]]:
+    async def _push_all(self, build: Callable[[Any, Fence], list[Push]]) -> tuple[int, dict[str, int]]:
         """Hand pushes to the sender and wait for every result, dropping sessions whose token is dead.
 
-        ``build(reply_to, not_after)`` makes the pushes, tagged with the channel their results come back on
-        and the lease end after which the sender must not send them (each push is built once: at 10,000
-        per tick, a copy per push is measurable). Returns how many were built and the outcome counts.
+        ``build(reply_to, fence)`` makes the pushes, tagged with the channel their results come back on
+        and the actor's lease fence, after which the sender must not send them (each push is built once: at
+        10,000 per tick, a copy per push is measurable). Returns how many were built and the outcome counts.
 
         Pushes that failed (APNs down past the sender's own retry budget) or whose result did not come back
         in time are sent again, the same payload with the same timestamp (a repeat is harmless on the
@@ -418,7 +433,7 @@ class MatchActor:
         send, receive = trio.open_memory_channel[Any](math.inf)
         async with receive:
             self._assert_lease()
-            pending = build(send, self._lease_until)
+            pending = build(send, self._fence)
             total = len(pending)
             attempt = 0
             while pending:
@@ -434,9 +449,8 @@ class MatchActor:
                 await trio.sleep(delay)
                 attempt += 1
                 self._assert_lease()
-                # new objects (a late answer to the last round is then recognised and ignored) with the
-                # lease as it stands now
-                pending = [replace(push, not_after=self._lease_until) for push in retry]
+                # new objects: a late answer to the last round is then recognised and ignored
+                pending = [replace(push) for push in retry]
         return total, counts
 
     async def _push_round(
@@ -445,34 +459,53 @@ class MatchActor:
         """One hand-off of ``pushes``; returns those to send again (failed, or no result in time).
 
         The pushes go to the sender in one ``send_many`` and the results are taken as they are buffered,
-        awaiting only when none is: a scheduler trip per push each way cost as much CPU as the push itself."""
+        awaiting only when none is: a scheduler trip per push each way cost as much CPU as the push itself.
+        The round ends early only when no result at all has come for ``push_result_timeout_s`` (the sender
+        lost them: it was restarted); a long queue that is moving is waited for, since re-sending what is
+        still queued would only lengthen it."""
         waiting: dict[int, Push] = {id(push): push for push in pushes}
         await self._sender.send_many(pushes)
         retry: list[Push] = []
-        with trio.move_on_after(self._settings.push_result_timeout_s) as scope:
-            while waiting:
-                try:
-                    result = receive.receive_nowait()
-                except trio.WouldBlock:
+        stalled = False
+        while waiting:
+            try:
+                result = receive.receive_nowait()
+            except trio.WouldBlock:
+                result = None
+                with trio.move_on_after(self._settings.push_result_timeout_s):
                     result = await receive.receive()
-                push = waiting.pop(id(result.push), None)
-                if push is None:
-                    continue  # a late answer to an earlier round
-                if result.outcome == "failed":
-                    retry.append(push)
-                    continue
-                counts[result.outcome] = counts.get(result.outcome, 0) + 1
-                ref = push.context
-                if result.outcome == "rejected" and isinstance(ref, TokenRef) and ref.kind == "la":
-                    self.sessions.pop(ref.visitor_key or "", None)
-        if scope.cancelled_caught:
-            self.log.warning("push_results_timed_out", pending=len(waiting), total=len(pushes))
+                if result is None:
+                    stalled = True
+                    break
+            push = waiting.pop(id(result.push), None)
+            if push is None:
+                continue  # a late answer to an earlier round
+            if result.outcome == "failed":
+                retry.append(push)
+                continue
+            counts[result.outcome] = counts.get(result.outcome, 0) + 1
+            ref = push.context
+            if result.outcome == "rejected" and isinstance(ref, TokenRef) and ref.kind == "la":
+                self.sessions.pop(ref.visitor_key or "", None)
+        if stalled:
+            self.log.warning(
+                "push_results_timed_out", pending=len(waiting), total=len(pushes),
+                idle_s=self._settings.push_result_timeout_s,
+            )
             retry.extend(waiting.values())
         return retry
 
     async def _persist(self, result: TickResult) -> None:
+        await self._write_state(result.state)
+
+    async def _persist_baseline(self, result: TickResult) -> None:
+        """Persist the first tick's state before its display goes out, marked as not yet shown (no display
+        hash), so a successor that resumes from it diffs the next balls against it and sends the display."""
+        await self._write_state(replace(result.state, display_hash=""))
+
+    async def _write_state(self, state: MatchState) -> None:
         ok = await self._repos.active_matches.update_match_state(
-            self.match_id, self.instance_id, self.epoch, result.state.to_item()
+            self.match_id, self.instance_id, self.epoch, state.to_item()
         )
         if not ok:
             LOCK_LOSSES.inc()
@@ -572,7 +605,7 @@ class MatchActor:
             )
         if pushes:
             _, counts = await self._push_all(
-                lambda reply_to, not_after: [replace(p, reply_to=reply_to, not_after=not_after) for p in pushes]
+                lambda reply_to, fence: [replace(p, reply_to=reply_to, fence=fence) for p in pushes]
             )
             self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
             if self._on_delivery is not None:

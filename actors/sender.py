@@ -790,7 +790,8 @@ class ApnsSender:
                     if dead_reason is not None:  # died while this push waited in the queue
                         self._settle(exchange, "rejected", None, dead_reason, None)
                         continue
-                    if push.not_after is not None and now > push.not_after:
+                    fence = push.fence
+                    if fence is not None and now > fence.until:
                         # its producer's lease ran out while it waited (paused, cut off): never send late
                         self._settle(exchange, "failed", None, "NotAfterPassed", None)
                         continue

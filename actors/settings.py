@@ -86,7 +86,10 @@ class MatchActorSettings(BaseModel):
     display_cache_ttl_s: int = Field(3600, gt=0, description="TTL of DisplayStateCache entries")
     session_ttl_after_end_s: int = Field(48 * 3600, gt=0, description="TTL of ended live-activities records")
     push_result_timeout_s: float = Field(
-        60.0, gt=0, description="how long a tick waits for APNs results before persisting anyway"
+        60.0,
+        gt=0,
+        description="a tick's pushes still unanswered when no result at all has come back for this long are "
+        "sent again (the sender lost them, e.g. it was restarted); a queue that is moving is waited for",
     )
     push_retry_max_s: float = Field(
         900.0,

@@ -1,12 +1,13 @@
 """The sender's vocabulary: a push request, its one result, and the error that stops the sender.
 
 Owns: ``Push`` (what producers hand the sender), ``PushResult`` (what the sender hands back, exactly once per
-push), ``ApnsConfigurationError``. Must not touch: I/O, HTTP/2, provider tokens (see ``connection`` and
+push), ``Fence`` (the moving not-after time a producer tags its pushes with), ``ApnsConfigurationError``. Must not touch: I/O, HTTP/2, provider tokens (see ``connection`` and
 ``token``), payload building (``daemon.cricket.payloads``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -23,6 +24,25 @@ OUTCOMES: Final = ("accepted", "rejected", "failed")
 LIVEACTIVITY_TOPIC_SUFFIX: Final = ".push-type.liveactivity"
 
 
+class Fence:
+    """The ``trio.current_time()`` after which a producer's pushes must not go out, moved by the producer.
+
+    A match actor moves ``until`` to its new lease end each time it renews the lease and to -inf when it
+    stops, and every push it makes carries the same ``Fence``. A push waiting in the sender's queue therefore
+    goes out for as long as, and only while, its producer still holds the authority to push: a paused or
+    cut-off owner's pushes fail with reason "NotAfterPassed", while a busy owner's pushes no longer expire in
+    a long queue (a lease end copied into each push at build time made 10,000-push ticks that waited longer
+    than one lease fail, be re-sent and wait again)."""
+
+    __slots__ = ("until",)
+
+    def __init__(self, until: float = math.inf) -> None:
+        self.until = until
+
+    def __repr__(self) -> str:
+        return f"Fence(until={self.until!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class Push:
     """One notification request. ``context`` is opaque to the sender and comes back in the result."""
@@ -37,9 +57,9 @@ class Push:
     collapse_id: str | None = None
     apns_id: str | None = None
     context: Any = None
-    # trio.current_time() after which this push must not go out (a match actor's lease end): a producer
-    # that was paused past its authority never pushes late; the push fails with reason "NotAfterPassed"
-    not_after: float | None = None
+    # a producer that was paused or cut off past its authority never pushes late: once trio.current_time()
+    # is past ``fence.until`` the push fails with reason "NotAfterPassed" (see ``Fence``)
+    fence: Fence | None = field(default=None, compare=False)
     reply_to: trio.MemorySendChannel[PushResult] | None = field(default=None, compare=False, repr=False)
 
     @property

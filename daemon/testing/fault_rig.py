@@ -71,6 +71,9 @@ class RigOptions:
     cycle_s: float = 1.0
     innings_break_s: float = 600.0
     start_delay_wall_s: float = 3.0
+    # the APNs server answers every push with this 5xx status from the start, before the daemon's first
+    # push (0: no storm); lift it with ``rig.apns.reset()``
+    apns_storm_at_start: int = 0
     # per-section config overrides, merged over the rig's defaults (e.g. {"sportmonks": {"timeout_s": 1}})
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -116,6 +119,8 @@ class FaultRig:
             team_id=TEAM_ID, keys={kid: k.public_pem for kid, k in self._keys.items()}, topics=[TOPIC], ca=make_ca()
         )
         await nursery.start(self.apns.serve)
+        if opts.apns_storm_at_start:
+            self.apns.storm(opts.apns_storm_at_start)
         self.replay = ReplayServer(
             [], speed=opts.speed, innings_break_s=opts.innings_break_s, start_delay_s=opts.start_delay_wall_s * opts.speed
         )

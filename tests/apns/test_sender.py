@@ -21,7 +21,7 @@ from daemon import metrics
 from daemon.apns.certs import SigningKeyPair, generate_signing_key
 from daemon.apns.server import ApnsTestServer
 from daemon.apns.settings import ApnsSettings
-from daemon.apns.types import ApnsConfigurationError, Push, PushResult
+from daemon.apns.types import ApnsConfigurationError, Fence, Push, PushResult
 from tests.apns.conftest import BUNDLE_ID, TEAM_ID
 
 StartServer = Callable[..., Awaitable[ApnsTestServer]]
@@ -557,16 +557,50 @@ async def test_goaway_with_a_configuration_reason_stops_the_sender(
     assert "BadCertificateEnvironment" in str(error)
 
 
-async def test_a_push_past_its_not_after_is_failed_without_a_request(
+async def test_a_push_past_its_fence_is_failed_without_a_request(
     start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
 ) -> None:
     server = await start_apns_server()
     harness = await start_sender(server)
-    late = await harness.sender.send_and_wait(la_push(1, not_after=trio.current_time() - 0.001))
+    late = await harness.sender.send_and_wait(la_push(1, fence=Fence(trio.current_time() - 0.001)))
     assert (late.outcome, late.reason, late.attempts) == ("failed", "NotAfterPassed", 0)
-    in_time = await harness.sender.send_and_wait(la_push(2, not_after=trio.current_time() + 60))
+    in_time = await harness.sender.send_and_wait(la_push(2, fence=Fence(trio.current_time() + 60)))
     assert in_time.outcome == "accepted"
     assert [r["token"] for r in server.records] == [f"{2:0160x}"]  # the late one never went out
+
+
+async def test_a_fence_moved_while_its_pushes_wait_in_the_queue_lets_them_out(
+    start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
+) -> None:
+    # Seen in the target soak: a match's 10,000 pushes waited behind other matches' longer than one lease;
+    # with the lease end copied into each push they all failed (NotAfterPassed), were re-sent, waited
+    # again. The fence is read when the push leaves the queue: a renewing owner's pushes go out, a stopped
+    # owner's do not.
+    server = await start_apns_server(max_concurrent_streams=1)
+    harness = await start_sender(server)
+    server.delay(0.5)  # one stream, each answer held 0.5 s: the 2nd push leaves at ~0.5 s, the 3rd at ~1 s...
+    start = trio.current_time()
+    renewed, stopped = Fence(start + 0.75), Fence(start + 0.75)
+
+    async def renew() -> None:
+        while True:
+            renewed.until = trio.current_time() + 0.75
+            await trio.sleep(0.05)
+
+    pushes = [la_push(1, fence=renewed), la_push(2, fence=stopped), la_push(3, fence=renewed),
+              la_push(4, fence=stopped)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(renew)
+        results = {r.push.token: r for r in await harness.send_all(pushes)}
+        nursery.cancel_scope.cancel()
+    outcome = {int(token, 16): (r.outcome, r.reason) for token, r in results.items()}
+    assert outcome == {
+        1: ("accepted", None),
+        2: ("accepted", None),  # left at ~0.5 s, before its fence
+        3: ("accepted", None),  # left at ~1 s: after the fence it was built with, but that fence moved on
+        4: ("failed", "NotAfterPassed"),  # due at ~1.5 s, its fence stood still at 0.75 s
+    }
+    assert len(server.records) == 3
 
 
 async def test_a_goaway_with_a_full_pipeline_and_a_queue_does_not_freeze_the_loop(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from daemon.testing.fault_rig import FaultRig
+from daemon.testing.fault_rig import SECOND_KEY_ID, FaultRig
 from tests.faults.checks import assert_nothing_lost, first_updates
 
 pytestmark = pytest.mark.slow
@@ -162,3 +162,34 @@ def _next_wicket_ball(rig: FaultRig) -> int:
         if int(ball["id"]) not in seen and (ball.get("score") or {}).get("is_wicket"):
             return int(ball["id"])
     raise LookupError("no wicket left on the tape")
+
+
+async def test_an_owner_stopped_before_its_first_display_went_out_leaves_a_baseline_to_resume_from(
+    make_rig: Any,
+) -> None:
+    # Seen in the target soak with kills: an owner's first tick (10,000 sessions) could not get its pushes
+    # out before it was killed, so it had persisted nothing; its successor took what the feed showed by then
+    # as its baseline, and the wicket in between reached nobody. The first tick's state is now persisted
+    # before its pushes go out.
+    async with make_rig(seed=1, lease_s=3.0, apns_storm_at_start=503, extra=_apns(max_retries=1)) as rig:
+        first = rig.daemon
+        await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "a wicket served while APNs is down")
+        assert rig.accepted_updates() == 0, "nothing got through: the owner is still on its first tick"
+        item = await rig.match_item()
+        assert item is not None and item.get("matchPhase"), "the first tick's baseline is persisted"
+        assert item.get("displayHash") == "", "marked as not yet shown"
+        await rig.stop_daemon(first)
+        assert first.finished.is_set()
+        rig.apns.reset()
+        async with trio.open_nursery() as nursery:
+            rig.daemon = rig.new_daemon("fault-i2", key_id=SECOND_KEY_ID)
+            await nursery.start(rig.daemon.run)
+            try:
+                await assert_nothing_lost(rig)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await rig.stop_daemon()
+                nursery.cancel_scope.cancel()
+        item = await rig.match_item()
+        assert item is not None and item["instanceId"] == "fault-i2" and int(item["ownerEpoch"]) == 2
+        assert {rig.record_kid(r) for r in rig.apns.records if r["status"] == 200} == {SECOND_KEY_ID}
