@@ -110,7 +110,8 @@ class Daemon:
             ),
             "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
             "prematch": PrematchNotifier(
-                self.repos, self.sender, jobs_cfg.prematch, topic=self.config.apns.topic
+                self.repos, self.sender, jobs_cfg.prematch, topic=self.config.apns.topic,
+                owner=self.instance_id,
             ),
         }
 

@@ -38,6 +38,13 @@ How the legacy flow's six defects (seed 003) are fixed:
    (about 70 min after the start by default, not 48 h); an expired marker counts as absent, and the follow
    item carrying it is itself deleted when the match ends.
 
+Several instances run this job; one at a time works through a match's followers. It holds the lock
+``prematch:{matchId}`` in ``cricket-locks`` (``match_lock_s``, renewed after every batch, released when done)
+and the others skip that match for the cycle. Without it every instance read every follower and raced the
+others claim by claim: with three instances two of every three claim writes were refused (seen in the soak,
+where it was most of the daemons' DynamoDB calls). The per-follower claims still decide who sends, so two
+instances that overlap (a lease that ran out) cannot send one alert twice.
+
 And a start time moved by more than ``restart_notify_threshold_s`` notifies again: the marker records the
 start time it was for, and a claim is allowed when the fixture's start differs from it by more than the
 threshold (smaller moves are the same notification).
@@ -129,6 +136,11 @@ def decide(marker: Marker | None, *, start_epoch: float, now: float, settings: P
     if marker.claimed_ms is None or marker.claimed_ms / 1000 + settings.claim_lease_s <= now:
         return Decision.RESEND
     return Decision.IN_FLIGHT
+
+
+def prematch_lock_key(match_id: str) -> str:
+    """The ``cricket-locks`` key under which one instance works through a match's followers."""
+    return f"prematch:{match_id}"
 
 
 def marker_expiry(start_epoch: float, settings: PrematchSettings) -> int:
@@ -247,6 +259,7 @@ class CycleReport:
     claimed: int = 0
     recovered: int = 0
     lost_claims: int = 0
+    matches_locked: int = 0  # skipped: another instance held the match's prematch lock
     done: int = 0
     in_flight: int = 0
     accepted: int = 0
@@ -292,8 +305,11 @@ class PrematchNotifier:
         topic: str = "",
         clock: Callable[[], float] = time.time,
         leagues: LeagueDirectory | None = None,
+        owner: str = "",
     ) -> None:
         self._repos = repos
+        # who holds the per-match lock: the instance id (a random one when none is given)
+        self._owner = owner or f"prematch-{uuid.uuid4().hex[:12]}"
         self._sender = sender
         self.settings = settings or PrematchSettings()
         self._topic = self.settings.topic or topic
@@ -352,15 +368,24 @@ class PrematchNotifier:
             if self.unfollowed.knows(match.match_id, match.start_iso, now=now):
                 report.matches_skipped_unfollowed += 1
                 continue
-            followers = await self._repos.follows.get_followers_for_match(match.match_id)
-            report.follower_reads += 1
-            if not followers:
-                report.matches_unfollowed += 1
-                self.unfollowed.remember(
-                    match.match_id, match.start_iso, now=now, window_end=match.start_epoch + s.catch_up_s
-                )
+            lock = prematch_lock_key(match.match_id)
+            if not await self._repos.locks.acquire(lock, self._owner, s.match_lock_s):
+                report.matches_locked += 1  # another instance is working through its followers
                 continue
-            await self._notify_match(match, followers, now, report)
+            try:
+                followers = await self._repos.follows.get_followers_for_match(match.match_id)
+                report.follower_reads += 1
+                if not followers:
+                    report.matches_unfollowed += 1
+                    self.unfollowed.remember(
+                        match.match_id, match.start_iso, now=now, window_end=match.start_epoch + s.catch_up_s
+                    )
+                    continue
+                await self._notify_match(match, followers, now, report, lock=lock)
+            finally:
+                # even when cancelled (shutdown): the next instance need not wait out the lease
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + 5.0):
+                    await self._release(lock)
         self.cycles += 1
         self.last_report = report
         metrics.JOB_CYCLES.labels(JOB, "ok").inc()
@@ -369,8 +394,20 @@ class PrematchNotifier:
             log.info("prematch_cycle", **vars(report))
         return report
 
+    async def _release(self, lock: str) -> None:
+        try:
+            await self._repos.locks.release(lock, self._owner)
+        except Exception as exc:  # it expires on its own
+            log.warning("prematch_lock_release_failed", lock=lock, error=f"{type(exc).__name__}: {exc}")
+
     async def _notify_match(
-        self, match: DueMatch, followers: Sequence[Mapping[str, Any]], now: float, report: CycleReport
+        self,
+        match: DueMatch,
+        followers: Sequence[Mapping[str, Any]],
+        now: float,
+        report: CycleReport,
+        *,
+        lock: str | None = None,
     ) -> None:
         work: list[_Work] = []
         for follow in followers:
@@ -391,6 +428,12 @@ class PrematchNotifier:
         teams = await self._team_info(match.fixture)
         size = self.settings.batch_size
         for i in range(0, len(work), size):
+            if i and lock is not None and not await self._repos.locks.extend(
+                lock, self._owner, self.settings.match_lock_s
+            ):
+                report.matches_locked += 1  # our lease ran out and another instance took the match over
+                log.warning("prematch_lock_lost", match_id=match.match_id, done=i, left=len(work) - i)
+                return
             await self._notify_batch(match, work[i : i + size], teams, now, report)
 
     async def _notify_batch(

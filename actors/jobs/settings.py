@@ -138,6 +138,13 @@ class PrematchSettings(BaseModel):
     batch_size: int = Field(
         default=200, ge=1, le=5000, description="followers handled per batch of one match"
     )
+    match_lock_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="one instance at a time works through a match's followers: it holds the cricket-locks "
+        "lock prematch:{matchId} this long, renewed after every batch; the other instances skip the match "
+        "that cycle instead of racing it claim by claim (the claims keep it correct if two ever overlap)",
+    )
     push_to_start: bool = Field(
         default=True, description="also send a Live Activity push-to-start where the device has a token"
     )

@@ -20,6 +20,7 @@ from actors.jobs.prematch import (
     collapse_id,
     decide,
     due_matches,
+    prematch_lock_key,
     prematch_text,
 )
 from actors.jobs.settings import PrematchSettings
@@ -197,13 +198,19 @@ async def test_followers_get_one_alert_and_push_to_start_where_they_have_a_token
     assert again.done == 3 and again.claimed == 0 and len(sender.pushes) == 3
 
 
-async def test_two_instances_at_once_notify_each_follower_exactly_once(repos: Any) -> None:
+async def _match_7_followed_by(repos: Any, n: int) -> list[str]:
+    """Match 7 starting at START, followed by users u0..u{n-1}, each with a registered device."""
     await seed_reference(repos)
     await put_fixture(repos, 7, START)
-    users = [f"u{i}" for i in range(12)]
+    users = [f"u{i}" for i in range(n)]
     for user in users:
         await follow(repos, 7, user, start=START)
         await register(repos, user)
+    return users
+
+
+async def test_two_instances_at_once_notify_each_follower_exactly_once(repos: Any) -> None:
+    users = await _match_7_followed_by(repos, 12)
     sender = RecordingSender()
     a = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
     b = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
@@ -215,6 +222,46 @@ async def test_two_instances_at_once_notify_each_follower_exactly_once(repos: An
         assert len(sender.to(token(user, "start"))) == 1
     assert a.last_report is not None and b.last_report is not None
     assert a.last_report.claimed + b.last_report.claimed == 12
+    # one worked through the match under its lock; the other skipped it (or found it done): no claim raced
+    assert a.last_report.lost_claims + b.last_report.lost_claims == 0
+
+
+async def test_a_match_whose_prematch_lock_another_instance_holds_is_skipped_until_it_is_released(
+    repos: Any,
+) -> None:
+    await _match_7_followed_by(repos, 2)
+    assert await repos.locks.acquire(prematch_lock_key("7"), "other-instance", 60.0)
+    sender = RecordingSender()
+    notifier = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(), owner="me")
+    report = await notifier.run_cycle()
+    assert (report.matches_locked, report.follower_reads, report.claimed) == (1, 0, 0)
+    assert sender.pushes == []
+    assert await repos.locks.release(prematch_lock_key("7"), "other-instance")
+    report = await notifier.run_cycle()
+    assert (report.matches_locked, report.claimed) == (0, 2)
+    assert await repos.locks.get(prematch_lock_key("7")) is None, "released once the match was done"
+
+
+async def test_a_prematch_lock_taken_over_mid_match_stops_this_instance_after_its_batch(repos: Any) -> None:
+    users = await _match_7_followed_by(repos, 6)
+    lock = prematch_lock_key("7")
+
+    class StealingSender(RecordingSender):
+        """Our lease runs out during the first batch and another instance takes the lock."""
+
+        async def send(self, push: Any) -> None:
+            if not self.pushes:
+                assert await repos.locks.release(lock, "me")
+                assert await repos.locks.acquire(lock, "other-instance", 60.0)
+            await super().send(push)
+
+    sender = StealingSender()
+    settings = PrematchSettings(batch_size=2, send_concurrency=1)
+    notifier = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(), owner="me")
+    report = await notifier.run_cycle()
+    assert report.claimed == 2 and report.matches_locked == 1, "one batch, then it let the match go"
+    assert len({p.token for p in sender.pushes if p.kind == "alert"}) == 2
+    assert (await repos.locks.get(lock) or {}).get("owner") == "other-instance", "not released from under it"
 
 
 async def test_failed_alert_is_resent_after_the_lease_under_the_same_collapse_id_without_push_to_start(
