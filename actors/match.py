@@ -336,7 +336,7 @@ class MatchActor:
             if result.display_changed or result.events:
                 await self._deliver(result, snapshot, kind="update")
             if result.state != self.state:
-                await self._persist(result)
+                await self._persist(result.state)
             if result.display_changed:
                 await self._publish_display(result, snapshot)
             self.state = result.state
@@ -495,15 +495,12 @@ class MatchActor:
             retry.extend(waiting.values())
         return retry
 
-    async def _persist(self, result: TickResult) -> None:
-        await self._write_state(result.state)
-
     async def _persist_baseline(self, result: TickResult) -> None:
         """Persist the first tick's state before its display goes out, marked as not yet shown (no display
         hash), so a successor that resumes from it diffs the next balls against it and sends the display."""
-        await self._write_state(replace(result.state, display_hash=""))
+        await self._persist(replace(result.state, display_hash=""))
 
-    async def _write_state(self, state: MatchState) -> None:
+    async def _persist(self, state: MatchState) -> None:
         ok = await self._repos.active_matches.update_match_state(
             self.match_id, self.instance_id, self.epoch, state.to_item()
         )
@@ -536,7 +533,7 @@ class MatchActor:
     async def _finish(self, result: TickResult, snapshot: MatchSnapshot) -> None:
         self.log.info("match_ending", sessions=len(self.sessions))
         await self._deliver(result, snapshot, kind="end")
-        await self._persist(result)
+        await self._persist(result.state)
         self.state = result.state
         self.phase = result.phase
         await self._publish_display(result, snapshot)

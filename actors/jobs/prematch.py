@@ -407,7 +407,7 @@ class PrematchNotifier:
         now: float,
         report: CycleReport,
         *,
-        lock: str | None = None,
+        lock: str,
     ) -> None:
         work: list[_Work] = []
         for follow in followers:
@@ -428,7 +428,7 @@ class PrematchNotifier:
         teams = await self._team_info(match.fixture)
         size = self.settings.batch_size
         for i in range(0, len(work), size):
-            if i and lock is not None and not await self._repos.locks.extend(
+            if i and not await self._repos.locks.extend(
                 lock, self._owner, self.settings.match_lock_s
             ):
                 report.matches_locked += 1  # our lease ran out and another instance took the match over

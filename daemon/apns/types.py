@@ -1,8 +1,9 @@
 """The sender's vocabulary: a push request, its one result, and the error that stops the sender.
 
 Owns: ``Push`` (what producers hand the sender), ``PushResult`` (what the sender hands back, exactly once per
-push), ``Fence`` (the moving not-after time a producer tags its pushes with), ``ApnsConfigurationError``. Must not touch: I/O, HTTP/2, provider tokens (see ``connection`` and
-``token``), payload building (``daemon.cricket.payloads``).
+push), ``Fence`` (the moving not-after time a producer tags its pushes with), ``ApnsConfigurationError``.
+Must not touch: I/O, HTTP/2, provider tokens (see ``connection`` and ``token``), payload building
+(``daemon.cricket.payloads``).
 """
 
 from __future__ import annotations
