@@ -74,6 +74,7 @@ from daemon.cricket.payloads import alert_payload, start_payload
 from daemon.cricket.snapshot import snapshot_from_fixture
 from daemon.logs import get_logger, short_token
 from daemon.store.follows import PREMATCH_CLAIMED, PREMATCH_SENT
+from daemon.store.locks import prematch_lock_key
 
 log = get_logger("jobs.prematch")
 
@@ -136,11 +137,6 @@ def decide(marker: Marker | None, *, start_epoch: float, now: float, settings: P
     if marker.claimed_ms is None or marker.claimed_ms / 1000 + settings.claim_lease_s <= now:
         return Decision.RESEND
     return Decision.IN_FLIGHT
-
-
-def prematch_lock_key(match_id: str) -> str:
-    """The ``cricket-locks`` key under which one instance works through a match's followers."""
-    return f"prematch:{match_id}"
 
 
 def marker_expiry(start_epoch: float, settings: PrematchSettings) -> int:

@@ -37,6 +37,11 @@ def match_lock_key(match_id: str) -> str:
     return f"match:{match_id}"
 
 
+def prematch_lock_key(match_id: str) -> str:
+    """The lock under which one instance at a time works through a match's prematch notifications."""
+    return f"prematch:{match_id}"
+
+
 class LockRepository(Repository):
     logical = LOCKS
 

@@ -20,10 +20,10 @@ from actors.jobs.prematch import (
     collapse_id,
     decide,
     due_matches,
-    prematch_lock_key,
     prematch_text,
 )
 from actors.jobs.settings import PrematchSettings
+from daemon.store.locks import prematch_lock_key
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
