@@ -61,6 +61,7 @@ from daemon.metrics import (
     TICKS,
 )
 from daemon.store.dynamo import StoreError, count_calls
+from daemon.store.locks import match_lock_key
 
 TERMINAL_PHASES = frozenset({"completed", "abandoned"})
 
@@ -107,10 +108,6 @@ class Session:
 # held in memory for the whole match; the rest of each item is not needed here).
 SESSION_FIELDS = ("visitorKey", "userId", "updateToken", "status")
 FOLLOWER_FIELDS = ("userId", "teamId")
-
-
-def lock_key(match_id: str) -> str:
-    return f"match:{match_id}"
 
 
 class MatchActor:
@@ -215,7 +212,7 @@ class MatchActor:
 
     async def _renew_once(self) -> None:
         started = trio.current_time()
-        ok = await self._repos.locks.extend(lock_key(self.match_id), self.instance_id, self._lease.lease_s)
+        ok = await self._repos.locks.extend(match_lock_key(self.match_id), self.instance_id, self._lease.lease_s)
         if not ok:
             LOCK_RENEWALS.labels("lost").inc()
             LOCK_LOSSES.inc()
@@ -250,7 +247,7 @@ class MatchActor:
 
     async def _release_lock(self) -> None:
         try:
-            await self._repos.locks.release(lock_key(self.match_id), self.instance_id)
+            await self._repos.locks.release(match_lock_key(self.match_id), self.instance_id)
         except Exception as exc:
             self.log.warning("lock_release_failed", error=repr(exc))
 

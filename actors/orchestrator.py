@@ -29,10 +29,11 @@ from typing import Any
 
 import trio
 
-from actors.match import LeaseLost, MatchActor, lock_key
+from actors.match import LeaseLost, MatchActor
 from actors.settings import OrchestratorSettings
 from daemon.logs import get_logger
 from daemon.metrics import OWNED_MATCHES
+from daemon.store.locks import match_lock_key
 from daemon.supervisor import Supervisor
 
 log = get_logger("orchestrator")
@@ -162,7 +163,7 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ taking a match
     async def try_take(self, match_id: str, league_id: str | None) -> bool:
-        key = lock_key(match_id)
+        key = match_lock_key(match_id)
         if not await self._repos.locks.acquire(key, self.instance_id, self.settings.lease_s):
             return False
         started = False
@@ -206,7 +207,7 @@ class Orchestrator:
     async def _release(self, match_id: str) -> None:
         try:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
-                await self._repos.locks.release(lock_key(match_id), self.instance_id)
+                await self._repos.locks.release(match_lock_key(match_id), self.instance_id)
         except Exception as exc:
             log.warning("lock_release_failed", match_id=match_id, error=repr(exc))
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import trio
 
-from actors.match import MatchActor, lock_key
+from actors.match import MatchActor
 from daemon.apns.types import Push, PushResult
+from daemon.store.locks import match_lock_key
 from tests.actors.match_helpers import make_match_actor
 
 
@@ -46,7 +47,7 @@ class SilentFeed:
 async def test_pushes_carry_the_actors_fence_which_follows_the_lease_and_falls_when_the_actor_stops(
     repos: Any,
 ) -> None:
-    assert await repos.locks.acquire(lock_key("500"), "me", 30.0)
+    assert await repos.locks.acquire(match_lock_key("500"), "me", 30.0)
     assert await repos.active_matches.register_active_match("500", "me")
     sender = HoldingSender()
     actor = make_match_actor("500", repos, sender)
