@@ -44,6 +44,7 @@ import trio
 from botocore.exceptions import BotoCoreError, ClientError
 
 from actors.janitor import TokenRef
+from actors.livework import LiveWork
 from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.apns.types import Fence, Push
 from daemon.cricket import payloads
@@ -127,6 +128,7 @@ class MatchActor:
         lease: OrchestratorSettings,
         on_delivery: Callable[[Delivery], None] | None = None,
         wall_clock: Callable[[], float] = time.time,
+        live: LiveWork | None = None,
     ) -> None:
         self.match_id = match_id
         self.instance_id = instance_id
@@ -141,6 +143,7 @@ class MatchActor:
         self._lease = lease
         self._on_delivery = on_delivery
         self._now = wall_clock
+        self._live = live or LiveWork()
         self.log = get_logger("match", match_id=match_id)
 
         self.state: MatchState | None = None
@@ -434,7 +437,8 @@ class MatchActor:
             total = len(pending)
             attempt = 0
             while pending:
-                retry = await self._push_round(pending, receive, counts)
+                with self._live.fanout():  # background jobs of this instance give way meanwhile
+                    retry = await self._push_round(pending, receive, counts)
                 if not retry:
                     break
                 if trio.current_time() >= deadline:

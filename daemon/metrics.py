@@ -138,6 +138,17 @@ PREMATCH_NOTIFICATIONS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+LIVE_FANOUTS = Gauge(
+    "sightscreen_live_fanouts", "Rounds of Live Activity pushes in progress (background jobs give way)",
+    registry=REGISTRY,
+)
+BACKGROUND_GAVE_WAY = Counter(
+    "sightscreen_background_gave_way_seconds",
+    "Seconds background jobs waited for live fan-outs to end, by job",
+    ["job"],
+    registry=REGISTRY,
+)
+
 
 def render() -> bytes:
     """The registry in Prometheus text exposition format."""

@@ -31,6 +31,7 @@ import trio
 
 from actors.feed import FeedActor
 from actors.janitor import Janitor
+from actors.livework import LiveWork
 from actors.match import Delivery, MatchActor
 from actors.orchestrator import Orchestrator
 from actors.reconciler import LiveMatchReconciler
@@ -67,6 +68,7 @@ class Daemon:
         self.feed = FeedActor(self.client, config.feed, fixture_cache=self.repos.fixture_cache)
         self.janitor = Janitor(self.repos)
         self.sender = ApnsSender(config.apns, janitor=self.janitor.send_channel)
+        self.live = LiveWork()  # match actors' fan-outs in progress; the prematch job gives way to them
         self.supervisor: Supervisor | None = None
         self.orchestrator: Orchestrator | None = None
         self.jobs: dict[str, Any] = {}
@@ -90,6 +92,7 @@ class Daemon:
             settings=self.config.match,
             lease=self.config.orchestrator,
             on_delivery=self._on_delivery,
+            live=self.live,
         )
 
     def _build_jobs(self) -> dict[str, Any]:
@@ -111,7 +114,7 @@ class Daemon:
             "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
             "prematch": PrematchNotifier(
                 self.repos, self.sender, jobs_cfg.prematch, topic=self.config.apns.topic,
-                owner=self.instance_id,
+                owner=self.instance_id, live=self.live,
             ),
         }
 
@@ -274,6 +277,7 @@ class Daemon:
             "owned_matches": sorted(orch.owned) if orch else [],
             "draining": bool(orch and orch.draining),
             "gc": gctune.snapshot(),
+            "live_fanouts": {"in_progress": self.live.active, "begun": self.live.fanouts},
             "orchestrator": {
                 "cycles": orch.cycles if orch else 0,
                 "last_cycle_at": orch.last_cycle_at if orch else None,

@@ -67,6 +67,7 @@ from actors.janitor import TokenRef
 from actors.jobs.convert import TERMINAL_STATUSES, epoch_of, iso_utc
 from actors.jobs.reference_sync import LeagueDirectory, backoff_delay
 from actors.jobs.settings import PrematchSettings
+from actors.livework import LiveWork
 from daemon import metrics
 from daemon.apns.types import Push, PushResult
 from daemon.cricket.display import NEUTRAL, build_display
@@ -263,6 +264,7 @@ class CycleReport:
     failed: int = 0
     no_device: int = 0
     tokens_removed: int = 0
+    gave_way_s: float = 0.0  # waited for this instance's live fan-outs (give_way_s per follower)
     push_to_start: int = 0
 
 
@@ -302,8 +304,11 @@ class PrematchNotifier:
         clock: Callable[[], float] = time.time,
         leagues: LeagueDirectory | None = None,
         owner: str = "",
+        live: LiveWork | None = None,
     ) -> None:
         self._repos = repos
+        # live fan-outs of this instance's match actors: each follower waits for them (give_way_s)
+        self._live = live or LiveWork()
         # who holds the per-match lock: the instance id (a random one when none is given)
         self._owner = owner or f"prematch-{uuid.uuid4().hex[:12]}"
         self._sender = sender
@@ -448,6 +453,7 @@ class PrematchNotifier:
 
         async def one(work: _Work) -> None:
             async with limiter:
+                report.gave_way_s += await self._live.give_way(JOB, self.settings.give_way_s)
                 claim = await self._claim(match, work, now, report)
                 if claim is None:
                     return

@@ -138,6 +138,12 @@ class PrematchSettings(BaseModel):
     batch_size: int = Field(
         default=200, ge=1, le=5000, description="followers handled per batch of one match"
     )
+    give_way_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="before each follower, wait while a live fan-out is in progress on this instance, at most "
+        "this long (0: never); a wicket's updates go first, and the job still moves under continuous live load",
+    )
     match_lock_s: float = Field(
         default=120.0,
         gt=0,
