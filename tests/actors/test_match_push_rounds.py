@@ -135,3 +135,24 @@ async def test_a_round_that_stalls_re_sends_only_what_is_unanswered(autojump_clo
         counts = await _push_five(actor, sender)
     assert counts["accepted"] == 5
     assert sender.rounds[1:] == [[lost]], "only the push whose result never came was sent again"
+
+
+async def test_a_round_of_pushes_is_a_live_fan_out_while_it_is_in_progress(autojump_clock: Any) -> None:
+    sender = TricklingSender(every_s=1.0)
+    actor = make_match_actor("500", None, sender)
+    live = actor._live
+    seen: list[int] = []
+
+    async def watch() -> None:
+        while True:
+            seen.append(live.active)
+            await trio.sleep(0.5)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        await trio.sleep(0.25)
+        counts = await _push_five(actor, sender)
+        nursery.cancel_scope.cancel()
+    assert counts["accepted"] == 5
+    assert seen[0] == 0 and 1 in seen, f"the round was marked in progress: {seen}"
+    assert live.active == 0 and live.fanouts == 1, "and no longer once its results were in"

@@ -23,6 +23,7 @@ from actors.jobs.prematch import (
     prematch_text,
 )
 from actors.jobs.settings import PrematchSettings
+from actors.livework import LiveWork
 from daemon.store.locks import prematch_lock_key
 from tests.jobs.prematch_world import (
     MINUTE,
@@ -405,3 +406,43 @@ async def test_a_claim_without_a_stamp_is_taken_over_once(repos: Any) -> None:
     assert len(sender.to(token("u1"), "alert")) == 1
     assert a.last_report is not None and b.last_report is not None
     assert a.last_report.recovered + b.last_report.recovered == 1
+
+
+async def test_followers_wait_while_a_live_fan_out_is_in_progress_and_go_on_once_it_ends(repos: Any) -> None:
+    users = await _match_7_followed_by(repos, 3)
+    sender = RecordingSender()
+    live = LiveWork()
+    notifier = PrematchNotifier(
+        repos, sender, PrematchSettings(give_way_s=60.0), topic=TOPIC, clock=Clock(), live=live
+    )
+    finished = trio.Event()
+
+    async def cycle() -> None:
+        await notifier.run_cycle()
+        finished.set()
+
+    async with trio.open_nursery() as nursery:
+        with live.fanout():  # a match actor's round of pushes, in progress
+            nursery.start_soon(cycle)
+            await trio.sleep(1.0)  # moto answers the cycle's reads in milliseconds
+            assert not finished.is_set() and sender.pushes == []
+            follows = await repos.follows.get_followers_for_match("7")
+            assert not any(f.get("prematchState") for f in follows), "nothing claimed during the fan-out"
+        with trio.fail_after(30):
+            await finished.wait()
+    report = notifier.last_report
+    assert report is not None and report.claimed == 3 and report.gave_way_s > 0
+    for user in users:
+        assert len(sender.to(token(user), "alert")) == 1
+
+
+async def test_under_continuous_live_load_followers_wait_at_most_give_way_s_each(repos: Any) -> None:
+    await _match_7_followed_by(repos, 3)
+    live = LiveWork()
+    notifier = PrematchNotifier(
+        repos, RecordingSender(), PrematchSettings(give_way_s=0.2), topic=TOPIC, clock=Clock(), live=live
+    )
+    with live.fanout():  # never ends while the cycle runs
+        report = await notifier.run_cycle()
+    assert report.claimed == 3
+    assert 3 * 0.2 <= report.gave_way_s < 3 * 5.0, "each follower waited its 0.2 s, then went on"

@@ -1,0 +1,61 @@
+"""LiveWork: background jobs give way to the live fan-outs in progress, for a bounded time (virtual time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from actors.livework import LiveWork
+from daemon import metrics
+
+
+def _gave_way(job: str) -> float:
+    return metrics.BACKGROUND_GAVE_WAY.labels(job)._value.get()
+
+
+async def _hold(live: LiveWork, seconds: float) -> None:
+    with live.fanout():
+        await trio.sleep(seconds)
+
+
+async def test_with_no_fan_out_in_progress_a_job_goes_on_at_once(autojump_clock: Any) -> None:
+    live = LiveWork()
+    start = trio.current_time()
+    assert await live.give_way("test", 5.0) == 0.0
+    assert trio.current_time() == start
+
+
+async def test_a_job_waits_for_the_last_of_the_fan_outs_in_progress(autojump_clock: Any) -> None:
+    live = LiveWork()
+    before = _gave_way("test-wait")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_hold, live, 1.5)
+        nursery.start_soon(_hold, live, 0.5)
+        await trio.sleep(0.1)
+        assert live.active == 2
+        waited = await live.give_way("test-wait", 10.0)
+    assert abs(waited - 1.4) < 1e-6, waited
+    assert live.active == 0 and live.fanouts == 2
+    assert abs(_gave_way("test-wait") - before - waited) < 1e-6
+
+
+async def test_the_wait_is_capped_so_the_job_moves_under_continuous_live_load(autojump_clock: Any) -> None:
+    live = LiveWork()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_hold, live, 60.0)
+        await trio.sleep(0.1)
+        assert await live.give_way("test", 2.0) == 2.0
+        assert await live.give_way("test", 0.0) == 0.0, "0 turns giving way off"
+        assert live.active == 1
+        nursery.cancel_scope.cancel()
+    assert live.active == 0, "a cancelled fan-out is no longer in progress"
+
+
+async def test_a_fan_out_that_begins_after_an_idle_spell_is_waited_for_again(autojump_clock: Any) -> None:
+    live = LiveWork()
+    await _hold(live, 1.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_hold, live, 3.0)
+        await trio.sleep(0.1)
+        assert abs(await live.give_way("test", 10.0) - 2.9) < 1e-6
