@@ -27,6 +27,8 @@ How the legacy flow's six defects (seed 003) are fixed:
    lost (the claim outlives the crash) and nothing shows twice. The push-to-start, for which APNs has no
    collapse, goes only with the first claim (at most once): a duplicate would start a second Live
    Activity, while a missing one is healed by the match actor's push-to-start when the match goes live.
+   The device is looked up before the claim: a follower nothing can reach (no device, no token) is settled
+   as ``no_device`` by the claim's own write, with nothing to send and nothing to confirm.
 3. Downtime catch-up: the query reaches ``catch_up_s`` (10 min) into the past, so a match that started
    moments ago while the job was down still gets its notification (the text says it has started). The
    alert's ``apns-expiration`` ends with that catch-up window, so APNs never delivers it later than useful.
@@ -490,7 +492,12 @@ class PrematchNotifier:
 
     async def _claim(self, match: DueMatch, work: _Work, now: float, report: CycleReport) -> _Claim | None:
         user_id, decision, marker = work.user_id, work.decision, work.marker
+        device: Mapping[str, Any] | None = None
         if decision is Decision.NOTIFY:
+            # The device first: a follower nothing can reach is settled in the claim's own write (two calls,
+            # not claim + look-up + confirm). A device registered after the look-up is missed either way.
+            device = await self._repos.devices.get_device_for_user(user_id)
+            reachable = bool(_alert_token(device))
             stamp = await self._repos.follows.claim_prematch(
                 match.match_id,
                 user_id,
@@ -499,8 +506,13 @@ class PrematchNotifier:
                 now=now,
                 threshold_s=self.settings.restart_notify_threshold_s,
                 expires_at=marker_expiry(match.start_epoch, self.settings),
+                settled=None if reachable else "no_device",
             )
             collapse_start = match.start_iso
+            if stamp is not None and not reachable:
+                report.no_device += 1
+                metrics.PREMATCH_NOTIFICATIONS.labels("no_device").inc()
+                return None
         else:
             assert marker is not None  # RESEND is only decided from a marker
             stamp = await self._repos.follows.reclaim_prematch(
@@ -518,7 +530,7 @@ class PrematchNotifier:
             report.recovered += 1
             metrics.PREMATCH_NOTIFICATIONS.labels("recovered").inc()
             log.info("prematch_resend_after_lease", match_id=match.match_id, user_id=user_id)
-        device = await self._repos.devices.get_device_for_user(user_id)
+            device = await self._repos.devices.get_device_for_user(user_id)
         return _Claim(match, user_id, stamp, decision, collapse_start, team_id=work.team_id, device=device)
 
     def _pushes(
@@ -529,12 +541,10 @@ class PrematchNotifier:
         reply_to: trio.MemorySendChannel[PushResult],
     ) -> list[Push]:
         device = claim.device
-        if device is None:
+        alert_token = _alert_token(device)
+        if device is None or not alert_token:
             return []
         device_token = str(device.get("deviceToken") or "")
-        alert_token = device.get("apnsToken") or device_token
-        if not alert_token:
-            return []
         match = claim.match
         title, body = prematch_text(match.fixture, teams, start_epoch=match.start_epoch, now=now)
         expiration = int(match.start_epoch + self.settings.catch_up_s)
@@ -686,6 +696,13 @@ class PrematchNotifier:
 
 
 # --- payloads ------------------------------------------------------------------------------------------
+
+
+def _alert_token(device: Mapping[str, Any] | None) -> str:
+    """The token an alert to this device goes to ("" when there is none)."""
+    if device is None:
+        return ""
+    return str(device.get("apnsToken") or device.get("deviceToken") or "")
 
 
 def _attributes(match: DueMatch, teams: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

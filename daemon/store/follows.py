@@ -112,21 +112,28 @@ class MatchFollowRepository(Repository):
         now: float,
         threshold_s: float,
         expires_at: float,
+        settled: str | None = None,
     ) -> int | None:
         """A fresh claim of this follow's prematch notification for this start time: the claim stamp (ms),
         or None when the marker forbids it (a claim or a send for a start time within ``threshold_s`` of
-        this one that has not expired, or no such follow)."""
+        this one that has not expired, or no such follow).
+
+        With ``settled`` (a result, e.g. "no_device": there is nothing to send) the marker is written as
+        settled at once, under the same condition: claim and confirmation in one write."""
         stamp = int(now * 1000)
         u = (
             UpdateBuilder()
             .set("prematchFor", start_iso)
             .set("prematchStart", start_epoch)
-            .set("prematchState", PREMATCH_CLAIMED)
+            .set("prematchState", PREMATCH_CLAIMED if settled is None else PREMATCH_SENT)
             .set("prematchClaimedMs", stamp)
             .set("prematchExpiresAt", expires_at)
             .set("prematchAt", iso(now))
-            .remove("prematchResult")
         )
+        if settled is None:
+            u.remove("prematchResult")
+        else:
+            u.set("prematchResult", settled)
         pfor, pstart, pexp = u.name("prematchFor"), u.name("prematchStart"), u.name("prematchExpiresAt")
         cond = (
             f"attribute_exists({u.name('userId')}) AND (attribute_not_exists({pfor}) OR "

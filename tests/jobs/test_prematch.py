@@ -24,7 +24,9 @@ from actors.jobs.prematch import (
 )
 from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork
+from daemon import metrics
 from daemon.store.locks import prematch_lock_key
+from daemon.store.tables import DEVICES, MATCH_FOLLOWS
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
@@ -165,9 +167,10 @@ async def test_followers_get_one_alert_and_push_to_start_where_they_have_a_token
 
     report = await notifier.run_cycle()
 
+    # u3 is settled as no_device in one write, without a claim to confirm
     assert (report.matches_due, report.claimed, report.accepted, report.no_device, report.push_to_start) == (
         1,
-        3,
+        2,
         2,
         1,
         1,
@@ -446,3 +449,26 @@ async def test_under_continuous_live_load_followers_wait_at_most_give_way_s_each
         report = await notifier.run_cycle()
     assert report.claimed == 3
     assert 3 * 0.2 <= report.gave_way_s < 3 * 5.0, "each follower waited its 0.2 s, then went on"
+
+
+def _calls(table: str, operation: str) -> float:
+    return metrics.DYNAMODB_CALLS.labels(table=table, operation=operation)._value.get()
+
+
+async def test_a_follower_nothing_can_reach_costs_a_look_up_and_one_write(repos: Any) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    for user in ("u1", "u2", "u3"):
+        await follow(repos, 7, user, start=START)
+    await register(repos, "u1")  # u2 and u3 have no device
+    writes, lookups = _calls(MATCH_FOLLOWS, "UpdateItem"), _calls(DEVICES, "Query")
+    report = await PrematchNotifier(repos, RecordingSender(), PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    assert (report.claimed, report.accepted, report.no_device) == (1, 1, 2)
+    assert _calls(DEVICES, "Query") - lookups == 3, "one device look-up per follower"
+    assert _calls(MATCH_FOLLOWS, "UpdateItem") - writes == 2 + 1 + 1, "claim + confirm for u1, one write each else"
+    follows = {f["userId"]: f for f in await repos.follows.get_followers_for_match("7")}
+    assert {u: (f["prematchState"], f.get("prematchResult")) for u, f in follows.items()} == {
+        "u1": ("sent", "accepted"),
+        "u2": ("sent", "no_device"),
+        "u3": ("sent", "no_device"),
+    }
