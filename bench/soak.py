@@ -27,6 +27,8 @@ Definitions (what the figures mean):
   token; ``lost`` = pairs due minus pairs delivered;
 - duplicate alerts: a token that saw the same alerting event with two different timestamps (a repeat with
   the same timestamp is discarded by iOS, so it is not a duplicate on the device);
+- pushes rejected: answered with an error by the APNs peer; pushes cut off by kills: requests a killed
+  instance had in flight (nginx records them as 499, client gone), which its successor sends again;
 - lag: from the moment the replay server first served a wicket's ball to the moment APNs accepted the first
   update carrying it, per token (p50, p99, max);
 - peak RSS and CPU per instance (slot ``iN``): VmHWM and utime+stime from /proc, sampled every second; with
@@ -87,12 +89,16 @@ class Tally:
         self.alert_stamps: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
         self.accepted = 0
         self.rejected = 0
+        self.cut_off = 0
         self.by_kind: dict[str, int] = defaultdict(int)
 
     def eat(self, records: Iterable[dict[str, Any]]) -> None:
         """Records as the APNs servers give them: ``token``, ``status``, ``time`` and ``payload`` (which
         nginx leaves out, None, for a push with no event; then ``kind`` says start/update/end)."""
         for r in records:
+            if r.get("status") == 499:  # nginx: the client went away mid-request (a kill -9 of an instance)
+                self.cut_off += 1
+                continue
             if r.get("status") != 200:
                 self.rejected += 1
                 continue
@@ -348,6 +354,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "pushes_per_s": round(tally.accepted / run_s, 1),
         "pushes_by_event": dict(tally.by_kind),
         "pushes_rejected": tally.rejected,
+        "pushes_cut_off_by_kills": tally.cut_off,
         "lag_s": {
             "p50": _pct(lags, 0.5),
             "p99": _pct(lags, 0.99),
