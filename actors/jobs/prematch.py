@@ -48,7 +48,7 @@ where it was most of the daemons' DynamoDB calls). The per-follower claims still
 instances that overlap (a lease that ran out) cannot send one alert twice.
 
 Live work first: before each follower the job gives way to this instance's live fan-outs (``LiveWork``,
-``give_way_s`` at most, 2 s). A follower is three DynamoDB calls (~1.3 ms of botocore CPU each, in worker
+``give_way_s`` at most, 2 s). A follower is three DynamoDB calls (~1.1-1.2 ms of botocore CPU each, in worker
 threads that hold the GIL the sender's loop needs); in the target soak the catch-up of 200,000 followers took
 ~70% of the daemons' CPU and pushed the p99 lag of the wickets from 3.1 s to 4.3-5.2 s. An alert that says
 "starting soon" can wait a second; a wicket's 10,000 updates should not.
