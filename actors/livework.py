@@ -1,7 +1,7 @@
 """LiveWork: the live fan-outs in progress on this instance, so that background jobs give way to them.
 
 Owns a count of push rounds in progress and the event that fires when the last one ends. Match actors
-wrap each round of pushes to their sessions in ``fanout()``; a background job calls ``give_way(max_wait_s)``
+wrap each round of pushes to their sessions in ``fanout()``; a background job calls ``give_way(job, max_wait_s)``
 before each unit of its own work and, while a fan-out is in progress, waits for it to end - at most
 ``max_wait_s``, so that a job still moves under continuous live load.
 
