@@ -115,8 +115,8 @@ def _items_as_sent(response_dict: dict[str, Any], customized_response_dict: dict
 
     botocore walks every attribute value of every item through the service model's shapes to produce
     ``{"S": "..."}`` dicts that are exactly the JSON it received (for every type but binary). For a match's
-    10,000 Live Activity sessions that walk cost more CPU than all its pushes (``py-spy --gil`` on a soak
-    daemon: a fifth of the process). Here the body is decoded once with the C JSON decoder, ``Items`` goes
+    10,000 Live Activity sessions that walk costs more CPU than all its pushes (``bench/dynamodb_pages.py``
+    compares the two paths). Here the body is decoded once with the C JSON decoder, ``Items`` goes
     straight into the parsed response (botocore merges ``customized_response_dict`` into it), and botocore
     parses only the rest (``Count``, ``LastEvaluatedKey``, ``ConsumedCapacity``). Errors, non-JSON bodies and
     pages with binary attributes are left entirely to botocore; its CRC32 check reads the HTTP response
