@@ -41,10 +41,11 @@ import trio
 
 from daemon import metrics
 from daemon.apns.connection import Answered, ApnsConnection, Outcome, Unanswered
-from daemon.apns.rules import Action, backoff_delay, check_push, classify
+from daemon.apns.rules import Action, check_push, classify
 from daemon.apns.settings import ApnsSettings
 from daemon.apns.token import ProviderToken, ProviderTokenPolicy, ProviderTokens, load_signing_key
 from daemon.apns.types import ApnsConfigurationError, Push, PushResult
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger, short_token
 
 log = get_logger("apns.sender")
@@ -571,6 +572,7 @@ class ApnsSender:
             exchange.retries + 1,
             base_s=self.settings.retry_backoff_s,
             cap_s=self.settings.retry_backoff_max_s,
+            jitter=0.5,
             rng=self._rng,
         )
 
@@ -648,7 +650,7 @@ class ApnsSender:
             failures = 0 if healthy else failures + 1
             if failures:
                 await trio.sleep(backoff_delay(failures, base_s=settings.reconnect_backoff_s,
-                                               cap_s=settings.reconnect_backoff_max_s, rng=self._rng))
+                                               cap_s=settings.reconnect_backoff_max_s, jitter=0.5, rng=self._rng))
 
     async def _open_stream(self) -> trio.SSLStream[trio.SocketStream]:
         tcp = await trio.open_tcp_stream(self._host, self._port)

@@ -73,11 +73,12 @@ import trio
 
 from actors.janitor import TokenRef
 from actors.jobs.convert import TERMINAL_STATUSES, epoch_of, iso_utc
-from actors.jobs.reference_sync import LeagueDirectory, backoff_delay
+from actors.jobs.reference_sync import LeagueDirectory
 from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork
 from daemon import metrics
 from daemon.apns.types import Push, PushResult
+from daemon.backoff import backoff_delay
 from daemon.cricket.display import NEUTRAL, build_display
 from daemon.cricket.payloads import alert_payload, start_payload
 from daemon.cricket.snapshot import snapshot_from_fixture
@@ -354,7 +355,7 @@ class PrematchNotifier:
                 log.warning(
                     "prematch_cycle_failed", error=f"{type(exc).__name__}: {exc}", failures=self.failures
                 )
-                await trio.sleep(backoff_delay(self.failures, s.backoff_base_s, s.backoff_max_s))
+                await trio.sleep(backoff_delay(self.failures, base_s=s.backoff_base_s, cap_s=s.backoff_max_s))
                 continue
             self.failures = 0
             await trio.sleep_until(started + s.interval_s)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextvars
 import json
-import random
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -35,6 +34,7 @@ import trio
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 from daemon.metrics import DYNAMODB_CALLS, DYNAMODB_ERRORS
 from daemon.store.settings import DynamoSettings
@@ -139,10 +139,6 @@ def _items_as_sent(response_dict: dict[str, Any], customized_response_dict: dict
 
 # --- the client ---------------------------------------------------------------------------------------
 
-
-def _backoff(attempt: int, base_s: float, cap_s: float) -> float:
-    """Full-jitter exponential backoff (AWS Architecture Blog, "Exponential Backoff And Jitter")."""
-    return random.uniform(0.0, min(cap_s, base_s * (2**attempt)))
 
 
 _session: boto3.session.Session | None = None
@@ -278,7 +274,8 @@ class Dynamo:
     # --- batches --------------------------------------------------------------------------------------
 
     async def _sleep_backoff(self, attempt: int) -> None:
-        await trio.sleep(_backoff(attempt, self.settings.batch_backoff_base_s, self.settings.batch_backoff_max_s))
+        s = self.settings
+        await trio.sleep(backoff_delay(attempt + 1, base_s=s.batch_backoff_base_s, cap_s=s.batch_backoff_max_s, jitter=1.0))
 
     async def batch_write(self, logical_table: str, requests: Sequence[Mapping[str, Any]]) -> int:
         """BatchWriteItem of raw write requests (``{"PutRequest": ...}``/``{"DeleteRequest": ...}``).
