@@ -65,6 +65,7 @@ from daemon.metrics import (
     TICK_DURATION,
     TICKS,
 )
+from daemon.store.codec import iso
 from daemon.store.dynamo import StoreError, count_calls
 from daemon.store.locks import match_lock_key
 
@@ -539,7 +540,7 @@ class MatchActor:
                 {
                     "live": result.phase not in TERMINAL_PHASES and result.phase != "pre",
                     "status": snapshot.status,
-                    "liveUpdatedAt": _iso(self._now()),
+                    "liveUpdatedAt": iso(self._now(), timespec="seconds"),
                     "displayState": neutral,
                 },
             )
@@ -668,8 +669,3 @@ class MatchActor:
             "cooldowns": dict(getattr(self.state, "cooldowns", {}) or {}),
             "last_events": self.last_events,
         }
-
-
-
-def _iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
