@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from datetime import UTC, datetime
 from typing import Any
 
 import trio
 
+from actors.jobs.convert import iso_utc
 from actors.match import LeaseLost, MatchActor
 from actors.settings import OrchestratorSettings
 from daemon.logs import get_logger
@@ -143,9 +143,9 @@ class Orchestrator:
             log.warning("active_leagues_unavailable", error=repr(exc))
             return
         now = self._now()
-        start = _iso(now - self.settings.fixture_lookback_s)
-        end = _iso(now + self.settings.prestart_s)
-        soon = _iso(now + self.settings.prestart_s)
+        start = iso_utc(now - self.settings.fixture_lookback_s)
+        end = iso_utc(now + self.settings.prestart_s)
+        soon = iso_utc(now + self.settings.prestart_s)
         live = set(self.settings.live_statuses)
         for league in leagues:
             code = league.get("code")
@@ -270,10 +270,6 @@ def _forget_owned(match_id: str) -> None:
         MATCH_OWNER_EPOCH.remove(match_id)
     except KeyError:  # never exported (the actor failed to start) or already removed
         pass
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _str_or_none(value: Any) -> str | None:

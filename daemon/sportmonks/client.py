@@ -35,6 +35,7 @@ import trio
 from pydantic import BaseModel, ValidationError
 
 from daemon import metrics
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 from daemon.sportmonks import models
 from daemon.sportmonks.breaker import STATE_GAUGE, BreakerState, CircuitBreaker
@@ -115,14 +116,6 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         return None
     return max(0.0, seconds)
 
-
-def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Delay before retry number ``attempt`` (0-based): ``base * 2**attempt`` capped, jittered to [50 %, 100 %].
-
-    Jitter keeps several daemons (or several calls) from retrying in lockstep after a shared outage.
-    """
-    ceiling = min(cap, base * (2**attempt))
-    return (rng or random).uniform(ceiling / 2, ceiling)
 
 
 def endpoint_of(path: str) -> str:
@@ -434,7 +427,8 @@ class SportMonksClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _backoff(self, attempt: int) -> float:
-        return backoff_delay(attempt, base=self.settings.backoff_base_s, cap=self.settings.backoff_max_s, rng=self._rng)
+        s = self.settings
+        return backoff_delay(attempt + 1, base_s=s.backoff_base_s, cap_s=s.backoff_max_s, jitter=0.5, rng=self._rng)
 
     async def _decode(self, body: bytes, source: str, check: Callable[[Any, str], Any], endpoint: str) -> Any:
         """JSON-decode, normalise and validate; big bodies go to a worker thread to keep the event loop free."""

@@ -17,7 +17,6 @@ from daemon import metrics
 from daemon.sportmonks.client import (
     DEFAULT_FIXTURE_INCLUDE,
     SportMonksClient,
-    backoff_delay,
     endpoint_of,
     parse_retry_after,
     redact,
@@ -380,8 +379,3 @@ def test_pure_helpers() -> None:
     assert parse_retry_after("soon") is None
     assert parse_retry_after(None) is None
     assert redact("https://x/y?include=a&api_token=abc123&page=2") == "https://x/y?include=a&api_token=***&page=2"
-    rng = random.Random(1)
-    delays = [backoff_delay(a, base=0.5, cap=4.0, rng=rng) for a in range(6)]
-    assert 0.25 <= delays[0] <= 0.5
-    assert all(d <= 4.0 for d in delays)
-    assert delays[5] >= 2.0
