@@ -34,6 +34,8 @@ from typing import Any
 
 import trio
 
+from daemon import extras
+
 DEMO_TEAM_ID = "DEMO7TEAM1"
 DEMO_KEY_ID = "DEMOKEY001"
 DEMO_TOPIC = "app.sightscreen.demo"
@@ -364,6 +366,7 @@ def main(argv: list[str]) -> int:
     from daemon.logs import configure
 
     args = _parse(argv)
+    extras.check_installed(extras.DEMO_MODULES, purpose="the demo")
     configure(os.environ.get("SIGHTSCREEN_LOG_LEVEL", "warning"), json=False)
     try:
         return trio.run(_main_async, args)
