@@ -42,7 +42,14 @@ class SportMonksSettings(BaseModel):
         ge=0,
         description="how long a call may wait for budget before BudgetExhausted (the feed passes 0: it skips)",
     )
-    max_pages: int = Field(100, ge=1, description="safety cap on pages followed for one paginated list")
+    max_pages: int = Field(100, ge=1, le=10_000, description="safety cap on pages followed for one paginated list")
+    max_body_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        le=1024**3,
+        description="largest response body read (decoded); a bigger one is cut off with ResponseTooLarge. "
+        "it must hold /livescores with balls for every match live at once",
+    )
     offload_parse_bytes: int = Field(
         262144,
         ge=0,
