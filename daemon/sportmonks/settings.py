@@ -77,6 +77,18 @@ class FeedSettings(BaseModel):
     off_livescores_cadence_s: float = Field(
         30.0, gt=0, description="refetch period of /fixtures/{id} for a subscribed match absent from /livescores"
     )
+    not_found_max_tries: int = Field(
+        3, ge=1, le=20,
+        description="a subscribed fixture whose /fixtures/{id} answers 404 this many times running is released "
+        "(a corrupted id in /livescores): at most this many calls are spent on it per not_found_release_s",
+    )
+    not_found_backoff_s: float = Field(
+        5.0, gt=0, le=600, description="wait before the second 404 try; doubled before each later one"
+    )
+    not_found_release_s: float = Field(
+        3600.0, ge=0, le=7 * 24 * 3600,
+        description="how long a released id is not taken again, even if /livescores still lists it",
+    )
     fixture_fetch_concurrency: int = Field(4, ge=1, description="parallel /fixtures/{id} calls per feed tick")
     subscriber_buffer: int = Field(1, ge=0, description="updates buffered per subscriber beyond the newest one")
     cache_ttl_live_s: int = Field(600, ge=1, description="cricket-fixture-cache TTL while a match is not over")
