@@ -58,6 +58,7 @@ from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, snapshot
 from daemon.cricket.state import MatchState
 from daemon.logs import get_logger
 from daemon.metrics import (
+    BALL_TO_PUSH,
     DYNAMODB_CALLS_PER_TICK,
     KEY_EVENTS,
     LOCK_LOSSES,
@@ -358,6 +359,8 @@ class MatchActor:
         self.ticks += 1
         self.last_tick_at = self._now()
         self.last_tick_lag_s = max(0.0, self.last_tick_at - update.fetched_at)
+        if result.display_changed or result.events:
+            BALL_TO_PUSH.observe(self.last_tick_lag_s)
         TICKS.labels(self.match_id).inc()
         TICK_DURATION.labels(self.match_id).observe(elapsed)
         DYNAMODB_CALLS_PER_TICK.observe(calls.n)

@@ -214,6 +214,11 @@ class ApnsSender:
             for kind in ("start", "update", "end", "alert")
             for outcome in ("accepted", "rejected", "failed")
         }
+        # Every error series exists from the start at 0, so the first configuration error shows as an
+        # increase to the alert rules rather than as a new series Prometheus has no earlier sample of.
+        for action in Action:
+            if action is not Action.ACCEPTED:
+                metrics.APNS_ERRORS.labels(action.value)
 
     @staticmethod
     def _default_ssl_context(settings: ApnsSettings) -> ssl.SSLContext:
@@ -580,6 +585,7 @@ class ApnsSender:
         verdict = classify(answer.status, answer.reason)
         reason = verdict.reason or f"HTTP{answer.status}"
         action = verdict.action
+        metrics.APNS_ERRORS.labels(action.value).inc()
         push = exchange.push
         if action is Action.DEAD_TOKEN:
             self._mark_dead(exchange, answer.status, reason, answer.apns_id)
@@ -762,6 +768,7 @@ class ApnsSender:
                 if goaway is not None and goaway.reason is not None and self._fatal is None:
                     verdict = classify(403, goaway.reason)
                     if verdict.action is Action.CONFIGURATION:
+                        metrics.APNS_ERRORS.labels(verdict.action.value).inc()
                         self._configuration_error(goaway.reason, None, "from GOAWAY")
                 slot.wake.set()  # acks, window updates and freed stream slots: the writer has work
                 if conn.state == "closed":

@@ -185,7 +185,7 @@ class SportMonksClient:
             default_limit=settings.hourly_budget,
             limits=settings.endpoint_budgets,
             clock=clock,
-            on_change=lambda endpoint, left: metrics.SPORTMONKS_BUDGET_REMAINING.labels(endpoint).set(left),
+            on_change=self._budget_changed,
         )
         # Per endpoint, per outcome: the same numbers as the Prometheus counter, kept for the admin socket.
         self.calls: dict[str, dict[str, int]] = {}
@@ -290,6 +290,10 @@ class SportMonksClient:
         metrics.SPORTMONKS_CALLS.labels(endpoint, outcome).inc()
         per = self.calls.setdefault(endpoint, {})
         per[outcome] = per.get(outcome, 0) + 1
+
+    def _budget_changed(self, endpoint: str, left: int) -> None:
+        metrics.SPORTMONKS_BUDGET_REMAINING.labels(endpoint).set(left)
+        metrics.SPORTMONKS_BUDGET_LIMIT.labels(endpoint).set(self.budget.limit(endpoint))
 
     def _breaker_changed(self, state: BreakerState) -> None:
         metrics.SPORTMONKS_BREAKER_STATE.set(STATE_GAUGE[state])

@@ -296,6 +296,9 @@ async def test_budget_holds_under_a_burst_and_says_so() -> None:
     assert metrics.REGISTRY.get_sample_value(
         "sightscreen_sportmonks_budget_remaining", {"endpoint": "livescores"}
     ) == 0.0
+    assert metrics.REGISTRY.get_sample_value(
+        "sightscreen_sportmonks_budget_limit", {"endpoint": "livescores"}
+    ) == 5.0
 
 
 async def test_budget_waits_when_allowed_and_counts_the_delay(autojump_clock: trio.testing.MockClock) -> None:
