@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import trio
@@ -44,13 +44,16 @@ from daemon.store import Repositories
 from daemon.store.dynamo import Dynamo
 from daemon.supervisor import Supervisor
 
+if TYPE_CHECKING:
+    from daemon.config import Config
+
 log = get_logger("daemon")
 
 
 class Daemon:
     def __init__(
         self,
-        config: Any,
+        config: Config,
         *,
         on_delivery: Callable[[Delivery], None] | None = None,
         notifier: Any = None,
@@ -154,11 +157,10 @@ class Daemon:
                         max_clients=self.config.admin.max_clients,
                     )
                     await supervisor.start("admin", lambda: admin, kind="admin")
-                listen = getattr(getattr(self.config, "metrics", None), "listen", "")
-                if listen:
+                if self.config.metrics.listen:
                     from daemon.admin import MetricsHttpServer
 
-                    metrics_http = MetricsHttpServer(listen)
+                    metrics_http = MetricsHttpServer(self.config.metrics.listen)
                     await supervisor.start("metrics-http", lambda: metrics_http, kind="admin")
                 self.jobs = self._build_jobs()
                 for name, job in self.jobs.items():
@@ -169,10 +171,9 @@ class Daemon:
                 await supervisor.start("reconciler", lambda: reconciler, kind="job")
                 nursery.start_soon(self._watchdog)
                 nursery.start_soon(self._loop_monitor)
-                sweep_s = float(getattr(self.config.instance, "gc_sweep_s", 0.0))
-                if sweep_s:
-                    full_s = float(getattr(self.config.instance, "gc_full_every_s", 0.0))
-                    nursery.start_soon(gctune.sweep, sweep_s, full_s)
+                instance = self.config.instance
+                if instance.gc_sweep_s:
+                    nursery.start_soon(gctune.sweep, instance.gc_sweep_s, instance.gc_full_every_s)
                 if self._notifier is not None:
                     self._notifier.ready()
                 log.info("daemon_ready", instance_id=self.instance_id, version=__version__)
@@ -189,7 +190,7 @@ class Daemon:
         self.stopping = True
         if self._notifier is not None:
             self._notifier.stopping()
-        grace = float(getattr(self.config.instance, "shutdown_grace_s", 10.0))
+        grace = self.config.instance.shutdown_grace_s
         log.info("daemon_stopping", grace_s=grace)
         with trio.move_on_after(grace):
             if self.orchestrator is not None:
@@ -215,7 +216,7 @@ class Daemon:
     async def _loop_monitor(self, interval_s: float = 1.0) -> None:
         """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
         sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
-        dump_s = float(getattr(self.config.instance, "stall_dump_s", 0.0))
+        dump_s = self.config.instance.stall_dump_s
         dump_to = sys.__stderr__
         try:
             while True:
@@ -409,7 +410,7 @@ async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) 
 
             nursery.start_soon(watch_signals)
             await nursery.start(daemon.run)
-            if getattr(daemon.config.instance, "gc_freeze_at_ready", False):
+            if daemon.config.instance.gc_freeze_at_ready:
                 frozen = gctune.freeze_startup_heap()
                 log.info("gc_startup_heap_frozen", objects=frozen)
             task_status.started(daemon)
