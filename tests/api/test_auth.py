@@ -10,7 +10,7 @@ import jwt
 import pytest
 import trio
 
-from daemon.api.auth import AuthError, Authenticator, JwksKeys, UnknownKid, keys_from_jwks, verify_token
+from daemon.api.auth import Authenticator, AuthError, JwksKeys, UnknownKid, keys_from_jwks, verify_token
 from daemon.api.issuer import LocalIssuer, new_key
 from daemon.api.settings import AuthSettings
 
