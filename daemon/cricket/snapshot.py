@@ -27,10 +27,10 @@ snapshot alone; how far a score may go *back* between ticks is the engine's (it 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 PHASES: tuple[str, ...] = ("pre", "live", "innings_break", "completed", "abandoned")
 FINAL_PHASES: frozenset[str] = frozenset({"completed", "abandoned"})
@@ -586,6 +586,81 @@ def _ball(raw: Any, index: int, crease_out: Mapping[tuple[str, str], str],
     return ball, names
 
 
+def _rows(raw: Mapping[str, Any], key: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The rows of the list ``raw[key]`` with their paths (``batting[3]``); a row that is not an object is
+    an error at its path."""
+    for i, row in enumerate(_list(raw, key)):
+        path = f"{key}[{i}]"
+        if not isinstance(row, Mapping):
+            raise SnapshotError(path, "expected an object")
+        yield path, row
+
+
+def _innings_score(row: Mapping[str, Any], path: str) -> InningsScore:
+    """One row of ``runs``: an innings' total."""
+    inning = _int(row, "inning", path)
+    if inning < 1:
+        raise SnapshotError(f"{path}.inning", f"expected >= 1, got {inning}")
+    return InningsScore(
+        inning=inning,
+        scoreboard=f"S{inning}",
+        team_id=_id(row, "team_id", path) or "",
+        runs=_int(row, "score", path, 0),
+        wickets=_int(row, "wickets", path, 0),
+        legal_balls=_overs_checked(_num(row, "overs", path, 0.0), f"{path}.overs"),
+    )
+
+
+def _batter_line(row: Mapping[str, Any], path: str) -> BatterLine:
+    """One row of ``batting``: a batter's innings, out or not, and where the wicket fell."""
+    player_id = _id(row, "player_id", path)
+    assert player_id is not None
+    scoreboard = _str(row, "scoreboard")
+    if not scoreboard:
+        raise SnapshotError(f"{path}.scoreboard", "missing")
+    how = row.get("score_id") if row.get("score_id") is not None else row.get("wicket_id")
+    fow_balls = _num(row, "fow_balls", path, 0.0)
+    return BatterLine(
+        player_id=player_id,
+        team_id=_id(row, "team_id", path, required=False) or "",
+        scoreboard=scoreboard,
+        sort=_int(row, "sort", path, 0),
+        runs=_int(row, "score", path, 0),
+        balls=_int(row, "ball", path, 0),
+        fours=_int(row, "four_x", path, 0),
+        sixes=_int(row, "six_x", path, 0),
+        out=(how is not None and int(how) != _NOT_OUT_SCORE_ID) or fow_balls > 0,
+        dismissal_score_id=int(how) if how is not None else None,
+        fielder_id=_id(row, "catch_stump_player_id", path, required=False)
+        or _id(row, "runout_by_id", path, required=False),
+        bowler_id=_id(row, "bowling_player_id", path, required=False),
+        fow_score=_int(row, "fow_score", path, 0),
+        fow_over=_over_text(fow_balls, f"{path}.fow_balls") if fow_balls > 0 else None,
+    )
+
+
+def _bowler_line(row: Mapping[str, Any], path: str) -> BowlerLine:
+    """One row of ``bowling``: a bowler's figures in one innings."""
+    player_id = _id(row, "player_id", path)
+    assert player_id is not None
+    scoreboard = _str(row, "scoreboard")
+    if not scoreboard:
+        raise SnapshotError(f"{path}.scoreboard", "missing")
+    return BowlerLine(
+        player_id=player_id,
+        team_id=_id(row, "team_id", path, required=False) or "",
+        scoreboard=scoreboard,
+        sort=_int(row, "sort", path, 0),
+        legal_balls=_overs_checked(_num(row, "overs", path, 0.0), f"{path}.overs"),
+        maidens=_int(row, "medians", path, 0),
+        runs=_int(row, "runs", path, 0),
+        wickets=_int(row, "wickets", path, 0),
+    )
+
+
+_Line = TypeVar("_Line", InningsScore, BatterLine, BowlerLine)
+
+
 def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     """Parse one SportMonks fixture (bare, or a ``{"data": fixture}`` envelope) into a ``MatchSnapshot``."""
     raw = _unwrap(raw)
@@ -602,113 +677,36 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     stamps: list[int] = []
     players: dict[str, str] = {}
     full_names: dict[str, str] = {}
-    for i, player in enumerate(_list(raw, "lineup")):
-        if not isinstance(player, Mapping):
-            raise SnapshotError(f"lineup[{i}]", "expected an object")
+    for _path, player in _rows(raw, "lineup"):
         name = _player_name(player)
         if name and player.get("id") is not None:
             players[str(player["id"])] = name
             full_names[str(player["id"])] = _full_name(player) or name
 
-    innings: list[InningsScore] = []
-    for i, row in enumerate(_list(raw, "runs")):
-        path = f"runs[{i}]"
-        if not isinstance(row, Mapping):
-            raise SnapshotError(path, "expected an object")
-        inning = _int(row, "inning", path)
-        if inning < 1:
-            raise SnapshotError(f"{path}.inning", f"expected >= 1, got {inning}")
-        innings.append(
-            InningsScore(
-                inning=inning,
-                scoreboard=f"S{inning}",
-                team_id=_id(row, "team_id", path) or "",
-                runs=_int(row, "score", path, 0),
-                wickets=_int(row, "wickets", path, 0),
-                legal_balls=_overs_checked(_num(row, "overs", path, 0.0), f"{path}.overs"),
-            )
-        )
-        stamp = _epoch(row.get("updated_at"))
-        if stamp:
-            stamps.append(stamp)
-    innings.sort(key=lambda x: x.inning)
-    seen_innings = {x.inning for x in innings}
-    if len(seen_innings) != len(innings):
+    def parse(key: str, line: Callable[[Mapping[str, Any], str], _Line], who: str | None = None) -> list[_Line]:
+        """Every row of ``raw[key]`` as a line, noting its time stamp and the player it names (``who``)."""
+        lines: list[_Line] = []
+        for path, row in _rows(raw, key):
+            parsed = line(row, path)
+            lines.append(parsed)
+            if who is not None:
+                player_id = str(row["player_id"])  # checked by ``line``
+                player = _unwrap(row.get(who))
+                name = _player_name(player)
+                if name:
+                    players.setdefault(player_id, name)
+                    full_names.setdefault(player_id, _full_name(player) or name)
+            stamp = _epoch(row.get("updated_at"))
+            if stamp:
+                stamps.append(stamp)
+        return lines
+
+    innings = sorted(parse("runs", _innings_score), key=lambda x: x.inning)
+    if len({x.inning for x in innings}) != len(innings):
         raise SnapshotError("runs", "two rows for the same inning")
-
-    batting: list[BatterLine] = []
-    crease_out: dict[tuple[str, str], str] = {}
-    for i, row in enumerate(_list(raw, "batting")):
-        path = f"batting[{i}]"
-        if not isinstance(row, Mapping):
-            raise SnapshotError(path, "expected an object")
-        player_id = _id(row, "player_id", path)
-        assert player_id is not None
-        scoreboard = _str(row, "scoreboard")
-        if not scoreboard:
-            raise SnapshotError(f"{path}.scoreboard", "missing")
-        how = row.get("score_id") if row.get("score_id") is not None else row.get("wicket_id")
-        fow_balls = _num(row, "fow_balls", path, 0.0)
-        out = (how is not None and int(how) != _NOT_OUT_SCORE_ID) or fow_balls > 0
-        fow_over = _over_text(fow_balls, f"{path}.fow_balls") if fow_balls > 0 else None
-        if fow_over:
-            crease_out[(scoreboard, fow_over)] = player_id
-        batting.append(
-            BatterLine(
-                player_id=player_id,
-                team_id=_id(row, "team_id", path, required=False) or "",
-                scoreboard=scoreboard,
-                sort=_int(row, "sort", path, 0),
-                runs=_int(row, "score", path, 0),
-                balls=_int(row, "ball", path, 0),
-                fours=_int(row, "four_x", path, 0),
-                sixes=_int(row, "six_x", path, 0),
-                out=out,
-                dismissal_score_id=int(how) if how is not None else None,
-                fielder_id=_id(row, "catch_stump_player_id", path, required=False)
-                or _id(row, "runout_by_id", path, required=False),
-                bowler_id=_id(row, "bowling_player_id", path, required=False),
-                fow_score=_int(row, "fow_score", path, 0),
-                fow_over=fow_over,
-            )
-        )
-        name = _player_name(_unwrap(row.get("batsman")))
-        if name:
-            players.setdefault(player_id, name)
-            full_names.setdefault(player_id, _full_name(_unwrap(row.get("batsman"))) or name)
-        stamp = _epoch(row.get("updated_at"))
-        if stamp:
-            stamps.append(stamp)
-
-    bowling: list[BowlerLine] = []
-    for i, row in enumerate(_list(raw, "bowling")):
-        path = f"bowling[{i}]"
-        if not isinstance(row, Mapping):
-            raise SnapshotError(path, "expected an object")
-        player_id = _id(row, "player_id", path)
-        assert player_id is not None
-        scoreboard = _str(row, "scoreboard")
-        if not scoreboard:
-            raise SnapshotError(f"{path}.scoreboard", "missing")
-        bowling.append(
-            BowlerLine(
-                player_id=player_id,
-                team_id=_id(row, "team_id", path, required=False) or "",
-                scoreboard=scoreboard,
-                sort=_int(row, "sort", path, 0),
-                legal_balls=_overs_checked(_num(row, "overs", path, 0.0), f"{path}.overs"),
-                maidens=_int(row, "medians", path, 0),
-                runs=_int(row, "runs", path, 0),
-                wickets=_int(row, "wickets", path, 0),
-            )
-        )
-        name = _player_name(_unwrap(row.get("bowler")))
-        if name:
-            players.setdefault(player_id, name)
-            full_names.setdefault(player_id, _full_name(_unwrap(row.get("bowler"))) or name)
-        stamp = _epoch(row.get("updated_at"))
-        if stamp:
-            stamps.append(stamp)
+    batting = parse("batting", _batter_line, "batsman")
+    bowling = parse("bowling", _bowler_line, "bowler")
+    crease_out = {(line.scoreboard, line.fow_over): line.player_id for line in batting if line.fow_over}
 
     balls: list[Ball] = []
     seen_ids: set[int] = set()
