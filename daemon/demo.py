@@ -202,44 +202,18 @@ class DemoRun:
         return 0
 
     async def _seed(self, repos: Any, tape: Any) -> None:
-        match_id = self.match_id
-        assert match_id is not None
-        local, visitor = tape.localteam, tape.visitorteam
-        await repos.leagues.put_league(
-            {"leagueId": str(tape.league_id), "name": "Sightscreen Demo League", "code": "DEMO", "active": True}
+        """The demo league, the match (starting in DEMO_START_DELAY_S) and its followers, each with a device
+        and a push-to-start token (no session yet: the simulated iPhones start them)."""
+        from daemon.seed import seed_match
+
+        seeded = await seed_match(
+            repos, tape, starts_at=time.time() + DEMO_START_DELAY_S, followers=self.args.followers,
+            league_name="Sightscreen Demo League", league_code="DEMO", user_prefix="demo-user-",
+            devices=True, app_version="demo",
         )
-        await repos.teams.batch_write_teams(
-            [
-                {"teamId": str(t.id), "name": t.name, "code": t.code, "imageUrl": getattr(t, "image_path", None)}
-                for t in (local, visitor)
-            ]
-        )
-        await repos.fixtures.batch_write_fixtures(
-            [
-                {
-                    "matchId": match_id,
-                    "leagueId": str(tape.league_id),
-                    "leagueCode": "DEMO",
-                    "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + DEMO_START_DELAY_S)),
-                    "status": "NS",
-                    "localteamId": str(local.id),
-                    "visitorteamId": str(visitor.id),
-                    "live": False,
-                }
-            ]
-        )
-        expires = int(time.time()) + 48 * 3600
-        for i in range(self.args.followers):
-            user_id = f"demo-user-{i:05d}"
-            device_token = secrets.token_hex(32)
-            pts = secrets.token_hex(32)
-            team = str(local.id if i % 2 == 0 else visitor.id)
-            await repos.follows.follow_match(match_id, user_id, team, expires)
-            await repos.devices.register_device(
-                user_id, device_token, platform="ios", os_version="18.2", app_version="demo",
-                apns_token=device_token, push_to_start_token=pts,
-            )
-            self._devices_by_pts[pts] = (user_id, device_token[:16])
+        for follower in seeded.followers:
+            assert follower.push_to_start_token and follower.device_token
+            self._devices_by_pts[follower.push_to_start_token] = (follower.user_id, follower.device_token[:16])
 
     async def _simulate_devices(self, repos: Any) -> None:
         """A stand-in for iOS: a push-to-start that APNs accepted starts an activity, which registers its token."""
