@@ -35,7 +35,6 @@ from daemon.store.base import Repository
 from daemon.store.codec import to_attr
 from daemon.store.tables import LOCKS
 
-
 OWNER_SEPARATOR = "#"  # not allowed in a configured instance id, so the split below is unambiguous
 
 
