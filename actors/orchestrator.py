@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from datetime import UTC, datetime
 from typing import Any
 
 import trio
 
+from actors.jobs.convert import iso_utc
 from actors.match import LeaseLost, MatchActor
 from actors.settings import OrchestratorSettings
 from daemon.logs import get_logger
-from daemon.metrics import OWNED_MATCHES
+from daemon.metrics import MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS
 from daemon.store.locks import match_lock_key
 from daemon.supervisor import Supervisor
 
@@ -112,6 +112,7 @@ class Orchestrator:
         if full:
             await self._from_livescores(candidates)
             await self._from_fixtures(candidates)
+            _export_wanted(candidates)
         for match_id, league_id in candidates.items():
             if self.draining or len(self.owned) >= self.settings.max_matches:
                 break
@@ -142,9 +143,9 @@ class Orchestrator:
             log.warning("active_leagues_unavailable", error=repr(exc))
             return
         now = self._now()
-        start = _iso(now - self.settings.fixture_lookback_s)
-        end = _iso(now + self.settings.prestart_s)
-        soon = _iso(now + self.settings.prestart_s)
+        start = iso_utc(now - self.settings.fixture_lookback_s)
+        end = iso_utc(now + self.settings.prestart_s)
+        soon = iso_utc(now + self.settings.prestart_s)
         live = set(self.settings.live_statuses)
         for league in leagues:
             code = league.get("code")
@@ -185,6 +186,7 @@ class Orchestrator:
             started = True
             self.owned.add(match_id)
             OWNED_MATCHES.set(len(self.owned))
+            MATCH_OWNER_EPOCH.labels(match_id).set(epoch)
             log.info("match_taken", match_id=match_id, epoch=epoch, marquee=marquee)
             return True
         finally:
@@ -202,7 +204,10 @@ class Orchestrator:
                 return 1
         # An active record: its owner died, was paused past its lease, or released it at shutdown.
         epoch = await repo.claim_active_match(match_id, self.instance_id)
-        return int(epoch) if epoch is not None else None
+        if epoch is None:
+            return None
+        TAKEOVERS.inc()
+        return int(epoch)
 
     async def _release(self, match_id: str) -> None:
         try:
@@ -215,6 +220,7 @@ class Orchestrator:
         match_id = name.split(":", 1)[1]
         self.owned.discard(match_id)
         OWNED_MATCHES.set(len(self.owned))
+        _forget_owned(match_id)
         # Whatever ended the actor (match end, lost lease, give-up, shutdown), a lock still ours is released so
         # another instance can take over at once; the release is conditional on ownership, so it is harmless.
         await self._release(match_id)
@@ -250,8 +256,20 @@ class Orchestrator:
         return out
 
 
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _export_wanted(candidates: Collection[str]) -> None:
+    """``sightscreen_match_wanted``: exactly the matches this full cycle found should be processed now.
+
+    Cleared and refilled with no await in between, so a scrape never sees half a set."""
+    MATCH_WANTED.clear()
+    for match_id in candidates:
+        MATCH_WANTED.labels(match_id).set(1)
+
+
+def _forget_owned(match_id: str) -> None:
+    try:
+        MATCH_OWNER_EPOCH.remove(match_id)
+    except KeyError:  # never exported (the actor failed to start) or already removed
+        pass
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -55,7 +55,7 @@ from daemon.apns.settings import ApnsSettings  # noqa: E402
 from daemon.apns.token import generate_signing_key  # noqa: E402
 from daemon.apns.types import Push, PushResult  # noqa: E402
 from daemon.logs import configure  # noqa: E402
-from daemon.testing.nginx_apns import NginxApns  # noqa: E402
+from tests.harness.nginx_apns import NginxApns  # noqa: E402
 
 
 def live_activity_update(i: int) -> bytes:

@@ -35,6 +35,7 @@ import trio
 from pydantic import BaseModel, ValidationError
 
 from daemon import metrics
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 from daemon.sportmonks import models
 from daemon.sportmonks.breaker import STATE_GAUGE, BreakerState, CircuitBreaker
@@ -116,14 +117,6 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, seconds)
 
 
-def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Delay before retry number ``attempt`` (0-based): ``base * 2**attempt`` capped, jittered to [50 %, 100 %].
-
-    Jitter keeps several daemons (or several calls) from retrying in lockstep after a shared outage.
-    """
-    ceiling = min(cap, base * (2**attempt))
-    return (rng or random).uniform(ceiling / 2, ceiling)
-
 
 def endpoint_of(path: str) -> str:
     """The budget entity of a request path: ``/fixtures/71344`` -> ``fixtures`` (SportMonks counts per entity)."""
@@ -191,7 +184,7 @@ class SportMonksClient:
             default_limit=settings.hourly_budget,
             limits=settings.endpoint_budgets,
             clock=clock,
-            on_change=lambda endpoint, left: metrics.SPORTMONKS_BUDGET_REMAINING.labels(endpoint).set(left),
+            on_change=self._budget_changed,
         )
         # Per endpoint, per outcome: the same numbers as the Prometheus counter, kept for the admin socket.
         self.calls: dict[str, dict[str, int]] = {}
@@ -296,6 +289,10 @@ class SportMonksClient:
         metrics.SPORTMONKS_CALLS.labels(endpoint, outcome).inc()
         per = self.calls.setdefault(endpoint, {})
         per[outcome] = per.get(outcome, 0) + 1
+
+    def _budget_changed(self, endpoint: str, left: int) -> None:
+        metrics.SPORTMONKS_BUDGET_REMAINING.labels(endpoint).set(left)
+        metrics.SPORTMONKS_BUDGET_LIMIT.labels(endpoint).set(self.budget.limit(endpoint))
 
     def _breaker_changed(self, state: BreakerState) -> None:
         metrics.SPORTMONKS_BREAKER_STATE.set(STATE_GAUGE[state])
@@ -430,7 +427,8 @@ class SportMonksClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _backoff(self, attempt: int) -> float:
-        return backoff_delay(attempt, base=self.settings.backoff_base_s, cap=self.settings.backoff_max_s, rng=self._rng)
+        s = self.settings
+        return backoff_delay(attempt + 1, base_s=s.backoff_base_s, cap_s=s.backoff_max_s, jitter=0.5, rng=self._rng)
 
     async def _decode(self, body: bytes, source: str, check: Callable[[Any, str], Any], endpoint: str) -> Any:
         """JSON-decode, normalise and validate; big bodies go to a worker thread to keep the event loop free."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextvars
 import json
-import random
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -35,6 +34,7 @@ import trio
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 from daemon.metrics import DYNAMODB_CALLS, DYNAMODB_ERRORS
 from daemon.store.settings import DynamoSettings
@@ -115,8 +115,8 @@ def _items_as_sent(response_dict: dict[str, Any], customized_response_dict: dict
 
     botocore walks every attribute value of every item through the service model's shapes to produce
     ``{"S": "..."}`` dicts that are exactly the JSON it received (for every type but binary). For a match's
-    10,000 Live Activity sessions that walk cost more CPU than all its pushes (``py-spy --gil`` on a soak
-    daemon: a fifth of the process). Here the body is decoded once with the C JSON decoder, ``Items`` goes
+    10,000 Live Activity sessions that walk costs more CPU than all its pushes (``bench/dynamodb_pages.py``
+    compares the two paths). Here the body is decoded once with the C JSON decoder, ``Items`` goes
     straight into the parsed response (botocore merges ``customized_response_dict`` into it), and botocore
     parses only the rest (``Count``, ``LastEvaluatedKey``, ``ConsumedCapacity``). Errors, non-JSON bodies and
     pages with binary attributes are left entirely to botocore; its CRC32 check reads the HTTP response
@@ -139,10 +139,6 @@ def _items_as_sent(response_dict: dict[str, Any], customized_response_dict: dict
 
 # --- the client ---------------------------------------------------------------------------------------
 
-
-def _backoff(attempt: int, base_s: float, cap_s: float) -> float:
-    """Full-jitter exponential backoff (AWS Architecture Blog, "Exponential Backoff And Jitter")."""
-    return random.uniform(0.0, min(cap_s, base_s * (2**attempt)))
 
 
 _session: boto3.session.Session | None = None
@@ -278,7 +274,8 @@ class Dynamo:
     # --- batches --------------------------------------------------------------------------------------
 
     async def _sleep_backoff(self, attempt: int) -> None:
-        await trio.sleep(_backoff(attempt, self.settings.batch_backoff_base_s, self.settings.batch_backoff_max_s))
+        s = self.settings
+        await trio.sleep(backoff_delay(attempt + 1, base_s=s.batch_backoff_base_s, cap_s=s.batch_backoff_max_s, jitter=1.0))
 
     async def batch_write(self, logical_table: str, requests: Sequence[Mapping[str, Any]]) -> int:
         """BatchWriteItem of raw write requests (``{"PutRequest": ...}``/``{"DeleteRequest": ...}``).
