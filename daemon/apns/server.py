@@ -25,7 +25,8 @@ Records (``server.records``, and one JSON line each in ``record_path``): ``time`
 ``stream_id``, ``token``, ``headers`` (authorization shown as ``bearer <kid=.. iat=..>``), ``payload`` (parsed
 JSON; None with ``fast``), ``payload_bytes``, ``status``, ``reason``, ``apns_id``, and ``detail`` (why a
 request was refused) / ``timestamp_ms`` (410) when they apply. Refused or dropped streams are not answered,
-so they are counted in ``stats()`` instead.
+so they are counted in ``stats()`` instead. ``on_answer`` (in-process callers only), when set, is called with
+each record once its answer is queued, before it is flushed: a test stops a client at an exact request.
 
 Choices where APNs is silent or where h2 forces one (see also the module's tests):
 - An ``h2`` client cannot read a response after it received GOAWAY (its state machine rejects HEADERS in
@@ -1670,6 +1671,7 @@ class ApnsTestServer:
         self._record_file: IO[str] | None = None
         self._record_dirty = False
         self._record_waiters: list[tuple[int, trio.Event]] = []
+        self.on_answer: Callable[[dict[str, Any]], None] | None = None
         self._connections: dict[int, _ServerConnection] = {}
         self._conn_ids = itertools.count(1)
         self._stats: dict[str, int] = {}
@@ -1966,6 +1968,8 @@ class ApnsTestServer:
         if self._record_file is not None:
             self._record_file.write(json.dumps(record, separators=(",", ":")) + "\n")
             self._record_dirty = True
+        if self.on_answer is not None:
+            self.on_answer(record)
         if self._record_waiters:
             still: list[tuple[int, trio.Event]] = []
             for n, event in self._record_waiters:
