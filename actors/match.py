@@ -327,6 +327,9 @@ class MatchActor:
     # ------------------------------------------------------------------ ticks
     async def _on_update(self, update: Any) -> bool:
         """Handle one feed update; True once the match has ended and been wound up."""
+        if getattr(update, "released", False):
+            await self._let_go(str(update.error))
+            return True
         if update.error or update.fixture is None:
             self.log.warning("feed_update_unusable", error=update.error)
             return False
@@ -722,6 +725,16 @@ class MatchActor:
         )
         await self._release_lock()
         self.log.info("match_ended", phase=phase)
+
+    async def _let_go(self, reason: str) -> None:
+        """The feed released the fixture (SportMonks does not know its id): stop without ending anything,
+        the record idled (fenced) so that a real match under that id can be registered again later."""
+        self.log.warning("match_released_by_feed", reason=reason)
+        if not await self._repos.active_matches.release_match(
+            self.match_id, self.instance_id, self.epoch, ttl_s=int(self._lease.ended_ttl_s)
+        ):
+            raise LeaseLost("fenced: active-matches is owned by another instance now")
+        await self._release_lock()
 
     # ------------------------------------------------------------------ self-healing push-to-start
     async def _heal_loop(self) -> None:

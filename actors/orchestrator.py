@@ -15,6 +15,10 @@ and bumps ``ownerEpoch``, the fencing token every later state write is condition
 started under the supervisor (one_for_one, bounded restarts). A match whose actor keeps crashing is released
 and quarantined here for ``quarantine_s`` so another instance may try it.
 
+``ended`` is not final while SportMonks says otherwise: an ended record whose match the latest ``/livescores``
+shows in play (a live status) is reopened (``reopen_ended_match``: a new epoch, the engine's state kept) and
+taken like any other. An id the feed released after repeated 404s (``feed.is_released``) is not taken.
+
 The lock arbitrates; the fence protects: a paused owner that wakes after losing its lease finds its lease
 expired by its own monotonic clock (minus the skew bound) and stops, and any write it still attempts fails the
 ``instanceId``/``ownerEpoch`` condition.
@@ -74,6 +78,7 @@ class Orchestrator:
         self.last_cycle_at: float | None = None
         self.last_cycle_error: str | None = None
         self._wake = trio.Event()
+        self._live_now: set[str] = set()  # ids the latest /livescores answer shows in play
 
     # ------------------------------------------------------------------ loops
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -131,10 +136,17 @@ class Orchestrator:
         except Exception as exc:
             log.warning("livescores_unavailable", error=repr(exc))
             return
+        released = getattr(self._feed, "is_released", None)
+        live_now: set[str] = set()
         for fixture in live:
             if fixture.get("status") in NOT_LIVE_STATUSES:
                 continue
-            candidates.setdefault(str(fixture["id"]), _str_or_none(fixture.get("league_id")))
+            match_id = str(fixture["id"])
+            if released is not None and released(match_id):
+                continue  # answered 404 on every try: an id SportMonks does not know
+            live_now.add(match_id)
+            candidates.setdefault(match_id, _str_or_none(fixture.get("league_id")))
+        self._live_now = live_now
 
     async def _from_fixtures(self, candidates: dict[str, str | None]) -> None:
         try:
@@ -197,7 +209,13 @@ class Orchestrator:
         repo = self._repos.active_matches
         item = await repo.get_active_match_state(match_id)
         if item is not None and item.get("status") == "ended":
-            return None
+            if match_id not in self._live_now:
+                return None
+            # Ended, yet SportMonks shows it in play: ended on a glitch. Take it again, state and all.
+            epoch = await repo.reopen_ended_match(match_id, self.instance_id)
+            if epoch is not None:
+                log.warning("match_reopened", match_id=match_id, epoch=epoch)
+            return epoch
         if item is None or item.get("status") == "idle":
             fields = {"leagueId": league_id} if league_id else None
             if await repo.register_active_match(match_id, self.instance_id, fields=fields):

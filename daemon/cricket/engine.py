@@ -48,10 +48,13 @@ from daemon.cricket.detectors import (
     BallDiff,
     Context,
     KeyEvent,
-    detect_ball_events,
     detect_batting_milestones,
+    detect_boundaries,
     detect_bowler_on_fire,
+    detect_consecutive_sixes,
+    detect_hattricks,
     detect_innings_end,
+    detect_maidens,
     detect_match_end,
     detect_new_batsmen,
     detect_wickets,
@@ -162,7 +165,10 @@ def _tick(prev: MatchState | None, base: MatchState, snap: MatchSnapshot, *, now
         candidates += detect_bowler_on_fire(ctx)
         candidates += new_batsmen
         if marquee and snap.balls:
-            candidates += detect_ball_events(ctx)
+            candidates += detect_boundaries(ctx)
+            candidates += detect_consecutive_sixes(ctx)
+            candidates += detect_maidens(ctx)
+            candidates += detect_hattricks(ctx)
 
     fresh = staleness_filter(ordered(candidates), snap, diff.window, settings)
     events = tuple(cooldown_filter(fresh, base.cooldowns, clock))

@@ -44,6 +44,7 @@ from daemon.sportmonks.errors import (
     BreakerOpen,
     BudgetExhausted,
     MalformedPayload,
+    ResponseTooLarge,
     SportMonksError,
     SportMonksHTTPError,
     SportMonksUnavailable,
@@ -371,7 +372,14 @@ class SportMonksClient:
             try:
                 try:
                     with trio.fail_after(self.settings.timeout_s):
-                        response = await self._http.get(url, params=params)
+                        response, content = await self._get_capped(url, params, source)
+                except ResponseTooLarge:
+                    # Not retried: another attempt would download as much again. A failure of the service.
+                    self.breaker.record_failure()
+                    outcome_recorded = True
+                    self._count(endpoint, "error")
+                    log.warning("sportmonks_body_too_large", source=source, max_bytes=self.settings.max_body_bytes)
+                    raise
                 except (trio.TooSlowError, httpx.RequestError) as exc:
                     self.breaker.record_failure()
                     outcome_recorded = True
@@ -392,7 +400,7 @@ class SportMonksClient:
                     self.breaker.record_success()
                     outcome_recorded = True
                     self._count(endpoint, "ok")
-                    return response.content, source
+                    return content, source
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 if status == 429 or status >= 500:
                     self.breaker.record_failure()
@@ -405,7 +413,7 @@ class SportMonksClient:
                         self._count(endpoint, "error")
                         log.warning("sportmonks_http_error", source=source, status=status, attempts=attempt + 1)
                         raise SportMonksHTTPError(
-                            status, _error_message(response), source=source, retry_after=retry_after
+                            status, _error_message(content), source=source, retry_after=retry_after
                         )
                     self._count(endpoint, "retry")
                     delay = self._backoff(attempt)
@@ -420,11 +428,29 @@ class SportMonksClient:
                 outcome_recorded = True
                 self._count(endpoint, "error")
                 log.warning("sportmonks_http_error", source=source, status=status)
-                raise SportMonksHTTPError(status, _error_message(response), source=source)
+                raise SportMonksHTTPError(status, _error_message(content), source=source)
             finally:
                 if is_trial and not outcome_recorded:
                     self.breaker.abandon_trial()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _get_capped(self, url: str, params: Mapping[str, str], source: str) -> tuple[httpx.Response, bytes]:
+        """GET, reading the body as it streams and stopping past ``max_body_bytes`` (decoded size, so a
+        compressed bomb is caught too) with ``ResponseTooLarge``; a declared length past it is refused before
+        any of the body is read."""
+        cap = self.settings.max_body_bytes
+        async with self._http.stream("GET", url, params=params) as response:
+            declared = response.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > cap and "Content-Encoding" not in response.headers:
+                raise ResponseTooLarge(source, cap, declared=int(declared))
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > cap:
+                    raise ResponseTooLarge(source, cap)
+                chunks.append(chunk)
+        return response, b"".join(chunks)
 
     def _backoff(self, attempt: int) -> float:
         s = self.settings
@@ -452,12 +478,12 @@ def _checked_id(value: int | str, name: str) -> str:
     return text
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(content: bytes) -> str:
     """A short human message from an error body (shape undocumented, spec §4): never more than 160 chars."""
     try:
-        body = response.json()
+        body = json.loads(content)
     except ValueError:
-        return redact(response.text[:160].strip())
+        return redact(content[:160].decode("utf-8", "replace").strip())
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
