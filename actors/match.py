@@ -18,13 +18,36 @@ The actor owns, for its match:
 Each tick: the Feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> one payload per
 perspective team -> pushes to the shared sender over its bounded inbox -> wait for APNs's results -> persist the
 new state (fenced) -> publish the display state for the API side (``cricket-fixtures`` live fields,
-``DisplayStateCache``). Pushing before persisting means a crash can repeat a push but never lose one; the
-repeat is harmless on the device (the same ``timestamp`` for an update, the same collapse id for an alert).
-The one exception is the first tick of a match nobody has persisted yet: it detects nothing (what the feed
-shows then is history, not news) and its state is the baseline the next ticks are diffed against, so that
-baseline is persisted *before* the first display goes out. An owner that dies while those pushes are still
-going out (10,000 sessions, APNs slow) then leaves its successor a baseline to diff against; before, the
-successor took whatever the feed showed by then as its baseline, and a wicket in between reached nobody.
+``DisplayStateCache``).
+
+Delivery (docs/delivery.md): a device shows each alert at most once and still receives every key event,
+whatever moment an owner dies; this holds by construction, not by timing:
+
+- A *routine* tick (no alert in its payloads) is pushed, then persisted. An owner that dies in between leaves
+  the tick to its successor, which pushes it again (perhaps with a later timestamp and more events, from a
+  later feed state): nothing is lost and nothing is shown twice, since the update carries no alert.
+- An *alerting* tick goes through an alert intent (``daemon.cricket.intent``): its new state, its exact
+  payloads (timestamp, content-state, alert) and the first chunk's watermark are written in one fenced write
+  before its first push; sessions are pushed in visitor-key order, in chunks, each chunk's watermark written
+  before the chunk is handed over; the intent is removed at the end. A successor that finds an intent
+  completes it before its first tick, with the same payloads: sessions up to the watermark (the predecessor
+  may have reached them) get the update without its alert, the others the alert, chunk by chunk as above.
+  Chosen over deriving a byte-identical repeat from the feed, because a successor usually sees a *later*
+  feed state than its predecessor did (more balls, another event, another display): what it would build is
+  not what was sent, and a repeated alert on a Live Activity is shown again whatever its collapse id. Cost:
+  DynamoDB writes per alerting tick = 1 + chunks (the state write carries the intent; each later chunk's
+  watermark; the removal), 5 for 200 sessions, 12 for 10,000 at the default chunks (16, doubling, capped
+  at 2,048); a routine tick pays nothing for it.
+- The first tick of a match nobody has persisted yet detects nothing (what the feed shows then is history),
+  so it never alerts; its state, the baseline later ticks are diffed against, is persisted *before* its
+  display goes out, so an owner that dies during that first fan-out leaves its successor a baseline rather
+  than a feed that has moved on (a wicket in between would then reach nobody).
+- The end is an alerting tick like the others (its ``match_end`` alert); a successor that completes an end
+  intent goes straight on to the end's remaining steps.
+- Push-to-start (self-healing) is claimed per follower in DynamoDB (``pushToStartAt`` on the follow) before it
+  is sent, and carries the collapse id ``{matchId}:start``: a successor never starts (and alerts) a follower
+  its predecessor reached within ``push_to_start_min_interval_s``; a claim whose send died with its owner is
+  retried after that interval.
 
 A tick the engine doubts goes out as the match was before it: a final status not yet confirmed (the engine
 processes the tick with the previous status), a score gone back further than a correction can (skipped);
@@ -527,13 +550,15 @@ class MatchActor:
                     sessions[key].token, "liveactivity", topic, intent.payload_for(perspective[key], alert=alert),
                     intent.priority, intent.kind, collapse_id=intent.collapse_id if alert else None,
                     context=sessions[key].ref, fence=fence, reply_to=reply_to,
+                    resend_payload=intent.payload_for(perspective[key], alert=False) if alert else None,
                 )
                 for key, alert in order
             ]
 
         def quiet(push: Push) -> Push:
-            key = push.context.visitor_key
-            return replace(push, payload=intent.payload_for(perspective[key], alert=False), collapse_id=None)
+            if push.resend_payload is None:
+                return replace(push)
+            return replace(push, payload=push.resend_payload, collapse_id=None, resend_payload=None)
 
         total, counts = await self._push_all(pushes, gates=gates, quiet=quiet)
         if not await repo.clear_alert_intent(self.match_id, self.instance_id, self.epoch):
@@ -564,16 +589,17 @@ class MatchActor:
         10,000 per tick, a copy per push is measurable). Returns how many were built and the outcome counts.
 
         Pushes that failed (APNs down past the sender's own retry budget) or whose result did not come back
-        in time are sent again, the same payload with the same timestamp (a repeat is harmless on the
-        device), with a capped backoff, until accepted or ``push_retry_max_s`` has passed. The tick's state
-        is persisted only after this returns, so an owner that dies meanwhile leaves the tick to the next
-        owner rather than losing it. The lease is checked before every round: a paused or cut-off owner
-        stops here.
+        in time are sent again, the same payload with the same timestamp, with a capped backoff, until
+        accepted or ``push_retry_max_s`` has passed; ``quiet`` (given by an alerting fan-out) turns a push
+        whose fate is unknown (it went out and no answer came) into its ``resend_payload``, the update
+        without its alert, so no device shows the alert twice; a push APNs answered with an error, or that
+        never left, is re-sent as it was. A routine tick's state is persisted only after this returns, so an
+        owner that dies meanwhile leaves the tick to the next owner rather than losing it (an alerting
+        tick's intent does the same, see ``_fan_out``). The lease is checked before every round: a paused or
+        cut-off owner stops here.
 
         ``gates`` (index -> coroutine function): before the first round hands over the pushes from that index
-        on, the gate is awaited (an alerting fan-out persists its watermark there). ``quiet``: how a push whose
-        fate is unknown (it went out and no answer came) is re-sent, for an alerting fan-out without its
-        alert; a push APNs answered with an error, or that never left, is re-sent as it was."""
+        on, the gate is awaited (an alerting fan-out persists its watermark there)."""
         counts = {"accepted": 0, "rejected": 0, "failed": 0}
         deadline = trio.current_time() + self._settings.push_retry_max_s
         send, receive = trio.open_memory_channel[Any](math.inf)
