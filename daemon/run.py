@@ -162,7 +162,7 @@ class Daemon:
                     await supervisor.start("metrics-http", lambda: metrics_http, kind="admin")
                 self.jobs = self._build_jobs()
                 for name, job in self.jobs.items():
-                    await supervisor.start(name, lambda job=job: job, kind="job")
+                    await supervisor.start(name, _returning(job), kind="job")
                 orchestrator = self.orchestrator
                 await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
                 reconciler = LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s)
@@ -216,7 +216,7 @@ class Daemon:
         """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
         sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
         dump_s = float(getattr(self.config.instance, "stall_dump_s", 0.0))
-        dump_to = sys.__stderr__
+        dump_to = sys.__stderr__ or sys.stderr
         try:
             while True:
                 if dump_s:
@@ -439,3 +439,7 @@ def main(argv: list[str]) -> int:
         pass
     return daemon.exit_code
 
+
+def _returning(actor: Any) -> Callable[[], Any]:
+    """A supervisor factory that hands back the one instance it was given (restarts reuse it)."""
+    return lambda: actor

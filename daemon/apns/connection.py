@@ -429,7 +429,7 @@ class _ApnsH2Connection(h2.connection.H2Connection):
             frames, events = stream.receive_window_update(increment)
             if frames:
                 self._prepare_for_sending(frames)
-            return events  # type: ignore[no-any-return]
+            return events
         except h2.exceptions.StreamClosedError:
             return []
         except h2.exceptions.ProtocolError as exc:
