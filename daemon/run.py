@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import trio
@@ -38,11 +38,15 @@ from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
 from daemon import __version__, gctune
 from daemon.logs import get_logger
-from daemon.metrics import EVENT_LOOP_LAG, render
+from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, render
 from daemon.sportmonks.client import SportMonksClient
 from daemon.store import Repositories
 from daemon.store.dynamo import Dynamo
+from daemon.store.locks import owner_identity
 from daemon.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 log = get_logger("daemon")
 
@@ -50,14 +54,17 @@ log = get_logger("daemon")
 class Daemon:
     def __init__(
         self,
-        config: Any,
+        config: Config,
         *,
         on_delivery: Callable[[Delivery], None] | None = None,
         notifier: Any = None,
         with_jobs: bool = True,
     ) -> None:
         self.config = config
-        self.instance_id: str = config.instance.id
+        self.instance_id: str = config.instance.id  # for people: logs, status
+        # what this process writes on locks and active-matches: unique per process even where the id is
+        # configured (a restart, or two processes from one configuration, never share a lease)
+        self.owner_id: str = owner_identity(self.instance_id)
         self._on_delivery = on_delivery
         self._notifier = notifier
         self._with_jobs = with_jobs
@@ -66,9 +73,16 @@ class Daemon:
         self.repos = Repositories(self.dynamo)
         self.client = SportMonksClient(config.sportmonks)
         self.feed = FeedActor(self.client, config.feed, fixture_cache=self.repos.fixture_cache)
+        # roles: an "api"-only instance takes no match, polls nothing and pushes nothing (no APNs key needed);
+        # the API runs where it is listed and [api].listen is set
+        self.runs_engine = config.runs("engine")
+        self.runs_api = config.runs("api") and bool(config.api.listen)
         self.janitor = Janitor(self.repos)
-        self.sender = ApnsSender(config.apns, janitor=self.janitor.send_channel)
+        self.sender: ApnsSender = (
+            ApnsSender(config.apns, janitor=self.janitor.send_channel) if self.runs_engine else _NO_SENDER
+        )
         self.live = LiveWork()  # match actors' fan-outs in progress; the prematch job gives way to them
+        self.api: Any = None
         self.supervisor: Supervisor | None = None
         self.orchestrator: Orchestrator | None = None
         self.jobs: dict[str, Any] = {}
@@ -81,7 +95,7 @@ class Daemon:
     def _match_actor(self, match_id: str, epoch: int, marquee: bool) -> MatchActor:
         return MatchActor(
             match_id,
-            instance_id=self.instance_id,
+            instance_id=self.owner_id,
             epoch=epoch,
             repos=self.repos,
             feed=self.feed,
@@ -114,7 +128,7 @@ class Daemon:
             "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
             "prematch": PrematchNotifier(
                 self.repos, self.sender, jobs_cfg.prematch, topic=self.config.apns.topic,
-                owner=self.instance_id, live=self.live,
+                owner=self.owner_id, live=self.live,
             ),
         }
 
@@ -130,20 +144,21 @@ class Daemon:
                     window_s=orch_cfg.restart_window_s,
                     backoff_s=orch_cfg.restart_backoff_s,
                 )
-                self.orchestrator = Orchestrator(
-                    instance_id=self.instance_id,
-                    repos=self.repos,
-                    feed=self.feed,
-                    supervisor=supervisor,
-                    actor_factory=self._match_actor,
-                    settings=orch_cfg,
-                    marquee_leagues=self.config.feed.marquee_leagues,
-                    quarantine_s=orch_cfg.quarantine_s,
-                )
-                await supervisor.start("janitor", lambda: self.janitor, kind="janitor")
-                sender_guard = _FatalOnConfigError(self, self.sender)
-                await supervisor.start("sender", lambda: sender_guard, kind="sender")
-                await supervisor.start("feed", lambda: self.feed, kind="feed")
+                if self.runs_engine:
+                    self.orchestrator = Orchestrator(
+                        instance_id=self.owner_id,
+                        repos=self.repos,
+                        feed=self.feed,
+                        supervisor=supervisor,
+                        actor_factory=self._match_actor,
+                        settings=orch_cfg,
+                        marquee_leagues=self.config.feed.marquee_leagues,
+                        quarantine_s=orch_cfg.quarantine_s,
+                    )
+                    await supervisor.start("janitor", lambda: self.janitor, kind="janitor")
+                    sender_guard = _FatalOnConfigError(self, self.sender)
+                    await supervisor.start("sender", lambda: sender_guard, kind="sender")
+                    await supervisor.start("feed", lambda: self.feed, kind="feed")
                 if self.config.admin.socket_path:
                     admin = AdminServer(
                         self.config.admin.socket_path,
@@ -154,28 +169,34 @@ class Daemon:
                         max_clients=self.config.admin.max_clients,
                     )
                     await supervisor.start("admin", lambda: admin, kind="admin")
-                listen = getattr(getattr(self.config, "metrics", None), "listen", "")
-                if listen:
+                if self.config.metrics.listen:
                     from daemon.admin import MetricsHttpServer
 
-                    metrics_http = MetricsHttpServer(listen)
+                    metrics_http = MetricsHttpServer(self.config.metrics.listen)
                     await supervisor.start("metrics-http", lambda: metrics_http, kind="admin")
-                self.jobs = self._build_jobs()
-                for name, job in self.jobs.items():
-                    await supervisor.start(name, _returning(job), kind="job")
-                orchestrator = self.orchestrator
-                await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
-                reconciler = LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s)
-                await supervisor.start("reconciler", lambda: reconciler, kind="job")
+                if self.runs_api:
+                    # imported here: an engine-only instance never loads the API
+                    from daemon.api.server import ApiServer
+
+                    self.api = api = ApiServer(self.repos, self.config.api, self.config.auth)
+                    await supervisor.start("api", lambda: api, kind="api")
+                if self.runs_engine:
+                    self.jobs = self._build_jobs()
+                    for name, job in self.jobs.items():
+                        await supervisor.start(name, lambda job=job: job, kind="job")
+                    orchestrator = self.orchestrator
+                    await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
+                    reconciler = LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s)
+                    await supervisor.start("reconciler", lambda: reconciler, kind="job")
                 nursery.start_soon(self._watchdog)
                 nursery.start_soon(self._loop_monitor)
-                sweep_s = float(getattr(self.config.instance, "gc_sweep_s", 0.0))
-                if sweep_s:
-                    full_s = float(getattr(self.config.instance, "gc_full_every_s", 0.0))
-                    nursery.start_soon(gctune.sweep, sweep_s, full_s)
+                nursery.start_soon(self._readiness_monitor)
+                instance = self.config.instance
+                if instance.gc_sweep_s:
+                    nursery.start_soon(gctune.sweep, instance.gc_sweep_s, instance.gc_full_every_s)
                 if self._notifier is not None:
                     self._notifier.ready()
-                log.info("daemon_ready", instance_id=self.instance_id, version=__version__)
+                log.info("daemon_ready", instance_id=self.instance_id, owner=self.owner_id, version=__version__)
                 task_status.started(self)
                 await self._shutdown.wait()
                 await self._graceful_stop()
@@ -187,14 +208,21 @@ class Daemon:
 
     async def _graceful_stop(self) -> None:
         self.stopping = True
+        READY.set(0)
         if self._notifier is not None:
             self._notifier.stopping()
-        grace = float(getattr(self.config.instance, "shutdown_grace_s", 10.0))
+        grace = self.config.instance.shutdown_grace_s
         log.info("daemon_stopping", grace_s=grace)
+        if self.api is not None:
+            self.api.stop()  # stops accepting at once; requests in flight get [api].shutdown_grace_s
         with trio.move_on_after(grace):
             if self.orchestrator is not None:
                 await self.orchestrator.drain()  # every match actor stopped, every lock released
-            await self.sender.drain(grace)
+            if self.runs_engine:
+                await self.sender.drain(grace)
+        if self.api is not None:
+            with trio.move_on_after(self.config.api.shutdown_grace_s + 1.0):
+                await self.api.stopped.wait()
         log.info("daemon_stopped")
 
     def shutdown(self) -> None:
@@ -215,8 +243,8 @@ class Daemon:
     async def _loop_monitor(self, interval_s: float = 1.0) -> None:
         """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
         sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
-        dump_s = float(getattr(self.config.instance, "stall_dump_s", 0.0))
-        dump_to = sys.__stderr__ or sys.stderr
+        dump_s = self.config.instance.stall_dump_s
+        dump_to = sys.__stderr__
         try:
             while True:
                 if dump_s:
@@ -252,10 +280,12 @@ class Daemon:
 
     async def _h_health(self, args: list[str]) -> Any:
         """Liveness: the process answers."""
-        return {"alive": True, "instance_id": self.instance_id, "stopping": self.stopping}
+        return {"alive": True, "instance_id": self.instance_id, "owner": self.owner_id, "stopping": self.stopping}
 
-    async def _h_ready(self, args: list[str]) -> Any:
-        """Readiness: DynamoDB reachable, APNs connected, SportMonks breaker not open."""
+    async def readiness(self) -> dict[str, Any]:
+        """DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: signing keys loaded;
+        not stopping. Exported as the ``sightscreen_ready`` and ``sightscreen_ready_check`` gauges as well as
+        returned."""
         checks: dict[str, Any] = {}
         try:
             with trio.fail_after(3):
@@ -263,15 +293,33 @@ class Daemon:
             checks["dynamodb"] = True
         except Exception as exc:
             checks["dynamodb"] = f"unreachable: {exc!r}"
-        checks["apns"] = bool(self.sender.connected) or "no connection to APNs"
-        checks["feed"] = (not self.feed.breaker_open) or "SportMonks circuit breaker is open"
-        return {"ready": all(v is True for v in checks.values()), "checks": checks}
+        if self.runs_engine:
+            checks["apns"] = bool(self.sender.connected) or "no connection to APNs"
+            checks["feed"] = (not self.feed.breaker_open) or "SportMonks circuit breaker is open"
+        if self.api is not None:
+            checks["api_keys"] = self.api.keys.loaded or "no signing keys loaded from the JWKS"
+        ready = all(v is True for v in checks.values()) and not self.stopping
+        for name, value in checks.items():
+            READY_CHECK.labels(name).set(1 if value is True else 0)
+        READY.set(1 if ready else 0)
+        return {"ready": ready, "checks": checks}
+
+    async def _readiness_monitor(self, interval_s: float = 5.0) -> None:
+        """Keep the readiness gauges current for scrapers, which cannot ask the admin socket."""
+        while True:
+            await self.readiness()
+            await trio.sleep(interval_s)
+
+    async def _h_ready(self, args: list[str]) -> Any:
+        """Readiness: DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: keys."""
+        return await self.readiness()
 
     async def _h_status(self, args: list[str]) -> Any:
         """Instance id, version, uptime and the matches this instance owns."""
         orch = self.orchestrator
         return {
             "instance_id": self.instance_id,
+            "owner": self.owner_id,
             "version": __version__,
             "uptime_s": round(time.time() - self.started_at, 1),
             "owned_matches": sorted(orch.owned) if orch else [],
@@ -322,6 +370,10 @@ class Daemon:
 
     async def _h_apns(self, args: list[str]) -> Any:
         """APNs sender: connections, streams, pushes by outcome, latency percentiles."""
+        if not self.runs_engine:
+            from daemon.admin import AdminError
+
+            raise AdminError('this instance has no APNs sender (its roles do not include "engine")')
         return self.sender.stats()
 
     async def _h_feed(self, args: list[str]) -> Any:
@@ -372,6 +424,10 @@ class Daemon:
         return resp.json()
 
 
+_NO_SENDER: Any = None
+"""The sender of an instance without the engine role: never started, never called."""
+
+
 class _FatalOnConfigError:
     """Runs the APNs sender; an APNs configuration error (403: bad key, team or topic) stops the daemon.
 
@@ -409,7 +465,7 @@ async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) 
 
             nursery.start_soon(watch_signals)
             await nursery.start(daemon.run)
-            if getattr(daemon.config.instance, "gc_freeze_at_ready", False):
+            if daemon.config.instance.gc_freeze_at_ready:
                 frozen = gctune.freeze_startup_heap()
                 log.info("gc_startup_heap_frozen", objects=frozen)
             task_status.started(daemon)
@@ -439,7 +495,3 @@ def main(argv: list[str]) -> int:
         pass
     return daemon.exit_code
 
-
-def _returning(actor: Any) -> Callable[[], Any]:
-    """A supervisor factory that hands back the one instance it was given (restarts reuse it)."""
-    return lambda: actor

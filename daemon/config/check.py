@@ -1,0 +1,38 @@
+"""``sightscreen check-config``: validate a configuration file, or print the annotated example."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from daemon.config.example import render_example
+from daemon.config.loading import ConfigError, load_config
+
+
+def check_main(argv: list[str]) -> int:
+    """``sightscreen check-config FILE``: exit 0 with one line, or exit 2 naming each wrong key and why."""
+    parser = argparse.ArgumentParser(
+        prog="sightscreen check-config",
+        description="Validate a configuration file (with the SIGHTSCREEN_* environment overrides applied).",
+    )
+    parser.add_argument("file", nargs="?", help="the TOML file to check")
+    parser.add_argument("--show", action="store_true", help="also print the effective configuration (secrets hidden)")
+    parser.add_argument("--example", action="store_true", help="print the annotated example configuration")
+    args = parser.parse_args(argv)
+    if args.example:
+        sys.stdout.write(render_example())
+        return 0
+    if not args.file:
+        parser.error("FILE is required (or --example)")
+    try:
+        config = load_config(args.file, os.environ)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    print(f"OK: {args.file} is valid (instance {config.instance.id}, admin socket {config.admin.socket_path})")
+    if args.show:
+        print(json.dumps(config.redacted(), indent=2, sort_keys=False))
+    return 0
+

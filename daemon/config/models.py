@@ -1,0 +1,264 @@
+"""The configuration's shape: the ``Config`` model and the sections this package owns.
+
+``[instance]``, ``[admin]``, ``[logging]`` and ``[metrics]`` are defined here. Every other section is the
+settings class of the component that uses it, imported here and never redefined: a component changes its
+own keys without touching this package. Field defaults live only here (and in those classes): code that
+runs the daemon reads them from the models, never with a default of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from actors.jobs.settings import JobsSettings
+from actors.settings import MatchActorSettings, OrchestratorSettings
+from daemon.api.settings import ApiSettings, AuthSettings
+from daemon.apns.settings import ApnsSettings
+from daemon.cricket.settings import EngineSettings
+from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
+from daemon.store.settings import DynamoSettings
+
+ENV_PREFIX = "SIGHTSCREEN_"
+DEFAULT_CONFIG_PATH = "/etc/sightscreen/sightscreen.toml"
+DEFAULT_ADMIN_SOCKET = "/run/sightscreen/admin.sock"
+
+# An instance id is printed in every log line and, with a per-process nonce, written to DynamoDB (lock owner,
+# instanceId); '#' separates the two, so it is not allowed here.
+_INSTANCE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+
+
+def default_instance_id() -> str:
+    """``<hostname>-<pid>``: unique on a host, readable in logs, stable for the life of the process."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "host"
+    return f"{host}-{os.getpid()}"
+
+
+class InstanceSettings(BaseModel):
+    """This process as one member of the fleet: who it is and how it stops."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(
+        default_factory=default_instance_id,
+        description="this instance's name, for people: in every log line and in `status`. Match locks and "
+        "active-matches records carry it with a random per-process suffix (<id>#<nonce>), so a restarted "
+        "process, or two started from one configuration, never take each other's lease as their own. "
+        "Default: <hostname>-<pid>",
+        examples=["sightscreen-eu-1"],
+    )
+    roles: list[Literal["engine", "api"]] = Field(
+        default_factory=lambda: ["engine"],
+        min_length=1,
+        description='what this instance runs: "engine" (matches, feed, pushes, jobs) and/or "api" (the app\'s '
+        "HTTP API, on [api].listen); one binary and one image, the role is configuration",
+    )
+    region: str = Field(
+        default="",
+        description="a label for where this instance runs (e.g. eu-west-1); reported by `status` and in "
+        "logs, informational only (DynamoDB's own region is [dynamodb].region)",
+    )
+    shutdown_grace_s: float = Field(
+        default=8.0,
+        gt=0,
+        le=3600,
+        description="on SIGTERM: time allowed to finish in-flight pushes, flush state and release every lock "
+        "before the rest is cancelled. 8 s fits inside `docker stop`'s default 10 s before SIGKILL; under "
+        "systemd TimeoutStopSec must stay above it",
+    )
+    stall_dump_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="when the event loop has not run for this long (every lease, deadline and admin answer is "
+        "waiting), write every thread's Python stack to stderr, once per stall, so the cause can be found; "
+        "0 turns it off. Loop lag is also in the sightscreen_event_loop_lag_seconds histogram and any stall "
+        "over 1 s is logged as event_loop_stalled",
+    )
+    gc_young_threshold: int = Field(
+        default=100_000,
+        ge=0,
+        le=10_000_000,
+        description="net allocations of container objects between two collections of the youngest generation "
+        "(CPython's default is 700). A 10,000-push fan-out keeps ~100,000 objects alive for a second or two; "
+        "at 700 the collector walks them hundreds of times, promotes them and soon walks the whole heap "
+        "(bench/gc_fanout.py measures what that costs). 0 keeps CPython's default",
+    )
+    gc_sweep_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="every this many seconds, collect the young generations (gc.collect(1)): with a high "
+        "gc_young_threshold the collector seldom runs on its own, and garbage only it can free (an HTTP "
+        "response is a reference cycle holding its body) would pile up; 0 turns it off",
+    )
+    gc_full_every_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="a sweep at least this long after the last full one collects every generation: garbage "
+        "that was alive at a young collection has been promoted and would otherwise wait for CPython's own "
+        "full collection, rare with a high gc_young_threshold, while the process's memory grows; "
+        "0 leaves full collections to CPython",
+    )
+    gc_freeze_at_ready: bool = Field(
+        default=True,
+        description="once the daemon is up, freeze what start-up built (gc.freeze: modules, service models, "
+        "configuration) so that full collections stop walking it",
+    )
+    drain_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="`drain`: how long to wait for other instances to take over the matches handed back "
+        "before exiting anyway (their leases then run out and they are taken over after lease_s)",
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_plain_name(cls, value: str) -> str:
+        if not _INSTANCE_ID_RE.match(value):
+            raise ValueError("must be 1-128 characters of letters, digits and . _ : @ - (starting alphanumeric)")
+        return value
+
+
+class AdminSettings(BaseModel):
+    """The admin Unix socket (`sightscreen ctl`, socat): one JSON request per line, one JSON answer per line."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    socket_path: str = Field(
+        default=DEFAULT_ADMIN_SOCKET,
+        description="path of the admin socket; under systemd it lives in RuntimeDirectory=sightscreen. "
+        "`sightscreen ctl` reads $SIGHTSCREEN_ADMIN_SOCKET or this default",
+    )
+    mode: int = Field(
+        default=0o660,
+        ge=0,
+        le=0o777,
+        description="permissions set on the socket after bind: owner and group may connect, others may not "
+        "(add operators to the daemon's group). TOML takes 0o660; the environment also takes \"0660\"",
+    )
+    max_line_bytes: int = Field(
+        default=65536,
+        ge=256,
+        le=16 * 1024 * 1024,
+        description="longest request line accepted; a longer one gets an error answer and the connection is "
+        "closed, so a client cannot make the daemon buffer without bound",
+    )
+    client_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="a client idle this long between requests, or not reading an answer for this long, is "
+        "disconnected: a stuck client never holds a slot or memory for long",
+    )
+    max_clients: int = Field(
+        default=64,
+        ge=1,
+        le=4096,
+        description="connections served at once; one more gets an error answer and is closed",
+    )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _octal_string(cls, value: Any) -> Any:
+        # Operators write modes the chmod way ("0660"); TOML integers can't have a leading zero.
+        if isinstance(value, str):
+            text = value.strip().lower().removeprefix("0o")
+            if not re.fullmatch(r"[0-7]{1,4}", text):
+                raise ValueError("must be an octal file mode such as 0o660 or \"0660\"")
+            return int(text, 8)
+        return value
+
+
+class LoggingSettings(BaseModel):
+    """Structured logs on stderr (journald and `docker logs` collect stderr)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        default="info", description="lowest level written by the daemon's own loggers"
+    )
+    format: Literal["auto", "json", "console"] = Field(
+        default="auto",
+        description="auto: JSON when stderr is not a terminal (journald, containers, files), readable "
+        "console lines when it is",
+    )
+    stdlib_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        default="warning",
+        description="level for libraries that log through the standard logging module (botocore, httpx, "
+        "urllib3); below warning they are chatty and can print request details",
+    )
+
+    @field_validator("level", "stdlib_level", "format", mode="before")
+    @classmethod
+    def _lowercase(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+class MetricsSettings(BaseModel):
+    """Prometheus metrics. The admin socket's `metrics` command always answers; HTTP is for scrapers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    listen: str = Field(
+        default="",
+        description="HOST:PORT serving GET /metrics over HTTP for a Prometheus scraper, e.g. 127.0.0.1:9464; "
+        "empty: no HTTP listener (nothing but the admin socket is exposed). Bind to loopback or a private "
+        "interface: metrics name match ids and call volumes",
+        examples=["127.0.0.1:9464"],
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        if value:
+            from daemon.admin import parse_listen
+
+            parse_listen(value)
+        return value
+
+
+class Config(BaseModel):
+    """The whole configuration. Each attribute is one TOML section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance: InstanceSettings = Field(default_factory=InstanceSettings)
+    dynamodb: DynamoSettings = Field(default_factory=DynamoSettings)
+    sportmonks: SportMonksSettings = Field(default_factory=SportMonksSettings)
+    feed: FeedSettings = Field(default_factory=FeedSettings)
+    apns: ApnsSettings = Field(default_factory=ApnsSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    orchestrator: OrchestratorSettings = Field(default_factory=OrchestratorSettings)
+    match: MatchActorSettings = Field(default_factory=MatchActorSettings)
+    jobs: JobsSettings = Field(default_factory=JobsSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+
+    @model_validator(mode="after")
+    def _api_role_is_usable(self) -> Config:
+        if "api" in self.instance.roles:
+            if not self.api.listen:
+                raise ValueError('instance.roles includes "api" but api.listen is empty (set "host:port")')
+            problems = self.auth.problems()
+            if problems:
+                raise ValueError("; ".join(f"{f}: {r}" for f, r in problems))
+        return self
+
+    def runs(self, role: str) -> bool:
+        """Whether this instance runs ``role`` (``engine`` or ``api``)."""
+        return role in self.instance.roles
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective configuration as plain data, secrets shown as ``**********``."""
+        return self.model_dump(mode="json")
+
