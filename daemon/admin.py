@@ -5,7 +5,7 @@ clients); it knows nothing of the daemon. Commands are ``Handler`` callables the
 (health, ready, status, matches, match ID, apns, drain, replay...); ``help`` and ``metrics`` are built in.
 It must not reach into actors: a handler reads what its owner exposes and returns plain data.
 
-Protocol (also in the README):
+Protocol (also in docs/operations.md):
 
 - request: ``{"cmd": "match", "args": ["71344"]}`` (``args`` optional; an ``id`` is echoed back), or a
   bare line ``match 71344`` for socat; blank lines are ignored;

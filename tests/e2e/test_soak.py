@@ -1,7 +1,7 @@
 """The short soak: a few matches, a few thousand tokens, several instances, one kill -9 or more.
 
 It runs ``bench/soak.py`` exactly as an operator would and reads its last line. The long soak (20 matches,
-200,000 tokens, kills every 60 s) is run by hand; its figures are in the README.
+200,000 tokens, kills every 60 s) is run by hand; its figures are in docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,0 +1,43 @@
+"""The SportMonks-compatible replay server: tapes served as ``/livescores``, ``/fixtures/{id}`` and ``/fixtures``.
+
+Replay mode's HTTP side (trio + h11, HTTP/1.1 keep-alive, bounded requests), the per-fixture clock (see
+``cursor.ReplayClock``), the controls (play, pause, seek, speed, stop) in-process and over HTTP, and fault
+injection. It knows nothing about the daemon: the daemon talks to it exactly as to SportMonks, with only
+the base URL changed. What a fixture looks like at a cursor is ``daemon.replay.tape``'s job.
+
+- ``app``: ``ReplayServer`` (served fixtures, controls, routing, the listener).
+- ``state``: one served fixture (cursor, visibility times, rendered-output caches).
+- ``query``: SportMonks' query rules (includes, filters, sorting, pagination, reference objects).
+- ``faults``: what each fault does to a response or to the feed.
+- ``http``: the HTTP/1.1 connection loop and the response type.
+
+Paths are served both at the root and under ``/api/v2.0`` (the production base path). Data endpoints:
+``GET /livescores`` (not paginated; fixtures that started and are not finished), ``GET /fixtures/{id}``,
+``GET /fixtures`` (Laravel pagination, ``links`` carry only ``page=N`` as the real API does), and the
+reference endpoints ``/teams``, ``/leagues``, ``/seasons``, ``/scores`` (with ``/{id}``); each honours
+``include`` (comma-separated, dotted sub-includes), ``filter[field]=a,b`` (any-of; ``starts_between``),
+``sort`` (``-`` for descending) and accepts ``api_token`` (checked only when the server was given one).
+Ball ``updated_at`` is the wall time the entry became visible here.
+
+Control endpoints (no token): ``GET /replay/status``; ``POST /replay/play|pause[?fixture_id=]``;
+``POST /replay/seek?fixture_id=&entry=N`` (first N entries visible) or ``&ball_id=B`` (up to that ball);
+``POST /replay/speed?x=[&fixture_id=]``; ``POST /replay/stop`` (the server shuts down);
+``GET|POST|DELETE /replay/faults`` (list, inject one fault from a JSON object, clear all).
+
+Faults (``inject``), each for ``count`` requests or ``duration_s`` seconds (or until cleared), on one
+endpoint (``livescores``, ``fixture``, ``fixtures``, or a reference endpoint) or all: ``5xx`` (``status``),
+``429`` (``retry_after``), ``timeout`` (hold the response ``hold_s`` seconds, then answer), ``disconnect``
+(close without answering), ``truncated`` (JSON cut in half), ``malformed`` (invalid JSON, full length),
+``missing_field`` / ``wrong_type`` (``field``, a dotted path inside each fixture, e.g. ``status`` or
+``balls.score_id``; ``value`` for wrong_type). ``correct_ball`` / ``delete_ball`` change the feed at once:
+a served ball (``ball_id``, default the newest) of ``fixture_id`` is re-sent with another ``score_id`` or
+withdrawn. ``stall`` freezes the feed of ``fixture_id`` (default: all) for ``duration_s`` while the match
+goes on, then everything missed appears at once (the catch-up bursts of spec §7).
+"""
+
+from daemon.replay.server.app import ReplayServer
+from daemon.replay.server.faults import FaultSpec
+from daemon.replay.server.http import ReplayRequestError, encode_json
+from daemon.replay.server.query import API_PREFIX, ENDPOINTS
+
+__all__ = ["API_PREFIX", "ENDPOINTS", "FaultSpec", "ReplayRequestError", "ReplayServer", "encode_json"]

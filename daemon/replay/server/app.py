@@ -1,0 +1,446 @@
+"""``ReplayServer``: the served fixtures, their controls, request routing and the listener.
+
+The package docstring lists the endpoints, controls and faults. This module ties the parts together:
+``state`` (one served fixture), ``query`` (SportMonks' query rules), ``faults`` and ``http`` (the wire).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import trio
+from pydantic import ValidationError
+
+from daemon.logs import get_logger
+from daemon.replay.cursor import ReplayClock
+from daemon.replay.server import faults as fault_rules
+from daemon.replay.server import query as q
+from daemon.replay.server.faults import FaultList, FaultSpec
+from daemon.replay.server.http import (
+    ReplayRequestError,
+    Response,
+    encode_json,
+    error_response,
+    json_response,
+    serve_connection,
+)
+from daemon.replay.server.state import ServedMatch
+from daemon.replay.tape import FIXTURE_INCLUDES, Tape, iso
+
+log = get_logger("daemon.replay.server")
+
+_CONTROLS: dict[str, set[str]] = {
+    "status": {"GET"},
+    "play": {"POST"},
+    "pause": {"POST"},
+    "stop": {"POST"},
+    "seek": {"POST"},
+    "speed": {"POST"},
+    "faults": {"GET", "POST", "DELETE"},
+}
+
+
+class ReplayServer:
+    """Serves tapes like SportMonks; controllable in-process and over HTTP. See the package docstring.
+
+    ``speed`` multiplies match time; ``ms_per_ball`` (default: each tape's own) is the gap between entries
+    at speed 1; ``innings_break_s`` and ``start_delay_s`` are match time too (wall time = value / speed).
+    ``clock`` (wall seconds) is injectable so the cursor can be tested without sleeping.
+    """
+
+    def __init__(
+        self,
+        tapes: Iterable[Tape],
+        *,
+        speed: float = 1.0,
+        ms_per_ball: float | None = None,
+        innings_break_s: float = 1200.0,
+        start_delay_s: float = 0.0,
+        clock: Callable[[], float] = time.time,
+        api_token: str | None = None,
+        page_size: int = 100,
+    ) -> None:
+        if not (speed > 0 and math.isfinite(speed)):
+            raise ValueError(f"speed must be a positive number, got {speed}")
+        if ms_per_ball is not None and ms_per_ball <= 0:
+            raise ValueError(f"ms_per_ball must be > 0, got {ms_per_ball}")
+        if innings_break_s < 0 or start_delay_s < 0:
+            raise ValueError("innings_break_s and start_delay_s must be >= 0")
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.clock = clock
+        self.speed = speed
+        self.ms_per_ball = ms_per_ball
+        self.innings_break_s = innings_break_s
+        self.start_delay_s = start_delay_s
+        self.api_token = api_token
+        self.page_size = page_size
+        self.host: str | None = None
+        self.port: int | None = None
+        self._matches: dict[str, ServedMatch] = {}
+        self._faults = FaultList()
+        self._fault_seq = 0
+        self._stop_requested = False
+        self._stop_event: trio.Event | None = None
+        self.requests_served: dict[str, int] = dict.fromkeys((*q.ENDPOINTS, "control"), 0)
+        for tape in tapes:
+            self.add_tape(tape)
+
+    # ------------------------------------------------------------------------------------------ tapes
+
+    def add_tape(self, tape: Tape, *, start_delay_s: float | None = None) -> None:
+        """Start serving ``tape``; its match starts ``start_delay_s`` (match time; default: the server's)
+        from now."""
+        if tape.fixture_id in self._matches:
+            raise ValueError(f"fixture {tape.fixture_id} is already being served")
+        if start_delay_s is None:
+            start_delay_s = self.start_delay_s
+        elif not (start_delay_s >= 0 and math.isfinite(start_delay_s)):
+            raise ValueError(f"start_delay_s: must be a finite number >= 0, got {start_delay_s}")
+        now = self.clock()
+        clock = ReplayClock(
+            total=len(tape),
+            ms_per_ball=self.ms_per_ball or tape.ms_per_ball,
+            break_index=tape.innings_break_index(),
+            break_ms=self.innings_break_s * 1000.0,
+            starts_at=now + start_delay_s / self.speed,
+            speed=self.speed,
+        )
+        self._matches[tape.fixture_id] = ServedMatch.of(tape, clock)
+
+    @property
+    def fixture_ids(self) -> list[str]:
+        return list(self._matches)
+
+    def tape(self, fixture_id: str | int) -> Tape:
+        return self._match(fixture_id).tape
+
+    def _match(self, fixture_id: str | int | None) -> ServedMatch:
+        if fixture_id is None:
+            if len(self._matches) == 1:
+                return next(iter(self._matches.values()))
+            raise ReplayRequestError("fixture_id is required when several fixtures are served")
+        match = self._matches.get(str(fixture_id))
+        if match is None:
+            raise ReplayRequestError(f"fixture_id {fixture_id} is not served here", status=404)
+        return match
+
+    def _selected(self, fixture_id: str | int | None) -> list[ServedMatch]:
+        return list(self._matches.values()) if fixture_id is None else [self._match(fixture_id)]
+
+    # ------------------------------------------------------------------------------------------ controls
+
+    def play(self, fixture_id: str | int | None = None, *, speed: float | None = None) -> None:
+        now = self.clock()
+        for m in self._selected(fixture_id):
+            m.advance(now)
+            m.clock.play(now)
+            if speed is not None:
+                m.clock.set_speed(speed, now)
+
+    def pause(self, fixture_id: str | int | None = None) -> None:
+        now = self.clock()
+        for m in self._selected(fixture_id):
+            m.advance(now)
+            m.clock.pause(now)
+
+    def set_speed(self, x: float, fixture_id: str | int | None = None) -> None:
+        if not (x > 0 and math.isfinite(x)):
+            raise ReplayRequestError(f"speed: must be a positive number, got {x}")
+        now = self.clock()
+        if fixture_id is None:
+            self.speed = x
+        for m in self._selected(fixture_id):
+            m.advance(now)
+            m.clock.set_speed(x, now)
+
+    def seek(
+        self, fixture_id: str | int | None, entry_index: int | None = None, *, ball_id: int | None = None
+    ) -> None:
+        """Make exactly the first ``entry_index`` entries visible (or every entry up to the one posting
+        ``ball_id``); play continues from there at the current speed unless paused."""
+        m = self._match(fixture_id)
+        if (entry_index is None) == (ball_id is None):
+            raise ReplayRequestError("seek: give exactly one of entry and ball_id")
+        if ball_id is not None:
+            index = m.tape.entry_index_of_ball(ball_id)
+            if index is None:
+                raise ReplayRequestError(
+                    f"ball_id: {ball_id} is not on the tape of fixture {m.tape.fixture_id}"
+                )
+            entry_index = index + 1
+        assert entry_index is not None
+        if not 0 <= entry_index <= len(m.tape):
+            raise ReplayRequestError(f"entry: must be within 0..{len(m.tape)}, got {entry_index}")
+        now = self.clock()
+        m.advance(now)
+        m.stall_until = 0.0  # an explicit seek ends a stall
+        m.clock.seek(entry_index, now)
+        if entry_index < m.cursor:
+            for i in range(entry_index, m.cursor):
+                m.visible_at[i] = None
+            m.cursor = entry_index
+            m.invalidate()
+        m.advance(now)
+
+    def stop(self) -> None:
+        """Shut the HTTP server down (``serve`` returns)."""
+        self._stop_requested = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per fixture: cursor, total, status, started_at, ms_per_ball, speed, paused, finished, ..."""
+        now = self.clock()
+        out: dict[str, dict[str, Any]] = {}
+        for fid, m in self._matches.items():
+            m.advance(now)
+            started = m.clock.started(now)
+            status = m.status(now)
+            out[fid] = {
+                "fixture_id": fid,
+                "cursor": m.cursor,
+                "total": len(m.tape),
+                "status": status,
+                "started": started,
+                "started_at": iso(datetime.fromtimestamp(m.clock.starts_at, UTC)),
+                "ms_per_ball": m.clock.ms_per_ball,
+                "speed": m.clock.speed,
+                "paused": m.clock.paused,
+                "finished": m.cursor >= len(m.tape),
+                "innings_break": m.clock.in_break(now),
+                "break_index": m.clock.break_index,
+                "in_livescores": started and status not in q.NOT_LIVE,
+            }
+        return out
+
+    def ball_served_at(self, fixture_id: str | int, entry_index: int) -> float | None:
+        """Wall time (server clock) entry ``entry_index`` first became visible; None if it has not yet."""
+        m = self._match(fixture_id)
+        m.advance(self.clock())
+        if not 0 <= entry_index < len(m.first_seen):
+            return None
+        return m.first_seen[entry_index]
+
+    def ball_id_served_at(self, fixture_id: str | int, ball_id: int) -> float | None:
+        """Wall time the delivery ``ball_id`` was first posted here."""
+        index = self._match(fixture_id).tape.entry_index_of_ball(ball_id)
+        return None if index is None else self.ball_served_at(fixture_id, index)
+
+    # ------------------------------------------------------------------------------------------ faults
+
+    def inject(
+        self,
+        mode: str,
+        *,
+        endpoint: str | None = None,
+        count: int | None = None,
+        duration_s: float | None = None,
+        **params: Any,
+    ) -> int:
+        """Add a fault (see the package docstring); returns its id. Feed changes apply at once."""
+        try:
+            spec = FaultSpec(mode=mode, endpoint=endpoint, count=count, duration_s=duration_s, **params)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ReplayRequestError(f"fault {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        return self._inject(spec)
+
+    def _inject(self, spec: FaultSpec) -> int:
+        self._fault_seq += 1
+        now = self.clock()
+        if spec.mode in fault_rules.FEED_CHANGES:
+            m = self._match(spec.fixture_id)
+            op, ball_id = fault_rules.change_feed(m, spec, now)
+            log.info("replay_feed_changed", fixture_id=m.tape.fixture_id, op=op, ball_id=ball_id)
+        elif spec.mode == "stall":
+            if spec.duration_s is None:
+                raise ReplayRequestError("fault duration_s: required for stall")
+            fault_rules.stall(self._selected(spec.fixture_id), spec.duration_s, now)
+            log.info("replay_feed_stalled", fixture_id=spec.fixture_id, duration_s=spec.duration_s)
+        else:
+            self._faults.add(self._fault_seq, spec, now)
+            log.info("replay_fault_injected", fault=spec.mode, endpoint=spec.endpoint, count=spec.count)
+        return self._fault_seq
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+
+    def faults(self) -> list[dict[str, Any]]:
+        return self._faults.describe(self.clock())
+
+    # ------------------------------------------------------------------------------------------ data
+
+    def fixture(self, fixture_id: str | int, include: Iterable[str] | None = None) -> dict[str, Any]:
+        """The fixture as ``/fixtures/{id}`` serves it now (in-process convenience)."""
+        m = self._match(fixture_id)
+        wanted = frozenset(FIXTURE_INCLUDES) if include is None else q.parse_include(",".join(include))
+        raw, _ = m.fixture_bytes(self.clock(), wanted)
+        data: dict[str, Any] = json.loads(raw)
+        return data
+
+    def _one_fixture(self, raw_id: str, include: frozenset[str], now: float) -> bytes:
+        m = self._matches.get(raw_id)
+        if m is None:
+            raise ReplayRequestError(f"No query results for model [Fixture] {raw_id}", status=404)
+        data, _ = m.fixture_bytes(now, include)
+        return b'{"data":' + data + b"}"
+
+    def _filtered(self, query: dict[str, str], now: float) -> list[tuple[ServedMatch, dict[str, Any]]]:
+        """(match, base fixture fields) for every fixture passing ``filter[...]``, sorted by ``sort``."""
+        filters = q.parse_filters(query)
+        rows = []
+        for m in self._matches.values():
+            base = json.loads(m.fixture_bytes(now, frozenset())[0])
+            if q.passes(base, filters):
+                rows.append((m, base))
+        q.sort_rows(rows, query)
+        return rows
+
+    def _livescores(self, query: dict[str, str], include: frozenset[str], now: float) -> bytes:
+        parts = []
+        for m, base in self._filtered(query, now):
+            if base["status"] in q.NOT_LIVE:  # not started yet, or finished: only /fixtures has it (spec §3)
+                continue
+            parts.append(m.fixture_bytes(now, include)[0])
+        return b'{"data":[' + b",".join(parts) + b"]}"
+
+    def _reference(
+        self, segments: list[str], query: dict[str, str], host: str, path: str, now: float
+    ) -> bytes:
+        """Teams, leagues, seasons and the score catalogue, as far as the served tapes know them."""
+        kind = segments[0]
+        include = q.reference_include(kind, query.get("include", ""))
+
+        def fixture_of(tape: Tape) -> dict[str, Any]:
+            served: dict[str, Any] = json.loads(self._matches[tape.fixture_id].fixture_bytes(now, frozenset())[0])
+            return served
+
+        tapes = [m.tape for m in self._matches.values()]
+        objects = q.reference_objects(tapes, kind, include, fixture_of)
+        if len(segments) == 2:
+            obj = objects.get(segments[1])
+            if obj is None:
+                raise ReplayRequestError(f"No query results for model [{kind[:-1].title()}] {segments[1]}", 404)
+            return b'{"data":' + encode_json(obj) + b"}"
+        return q.page([encode_json(o) for o in objects.values()], query, host, path, self.page_size)
+
+    # ------------------------------------------------------------------------------------------ routing
+
+    async def handle(self, method: str, target: str, body: bytes = b"", host: str = "localhost") -> Response:
+        """Answer one request (the HTTP layer calls this; tests may too)."""
+        try:
+            return self._route(method, target, body, host)
+        except ReplayRequestError as exc:
+            return error_response(str(exc), exc.status)
+        except Exception:
+            # a bug here must cost one request, never the server (and every test or demo riding on it)
+            log.exception("replay_request_failed", method=method, target=target.split("?", 1)[0])
+            return error_response("replay server error", 500)
+
+    def _route(self, method: str, target: str, body: bytes, host: str) -> Response:
+        parts = urlsplit(target)
+        path = parts.path.rstrip("/") or "/"
+        prefix = ""
+        if path == q.API_PREFIX or path.startswith(q.API_PREFIX + "/"):
+            prefix, path = q.API_PREFIX, path[len(q.API_PREFIX) :] or "/"
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        segments = [s for s in path.split("/") if s]
+        if segments[:1] == ["replay"]:
+            self.requests_served["control"] += 1
+            return self._control(method, segments[1:], query, body)
+        endpoint = q.endpoint_of(segments)
+        if endpoint is None:
+            raise ReplayRequestError(f"no route for {path}", status=404)
+        if method != "GET":
+            raise ReplayRequestError(f"{method} is not allowed on {path}", status=405)
+        if self.api_token is not None and query.get("api_token") != self.api_token:
+            raise ReplayRequestError("Unauthenticated.", status=401)
+        self.requests_served[endpoint] = self.requests_served.get(endpoint, 0) + 1
+        fault = self._faults.take(endpoint, self.clock())
+        if fault is not None and fault.mode in fault_rules.REPLACING:
+            return fault_rules.fault_response(fault)
+        now = self.clock()
+        if endpoint in ("fixture", "livescores", "fixtures"):
+            include = q.parse_include(query.get("include", ""))
+            if endpoint == "fixture":
+                body_out = self._one_fixture(segments[1], include, now)
+            elif endpoint == "livescores":
+                body_out = self._livescores(query, include, now)
+            else:
+                rows = self._filtered(query, now)
+                items = [m.fixture_bytes(now, include)[0] for m, _ in rows]
+                body_out = q.page(items, query, host, prefix + path, self.page_size)
+        else:
+            body_out = self._reference(segments, query, host, prefix + path, now)
+        response = Response(200, body_out, [("content-type", "application/json")])
+        if fault is not None:
+            response = fault_rules.apply_body_fault(fault, response)
+        return response
+
+    def _control(self, method: str, segments: list[str], query: dict[str, str], body: bytes) -> Response:
+        action = segments[0] if segments else ""
+        if action not in _CONTROLS or len(segments) > 1:
+            raise ReplayRequestError(
+                f"no replay control {'/'.join(segments)!r} (have: {', '.join(_CONTROLS)})", 404
+            )
+        if method not in _CONTROLS[action]:
+            raise ReplayRequestError(f"{method} is not allowed on /replay/{action}", status=405)
+        fixture_id = query.get("fixture_id") or None
+        stop_after = False
+        if action == "play":
+            self.play(fixture_id, speed=q.positive_number(query, "speed") if "speed" in query else None)
+        elif action == "pause":
+            self.pause(fixture_id)
+        elif action == "stop":
+            stop_after = True
+        elif action == "speed":
+            if "x" not in query:
+                raise ReplayRequestError("speed: the query parameter x is required")
+            self.set_speed(q.positive_number(query, "x"), fixture_id)
+        elif action == "seek":
+            entry = q.integer(query, "entry") if "entry" in query else None
+            ball_id = q.integer(query, "ball_id") if "ball_id" in query else None
+            self.seek(fixture_id, entry, ball_id=ball_id)
+        elif action == "faults":
+            if method == "DELETE":
+                self.clear_faults()
+            elif method == "POST":
+                try:
+                    spec = FaultSpec.model_validate_json(body or b"{}")
+                except ValidationError as exc:
+                    first = exc.errors()[0]
+                    where = ".".join(map(str, first["loc"])) or "body"
+                    raise ReplayRequestError(f"fault {where}: {first['msg']}") from exc
+                fault_id = self._inject(spec)
+                return json_response({"id": fault_id, "faults": self.faults()})
+            return json_response({"faults": self.faults()})
+        response = json_response({"fixtures": self.status(), "faults": self.faults(), "stopping": stop_after})
+        response.stop_after = stop_after
+        return response
+
+    # ------------------------------------------------------------------------------------------ listener
+
+    async def serve(
+        self, host: str = "127.0.0.1", port: int = 0, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen on (host, port) until ``stop()``; ``task_status.started(port)`` with the bound port."""
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.host, self.port = host, listeners[0].socket.getsockname()[1]
+        self._stop_event = trio.Event()
+        if self._stop_requested:
+            self._stop_event.set()
+        connection = partial(serve_connection, handle=self.handle, on_stop=self.stop)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, connection, listeners)
+            log.info("replay_serving", host=host, port=self.port, fixtures=self.fixture_ids)
+            task_status.started(self.port)
+            await self._stop_event.wait()
+            nursery.cancel_scope.cancel()
