@@ -144,6 +144,7 @@ class FeedLeadership:
         self.stepped_down = 0
         self.last_poll_wall: float | None = None
         self._kick = trio.Event()
+        self._last_attempt = -math.inf
 
     @property
     def leading(self) -> bool:
@@ -160,32 +161,48 @@ class FeedLeadership:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
             await self._attempt()  # a lone instance leads before the orchestrator's first cycle asks for livescores
+            if self.lease is not None:
+                await self._refresh_region_safely()
             task_status.started()
-            while True:
-                with trio.move_on_after(self.renew_every_s):
-                    await self._kick.wait()
-                self._kick = trio.Event()
-                await self._attempt()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._region_loop)
+                while True:
+                    # a renewal is due renew_every_s after the last one was sent, whatever it cost
+                    with trio.move_on_at(self._last_attempt + self.renew_every_s):
+                        await self._kick.wait()
+                    self._kick = trio.Event()
+                    await self._attempt()
         finally:
             was = self.lease
             self.step_down("stopping" if was is not None else None)
             if was is not None:
                 with trio.CancelScope(shield=True), trio.move_on_after(3):
                     try:
-                        await self._repos.locks.release(self.key, self.instance_id)
+                        await self._repos.locks.release_fenced(was)
                     except Exception as exc:  # noqa: BLE001 - it runs out on its own
                         log.warning("feed_lease_release_failed", error=repr(exc))
 
+    async def _region_loop(self) -> None:
+        """While leading, the region's active matches every renewal period (apart from the renewals, so a
+        slow Scan never delays one)."""
+        while True:
+            await trio.sleep(self.renew_every_s)
+            if self.lease is not None:
+                await self._refresh_region_safely()
+
+    async def _refresh_region_safely(self) -> None:
+        try:
+            await self._refresh_region()
+        except Exception as exc:  # noqa: BLE001 - the last known set stays; next period tries again
+            log.warning("feed_region_matches_unavailable", error=repr(exc))
+
     async def _attempt(self) -> None:
+        self._last_attempt = trio.current_time()
         try:
             if self.lease is None:
                 await self._acquire()
             else:
                 await self._renew()
-            if self.lease is not None:
-                await self._refresh_region()
-        except FenceLost:
-            pass
         except Exception as exc:  # DynamoDB unreachable: keep leading until the local lease runs out
             log.warning("feed_lease_attempt_failed", error=repr(exc), leading=self.lease is not None)
             if self.lease is not None and not self.leading:

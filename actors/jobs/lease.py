@@ -103,7 +103,7 @@ class LeasedJob:
             if was is not None:
                 with trio.CancelScope(shield=True), trio.move_on_after(3):
                     try:
-                        await self._locks.release(self.key, self.owner)
+                        await self._locks.release_fenced(was)
                     except Exception as exc:  # noqa: BLE001 - it runs out on its own
                         log.warning("job_lease_release_failed", job=self.name, error=repr(exc))
             log.info("job_lease_given_up", job=self.name)

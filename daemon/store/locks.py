@@ -205,6 +205,22 @@ class LockRepository(Repository):
         )
         return None if resp is None else Lease(lease.key, lease.owner, lease.epoch, t + lease_s)
 
+    async def release_fenced(self, lease: Lease) -> bool:
+        """Give the lease up at once (``expiresAt = 0``) but keep the item, so the next holder's epoch is
+        still higher. False when it was no longer ours."""
+        resp = await self._update(
+            self._key(lease.key),
+            {
+                "UpdateExpression": "SET #exp = :zero",
+                "ConditionExpression": "#owner = :owner AND #ep = :ep",
+                "ExpressionAttributeNames": {"#exp": "expiresAt", "#owner": "owner", "#ep": "epoch"},
+                "ExpressionAttributeValues": {
+                    ":zero": to_attr(0), ":owner": to_attr(lease.owner), ":ep": to_attr(lease.epoch),
+                },
+            },
+        )
+        return resp is not None
+
     async def read(self, lock_key: str) -> dict[str, Any] | None:
         """The lock item whether or not its lease has run out (strongly consistent): who led last."""
         return await self._get(lock_key, consistent=True, now=float("-inf"))
