@@ -570,7 +570,7 @@ class FeedActor:
 
     def _cache_summary(self, result: LiveScores, fetched_at: float) -> None:
         """The answer in short for the instances that do not lead (their orchestrator and reconciler)."""
-        if self._cache is None or not hasattr(self._cache, "put_livescores_summary"):
+        if self._cache is None or not hasattr(self._cache, "publish_livescores"):
             return
         keep = ("id", "status", "league_id", "starting_at", "localteam_id", "visitorteam_id")
         summary = [{k: f.get(k) for k in keep if k in f} for f in result.fixtures]
@@ -585,7 +585,7 @@ class FeedActor:
             if self._summary_pending is not None:
                 summary, self._summary_pending = self._summary_pending, None
                 try:
-                    await self._cache.put_livescores_summary(*summary)  # type: ignore[attr-defined]
+                    await self._cache.publish_livescores(*summary)  # type: ignore[attr-defined]
                 except Exception as exc:  # noqa: BLE001 - as for fixtures below
                     self.cache_errors += 1
                     log.warning("feed_cache_summary_failed", error=f"{type(exc).__name__}: {exc}")

@@ -312,7 +312,7 @@ class FencedFixtureCache:
         await self._fenced(lambda: self._repo.put_fixtures_fenced(
             [put], lambda: self._locks.lease_condition(lease), lease.epoch))
 
-    async def put_livescores_summary(self, summary: Sequence[Mapping[str, Any]], fetched_at: float) -> None:
+    async def publish_livescores(self, summary: Sequence[Mapping[str, Any]], fetched_at: float) -> None:
         lease = self._leadership.write_lease()
         await self._fenced(lambda: self._repo.put_livescores_summary(
             self._leadership.region, summary, fetched_at, lambda: self._locks.lease_condition(lease), lease.epoch,
