@@ -26,7 +26,11 @@ Schedule and cost (SportMonks allows ~2,000 calls per endpoint per hour, spec §
       (it finished, or is not live yet): fetched at once, with the marquee or non-marquee include set, and
       delivered with ``in_livescores=False`` (how match end is detected); then every
       ``off_livescores_cadence_s`` (30 s: 120 calls/h per such match) until unsubscribed or back in livescores.
-      Match actors unsubscribe shortly after the end, so this is a handful of calls per match.
+      Match actors unsubscribe shortly after the end, so this is a handful of calls per match. A fixture that
+      answers 404 (an id /livescores showed corrupted) is tried ``not_found_max_tries`` times in all, with a
+      doubling backoff from ``not_found_backoff_s``, then released: a last update with ``released`` set, no
+      more calls, and ``is_released`` true for ``not_found_release_s`` so the orchestrator does not take it
+      again meanwhile.
     * ``marquee_source = "fixture"`` is the DESIGN's literal alternative: ``/fixtures/{id}`` per marquee match
       every ``marquee_cadence_s`` (1,440 calls/h **per marquee match**: only one fits a 2,000/h budget), the
       5 s ``/livescores`` (without balls) still serving everyone else and telling who is live.
@@ -74,7 +78,7 @@ from daemon.sportmonks.client import (
     LiveScores,
     SportMonksClient,
 )
-from daemon.sportmonks.errors import BudgetExhausted, SportMonksError
+from daemon.sportmonks.errors import BudgetExhausted, SportMonksError, SportMonksHTTPError
 from daemon.sportmonks.settings import FeedSettings
 
 log = get_logger("actors.feed")
@@ -92,6 +96,7 @@ class FeedUpdate:
     source: str  # "livescores" | "fixture"
     in_livescores: bool  # False once the match left /livescores: the fixture then comes from /fixtures/{id}
     error: str | None = None  # a clear message when this tick's data was malformed or unavailable
+    released: bool = False  # the fixture answered 404 not_found_max_tries times: the match should let go
 
 
 class FixtureSource(Protocol):
@@ -167,6 +172,7 @@ class _Subscription:
     last_error: str | None = None
     last_update_at: float | None = None
     had_fixture: bool = False  # a good fixture was offered at least once
+    not_found: int = 0  # 404 answers to /fixtures/{id} in a row
     remote: bool = False  # owned by another instance: polled by this leader for the cache, no channel
 
     def offer(self, update: FeedUpdate) -> None:
@@ -222,6 +228,7 @@ class FeedActor:
         self._cache_written: dict[str, tuple[dict[str, Any], float]] = {}
         self.cache_writes = 0
         self.cache_errors = 0
+        self._released: dict[str, float] = {}  # match id -> trio time until which it is not taken again
 
     # ------------------------------------------------------------------------------------------ public API
 
@@ -324,6 +331,16 @@ class FeedActor:
         if self._latest is not None and trio.current_time() - self._latest_at <= max_age:
             return list(self._latest.fixtures)
         return list((await self._refresh_livescores()).fixtures)
+
+    def is_released(self, match_id: str) -> bool:
+        """Whether ``match_id`` was released after repeated 404s and must not be taken again yet."""
+        until = self._released.get(str(match_id))
+        if until is None:
+            return False
+        if trio.current_time() >= until:
+            del self._released[str(match_id)]
+            return False
+        return True
 
     @property
     def breaker_open(self) -> bool:
@@ -490,7 +507,8 @@ class FeedActor:
     async def _fetch_due_fixtures(self) -> None:
         now = trio.current_time()
         due = [sub for sub in self._subs.values()
-               if self._fixture_cadence(sub) is not None and sub.next_fixture_at <= now]
+               if self._fixture_cadence(sub) is not None and sub.next_fixture_at <= now
+               and not self.is_released(sub.match_id)]
         if not due:
             return
         limiter = trio.CapacityLimiter(self.settings.fixture_fetch_concurrency)
@@ -514,18 +532,48 @@ class FeedActor:
                 log.info("feed_fixture_skipped", match_id=sub.match_id, error=str(exc))
                 self._retry_first_fixture_soon(sub)
                 return  # no data this time, nothing wrong with the match: try at the next slot
+            except SportMonksHTTPError as exc:
+                if exc.status == 404:
+                    self._not_found(sub, exc)
+                    return
+                self._fixture_failed(sub, in_livescores, exc)
+                return
             except SportMonksError as exc:
-                log.warning("feed_fixture_failed", match_id=sub.match_id, error=str(exc))
-                if self._subs.get(sub.match_id) is sub:
-                    sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", in_livescores, error=str(exc)))
-                self._retry_first_fixture_soon(sub)
+                self._fixture_failed(sub, in_livescores, exc)
                 return
         if self._subs.get(sub.match_id) is not sub:
             return  # unsubscribed while the call was out
+        sub.not_found = 0
         sub.had_fixture = True
         update = FeedUpdate(sub.match_id, fixture, time.time(), "fixture", in_livescores)
         sub.offer(update)
         self._cache_put(update)
+
+    def _fixture_failed(self, sub: _Subscription, in_livescores: bool, exc: SportMonksError) -> None:
+        log.warning("feed_fixture_failed", match_id=sub.match_id, error=str(exc))
+        if self._subs.get(sub.match_id) is sub:
+            sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", in_livescores, error=str(exc)))
+        self._retry_first_fixture_soon(sub)
+
+    def _not_found(self, sub: _Subscription, exc: SportMonksHTTPError) -> None:
+        """A 404 for a subscribed fixture: try again after a doubling backoff, and after
+        ``not_found_max_tries`` in a row release it (an id /livescores showed that SportMonks does not know)."""
+        s = self.settings
+        sub.not_found += 1
+        if self._subs.get(sub.match_id) is not sub:
+            return
+        if sub.not_found < s.not_found_max_tries:
+            delay = s.not_found_backoff_s * 2 ** (sub.not_found - 1)
+            sub.next_fixture_at = trio.current_time() + delay
+            log.warning("feed_fixture_not_found", match_id=sub.match_id, tries=sub.not_found, retry_in_s=delay)
+            sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=str(exc)))
+            return
+        self._released[sub.match_id] = trio.current_time() + s.not_found_release_s
+        sub.next_fixture_at = math.inf  # no more calls for it, whatever the subscriber does next
+        log.warning("feed_fixture_released", match_id=sub.match_id, tries=sub.not_found,
+                    not_taken_again_for_s=s.not_found_release_s)
+        message = f"fixture {sub.match_id} answered 404 {sub.not_found} times in a row: released"
+        sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=message, released=True))
 
     def _retry_first_fixture_soon(self, sub: _Subscription) -> None:
         """A subscriber that never had a good fixture retries at the livescores cadence, not every 30 s: its

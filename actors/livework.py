@@ -5,12 +5,11 @@ wrap each round of pushes to their sessions in ``fanout()``; a background job ca
 before each unit of its own work and, while a fan-out is in progress, waits for it to end - at most
 ``max_wait_s``, so that a job still moves under continuous live load.
 
-Why: a wicket's 10,000 Live Activity updates are the product; a prematch follower is three DynamoDB calls
+Why: a wicket's 10,000 Live Activity updates are the product; a prematch follower is up to three DynamoDB calls
 of 1.1-1.2 ms of CPU each in botocore's worker threads (``bench/dynamodb_call_cost.py``), which hold the GIL
-the sender's event loop needs. In the target soak (20 live matches, 200,000 tokens, their followers' prematch
-catch-up running at the same time) the catch-up was ~70% of the daemons' CPU, and the p99 lag from ball to
-push was 4.3-5.2 s with it against 3.1 s without it; giving way brought it to 3.9 s. A fan-out lasts about a
-second; the job loses that second, the wicket does not wait behind the job.
+the sender's event loop needs, so a job working through thousands of followers beside live matches
+lengthens every wicket's fan-out (docs/performance.md: the target soak with and without the prematch job).
+A fan-out lasts about a second; the job loses that second, the wicket does not wait behind the job.
 
 No I/O, no clock of its own: trio's. Shared by the actors of one process only (no state crosses instances).
 """

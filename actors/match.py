@@ -26,7 +26,11 @@ baseline is persisted *before* the first display goes out. An owner that dies wh
 going out (10,000 sessions, APNs slow) then leaves its successor a baseline to diff against; before, the
 successor took whatever the feed showed by then as its baseline, and a wicket in between reached nobody.
 
-At match end: ``end`` (with a dismissal date) to every session, sessions marked ended, follows removed, the
+A tick the engine doubts goes out as the match was before it: a final status not yet confirmed (the engine
+processes the tick with the previous status), a score gone back further than a correction can (skipped);
+implausible numbers are refused at the snapshot and skipped like a malformed tick. Each is logged.
+
+At match end (confirmed by the engine): ``end`` (with a dismissal date) to every session, sessions marked ended, follows removed, the
 match deactivated in ``active-matches`` and the lock released. A restarted or new owner that finds the
 persisted phase already terminal runs the same end sequence again (each step is idempotent).
 """
@@ -51,10 +55,11 @@ from daemon.apns.types import Fence, Push
 from daemon.cricket import payloads
 from daemon.cricket.engine import TickResult, process_tick
 from daemon.cricket.settings import EngineSettings
-from daemon.cricket.snapshot import MatchSnapshot, snapshot_from_fixture
+from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, snapshot_from_fixture
 from daemon.cricket.state import MatchState
 from daemon.logs import get_logger
 from daemon.metrics import (
+    BALL_TO_PUSH,
     DYNAMODB_CALLS_PER_TICK,
     KEY_EVENTS,
     LOCK_LOSSES,
@@ -62,6 +67,7 @@ from daemon.metrics import (
     TICK_DURATION,
     TICKS,
 )
+from daemon.store.codec import iso
 from daemon.store.dynamo import StoreError, count_calls
 from daemon.store.locks import match_lock_key
 
@@ -311,11 +317,17 @@ class MatchActor:
     # ------------------------------------------------------------------ ticks
     async def _on_update(self, update: Any) -> bool:
         """Handle one feed update; True once the match has ended and been wound up."""
+        if getattr(update, "released", False):
+            await self._let_go(str(update.error))
+            return True
         if update.error or update.fixture is None:
             self.log.warning("feed_update_unusable", error=update.error)
             return False
         try:
             snapshot = snapshot_from_fixture(update.fixture)
+        except ImplausibleSnapshot as exc:  # numbers cricket cannot produce: skipped like a malformed tick
+            self.log.warning("fixture_implausible", error=str(exc))
+            return False
         except Exception as exc:  # malformed tick: keep the last good state, skip this one
             self.log.warning("fixture_rejected", error=str(exc))
             return False
@@ -324,6 +336,8 @@ class MatchActor:
             result = process_tick(
                 self.state, snapshot, now=self._now(), marquee=self.marquee, settings=self._engine_settings
             )
+            if self._doubtful(result, snapshot):
+                return False
             self._last_snapshot = snapshot
             if result.display:
                 self._last_display = dict(result.display)
@@ -346,10 +360,25 @@ class MatchActor:
         self.ticks += 1
         self.last_tick_at = self._now()
         self.last_tick_lag_s = max(0.0, self.last_tick_at - update.fetched_at)
+        if result.display_changed or result.events:
+            BALL_TO_PUSH.observe(self.last_tick_lag_s)
         TICKS.labels(self.match_id).inc()
         TICK_DURATION.labels(self.match_id).observe(elapsed)
         DYNAMODB_CALLS_PER_TICK.observe(calls.n)
         return False
+
+    def _doubtful(self, result: TickResult, snapshot: MatchSnapshot) -> bool:
+        """Log the engine's doubts; True when the tick is skipped (nothing pushed, nothing written)."""
+        if result.end_withdrawn:
+            self.log.warning("match_end_withdrawn", status=snapshot.status)
+        if result.end_pending and (self.state is None or self.state.end_doubt is None):
+            self.log.warning("match_end_unconfirmed", status=snapshot.status, note=snapshot.note,
+                             winner=snapshot.winner_team_id)
+        if result.skipped is None:
+            return False
+        self.log.warning("fixture_doubtful", reason=result.skipped, polls=getattr(result.state.score_doubt, "polls", 0))
+        self.state = result.state  # the previous state, with the doubt counted (in memory only)
+        return True
 
     def _content_for(self, display: Any, user_id: str) -> dict[str, Any]:
         return dict(display[self._perspective(user_id, display)])
@@ -518,7 +547,7 @@ class MatchActor:
                 {
                     "live": result.phase not in TERMINAL_PHASES and result.phase != "pre",
                     "status": snapshot.status,
-                    "liveUpdatedAt": _iso(self._now()),
+                    "liveUpdatedAt": iso(self._now(), timespec="seconds"),
                     "displayState": neutral,
                 },
             )
@@ -550,6 +579,16 @@ class MatchActor:
         )
         await self._release_lock()
         self.log.info("match_ended", phase=result.phase)
+
+    async def _let_go(self, reason: str) -> None:
+        """The feed released the fixture (SportMonks does not know its id): stop without ending anything,
+        the record idled (fenced) so that a real match under that id can be registered again later."""
+        self.log.warning("match_released_by_feed", reason=reason)
+        if not await self._repos.active_matches.release_match(
+            self.match_id, self.instance_id, self.epoch, ttl_s=int(self._lease.ended_ttl_s)
+        ):
+            raise LeaseLost("fenced: active-matches is owned by another instance now")
+        await self._release_lock()
 
     # ------------------------------------------------------------------ self-healing push-to-start
     async def _heal_loop(self) -> None:
@@ -647,8 +686,3 @@ class MatchActor:
             "cooldowns": dict(getattr(self.state, "cooldowns", {}) or {}),
             "last_events": self.last_events,
         }
-
-
-
-def _iso(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

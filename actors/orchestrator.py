@@ -15,6 +15,10 @@ and bumps ``ownerEpoch``, the fencing token every later state write is condition
 started under the supervisor (one_for_one, bounded restarts). A match whose actor keeps crashing is released
 and quarantined here for ``quarantine_s`` so another instance may try it.
 
+``ended`` is not final while SportMonks says otherwise: an ended record whose match the latest ``/livescores``
+shows in play (a live status) is reopened (``reopen_ended_match``: a new epoch, the engine's state kept) and
+taken like any other. An id the feed released after repeated 404s (``feed.is_released``) is not taken.
+
 The lock arbitrates; the fence protects: a paused owner that wakes after losing its lease finds its lease
 expired by its own monotonic clock (minus the skew bound) and stops, and any write it still attempts fails the
 ``instanceId``/``ownerEpoch`` condition.
@@ -24,15 +28,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from datetime import UTC, datetime
 from typing import Any
 
 import trio
 
+from actors.jobs.convert import iso_utc
 from actors.match import LeaseLost, MatchActor
 from actors.settings import OrchestratorSettings
 from daemon.logs import get_logger
-from daemon.metrics import OWNED_MATCHES
+from daemon.metrics import MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS
 from daemon.store.locks import match_lock_key
 from daemon.supervisor import Supervisor
 
@@ -74,6 +78,7 @@ class Orchestrator:
         self.last_cycle_at: float | None = None
         self.last_cycle_error: str | None = None
         self._wake = trio.Event()
+        self._live_now: set[str] = set()  # ids the latest /livescores answer shows in play
 
     # ------------------------------------------------------------------ loops
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -112,6 +117,7 @@ class Orchestrator:
         if full:
             await self._from_livescores(candidates)
             await self._from_fixtures(candidates)
+            _export_wanted(candidates)
         for match_id, league_id in candidates.items():
             if self.draining or len(self.owned) >= self.settings.max_matches:
                 break
@@ -130,10 +136,17 @@ class Orchestrator:
         except Exception as exc:
             log.warning("livescores_unavailable", error=repr(exc))
             return
+        released = getattr(self._feed, "is_released", None)
+        live_now: set[str] = set()
         for fixture in live:
             if fixture.get("status") in NOT_LIVE_STATUSES:
                 continue
-            candidates.setdefault(str(fixture["id"]), _str_or_none(fixture.get("league_id")))
+            match_id = str(fixture["id"])
+            if released is not None and released(match_id):
+                continue  # answered 404 on every try: an id SportMonks does not know
+            live_now.add(match_id)
+            candidates.setdefault(match_id, _str_or_none(fixture.get("league_id")))
+        self._live_now = live_now
 
     async def _from_fixtures(self, candidates: dict[str, str | None]) -> None:
         try:
@@ -142,9 +155,9 @@ class Orchestrator:
             log.warning("active_leagues_unavailable", error=repr(exc))
             return
         now = self._now()
-        start = _iso(now - self.settings.fixture_lookback_s)
-        end = _iso(now + self.settings.prestart_s)
-        soon = _iso(now + self.settings.prestart_s)
+        start = iso_utc(now - self.settings.fixture_lookback_s)
+        end = iso_utc(now + self.settings.prestart_s)
+        soon = iso_utc(now + self.settings.prestart_s)
         live = set(self.settings.live_statuses)
         for league in leagues:
             code = league.get("code")
@@ -185,6 +198,7 @@ class Orchestrator:
             started = True
             self.owned.add(match_id)
             OWNED_MATCHES.set(len(self.owned))
+            MATCH_OWNER_EPOCH.labels(match_id).set(epoch)
             log.info("match_taken", match_id=match_id, epoch=epoch, marquee=marquee)
             return True
         finally:
@@ -195,14 +209,23 @@ class Orchestrator:
         repo = self._repos.active_matches
         item = await repo.get_active_match_state(match_id)
         if item is not None and item.get("status") == "ended":
-            return None
+            if match_id not in self._live_now:
+                return None
+            # Ended, yet SportMonks shows it in play: ended on a glitch. Take it again, state and all.
+            epoch = await repo.reopen_ended_match(match_id, self.instance_id)
+            if epoch is not None:
+                log.warning("match_reopened", match_id=match_id, epoch=epoch)
+            return epoch
         if item is None or item.get("status") == "idle":
             fields = {"leagueId": league_id} if league_id else None
             if await repo.register_active_match(match_id, self.instance_id, fields=fields):
                 return 1
         # An active record: its owner died, was paused past its lease, or released it at shutdown.
         epoch = await repo.claim_active_match(match_id, self.instance_id)
-        return int(epoch) if epoch is not None else None
+        if epoch is None:
+            return None
+        TAKEOVERS.inc()
+        return int(epoch)
 
     async def _release(self, match_id: str) -> None:
         try:
@@ -215,6 +238,7 @@ class Orchestrator:
         match_id = name.split(":", 1)[1]
         self.owned.discard(match_id)
         OWNED_MATCHES.set(len(self.owned))
+        _forget_owned(match_id)
         # Whatever ended the actor (match end, lost lease, give-up, shutdown), a lock still ours is released so
         # another instance can take over at once; the release is conditional on ownership, so it is harmless.
         await self._release(match_id)
@@ -250,8 +274,20 @@ class Orchestrator:
         return out
 
 
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _export_wanted(candidates: Collection[str]) -> None:
+    """``sightscreen_match_wanted``: exactly the matches this full cycle found should be processed now.
+
+    Cleared and refilled with no await in between, so a scrape never sees half a set."""
+    MATCH_WANTED.clear()
+    for match_id in candidates:
+        MATCH_WANTED.labels(match_id).set(1)
+
+
+def _forget_owned(match_id: str) -> None:
+    try:
+        MATCH_OWNER_EPOCH.remove(match_id)
+    except KeyError:  # never exported (the actor failed to start) or already removed
+        pass
 
 
 def _str_or_none(value: Any) -> str | None:

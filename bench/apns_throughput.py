@@ -15,18 +15,10 @@ Provider tokens: by default a fresh signing key is made (a server that answers 2
 against a validating server pass --key-file/--key-id/--team-id (``--spawn-server`` does it for you).
 ``--profile FILE`` runs the sightscreen client under cProfile and prints the top functions to stderr.
 
-Measured (2-core VM shared with other work, so wall times vary by ~2x; client CPU is the steadier figure):
-- ``--spawn-server apns -n 20000 --compare`` (one connection, the project's Python server): sightscreen
-  5,894 pushes/s vs aioapns 857/s (6.9x); client CPU 83 vs 920 µs per push. The server is the limit here.
-- ``--spawn-server nginx -n 100000`` (one connection, C server): 100,000 in 6.9 s (14.5k/s), client CPU
-  63 µs per push; 8-12 s when the machine was busy. ``--connections 2``: 9.4 s.
-Profile (cProfile, nginx, by module): our connection code 27% (frame split, HPACK, request frames), trio
-30% (scheduler, channels, TLS wrapper), h2 14% (its stream state machines and H2Stream objects), sender
-9%, socket send 4%, prometheus 3%. Stock h2 cost ~100 µs per request before the changes described in
-``daemon/apns/connection.py`` (O(1) stream counting, cached HPACK blocks, direct request frames, direct
-response HEADERS/DATA path, zero-size response HPACK table); ``actors/sender.py`` adds batching (10 ms
-intake window under load, write coalescing when the stream pipeline is full, all buffered TLS records
-decrypted per read), which took the full-stack cost from ~280 to ~65 µs per push.
+The current figures, with the commands that reproduce them, are in docs/performance.md. ``--profile``
+shows where the client's time goes: the connection code (``daemon/apns/connection.py``: frame split, HPACK,
+request frames), trio (scheduler, channels, TLS wrapper), h2's stream state machines, and the sender
+(``actors/sender.py``: intake batching, write coalescing, buffered TLS records decrypted per read).
 """
 
 from __future__ import annotations
@@ -55,7 +47,7 @@ from daemon.apns.settings import ApnsSettings  # noqa: E402
 from daemon.apns.token import generate_signing_key  # noqa: E402
 from daemon.apns.types import Push, PushResult  # noqa: E402
 from daemon.logs import configure  # noqa: E402
-from daemon.testing.nginx_apns import NginxApns  # noqa: E402
+from tests.harness.nginx_apns import NginxApns  # noqa: E402
 
 
 def live_activity_update(i: int) -> bytes:

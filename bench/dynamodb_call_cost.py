@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--dynamodb", default="dynalite", choices=["dynalite", "moto"])
     args = parser.parse_args()
     if args.dynamodb == "dynalite":
-        from daemon.testing.dynalite import DynaliteServer
+        from tests.harness.dynalite import DynaliteServer
 
         server: Any = DynaliteServer()
     else:

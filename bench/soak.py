@@ -16,7 +16,7 @@ project's validating Python APNs server. At the target scale (20 matches, 200,00
 those peers, not the daemons, are the bottleneck (moto answers a Query of 10,000 sessions in ~5 s; the Python
 APNs server costs 100-200 µs per push), so ``--dynamodb dynalite`` (npm, installed on first use) and
 ``--apns nginx`` (a C HTTP/2 server that records what it was sent) take their place. See
-``daemon/testing/dynalite.py`` and ``daemon/testing/nginx_apns.py`` for what each does not check.
+``tests/harness/dynalite.py`` and ``tests/harness/nginx_apns.py`` for what each does not check.
 
 Definitions (what the figures mean):
 - key events in the tapes: the events that must reach every token whatever the cadence — every wicket that
@@ -65,9 +65,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.replay.synth import synthesise  # noqa: E402
 from daemon.store.local import MotoServer  # noqa: E402
-from daemon.testing.cluster import Cluster, admin_request  # noqa: E402
-from daemon.testing.dynalite import DynaliteServer  # noqa: E402
-from daemon.testing.nginx_apns import NginxApns  # noqa: E402
+from tests.harness.cluster import Cluster, admin_request  # noqa: E402
+from tests.harness.dynalite import DynaliteServer  # noqa: E402
+from tests.harness.nginx_apns import NginxApns  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

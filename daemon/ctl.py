@@ -3,6 +3,9 @@
 It owns nothing but the client side of the protocol in ``daemon.admin``: send one JSON request line, read
 one answer line, print it. Plain blocking sockets: a one-shot client needs no event loop.
 
+``watch`` is the one command answered here rather than by the daemon: a live view refreshed every second,
+built from ``status``, ``matches``, ``apns`` and ``feed`` (``daemon.watch``).
+
 Output: the result as indented JSON, or verbatim when it is text (``metrics`` is Prometheus text). Exit
 status: 0 for an ok answer, 1 for an error answer (the error on stderr), 2 when the daemon cannot be
 reached or answers something that is not the protocol (with what to check).
@@ -87,9 +90,17 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
     parser.add_argument("--raw", action="store_true", help="print the answer line as received (JSON)")
-    parser.add_argument("command", help="health, ready, status, matches, match ID, apns, metrics, drain, help...")
+    parser.add_argument(
+        "command",
+        help="health, ready, status, matches, match ID, apns, metrics, drain, help...; "
+        "watch [--interval S] [--count N] for a live view",
+    )
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the command's arguments")
     opts = parser.parse_args(argv)
+    if opts.command == "watch":  # a client-side view built from several commands, not a daemon command
+        from daemon.watch import main as watch_main
+
+        return watch_main(list(opts.args), socket_path=opts.socket, timeout_s=opts.timeout)
     try:
         answer = request(opts.socket, opts.command, list(opts.args), timeout_s=opts.timeout)
     except Unreachable as exc:

@@ -34,6 +34,8 @@ from typing import Any
 
 import trio
 
+from daemon import extras
+
 DEMO_TEAM_ID = "DEMO7TEAM1"
 DEMO_KEY_ID = "DEMOKEY001"
 DEMO_TOPIC = "app.sightscreen.demo"
@@ -50,6 +52,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tape", type=Path, default=None, help="tape file (default: the shipped T20 tape)")
     parser.add_argument("--exit-at-end", action="store_true", help="exit once the match's end push is delivered")
     parser.add_argument("--admin-socket", default=None, help="admin socket path (default: in a temp dir)")
+    parser.add_argument(
+        "--metrics-listen", default="", metavar="HOST:PORT",
+        help="serve Prometheus metrics over HTTP there, as [metrics].listen does (default: admin socket only)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
     parser.add_argument("--json-lines", action="store_true", help="print deliveries as JSON lines")
     args = parser.parse_args(argv)
@@ -57,6 +63,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--followers must be >= 0")
     if args.speed <= 0:
         parser.error("--speed must be > 0")
+    if args.metrics_listen:
+        from daemon.admin import parse_listen
+
+        try:
+            parse_listen(args.metrics_listen)
+        except ValueError as exc:
+            parser.error(f"--metrics-listen: {exc}")
     return args
 
 
@@ -156,6 +169,7 @@ class DemoRun:
             await self._seed(repos, tape)
 
             cadence = min(2.5, max(0.05, 75.0 / speed))
+            metrics_listen = getattr(self.args, "metrics_listen", "")
             config = demo_config(
                 dynamo_url=moto.url,
                 replay_url=f"http://127.0.0.1:{replay_port}",
@@ -165,6 +179,7 @@ class DemoRun:
                 league_id=str(tape.league_id),
                 cadence_s=cadence,
                 admin_socket=self.args.admin_socket or str(workdir / "admin.sock"),
+                extra={"metrics": {"listen": metrics_listen}} if metrics_listen else None,
             )
             self.daemon = daemon = Daemon(config, on_delivery=self.on_delivery, with_jobs=False)
             if not self.args.quiet:
@@ -351,6 +366,7 @@ def main(argv: list[str]) -> int:
     from daemon.logs import configure
 
     args = _parse(argv)
+    extras.check_installed(extras.DEMO_MODULES, purpose="the demo")
     configure(os.environ.get("SIGHTSCREEN_LOG_LEVEL", "warning"), json=False)
     try:
         return trio.run(_main_async, args)

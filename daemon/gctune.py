@@ -5,8 +5,8 @@ allocates tens of thousands of them at once (the pushes, their HTTP/2 streams, t
 live until the fan-out is answered, a second or two: so every one of those collections finds them alive,
 promotes them, and after a few fan-outs the promoted objects trigger a full collection that walks the
 whole heap (every session of every owned match, every loaded module). On a model of an instance owning 7
-matches of 10,000 sessions (``python bench/gc_fanout.py``) the collector took 63% of the time (2.0 s of
-3.1 s); with a young-generation threshold of 100,000 and the start-up heap frozen, 1.5% (2.3x faster).
+matches of 10,000 sessions (``python bench/gc_fanout.py``) that is most of the process's time; with a
+young-generation threshold of 100,000 and the start-up heap frozen, the collector's share is negligible.
 
 So the daemon raises that threshold (``instance.gc_young_threshold``: most of a fan-out's objects are
 freed by reference counting before a collection ever sees them; cycles still get collected, a little
@@ -16,12 +16,12 @@ measured (``sightscreen_gc_pause_seconds`` by generation) and reported by ``stat
 
 The price of a high threshold: the collector seldom runs on its own, and garbage that only it can free
 waits. Some of it is heavy: an httpx response is a reference cycle that holds its body (a SportMonks
-``/livescores`` with every ball of every live match), and in a target soak the daemons' peak RSS rose by
-50-90 MB. So ``sweep`` collects the young generations every ``instance.gc_sweep_s`` (10 s): a walk of the
+``/livescores`` with every ball of every live match), so the peak RSS grows by tens of megabytes. So
+``sweep`` collects the young generations every ``instance.gc_sweep_s`` (10 s): a walk of the
 objects allocated since, a few milliseconds, that frees what cycles there are while they are young. That
 is not enough: garbage that was still alive at a young collection (a response in flight) has been moved to
 the oldest generation, which CPython collects only once it has grown by a quarter, and with few young
-collections that is seldom: RSS kept growing (200 to 300 MB in five minutes of the soak). So every
+collections that is seldom, and RSS keeps growing. So every
 ``instance.gc_full_every_s`` (60 s) the sweep is a full collection: a walk of the heap start-up did not
 leave frozen (the sessions and followers of the owned matches), tens of milliseconds a minute.
 """

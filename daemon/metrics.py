@@ -7,9 +7,26 @@ Label values are bounded: match ids (5-20 live at once), table and operation nam
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds, process_start_time_seconds:
+# memory growth, CPU saturation and restart loops are read from these (Linux /proc; absent elsewhere).
+ProcessCollector(registry=REGISTRY)
+
+# --- Readiness ------------------------------------------------------------------------------------------
+READY = Gauge(
+    "sightscreen_ready",
+    "1 while the instance is ready (DynamoDB answers, an APNs connection is open, the SportMonks breaker is "
+    "not open, not stopping), else 0; refreshed every few seconds and on each admin 'ready'",
+    registry=REGISTRY,
+)
+READY_CHECK = Gauge(
+    "sightscreen_ready_check",
+    "Each readiness check: 1 passing, 0 failing (dynamodb, apns, feed)",
+    ["check"],
+    registry=REGISTRY,
+)
 
 # --- APNs -----------------------------------------------------------------------------------------------
 PUSHES = Counter(
@@ -26,6 +43,13 @@ PUSH_LATENCY = Histogram(
 )
 APNS_CONNECTIONS = Gauge(
     "sightscreen_apns_connections", "Open HTTP/2 connections to APNs", registry=REGISTRY
+)
+APNS_ERRORS = Counter(
+    "sightscreen_apns_errors",
+    "APNs error answers by what they mean (dead_token, retry, retry_new_connection, refresh_provider_token, "
+    "configuration: provider key, team or topic refused, payload_bug, bug)",
+    ["action"],
+    registry=REGISTRY,
 )
 APNS_STREAMS = Gauge("sightscreen_apns_streams_in_flight", "HTTP/2 streams open to APNs", registry=REGISTRY)
 DEAD_TOKENS = Counter(
@@ -62,6 +86,32 @@ GC_PAUSE = Histogram(
     registry=REGISTRY,
 )
 OWNED_MATCHES = Gauge("sightscreen_owned_matches", "Matches this instance owns", registry=REGISTRY)
+BALL_TO_PUSH = Histogram(
+    "sightscreen_ball_to_push_seconds",
+    "For a tick that pushed: from the feed receiving the fixture to the tick done (APNs answered every push, "
+    "state persisted); the poll interval before the fetch is not included",
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.5, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0),
+    registry=REGISTRY,
+)
+MATCH_OWNER_EPOCH = Gauge(
+    "sightscreen_match_owner_epoch",
+    "One series per match this instance owns, valued at its ownership epoch (the fencing token). Summed over "
+    "instances: a match with two series is owned twice; the epoch rising counts ownership changes",
+    ["match_id"],
+    registry=REGISTRY,
+)
+MATCH_WANTED = Gauge(
+    "sightscreen_match_wanted",
+    "One series per match the orchestrator's last full cycle found should be processed now (active, live in "
+    "/livescores or cricket-fixtures, or starting within the pre-start window), whoever owns it",
+    ["match_id"],
+    registry=REGISTRY,
+)
+TAKEOVERS = Counter(
+    "sightscreen_takeovers",
+    "Matches this instance claimed from another owner (dead, drained or paused past its lease)",
+    registry=REGISTRY,
+)
 
 # --- SportMonks ----------------------------------------------------------------------------------------
 SPORTMONKS_CALLS = Counter(
@@ -73,6 +123,12 @@ SPORTMONKS_CALLS = Counter(
 SPORTMONKS_BUDGET_REMAINING = Gauge(
     "sightscreen_sportmonks_budget_remaining",
     "Calls left in the current hourly window, per endpoint",
+    ["endpoint"],
+    registry=REGISTRY,
+)
+SPORTMONKS_BUDGET_LIMIT = Gauge(
+    "sightscreen_sportmonks_budget_limit",
+    "Calls allowed per sliding hour, per endpoint (the configured budget; remaining / limit is the share left)",
     ["endpoint"],
     registry=REGISTRY,
 )

@@ -40,7 +40,7 @@ from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
 from daemon import __version__, gctune
 from daemon.logs import get_logger
-from daemon.metrics import EVENT_LOOP_LAG, render
+from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, render
 from daemon.sportmonks.client import SportMonksClient
 from daemon.store import Repositories
 from daemon.store.dynamo import Dynamo
@@ -211,6 +211,7 @@ class Daemon:
                 await supervisor.start("reconciler", lambda: reconciler, kind="job")
                 nursery.start_soon(self._watchdog)
                 nursery.start_soon(self._loop_monitor)
+                nursery.start_soon(self._readiness_monitor)
                 instance = self.config.instance
                 if instance.gc_sweep_s:
                     nursery.start_soon(gctune.sweep, instance.gc_sweep_s, instance.gc_full_every_s)
@@ -228,6 +229,7 @@ class Daemon:
 
     async def _graceful_stop(self) -> None:
         self.stopping = True
+        READY.set(0)
         if self._notifier is not None:
             self._notifier.stopping()
         grace = self.config.instance.shutdown_grace_s
@@ -295,8 +297,9 @@ class Daemon:
         """Liveness: the process answers."""
         return {"alive": True, "instance_id": self.instance_id, "stopping": self.stopping}
 
-    async def _h_ready(self, args: list[str]) -> Any:
-        """Readiness: DynamoDB reachable, APNs connected, SportMonks breaker not open."""
+    async def readiness(self) -> dict[str, Any]:
+        """DynamoDB reachable, APNs connected, SportMonks breaker not open, not stopping; exported as the
+        ``sightscreen_ready`` and ``sightscreen_ready_check`` gauges as well as returned."""
         checks: dict[str, Any] = {}
         try:
             with trio.fail_after(3):
@@ -306,7 +309,21 @@ class Daemon:
             checks["dynamodb"] = f"unreachable: {exc!r}"
         checks["apns"] = bool(self.sender.connected) or "no connection to APNs"
         checks["feed"] = (not self.feed.breaker_open) or "SportMonks circuit breaker is open"
-        return {"ready": all(v is True for v in checks.values()), "checks": checks}
+        ready = all(v is True for v in checks.values()) and not self.stopping
+        for name, value in checks.items():
+            READY_CHECK.labels(name).set(1 if value is True else 0)
+        READY.set(1 if ready else 0)
+        return {"ready": ready, "checks": checks}
+
+    async def _readiness_monitor(self, interval_s: float = 5.0) -> None:
+        """Keep the readiness gauges current for scrapers, which cannot ask the admin socket."""
+        while True:
+            await self.readiness()
+            await trio.sleep(interval_s)
+
+    async def _h_ready(self, args: list[str]) -> Any:
+        """Readiness: DynamoDB reachable, APNs connected, SportMonks breaker not open."""
+        return await self.readiness()
 
     async def _h_status(self, args: list[str]) -> Any:
         """Instance id, version, uptime and the matches this instance owns."""

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from daemon.store.codec import iso
+
 # The fields of a fixture item that come from SportMonks; ``syncHash`` covers exactly these (and ``ttl``,
 # which derives from startTime), so bookkeeping attributes (updatedAt) never make a fixture look changed.
 FIXTURE_SYNCED_FIELDS: tuple[str, ...] = (
@@ -78,9 +80,7 @@ def parse_time(value: Any, path: str) -> datetime:
 
 def iso_utc(moment: datetime | float) -> str:
     """The sortable form stored in ``startTime``: second precision, UTC, ``Z``."""
-    if not isinstance(moment, datetime):
-        moment = datetime.fromtimestamp(moment, UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso(moment, timespec="seconds")
 
 
 def epoch_of(iso: str) -> float:

@@ -41,9 +41,10 @@ from typing import Any, Protocol
 import trio
 
 from actors.jobs.convert import ConversionError, fixture_item, fixture_update, iso_utc, sportmonks_datetime
-from actors.jobs.reference_sync import LeagueDirectory, SyncReport, backoff_delay
+from actors.jobs.reference_sync import LeagueDirectory, SyncReport
 from actors.jobs.settings import FixtureSyncSettings
 from daemon import metrics
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 
 log = get_logger("jobs.fixture_sync")
@@ -171,7 +172,7 @@ class FixtureSyncJob:
                 delay = (
                     s.near_interval_s
                     if ok
-                    else backoff_delay(self.near_failures, s.backoff_base_s, s.backoff_max_s)
+                    else backoff_delay(self.near_failures, base_s=s.backoff_base_s, cap_s=s.backoff_max_s)
                 )
                 next_near = trio.current_time() + min(delay, s.near_interval_s)
             elif self.plan is None and now >= next_full:
@@ -182,7 +183,7 @@ class FixtureSyncJob:
             elif self.plan is not None and now >= chunk_retry_at:
                 ok = await self.full_sync_step()
                 failures = 0 if ok or self.plan is None else self.plan.failures
-                chunk_retry_at = now + backoff_delay(failures, s.backoff_base_s, s.backoff_max_s)
+                chunk_retry_at = now + backoff_delay(failures, base_s=s.backoff_base_s, cap_s=s.backoff_max_s)
             else:
                 wake = min(next_near, next_full if self.plan is None else chunk_retry_at)
                 await trio.sleep_until(wake)
@@ -275,7 +276,7 @@ class FixtureSyncJob:
             return False
         self.plan = self.plan.advanced()
         total = self._full_report or SyncReport("cricket-fixtures")
-        _merge(total, report)
+        total.add(report)
         self._full_report = total
         self._finish_if_done()
         return True
@@ -291,7 +292,7 @@ class FixtureSyncJob:
         metrics.JOB_CYCLES.labels(JOB_FULL, "ok" if not skipped else "error").inc()
         if not skipped:
             metrics.JOB_LAST_SUCCESS.labels(JOB_FULL).set(self._clock())
-        log.info("full_sync_done", skipped_chunks=skipped, **_summary(total))
+        log.info("full_sync_done", skipped_chunks=skipped, **total.summary())
 
     async def full_sync(self, *, max_failures: int = 0) -> SyncReport:
         """Run a whole full sync now (tests, one-shot use): retries a failing chunk up to ``max_failures``."""
@@ -369,7 +370,7 @@ class FixtureSyncJob:
                 report.written.append(item["matchId"])
                 self._remember(item["matchId"], item["syncHash"])
         report.count()
-        log.info("fixtures_synced", what=what, **_summary(report))
+        log.info("fixtures_synced", what=what, **report.summary())
         return report
 
     def _remember(self, match_id: str, digest: str) -> None:
@@ -392,32 +393,12 @@ class FixtureSyncJob:
     def stats(self) -> dict[str, Any]:
         plan = self.plan
         return {
-            "near": _summary(self.last_near) if self.last_near else None,
+            "near": self.last_near.summary() if self.last_near else None,
             "near_failures": self.near_failures,
-            "full": _summary(self.last_full) if self.last_full else None,
+            "full": self.last_full.summary() if self.last_full else None,
             "full_syncs_completed": self.full_syncs_completed,
             "full_in_progress": None
             if plan is None
             else {"chunk": plan.done, "of": len(plan.chunks), "failures": plan.failures},
             "hashes_remembered": len(self._hashes),
         }
-
-
-def _summary(report: SyncReport) -> dict[str, int]:
-    return {
-        "seen": report.seen,
-        "created": report.created,
-        "updated": report.updated,
-        "unchanged": report.unchanged,
-        "invalid": report.invalid,
-    }
-
-
-def _merge(total: SyncReport, part: SyncReport) -> None:
-    total.seen += part.seen
-    total.created += part.created
-    total.updated += part.updated
-    total.unchanged += part.unchanged
-    total.invalid += part.invalid
-    total.errors.extend(part.errors)
-    total.written.extend(part.written)

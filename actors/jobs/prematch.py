@@ -43,14 +43,14 @@ How the legacy flow's six defects (seed 003) are fixed:
 Several instances run this job; one at a time works through a match's followers. It holds the lock
 ``prematch:{matchId}`` in ``cricket-locks`` (``match_lock_s``, renewed after every batch, released when done)
 and the others skip that match for the cycle. Without it every instance read every follower and raced the
-others claim by claim: with three instances two of every three claim writes were refused (seen in the soak,
-where it was most of the daemons' DynamoDB calls). The per-follower claims still decide who sends, so two
+others claim by claim: with three instances two of every three claim writes would be refused, most of the
+daemons' DynamoDB calls. The per-follower claims still decide who sends, so two
 instances that overlap (a lease that ran out) cannot send one alert twice.
 
 Live work first: before each follower the job gives way to this instance's live fan-outs (``LiveWork``,
-``give_way_s`` at most, 2 s). A follower is three DynamoDB calls (~1.1-1.2 ms of botocore CPU each, in worker
-threads that hold the GIL the sender's loop needs); in the target soak the catch-up of 200,000 followers took
-~70% of the daemons' CPU and pushed the p99 lag of the wickets from 3.1 s to 4.3-5.2 s. An alert that says
+``give_way_s`` at most, 2 s). A follower is up to three DynamoDB calls (~1.1-1.2 ms of botocore CPU each, in worker
+threads that hold the GIL the sender's loop needs); a catch-up of many followers beside live matches is most
+of a daemon's CPU and lengthens every wicket's fan-out. An alert that says
 "starting soon" can wait a second; a wicket's 10,000 updates should not.
 
 And a start time moved by more than ``restart_notify_threshold_s`` notifies again: the marker records the
@@ -73,11 +73,12 @@ import trio
 
 from actors.janitor import TokenRef
 from actors.jobs.convert import TERMINAL_STATUSES, epoch_of, iso_utc
-from actors.jobs.reference_sync import LeagueDirectory, backoff_delay
+from actors.jobs.reference_sync import LeagueDirectory
 from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork
 from daemon import metrics
 from daemon.apns.types import Push, PushResult
+from daemon.backoff import backoff_delay
 from daemon.cricket.display import NEUTRAL, build_display
 from daemon.cricket.payloads import alert_payload, start_payload
 from daemon.cricket.snapshot import snapshot_from_fixture
@@ -354,7 +355,7 @@ class PrematchNotifier:
                 log.warning(
                     "prematch_cycle_failed", error=f"{type(exc).__name__}: {exc}", failures=self.failures
                 )
-                await trio.sleep(backoff_delay(self.failures, s.backoff_base_s, s.backoff_max_s))
+                await trio.sleep(backoff_delay(self.failures, base_s=s.backoff_base_s, cap_s=s.backoff_max_s))
                 continue
             self.failures = 0
             await trio.sleep_until(started + s.interval_s)

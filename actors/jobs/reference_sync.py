@@ -1,8 +1,8 @@
 """Reference sync: ``cricket-leagues``, ``cricket-teams`` and ``cricket-team-seasons`` from SportMonks, daily.
 
 Owns the reference-sync actor and the small pieces the other jobs share with it: ``LeagueDirectory`` (the
-cached list of active leagues and the leagueId -> code map, read from ``cricket-leagues``), ``SyncReport`` and
-``backoff_delay``. It writes only through the data layer's repositories and never touches a table other
+cached list of active leagues and the leagueId -> code map, read from ``cricket-leagues``) and
+``SyncReport``. It writes only through the data layer's repositories and never touches a table other
 than the three above.
 
 Attributes other writers own are never overwritten: a league's ``active`` flag is set only when the league
@@ -17,7 +17,6 @@ middle of a cycle costs only the failed step, never the ones already done.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -38,6 +37,7 @@ from actors.jobs.convert import (
 )
 from actors.jobs.settings import ReferenceSyncSettings
 from daemon import metrics
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 
 log = get_logger("jobs.reference_sync")
@@ -47,16 +47,6 @@ JOB = "reference_sync"
 
 # --- shared by the jobs ------------------------------------------------------------------------------
 
-
-def backoff_delay(failures: int, base_s: float, max_s: float) -> float:
-    """Delay before retry number ``failures`` (1 = first retry): doubling from ``base_s``, capped.
-
-    Deterministic (no jitter): one job instance per process retries one thing, so there is no herd to
-    spread, and tests can reason about the schedule.
-    """
-    if failures <= 0:
-        return 0.0
-    return min(max_s, base_s * math.pow(2, min(failures - 1, 30)))
 
 
 @dataclass
@@ -77,6 +67,26 @@ class SyncReport:
             n = getattr(self, result)
             if n:
                 metrics.SYNC_RECORDS.labels(self.table, result).inc(n)
+
+    def summary(self) -> dict[str, int]:
+        """The counts, for a log line or the admin socket."""
+        return {
+            "seen": self.seen,
+            "created": self.created,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "invalid": self.invalid,
+        }
+
+    def add(self, part: SyncReport) -> None:
+        """Fold another pass's report (one chunk of a longer sync) into this one."""
+        self.seen += part.seen
+        self.created += part.created
+        self.updated += part.updated
+        self.unchanged += part.unchanged
+        self.invalid += part.invalid
+        self.errors.extend(part.errors)
+        self.written.extend(part.written)
 
 
 class LeagueRepo(Protocol):
@@ -179,7 +189,9 @@ class ReferenceSyncJob:
                 if await self.step():
                     continue
                 await trio.sleep(
-                    backoff_delay(self._failures, self.settings.backoff_base_s, self.settings.backoff_max_s)
+                    backoff_delay(
+                        self._failures, base_s=self.settings.backoff_base_s, cap_s=self.settings.backoff_max_s
+                    )
                 )
             await trio.sleep_until(started + self.settings.interval_s)
 
@@ -257,7 +269,7 @@ class ReferenceSyncJob:
             "pending": [":".join(filter(None, step)) for step in self._pending],
             "failures": self._failures,
             "skipped": [":".join(filter(None, step)) for step in self.skipped_steps],
-            "last": {name: _summary(report) for name, report in self.last_reports.items()},
+            "last": {name: report.summary() for name, report in self.last_reports.items()},
         }
 
     async def sync_all(self) -> dict[str, SyncReport]:
@@ -272,58 +284,79 @@ class ReferenceSyncJob:
     # -- steps --
 
     async def sync_leagues(self) -> SyncReport:
-        report = SyncReport("cricket-leagues")
-        raws = await self._client.leagues()
-        items, errors = convert_all(raws, league_item, what="leagues")
-        self._note_invalid(report, errors)
-        existing = {str(lg["leagueId"]): lg for lg in await self._repos.leagues.get_all_leagues()}
-        now_iso = _iso_now(self._clock)
-        new_items = await _update_changed(
-            report,
-            items,
-            existing,
-            "leagueId",
-            LEAGUE_SYNCED_FIELDS,
-            self._repos.leagues.update_league_fields,
-            now_iso,
+        leagues = self._repos.leagues
+
+        async def create(items: list[dict[str, Any]]) -> None:
+            # New (or deleted since read): created with the configured initial active flag, which admins
+            # own afterwards.
+            active = self.settings.active_league_ids
+            for item in items:
+                await leagues.put_league(dict(item, active=int(item["leagueId"]) in active))
+
+        report = await self._sync_records(
+            SyncReport("cricket-leagues"),
+            await self._client.leagues(),
+            league_item,
+            what="leagues",
+            key="leagueId",
+            synced_fields=LEAGUE_SYNCED_FIELDS,
+            existing=await leagues.get_all_leagues(),
+            update_fields=leagues.update_league_fields,
+            create=create,
         )
-        for item in new_items:
-            # New (or deleted since we read it): created with the configured initial active flag.
-            new = dict(
-                item, updatedAt=now_iso, active=int(item["leagueId"]) in self.settings.active_league_ids
-            )
-            await self._repos.leagues.put_league(new)
-            report.created += 1
-            report.written.append(item["leagueId"])
         if report.written:
             self.leagues.invalidate()
-        report.count()
-        log.info("leagues_synced", **_summary(report))
+        log.info("leagues_synced", **report.summary())
         return report
 
     async def sync_teams(self) -> SyncReport:
-        report = SyncReport("cricket-teams")
-        raws = await self._client.teams()
-        items, errors = convert_all(raws, team_item, what="teams")
+        teams = self._repos.teams
+
+        async def create(items: list[dict[str, Any]]) -> None:
+            for batch in _chunks(items, 25):
+                await teams.batch_write_teams(batch)
+
+        report = await self._sync_records(
+            SyncReport("cricket-teams"),
+            await self._client.teams(),
+            team_item,
+            what="teams",
+            key="teamId",
+            synced_fields=TEAM_SYNCED_FIELDS,
+            existing=await teams.get_all_teams(),
+            update_fields=teams.update_team_fields,
+            create=create,
+        )
+        log.info("teams_synced", **report.summary())
+        return report
+
+    async def _sync_records(
+        self,
+        report: SyncReport,
+        raws: Iterable[Any],
+        convert: Callable[..., dict[str, Any]],
+        *,
+        what: str,
+        key: str,
+        synced_fields: Iterable[str],
+        existing: Iterable[Mapping[str, Any]],
+        update_fields: Callable[[str, dict[str, Any]], Awaitable[bool]],
+        create: Callable[[list[dict[str, Any]]], Awaitable[None]],
+    ) -> SyncReport:
+        """One reference table (leagues or teams) from SportMonks records: invalid ones noted, unchanged
+        ones (same ``syncHash``) left alone, changed ones updated field by field, the rest created."""
+        items, errors = convert_all(raws, convert, what=what)
         self._note_invalid(report, errors)
-        existing = {str(t["teamId"]): t for t in await self._repos.teams.get_all_teams()}
-        now_iso = _iso_now(self._clock)
+        by_key = {str(record[key]): record for record in existing}
+        now_iso = iso_utc(self._clock())
         new_items = await _update_changed(
-            report,
-            _dedupe(items, "teamId"),
-            existing,
-            "teamId",
-            TEAM_SYNCED_FIELDS,
-            self._repos.teams.update_team_fields,
-            now_iso,
+            report, _dedupe(items, key), by_key, key, synced_fields, update_fields, now_iso
         )
         created = [dict(item, updatedAt=now_iso) for item in new_items]
-        for batch in _chunks(created, 25):
-            await self._repos.teams.batch_write_teams(batch)
-            report.created += len(batch)
-            report.written.extend(t["teamId"] for t in batch)
+        await create(created)
+        report.created += len(created)
+        report.written.extend(item[key] for item in created)
         report.count()
-        log.info("teams_synced", **_summary(report))
         return report
 
     async def sync_team_season(self, season_id: str) -> SyncReport:
@@ -337,7 +370,7 @@ class ReferenceSyncJob:
         existing = {
             str(r["teamId"]): r for r in await self._repos.team_seasons.get_teams_for_season(season_id)
         }
-        now_iso = _iso_now(self._clock)
+        now_iso = iso_utc(self._clock())
         to_write: list[dict[str, Any]] = []
         for item in _dedupe(items, "teamId"):
             report.seen += 1
@@ -356,7 +389,7 @@ class ReferenceSyncJob:
             await self._repos.team_seasons.write_season_team_records(batch)
             report.written.extend(f"{r['seasonId']}#{r['teamId']}" for r in batch)
         report.count()
-        log.info("team_seasons_synced", season_id=season_id, **_summary(report))
+        log.info("team_seasons_synced", season_id=season_id, **report.summary())
         return report
 
     def _note_invalid(self, report: SyncReport, errors: Sequence[Exception]) -> None:
@@ -367,20 +400,6 @@ class ReferenceSyncJob:
 
 
 # --- helpers -------------------------------------------------------------------------------------------
-
-
-def _iso_now(clock: Callable[[], float]) -> str:
-    return iso_utc(clock())
-
-
-def _summary(report: SyncReport) -> dict[str, int]:
-    return {
-        "seen": report.seen,
-        "created": report.created,
-        "updated": report.updated,
-        "unchanged": report.unchanged,
-        "invalid": report.invalid,
-    }
 
 
 async def _update_changed(

@@ -13,19 +13,27 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jwt
-import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+
+from daemon import extras
+
+if TYPE_CHECKING:
+    import trustme
 
 # Every name a local client might dial: the loopback addresses and "localhost".
 DEFAULT_HOSTNAMES: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
 
 
 def make_ca() -> trustme.CA:
-    """A fresh certificate authority, valid only for this process's lifetime of use."""
-    return trustme.CA()
+    """A fresh certificate authority, valid only for this process's lifetime of use.
+
+    trustme comes with the demo extra; without it this raises ``extras.MissingExtra``.
+    """
+    return extras.require("trustme", purpose="the APNs test server's certificate authority").CA()
 
 
 def server_ssl_context(ca: trustme.CA, hostnames: Iterable[str] = DEFAULT_HOSTNAMES) -> ssl.SSLContext:

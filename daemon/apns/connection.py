@@ -7,7 +7,7 @@ flow-control windows (bodies wait for WINDOW_UPDATE rather than raising); a dead
 PING. It also owns the HPACK encoding of APNs requests. Must not touch: sockets, trio, the clock (``now`` is
 passed in), retry policy (``daemon.apns.rules``) and the token cache (``daemon.apns.token``).
 
-Speed (issue 6): stock h2 costs ~100 µs of CPU per APNs request and answer (measured in memory against
+Speed: stock h2 costs ~100 µs of CPU per APNs request and answer (measured in memory against
 h2's server side, 1000 streams in flight). What this module cuts, without changing what goes on the wire
 beyond HPACK choices the RFC leaves to us:
 

@@ -1,15 +1,13 @@
 """Apple's rules for APNs answers, as pure functions: what a status and reason mean for the push.
 
 Owns: the verdict for each (status, reason) pair (apns.md §1.4 and §0.5), the request checks APNs would
-otherwise answer with a 4xx (so our own bugs show up before a request), and the retry backoff. Must not
-touch: I/O, connections, the token cache; the sender actor applies the verdicts.
+otherwise answer with a 4xx (so our own bugs show up before a request). Must not touch: I/O, connections, the token cache; the sender actor applies the verdicts.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
-import random
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -124,13 +122,3 @@ def check_push(push: Push) -> str | None:
     if push.kind not in KINDS:
         return "InvalidKind"  # ours, not Apple's: the metrics label must stay bounded
     return None
-
-
-def backoff_delay(attempt: int, *, base_s: float, cap_s: float, rng: random.Random | None = None) -> float:
-    """Delay before retry number ``attempt`` (1-based): exponential, capped, with full jitter in its upper half.
-
-    Jitter spreads a 5xx storm's retries so they do not arrive back at APNs in one burst.
-    """
-    ceiling = min(cap_s, base_s * 2.0 ** min(max(0, attempt - 1), 40))
-    r: float = rng.random() if rng is not None else random.random()
-    return ceiling * (0.5 + 0.5 * r)

@@ -57,7 +57,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import h2.config
 import h2.connection
@@ -69,7 +69,6 @@ import hpack
 import hpack.hpack
 import jwt
 import trio
-import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
 from hyperframe.frame import Frame, GoAwayFrame, RstStreamFrame
@@ -77,6 +76,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from daemon.apns import certs
 from daemon.logs import get_logger, short_token
+
+if TYPE_CHECKING:
+    import trustme
 
 log = get_logger("apns.server")
 

@@ -31,9 +31,9 @@ class Fence:
     A match actor moves ``until`` to its new lease end each time it renews the lease and to -inf when it
     stops, and every push it makes carries the same ``Fence``. A push waiting in the sender's queue therefore
     goes out for as long as, and only while, its producer still holds the authority to push: a paused or
-    cut-off owner's pushes fail with reason "NotAfterPassed", while a busy owner's pushes no longer expire in
-    a long queue (a lease end copied into each push at build time made 10,000-push ticks that waited longer
-    than one lease fail, be re-sent and wait again)."""
+    cut-off owner's pushes fail with reason "NotAfterPassed", while a busy owner's pushes do not expire in a
+    long queue (a fixed lease end copied into each push would fail a 10,000-push tick that waits longer than
+    one lease, and its re-sending would wait again)."""
 
     __slots__ = ("until",)
 

@@ -81,7 +81,8 @@ def replay_events(tape: Any, *, cadence: float, marquee: bool,
     state: MatchState | None = None
     result: TickResult | None = None
     for poll in poll_fixtures(tape, cadence, marquee=marquee):
-        if not poll.changed and result is not None:
+        doubting = state is not None and (state.end_doubt is not None or state.score_doubt is not None)
+        if not poll.changed and result is not None and not doubting:
             # A repeated snapshot is a fixed point of process_tick (same state, no event, display
             # unchanged; tests/cricket pin this), so the tick is skipped, not recomputed.
             result = replace(result, events=(), best=None, display_changed=False, ended=False)
@@ -90,8 +91,9 @@ def replay_events(tape: Any, *, cadence: float, marquee: bool,
         result = process_tick(state, snapshot_from_fixture(poll.fixture), now=poll.at, marquee=marquee,
                               settings=settings)
         # The actor persists the state as a DynamoDB item; going through the item form here keeps the
-        # replay honest about what survives a restart.
-        state = MatchState.from_item(result.state.to_item())
+        # replay honest about what survives a restart. The doubts being confirmed live in the actor's memory.
+        state = replace(MatchState.from_item(result.state.to_item()), end_doubt=result.state.end_doubt,
+                        score_doubt=result.state.score_doubt)
         yield poll, result
 
 

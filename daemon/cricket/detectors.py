@@ -40,7 +40,7 @@ picked up mid-innings does not replay its history (see ``engine.process_tick``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from daemon.cricket.settings import EngineSettings
@@ -542,67 +542,113 @@ def detect_new_batsmen(ctx: Context) -> tuple[list[KeyEvent], tuple[str, ...]]:
     return events, tuple(seen)
 
 
-# ---- Tier1 ------------------------------------------------------------------------------------------------
-def detect_ball_events(ctx: Context) -> list[KeyEvent]:
-    events: list[KeyEvent] = []
+# ---- Tier1: one detector per ball event --------------------------------------------------------------------
+def _new_balls(ctx: Context) -> Iterator[tuple[Ball, Sequence[Ball]]]:
+    """Each new ball of the tick with the ball history up to and including it (the window, oldest first)."""
     window = ctx.diff.window
     index = {b.id: i for i, b in enumerate(window)}
     for ball in ctx.diff.new:
-        history = window[: index[ball.id] + 1]
+        yield ball, window[: index[ball.id] + 1]
+
+
+def _trailing(balls: Sequence[Ball], streak: Callable[[Ball], bool]) -> int:
+    """How many of the last balls in a row satisfy ``streak``."""
+    run = 0
+    for b in reversed(balls):
+        if not streak(b):
+            break
+        run += 1
+    return run
+
+
+def _batting_team(ctx: Context, ball: Ball) -> str | None:
+    return ball.team_id or ctx.batting_team_of(ball.scoreboard)
+
+
+def _fielding_team(ctx: Context, ball: Ball) -> str | None:
+    fielding = ctx.snap.other_team(_batting_team(ctx, ball))
+    return fielding.id if fielding else None
+
+
+def _figures(ctx: Context, ball: Ball) -> str:
+    line = ctx.snap.bowler(ball.scoreboard, ball.bowler_id)
+    return f" {line.figures}" if line else ""
+
+
+def detect_boundaries(ctx: Context) -> list[KeyEvent]:
+    """A four or a six off a new ball."""
+    events = []
+    for ball, _ in _new_balls(ctx):
+        if not (ball.six or ball.four):
+            continue
+        board, batter, bowler = ball.scoreboard, ctx.name(ball.batsman_id), ctx.name(ball.bowler_id)
+        type_, word = ("six", "SIX") if ball.six else ("four", "FOUR")
+        events.append(ctx.event(type_, f"{board}:{ball.batsman_id}", title=f"{word}! {batter}",
+                                body=f"{batter} off {bowler} · {ctx.score_line(board)}",
+                                text=f"{word}! {batter}", team_id=_batting_team(ctx, ball), ball=ball,
+                                player_id=ball.batsman_id))
+    return events
+
+
+def detect_consecutive_sixes(ctx: Context) -> list[KeyEvent]:
+    """A six that makes at least ``consecutive_sixes_min`` sixes in a row off the balls one batter faced."""
+    events = []
+    for ball, history in _new_balls(ctx):
+        if not ball.six:
+            continue
         board = ball.scoreboard
-        batter = ctx.name(ball.batsman_id)
-        bowler = ctx.name(ball.bowler_id)
-        team = ball.team_id or ctx.batting_team_of(board)
-        fielding = ctx.snap.other_team(team)
-        if ball.six or ball.four:
-            type_ = "six" if ball.six else "four"
-            word = "SIX" if ball.six else "FOUR"
-            events.append(ctx.event(type_, f"{board}:{ball.batsman_id}", title=f"{word}! {batter}",
-                                    body=f"{batter} off {bowler} · {ctx.score_line(board)}",
-                                    text=f"{word}! {batter}", team_id=team, ball=ball, player_id=ball.batsman_id))
-        if ball.six:
-            faced = [b for b in history if b.scoreboard == board and b.batsman_id == ball.batsman_id and b.faced]
-            run = 0
-            for b in reversed(faced):
-                if not b.six:
-                    break
-                run += 1
-            if run >= ctx.settings.consecutive_sixes_min:
-                events.append(ctx.event("consecutive_sixes", f"{board}:{ball.batsman_id}:{run}",
-                                        title=f"{run} sixes in a row for {batter}!",
-                                        body=f"{batter} off {bowler} · {ctx.score_line(board)}",
-                                        text=f"{run} sixes in a row: {batter}", team_id=team, ball=ball,
-                                        player_id=ball.batsman_id))
-        if ball.legal and ball.ball_in_over == 6:
-            over = [b for b in history if b.scoreboard == board and b.over_index == ball.over_index]
-            if (sum(1 for b in over if b.legal) == 6 and {b.bowler_id for b in over} == {ball.bowler_id}
-                    and sum(b.runs for b in over) == 0):
-                line = ctx.snap.bowler(board, ball.bowler_id)
-                figures = f" {line.figures}" if line else ""
-                events.append(ctx.event("maiden", f"{board}:{ball.bowler_id}:{ball.over_index + 1}",
-                                        title=f"Maiden over from {bowler}", body=f"{bowler}{figures}",
-                                        text=f"Maiden: {bowler}{figures}",
-                                        team_id=fielding.id if fielding else None, ball=ball,
-                                        player_id=ball.bowler_id))
-        if ball.bowler_wicket:
-            deliveries = [b for b in history if b.scoreboard == board and b.bowler_id == ball.bowler_id
-                          and (b.legal or b.is_wicket)]
-            streak = 0
-            for b in reversed(deliveries):
-                if not b.bowler_wicket:
-                    break
-                streak += 1
-            line = ctx.snap.bowler(board, ball.bowler_id)
-            figures = f" {line.figures}" if line else ""
-            subject = f"{board}:{ball.bowler_id}"
-            if streak >= 3 and streak % 3 == 0:
-                events.append(ctx.event("hattrick", subject, title=f"HAT-TRICK! {bowler}",
-                                        body=f"{bowler}: three wickets in three balls{figures}",
-                                        text=f"HAT-TRICK! {bowler}", team_id=fielding.id if fielding else None,
-                                        ball=ball, player_id=ball.bowler_id))
-            elif streak == 2:
-                events.append(ctx.event("on_hattrick", subject, title=f"{bowler} is on a hat-trick",
-                                        body=f"Two in two for {bowler}{figures}", text=f"{bowler} on a hat-trick",
-                                        team_id=fielding.id if fielding else None, ball=ball,
-                                        player_id=ball.bowler_id))
+        faced = [b for b in history if b.scoreboard == board and b.batsman_id == ball.batsman_id and b.faced]
+        run = _trailing(faced, lambda b: b.six)
+        if run < ctx.settings.consecutive_sixes_min:
+            continue
+        batter, bowler = ctx.name(ball.batsman_id), ctx.name(ball.bowler_id)
+        events.append(ctx.event("consecutive_sixes", f"{board}:{ball.batsman_id}:{run}",
+                                title=f"{run} sixes in a row for {batter}!",
+                                body=f"{batter} off {bowler} · {ctx.score_line(board)}",
+                                text=f"{run} sixes in a row: {batter}", team_id=_batting_team(ctx, ball),
+                                ball=ball, player_id=ball.batsman_id))
+    return events
+
+
+def detect_maidens(ctx: Context) -> list[KeyEvent]:
+    """An over's sixth legal ball ending six legal balls from one bowler that conceded no run."""
+    events = []
+    for ball, history in _new_balls(ctx):
+        if not (ball.legal and ball.ball_in_over == 6):
+            continue
+        board = ball.scoreboard
+        over = [b for b in history if b.scoreboard == board and b.over_index == ball.over_index]
+        if (sum(1 for b in over if b.legal) != 6 or {b.bowler_id for b in over} != {ball.bowler_id}
+                or sum(b.runs for b in over) != 0):
+            continue
+        bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
+        events.append(ctx.event("maiden", f"{board}:{ball.bowler_id}:{ball.over_index + 1}",
+                                title=f"Maiden over from {bowler}", body=f"{bowler}{figures}",
+                                text=f"Maiden: {bowler}{figures}", team_id=_fielding_team(ctx, ball),
+                                ball=ball, player_id=ball.bowler_id))
+    return events
+
+
+def detect_hattricks(ctx: Context) -> list[KeyEvent]:
+    """A bowler's wickets off consecutive deliveries (legal ones, or any that took a wicket): two in two is
+    ``on_hattrick``; three in three (and every third after) a ``hattrick``."""
+    events = []
+    for ball, history in _new_balls(ctx):
+        if not ball.bowler_wicket:
+            continue
+        board = ball.scoreboard
+        deliveries = [b for b in history if b.scoreboard == board and b.bowler_id == ball.bowler_id
+                      and (b.legal or b.is_wicket)]
+        streak = _trailing(deliveries, lambda b: b.bowler_wicket)
+        bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
+        subject = f"{board}:{ball.bowler_id}"
+        if streak >= 3 and streak % 3 == 0:
+            events.append(ctx.event("hattrick", subject, title=f"HAT-TRICK! {bowler}",
+                                    body=f"{bowler}: three wickets in three balls{figures}",
+                                    text=f"HAT-TRICK! {bowler}", team_id=_fielding_team(ctx, ball),
+                                    ball=ball, player_id=ball.bowler_id))
+        elif streak == 2:
+            events.append(ctx.event("on_hattrick", subject, title=f"{bowler} is on a hat-trick",
+                                    body=f"Two in two for {bowler}{figures}", text=f"{bowler} on a hat-trick",
+                                    team_id=_fielding_team(ctx, ball), ball=ball, player_id=ball.bowler_id))
     return events

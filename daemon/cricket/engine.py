@@ -21,6 +21,14 @@ Policies the match actor relies on:
   events), else the previous one: strictly increasing across pushes, deterministic for a given snapshot.
 - **display_changed** is false when no perspective's content-state changed and there is no event: the actor
   then sends nothing.
+- **Doubtful ticks** (``daemon.cricket.confirm``): a final status is believed when the fixture corroborates
+  it, else once seen on ``confirm_polls`` consecutive ticks spanning ``confirm_s`` (by ``now``); meanwhile
+  the tick is processed as if the status were still the previous one (``end_pending``), so balls keep
+  flowing and nothing ends. A final status that flips back is reported as ``end_withdrawn`` and has cost
+  nothing. A score that goes back further than a correction can is skipped (``skipped`` names why; the
+  state is the previous one, with the doubt counted) until it has persisted as long. A match whose state
+  is final and that the feed shows live again (it was ended wrongly, then taken again) carries on, its
+  ``match_end`` cooldown dropped so the real end is reported.
 - **Wickets exactly once**: reported wickets are kept in the state (bounded) keyed by innings and dismissed
   batter (``S1:914``; see ``detectors.detect_wickets`` for why not ball ids). A key is forgotten, with its
   cooldown, only when the snapshot shows the wicket corrected away (the batter not out and no wicket ball
@@ -32,17 +40,21 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from daemon.cricket import confirm
 from daemon.cricket.detectors import (
     BallDiff,
     Context,
     KeyEvent,
-    detect_ball_events,
     detect_batting_milestones,
+    detect_boundaries,
     detect_bowler_on_fire,
+    detect_consecutive_sixes,
+    detect_hattricks,
     detect_innings_end,
+    detect_maidens,
     detect_match_end,
     detect_new_batsmen,
     detect_wickets,
@@ -76,6 +88,9 @@ class TickResult:
     phase: str
     ended: bool
     timestamp: int
+    end_pending: bool = False  # the feed shows a final status not yet confirmed; the match goes on
+    end_withdrawn: bool = False  # a final status seen on earlier ticks is gone again
+    skipped: str | None = None  # why this tick changed nothing (a doubtful regression being confirmed)
 
 
 def _legal_balls(snap: MatchSnapshot) -> int:
@@ -88,8 +103,47 @@ def _had_play(state: MatchState) -> bool:
 
 def process_tick(prev: MatchState | None, snap: MatchSnapshot, *, now: float, marquee: bool,
                  settings: EngineSettings) -> TickResult:
-    first = prev is None
     base = prev if prev is not None else MatchState()
+    score_doubt = None
+    if prev is not None:
+        why = confirm.regression(prev, snap, settings)
+        if why is not None:
+            score_doubt = confirm.seen(prev.score_doubt, now)
+            if not confirm.confirmed(score_doubt, now, settings):
+                return _skipped(prev, snap, why, replace(prev, score_doubt=score_doubt))
+    end_doubt = None
+    end_withdrawn = base.end_doubt is not None and not snap.final
+    if snap.final and base.match_phase not in FINAL_PHASES and not confirm.corroborated_end(snap):
+        end_doubt = confirm.seen(base.end_doubt, now)
+        if not confirm.confirmed(end_doubt, now, settings):
+            snap = _as_before(snap, base)
+        else:
+            end_doubt = None
+    if base.match_phase in FINAL_PHASES and snap.phase in ("live", "innings_break"):
+        # Ended on a feed glitch and taken again: the real end must not be muted by the wrong one's cooldown.
+        base = replace(base, cooldowns={k: v for k, v in base.cooldowns.items() if not k.startswith("match_end:")})
+    result = _tick(prev, base, snap, now=now, marquee=marquee, settings=settings)
+    state = replace(result.state, end_doubt=end_doubt, score_doubt=None)
+    return replace(result, state=state, end_pending=end_doubt is not None, end_withdrawn=end_withdrawn)
+
+
+def _as_before(snap: MatchSnapshot, base: MatchState) -> MatchSnapshot:
+    """The snapshot with the status the match had before an unconfirmed final one."""
+    phase = base.match_phase
+    if phase in FINAL_PHASES or phase == "pre":
+        phase = "live" if (snap.innings or snap.balls) else "pre"
+    status = base.previous_status if base.previous_status and phase == base.match_phase else ""
+    return replace(snap, status=status, phase=phase)
+
+
+def _skipped(prev: MatchState, snap: MatchSnapshot, why: str, state: MatchState) -> TickResult:
+    return TickResult(state=state, events=(), best=None, display={}, display_changed=False,
+                      phase=prev.match_phase, ended=False, timestamp=prev.last_timestamp, skipped=why)
+
+
+def _tick(prev: MatchState | None, base: MatchState, snap: MatchSnapshot, *, now: float, marquee: bool,
+          settings: EngineSettings) -> TickResult:
+    first = prev is None
     clock = max(base.feed_clock, float(snap.updated_at) if snap.updated_at else float(now))
 
     diff = diff_balls(base, snap) if (snap.balls or base.last30_balls) else BallDiff((), (), (), ())
@@ -111,7 +165,10 @@ def process_tick(prev: MatchState | None, snap: MatchSnapshot, *, now: float, ma
         candidates += detect_bowler_on_fire(ctx)
         candidates += new_batsmen
         if marquee and snap.balls:
-            candidates += detect_ball_events(ctx)
+            candidates += detect_boundaries(ctx)
+            candidates += detect_consecutive_sixes(ctx)
+            candidates += detect_maidens(ctx)
+            candidates += detect_hattricks(ctx)
 
     fresh = staleness_filter(ordered(candidates), snap, diff.window, settings)
     events = tuple(cooldown_filter(fresh, base.cooldowns, clock))

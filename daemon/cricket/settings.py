@@ -64,6 +64,10 @@ DEFAULT_ALERT_WORTHY: tuple[str, ...] = (
 )
 
 
+MAX_COOLDOWN_S = 7 * 24 * 3600.0
+"""The longest cooldown accepted (a week: longer than any match); also refuses inf and nan."""
+
+
 class EngineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -88,7 +92,7 @@ class EngineSettings(BaseModel):
         default=30, ge=1, description="batsman_on_fire: at least this many runs in the innings ..."
     )
     batter_on_fire_min_strike_rate: float = Field(
-        default=200.0, gt=0, description="... at a strike rate (runs per 100 balls) of at least this"
+        default=200.0, gt=0, le=1000, description="... at a strike rate (runs per 100 balls) of at least this"
     )
     bowler_on_fire_wickets: int = Field(
         default=3, ge=1, description="bowler_on_fire fires when a bowler reaches this many wickets, and at each one after"
@@ -100,7 +104,31 @@ class EngineSettings(BaseModel):
         default=6, ge=0, description="the display keeps showing the last key event's text for this many legal balls"
     )
     reported_wickets_max: int = Field(
-        default=64, ge=10, description="how many reported wicket keys the match state keeps (bounds the record)"
+        default=64, ge=10, le=10_000,
+        description="how many reported wicket keys the match state keeps (bounds the record)",
+    )
+    confirm_polls: int = Field(
+        default=3, ge=1, le=100,
+        description="a doubtful tick (a final status the fixture does not corroborate, a score going back "
+        "further than a correction can) is believed only once seen on this many consecutive polls ...",
+    )
+    confirm_s: float = Field(
+        default=30.0, ge=0, le=3600,
+        description="... spanning at least this many seconds; until then the match goes on as before "
+        "(nothing pushed, nothing written for the doubt itself)",
+    )
+    correction_max_runs: int = Field(
+        default=12, ge=0, le=100,
+        description="an innings total may go back by at most this many runs in one tick (a corrected ball); "
+        "a bigger drop is a doubtful tick",
+    )
+    correction_max_wickets: int = Field(
+        default=1, ge=0, le=10, description="an innings may lose at most this many wickets in one tick (a "
+        "withdrawn dismissal); more is a doubtful tick",
+    )
+    correction_max_balls: int = Field(
+        default=6, ge=0, le=60,
+        description="an innings may go back by at most this many legal balls in one tick; more is doubtful",
     )
 
     @field_validator("cooldowns_s")
@@ -109,9 +137,9 @@ class EngineSettings(BaseModel):
         unknown = sorted(set(value) - set(EVENT_TYPES))
         if unknown:
             raise ValueError(f"unknown event type(s) {unknown}; known: {list(EVENT_TYPES)}")
-        negative = sorted(k for k, v in value.items() if v < 0)
-        if negative:
-            raise ValueError(f"cooldown must be >= 0 for {negative}")
+        out_of_range = sorted(k for k, v in value.items() if not 0 <= v <= MAX_COOLDOWN_S)
+        if out_of_range:
+            raise ValueError(f"cooldown must be between 0 and {MAX_COOLDOWN_S:g} s for {out_of_range}")
         return {**DEFAULT_COOLDOWNS, **value}
 
     @field_validator("alert_worthy")

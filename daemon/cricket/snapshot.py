@@ -16,16 +16,21 @@ quirks (spec/sportmonks-api.md §6, §7, §9):
 - ``overs`` floats (``3.4``) are read as completed overs + balls, never as a decimal.
 
 Malformed input raises ``SnapshotError`` naming the field (``balls[12].score.runs``); the caller keeps its
-last good state and skips the tick.
+last good state and skips the tick. Well-formed but impossible cricket raises ``ImplausibleSnapshot`` (a
+``SnapshotError``) the same way: a negative count, more than 10 wickets, an over with more than 6 legal balls
+(``overs = 3.7``), more overs than the format allows (``scheduled_overs``, else 50 for limited overs and
+``MULTI_DAY_MAX_OVERS`` an innings otherwise), more runs than ``MAX_RUNS_PER_BALL`` a legal ball plus
+``MAX_RUNS_SLACK`` (``runs.score = 10**40``), or an innings number past the format's. The check is on this
+snapshot alone; how far a score may go *back* between ticks is the engine's (it knows the previous state).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 PHASES: tuple[str, ...] = ("pre", "live", "innings_break", "completed", "abandoned")
 FINAL_PHASES: frozenset[str] = frozenset({"completed", "abandoned"})
@@ -42,6 +47,19 @@ _NOT_OUT_SCORE_ID = 84
 _MULTI_DAY_TYPES = {"Test", "Test/5day", "4day"}
 
 
+# Cricket's bounds, for the plausibility check. Generous on purpose: they must never refuse real cricket
+# (the highest totals run at under 3 runs a legal ball; the longest Test innings lasted 335 overs).
+MAX_WICKETS = 10
+BALLS_PER_OVER = 6
+LIMITED_MAX_OVERS = 50
+MULTI_DAY_MAX_OVERS = 500
+MAX_RUNS_PER_BALL = 10  # per legal ball, with no-balls, wides and overthrows around it
+MAX_RUNS_SLACK = 60  # extras before the first legal balls
+MAX_BALL_RUNS = 14  # one delivery: a no-ball hit for six with overthrows is about the most there is
+LIMITED_MAX_INNINGS = 6  # two innings and up to two super overs each side
+MULTI_DAY_MAX_INNINGS = 4
+
+
 class SnapshotError(ValueError):
     """A SportMonks fixture the engine cannot read; ``field`` names the offending field."""
 
@@ -49,6 +67,10 @@ class SnapshotError(ValueError):
         super().__init__(f"{field_path}: {reason}")
         self.field = field_path
         self.reason = reason
+
+
+class ImplausibleSnapshot(SnapshotError):
+    """A well-formed fixture whose numbers cricket cannot produce; skipped like a malformed one."""
 
 
 @dataclass(frozen=True)
@@ -320,6 +342,14 @@ def overs_to_balls(overs: float | int) -> int:
     return int(whole) * 6 + int(part)
 
 
+def _overs_checked(value: float, path: str) -> int:
+    """Legal balls from an ``overs`` value, refusing a ball part past the over's last ball (``3.7``)."""
+    part = int(f"{float(value):.1f}".split(".")[1])
+    if part >= BALLS_PER_OVER:
+        raise ImplausibleSnapshot(path, f"{value!r} is not overs.balls (at most {BALLS_PER_OVER - 1} balls)")
+    return overs_to_balls(value)
+
+
 def _board_order(board: str) -> tuple[int, str]:
     digits = "".join(ch for ch in board if ch.isdigit())
     return (int(digits) if digits else 0, board)
@@ -556,6 +586,81 @@ def _ball(raw: Any, index: int, crease_out: Mapping[tuple[str, str], str],
     return ball, names
 
 
+def _rows(raw: Mapping[str, Any], key: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The rows of the list ``raw[key]`` with their paths (``batting[3]``); a row that is not an object is
+    an error at its path."""
+    for i, row in enumerate(_list(raw, key)):
+        path = f"{key}[{i}]"
+        if not isinstance(row, Mapping):
+            raise SnapshotError(path, "expected an object")
+        yield path, row
+
+
+def _innings_score(row: Mapping[str, Any], path: str) -> InningsScore:
+    """One row of ``runs``: an innings' total."""
+    inning = _int(row, "inning", path)
+    if inning < 1:
+        raise SnapshotError(f"{path}.inning", f"expected >= 1, got {inning}")
+    return InningsScore(
+        inning=inning,
+        scoreboard=f"S{inning}",
+        team_id=_id(row, "team_id", path) or "",
+        runs=_int(row, "score", path, 0),
+        wickets=_int(row, "wickets", path, 0),
+        legal_balls=_overs_checked(_num(row, "overs", path, 0.0), f"{path}.overs"),
+    )
+
+
+def _batter_line(row: Mapping[str, Any], path: str) -> BatterLine:
+    """One row of ``batting``: a batter's innings, out or not, and where the wicket fell."""
+    player_id = _id(row, "player_id", path)
+    assert player_id is not None
+    scoreboard = _str(row, "scoreboard")
+    if not scoreboard:
+        raise SnapshotError(f"{path}.scoreboard", "missing")
+    how = row.get("score_id") if row.get("score_id") is not None else row.get("wicket_id")
+    fow_balls = _num(row, "fow_balls", path, 0.0)
+    return BatterLine(
+        player_id=player_id,
+        team_id=_id(row, "team_id", path, required=False) or "",
+        scoreboard=scoreboard,
+        sort=_int(row, "sort", path, 0),
+        runs=_int(row, "score", path, 0),
+        balls=_int(row, "ball", path, 0),
+        fours=_int(row, "four_x", path, 0),
+        sixes=_int(row, "six_x", path, 0),
+        out=(how is not None and int(how) != _NOT_OUT_SCORE_ID) or fow_balls > 0,
+        dismissal_score_id=int(how) if how is not None else None,
+        fielder_id=_id(row, "catch_stump_player_id", path, required=False)
+        or _id(row, "runout_by_id", path, required=False),
+        bowler_id=_id(row, "bowling_player_id", path, required=False),
+        fow_score=_int(row, "fow_score", path, 0),
+        fow_over=_over_text(fow_balls, f"{path}.fow_balls") if fow_balls > 0 else None,
+    )
+
+
+def _bowler_line(row: Mapping[str, Any], path: str) -> BowlerLine:
+    """One row of ``bowling``: a bowler's figures in one innings."""
+    player_id = _id(row, "player_id", path)
+    assert player_id is not None
+    scoreboard = _str(row, "scoreboard")
+    if not scoreboard:
+        raise SnapshotError(f"{path}.scoreboard", "missing")
+    return BowlerLine(
+        player_id=player_id,
+        team_id=_id(row, "team_id", path, required=False) or "",
+        scoreboard=scoreboard,
+        sort=_int(row, "sort", path, 0),
+        legal_balls=_overs_checked(_num(row, "overs", path, 0.0), f"{path}.overs"),
+        maidens=_int(row, "medians", path, 0),
+        runs=_int(row, "runs", path, 0),
+        wickets=_int(row, "wickets", path, 0),
+    )
+
+
+_Line = TypeVar("_Line", InningsScore, BatterLine, BowlerLine)
+
+
 def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     """Parse one SportMonks fixture (bare, or a ``{"data": fixture}`` envelope) into a ``MatchSnapshot``."""
     raw = _unwrap(raw)
@@ -572,113 +677,36 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     stamps: list[int] = []
     players: dict[str, str] = {}
     full_names: dict[str, str] = {}
-    for i, player in enumerate(_list(raw, "lineup")):
-        if not isinstance(player, Mapping):
-            raise SnapshotError(f"lineup[{i}]", "expected an object")
+    for _path, player in _rows(raw, "lineup"):
         name = _player_name(player)
         if name and player.get("id") is not None:
             players[str(player["id"])] = name
             full_names[str(player["id"])] = _full_name(player) or name
 
-    innings: list[InningsScore] = []
-    for i, row in enumerate(_list(raw, "runs")):
-        path = f"runs[{i}]"
-        if not isinstance(row, Mapping):
-            raise SnapshotError(path, "expected an object")
-        inning = _int(row, "inning", path)
-        if inning < 1:
-            raise SnapshotError(f"{path}.inning", f"expected >= 1, got {inning}")
-        innings.append(
-            InningsScore(
-                inning=inning,
-                scoreboard=f"S{inning}",
-                team_id=_id(row, "team_id", path) or "",
-                runs=_int(row, "score", path, 0),
-                wickets=_int(row, "wickets", path, 0),
-                legal_balls=overs_to_balls(_num(row, "overs", path, 0.0)),
-            )
-        )
-        stamp = _epoch(row.get("updated_at"))
-        if stamp:
-            stamps.append(stamp)
-    innings.sort(key=lambda x: x.inning)
-    seen_innings = {x.inning for x in innings}
-    if len(seen_innings) != len(innings):
+    def parse(key: str, line: Callable[[Mapping[str, Any], str], _Line], who: str | None = None) -> list[_Line]:
+        """Every row of ``raw[key]`` as a line, noting its time stamp and the player it names (``who``)."""
+        lines: list[_Line] = []
+        for path, row in _rows(raw, key):
+            parsed = line(row, path)
+            lines.append(parsed)
+            if who is not None:
+                player_id = str(row["player_id"])  # checked by ``line``
+                player = _unwrap(row.get(who))
+                name = _player_name(player)
+                if name:
+                    players.setdefault(player_id, name)
+                    full_names.setdefault(player_id, _full_name(player) or name)
+            stamp = _epoch(row.get("updated_at"))
+            if stamp:
+                stamps.append(stamp)
+        return lines
+
+    innings = sorted(parse("runs", _innings_score), key=lambda x: x.inning)
+    if len({x.inning for x in innings}) != len(innings):
         raise SnapshotError("runs", "two rows for the same inning")
-
-    batting: list[BatterLine] = []
-    crease_out: dict[tuple[str, str], str] = {}
-    for i, row in enumerate(_list(raw, "batting")):
-        path = f"batting[{i}]"
-        if not isinstance(row, Mapping):
-            raise SnapshotError(path, "expected an object")
-        player_id = _id(row, "player_id", path)
-        assert player_id is not None
-        scoreboard = _str(row, "scoreboard")
-        if not scoreboard:
-            raise SnapshotError(f"{path}.scoreboard", "missing")
-        how = row.get("score_id") if row.get("score_id") is not None else row.get("wicket_id")
-        fow_balls = _num(row, "fow_balls", path, 0.0)
-        out = (how is not None and int(how) != _NOT_OUT_SCORE_ID) or fow_balls > 0
-        fow_over = _over_text(fow_balls, f"{path}.fow_balls") if fow_balls > 0 else None
-        if fow_over:
-            crease_out[(scoreboard, fow_over)] = player_id
-        batting.append(
-            BatterLine(
-                player_id=player_id,
-                team_id=_id(row, "team_id", path, required=False) or "",
-                scoreboard=scoreboard,
-                sort=_int(row, "sort", path, 0),
-                runs=_int(row, "score", path, 0),
-                balls=_int(row, "ball", path, 0),
-                fours=_int(row, "four_x", path, 0),
-                sixes=_int(row, "six_x", path, 0),
-                out=out,
-                dismissal_score_id=int(how) if how is not None else None,
-                fielder_id=_id(row, "catch_stump_player_id", path, required=False)
-                or _id(row, "runout_by_id", path, required=False),
-                bowler_id=_id(row, "bowling_player_id", path, required=False),
-                fow_score=_int(row, "fow_score", path, 0),
-                fow_over=fow_over,
-            )
-        )
-        name = _player_name(_unwrap(row.get("batsman")))
-        if name:
-            players.setdefault(player_id, name)
-            full_names.setdefault(player_id, _full_name(_unwrap(row.get("batsman"))) or name)
-        stamp = _epoch(row.get("updated_at"))
-        if stamp:
-            stamps.append(stamp)
-
-    bowling: list[BowlerLine] = []
-    for i, row in enumerate(_list(raw, "bowling")):
-        path = f"bowling[{i}]"
-        if not isinstance(row, Mapping):
-            raise SnapshotError(path, "expected an object")
-        player_id = _id(row, "player_id", path)
-        assert player_id is not None
-        scoreboard = _str(row, "scoreboard")
-        if not scoreboard:
-            raise SnapshotError(f"{path}.scoreboard", "missing")
-        bowling.append(
-            BowlerLine(
-                player_id=player_id,
-                team_id=_id(row, "team_id", path, required=False) or "",
-                scoreboard=scoreboard,
-                sort=_int(row, "sort", path, 0),
-                legal_balls=overs_to_balls(_num(row, "overs", path, 0.0)),
-                maidens=_int(row, "medians", path, 0),
-                runs=_int(row, "runs", path, 0),
-                wickets=_int(row, "wickets", path, 0),
-            )
-        )
-        name = _player_name(_unwrap(row.get("bowler")))
-        if name:
-            players.setdefault(player_id, name)
-            full_names.setdefault(player_id, _full_name(_unwrap(row.get("bowler"))) or name)
-        stamp = _epoch(row.get("updated_at"))
-        if stamp:
-            stamps.append(stamp)
+    batting = parse("batting", _batter_line, "batsman")
+    bowling = parse("bowling", _bowler_line, "bowler")
+    crease_out = {(line.scoreboard, line.fow_over): line.player_id for line in batting if line.fow_over}
 
     balls: list[Ball] = []
     seen_ids: set[int] = set()
@@ -710,7 +738,7 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     scheduled = raw.get("total_overs_played")
     rpc_target = raw.get("rpc_target")
     rpc_overs = raw.get("rpc_overs")
-    return MatchSnapshot(
+    snapshot = MatchSnapshot(
         fixture_id=fixture_id,
         status=status,
         phase=_phase(status, bool(innings or balls)),
@@ -735,6 +763,66 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
         starting_at=_epoch(raw.get("starting_at")),
         players=_disambiguate(players, full_names),
     )
+    check_plausible(snapshot)
+    return snapshot
+
+
+def innings_ball_limit(snap: MatchSnapshot) -> int:
+    """The most legal balls one innings of this match can have."""
+    if not snap.limited_overs:
+        return MULTI_DAY_MAX_OVERS * BALLS_PER_OVER
+    return (snap.scheduled_overs or LIMITED_MAX_OVERS) * BALLS_PER_OVER
+
+
+def check_plausible(snap: MatchSnapshot) -> None:
+    """Raise ``ImplausibleSnapshot`` naming the first number cricket cannot produce (see the module doc)."""
+    overs = snap.scheduled_overs
+    if overs is not None and snap.limited_overs and not 0 < overs <= LIMITED_MAX_OVERS:
+        raise ImplausibleSnapshot("total_overs_played", f"{_short(overs)} is not 1-{LIMITED_MAX_OVERS} overs")
+    if snap.rpc_target is not None and snap.rpc_target < 0:
+        raise ImplausibleSnapshot("rpc_target", f"{snap.rpc_target} is negative")
+    limit = innings_ball_limit(snap)
+    max_innings = LIMITED_MAX_INNINGS if snap.limited_overs else MULTI_DAY_MAX_INNINGS
+    max_runs = MAX_RUNS_PER_BALL * limit + MAX_RUNS_SLACK
+    for inns in snap.innings:
+        path = f"runs[inning {inns.inning}]"
+        if inns.inning > max_innings:
+            raise ImplausibleSnapshot(f"{path}.inning", f"a {snap.fixture_type} match has at most {max_innings}")
+        _bounded(f"{path}.wickets", inns.wickets, MAX_WICKETS)
+        _bounded(f"{path}.overs", inns.legal_balls, limit, unit="legal balls")
+        _bounded(f"{path}.score", inns.runs, MAX_RUNS_PER_BALL * inns.legal_balls + MAX_RUNS_SLACK,
+                 unit=f"runs in {format_overs(inns.legal_balls)} overs")
+    for line in snap.batting:
+        path = f"batting[{line.scoreboard}:{line.player_id}]"
+        _bounded(f"{path}.score", line.runs, max_runs)
+        _bounded(f"{path}.ball", line.balls, limit)
+        _bounded(f"{path}.four_x", line.fours, limit)
+        _bounded(f"{path}.six_x", line.sixes, limit)
+        _bounded(f"{path}.fow_score", line.fow_score, max_runs)
+    for bowler in snap.bowling:
+        path = f"bowling[{bowler.scoreboard}:{bowler.player_id}]"
+        _bounded(f"{path}.wickets", bowler.wickets, MAX_WICKETS)
+        _bounded(f"{path}.overs", bowler.legal_balls, limit, unit="legal balls")
+        _bounded(f"{path}.runs", bowler.runs, max_runs)
+        _bounded(f"{path}.medians", bowler.maidens, limit // BALLS_PER_OVER)
+    for ball in snap.balls:
+        path = f"balls[id {ball.id}]"
+        _bounded(f"{path}.ball", ball.over_index, limit // BALLS_PER_OVER, unit="overs")
+        for name in ("runs", "bye", "leg_bye", "noball", "noball_runs"):
+            _bounded(f"{path}.score.{name}", getattr(ball, name), MAX_BALL_RUNS)
+
+
+def _bounded(path: str, value: int, most: int, *, unit: str = "") -> None:
+    if value < 0:
+        raise ImplausibleSnapshot(path, f"{value} is negative")
+    if value > most:
+        allowed = f"{most} {unit}".strip()
+        raise ImplausibleSnapshot(path, f"{_short(value)} is more than cricket allows ({allowed})")
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else f"{text[:6]}...({len(text)} digits)"
 
 
 def balls_faced(balls: Sequence[Ball], scoreboard: str, player_id: str) -> int:

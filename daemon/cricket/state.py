@@ -69,6 +69,17 @@ class RecentEvent:
 
 
 @dataclass(frozen=True)
+class Doubt:
+    """A doubtful reading seen on ``polls`` consecutive ticks since ``since`` (the caller's clock)."""
+
+    since: float
+    polls: int = 1
+
+    def again(self) -> Doubt:
+        return Doubt(self.since, self.polls + 1)
+
+
+@dataclass(frozen=True)
 class MatchState:
     match_phase: str = "pre"
     previous_status: str = ""
@@ -85,6 +96,10 @@ class MatchState:
     seen_batters: tuple[str, ...] = ()
     display_hash: str = ""
     recent_event: RecentEvent | None = None
+    # Doubts being confirmed: kept in memory by the actor only (not in the record, not compared), so a doubt
+    # that goes away costs no write; an owner that restarts starts confirming again.
+    end_doubt: Doubt | None = field(default=None, compare=False)
+    score_doubt: Doubt | None = field(default=None, compare=False)
 
     # ---- lookups --------------------------------------------------------------------------------------
     def score_for(self, scoreboard: str) -> ScoreMemo | None:

@@ -35,6 +35,7 @@ import trio
 from pydantic import BaseModel, ValidationError
 
 from daemon import metrics
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 from daemon.sportmonks import models
 from daemon.sportmonks.breaker import STATE_GAUGE, BreakerState, CircuitBreaker
@@ -43,6 +44,7 @@ from daemon.sportmonks.errors import (
     BreakerOpen,
     BudgetExhausted,
     MalformedPayload,
+    ResponseTooLarge,
     SportMonksError,
     SportMonksHTTPError,
     SportMonksUnavailable,
@@ -116,14 +118,6 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, seconds)
 
 
-def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Delay before retry number ``attempt`` (0-based): ``base * 2**attempt`` capped, jittered to [50 %, 100 %].
-
-    Jitter keeps several daemons (or several calls) from retrying in lockstep after a shared outage.
-    """
-    ceiling = min(cap, base * (2**attempt))
-    return (rng or random).uniform(ceiling / 2, ceiling)
-
 
 def endpoint_of(path: str) -> str:
     """The budget entity of a request path: ``/fixtures/71344`` -> ``fixtures`` (SportMonks counts per entity)."""
@@ -191,7 +185,7 @@ class SportMonksClient:
             default_limit=settings.hourly_budget,
             limits=settings.endpoint_budgets,
             clock=clock,
-            on_change=lambda endpoint, left: metrics.SPORTMONKS_BUDGET_REMAINING.labels(endpoint).set(left),
+            on_change=self._budget_changed,
         )
         # Per endpoint, per outcome: the same numbers as the Prometheus counter, kept for the admin socket.
         self.calls: dict[str, dict[str, int]] = {}
@@ -297,6 +291,10 @@ class SportMonksClient:
         per = self.calls.setdefault(endpoint, {})
         per[outcome] = per.get(outcome, 0) + 1
 
+    def _budget_changed(self, endpoint: str, left: int) -> None:
+        metrics.SPORTMONKS_BUDGET_REMAINING.labels(endpoint).set(left)
+        metrics.SPORTMONKS_BUDGET_LIMIT.labels(endpoint).set(self.budget.limit(endpoint))
+
     def _breaker_changed(self, state: BreakerState) -> None:
         metrics.SPORTMONKS_BREAKER_STATE.set(STATE_GAUGE[state])
         log.warning("sportmonks_breaker", state=state, failures=self.breaker.consecutive_failures)
@@ -374,7 +372,14 @@ class SportMonksClient:
             try:
                 try:
                     with trio.fail_after(self.settings.timeout_s):
-                        response = await self._http.get(url, params=params)
+                        response, content = await self._get_capped(url, params, source)
+                except ResponseTooLarge:
+                    # Not retried: another attempt would download as much again. A failure of the service.
+                    self.breaker.record_failure()
+                    outcome_recorded = True
+                    self._count(endpoint, "error")
+                    log.warning("sportmonks_body_too_large", source=source, max_bytes=self.settings.max_body_bytes)
+                    raise
                 except (trio.TooSlowError, httpx.RequestError) as exc:
                     self.breaker.record_failure()
                     outcome_recorded = True
@@ -395,7 +400,7 @@ class SportMonksClient:
                     self.breaker.record_success()
                     outcome_recorded = True
                     self._count(endpoint, "ok")
-                    return response.content, source
+                    return content, source
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 if status == 429 or status >= 500:
                     self.breaker.record_failure()
@@ -408,7 +413,7 @@ class SportMonksClient:
                         self._count(endpoint, "error")
                         log.warning("sportmonks_http_error", source=source, status=status, attempts=attempt + 1)
                         raise SportMonksHTTPError(
-                            status, _error_message(response), source=source, retry_after=retry_after
+                            status, _error_message(content), source=source, retry_after=retry_after
                         )
                     self._count(endpoint, "retry")
                     delay = self._backoff(attempt)
@@ -423,14 +428,33 @@ class SportMonksClient:
                 outcome_recorded = True
                 self._count(endpoint, "error")
                 log.warning("sportmonks_http_error", source=source, status=status)
-                raise SportMonksHTTPError(status, _error_message(response), source=source)
+                raise SportMonksHTTPError(status, _error_message(content), source=source)
             finally:
                 if is_trial and not outcome_recorded:
                     self.breaker.abandon_trial()
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _get_capped(self, url: str, params: Mapping[str, str], source: str) -> tuple[httpx.Response, bytes]:
+        """GET, reading the body as it streams and stopping past ``max_body_bytes`` (decoded size, so a
+        compressed bomb is caught too) with ``ResponseTooLarge``; a declared length past it is refused before
+        any of the body is read."""
+        cap = self.settings.max_body_bytes
+        async with self._http.stream("GET", url, params=params) as response:
+            declared = response.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > cap and "Content-Encoding" not in response.headers:
+                raise ResponseTooLarge(source, cap, declared=int(declared))
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > cap:
+                    raise ResponseTooLarge(source, cap)
+                chunks.append(chunk)
+        return response, b"".join(chunks)
+
     def _backoff(self, attempt: int) -> float:
-        return backoff_delay(attempt, base=self.settings.backoff_base_s, cap=self.settings.backoff_max_s, rng=self._rng)
+        s = self.settings
+        return backoff_delay(attempt + 1, base_s=s.backoff_base_s, cap_s=s.backoff_max_s, jitter=0.5, rng=self._rng)
 
     async def _decode(self, body: bytes, source: str, check: Callable[[Any, str], Any], endpoint: str) -> Any:
         """JSON-decode, normalise and validate; big bodies go to a worker thread to keep the event loop free."""
@@ -454,12 +478,12 @@ def _checked_id(value: int | str, name: str) -> str:
     return text
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(content: bytes) -> str:
     """A short human message from an error body (shape undocumented, spec §4): never more than 160 chars."""
     try:
-        body = response.json()
+        body = json.loads(content)
     except ValueError:
-        return redact(response.text[:160].strip())
+        return redact(content[:160].decode("utf-8", "replace").strip())
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):

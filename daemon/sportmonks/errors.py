@@ -7,6 +7,7 @@ ever contains the API token, because these messages end up in logs and in the ad
     ├── MalformedPayload      the response parsed but does not match the models (names the field path)
     ├── SportMonksHTTPError   a non-2xx answer that was not retried away (``status``, ``retry_after``)
     ├── SportMonksUnavailable no answer at all: timeout or transport error after the retries
+    ├── ResponseTooLarge      the body grew past ``max_body_bytes``; reading stopped there (not retried)
     ├── BudgetExhausted       the hourly call budget for the endpoint has no room within the allowed wait
     └── BreakerOpen           the circuit breaker refuses calls until ``retry_in`` seconds have passed
 """
@@ -54,6 +55,16 @@ class SportMonksHTTPError(SportMonksError):
 
 class SportMonksUnavailable(SportMonksError):
     """No usable answer: the call timed out or the connection failed, on every attempt."""
+
+
+class ResponseTooLarge(SportMonksError):
+    """A response body past the configured cap; the client stopped reading it."""
+
+    def __init__(self, source: str, max_bytes: int, *, declared: int | None = None) -> None:
+        self.source = source
+        self.max_bytes = max_bytes
+        size = f"declares {declared} bytes," if declared is not None else "is"
+        super().__init__(f"{source}: response body {size} more than max_body_bytes={max_bytes}; not read further")
 
 
 class BudgetExhausted(SportMonksError):

@@ -42,7 +42,14 @@ class SportMonksSettings(BaseModel):
         ge=0,
         description="how long a call may wait for budget before BudgetExhausted (the feed passes 0: it skips)",
     )
-    max_pages: int = Field(100, ge=1, description="safety cap on pages followed for one paginated list")
+    max_pages: int = Field(100, ge=1, le=10_000, description="safety cap on pages followed for one paginated list")
+    max_body_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        le=1024**3,
+        description="largest response body read (decoded); a bigger one is cut off with ResponseTooLarge. "
+        "it must hold /livescores with balls for every match live at once",
+    )
     offload_parse_bytes: int = Field(
         262144,
         ge=0,
@@ -69,6 +76,18 @@ class FeedSettings(BaseModel):
     )
     off_livescores_cadence_s: float = Field(
         30.0, gt=0, description="refetch period of /fixtures/{id} for a subscribed match absent from /livescores"
+    )
+    not_found_max_tries: int = Field(
+        3, ge=1, le=20,
+        description="a subscribed fixture whose /fixtures/{id} answers 404 this many times running is released "
+        "(a corrupted id in /livescores): at most this many calls are spent on it per not_found_release_s",
+    )
+    not_found_backoff_s: float = Field(
+        5.0, gt=0, le=600, description="wait before the second 404 try; doubled before each later one"
+    )
+    not_found_release_s: float = Field(
+        3600.0, ge=0, le=7 * 24 * 3600,
+        description="how long a released id is not taken again, even if /livescores still lists it",
     )
     fixture_fetch_concurrency: int = Field(4, ge=1, description="parallel /fixtures/{id} calls per feed tick")
     subscriber_buffer: int = Field(1, ge=0, description="updates buffered per subscriber beyond the newest one")

@@ -1,7 +1,8 @@
 """``active-matches``: which matches are being processed, by whom, and each match's previous state.
 
 Owns the record of a live match: ``matchId`` (key), ``status`` (``active`` | ``ended``; ``idle`` may be
-written by operators to free a record for re-registration), ``instanceId`` (owner), ``ownerEpoch`` (the
+written by operators, or by an owner letting go of a fixture SportMonks does not know, to free a record for
+re-registration; an ``ended`` record is reopened when the feed shows the match live again), ``instanceId`` (owner), ``ownerEpoch`` (the
 fencing token), ``registeredAt``, ``claimedAt``, ``lastTickAt``, ``endedAt`` (ISO-8601 UTC strings), the
 state the engine diffs against (``previousScore``, ``previousBatting``, ``previousBowling``,
 ``last30Balls``, ``previousBallId``, ``previousStatus``, ``matchPhase``, ...), ``cooldowns`` (event key ->
@@ -147,6 +148,36 @@ class ActiveMatchRepository(Repository):
         """Mark the match ended (``status=ended``, ``endedAt``, ``ttl = now + ttl_s``), with the fence."""
         t = self._now(now)
         u = UpdateBuilder().set("status", STATUS_ENDED).set("endedAt", iso(t)).set("ttl", int(t + ttl_s))
+        return await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+
+    async def reopen_ended_match(self, match_id: str, instance_id: str, *, now: float | None = None) -> int | None:
+        """Take an ended match back (the feed ended it wrongly and shows it live again; the caller holds its
+        lock): ``status`` active, ``instanceId`` us, ``ownerEpoch`` incremented, ``ttl`` and ``endedAt``
+        removed, the engine's state kept. Returns the new epoch, or None when the record is not ended."""
+        t = self._now(now)
+        u = (
+            UpdateBuilder().set("status", STATUS_ACTIVE).set("instanceId", instance_id).set("claimedAt", iso(t))
+            .add("ownerEpoch", 1).remove("ttl").remove("endedAt")
+        )
+        cond = f"attribute_exists({u.name('matchId')}) AND {u.name('status')} = {u.value(STATUS_ENDED)}"
+        resp = await self._update(self._key(match_id), u.kwargs(cond), ReturnValues="UPDATED_NEW")
+        if resp is None:
+            return None
+        return int(resp["Attributes"]["ownerEpoch"]["N"])
+
+    async def release_match(
+        self,
+        match_id: str,
+        instance_id: str,
+        epoch: int,
+        *,
+        ttl_s: float = DEFAULT_ENDED_TTL_S,
+        now: float | None = None,
+    ) -> bool:
+        """Let a match go without ending it (``status=idle``, ``ttl = now + ttl_s``), with the fence: it may be
+        registered again by anyone, as when an operator idles it."""
+        t = self._now(now)
+        u = UpdateBuilder().set("status", STATUS_IDLE).set("ttl", int(t + ttl_s))
         return await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
 
     async def delete_active_match(self, match_id: str) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Literal
 
 AttributeValue = dict[str, Any]
 
@@ -125,9 +125,16 @@ def from_item(item: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def iso(epoch_s: float) -> str:
-    """Epoch seconds as the ISO-8601 UTC string the data model's ``*At`` attributes hold."""
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def iso(moment: float | datetime, *, timespec: Literal["seconds", "milliseconds"] = "milliseconds") -> str:
+    """A moment (epoch seconds, or a datetime; naive means UTC) as the ISO-8601 UTC text the data model
+    holds, with a ``Z``: milliseconds for the ``*At`` attributes (``2026-10-09T13:00:00.000Z``), seconds
+    for ``startTime`` and the ranges queried against it (``2026-10-09T13:00:00Z``), whose text must sort
+    as time."""
+    if isinstance(moment, datetime):
+        moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    else:
+        moment = datetime.fromtimestamp(moment, UTC)
+    return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 @dataclass

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import contextvars
 import json
-import random
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ import trio
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 from daemon.metrics import DYNAMODB_CALLS, DYNAMODB_ERRORS
 from daemon.store.settings import DynamoSettings
@@ -115,8 +115,8 @@ def _items_as_sent(response_dict: dict[str, Any], customized_response_dict: dict
 
     botocore walks every attribute value of every item through the service model's shapes to produce
     ``{"S": "..."}`` dicts that are exactly the JSON it received (for every type but binary). For a match's
-    10,000 Live Activity sessions that walk cost more CPU than all its pushes (``py-spy --gil`` on a soak
-    daemon: a fifth of the process). Here the body is decoded once with the C JSON decoder, ``Items`` goes
+    10,000 Live Activity sessions that walk costs more CPU than all its pushes (``bench/dynamodb_pages.py``
+    compares the two paths). Here the body is decoded once with the C JSON decoder, ``Items`` goes
     straight into the parsed response (botocore merges ``customized_response_dict`` into it), and botocore
     parses only the rest (``Count``, ``LastEvaluatedKey``, ``ConsumedCapacity``). Errors, non-JSON bodies and
     pages with binary attributes are left entirely to botocore; its CRC32 check reads the HTTP response
@@ -139,10 +139,6 @@ def _items_as_sent(response_dict: dict[str, Any], customized_response_dict: dict
 
 # --- the client ---------------------------------------------------------------------------------------
 
-
-def _backoff(attempt: int, base_s: float, cap_s: float) -> float:
-    """Full-jitter exponential backoff (AWS Architecture Blog, "Exponential Backoff And Jitter")."""
-    return random.uniform(0.0, min(cap_s, base_s * (2**attempt)))
 
 
 _session: boto3.session.Session | None = None
@@ -277,8 +273,39 @@ class Dynamo:
 
     # --- batches --------------------------------------------------------------------------------------
 
-    async def _sleep_backoff(self, attempt: int) -> None:
-        await trio.sleep(_backoff(attempt, self.settings.batch_backoff_base_s, self.settings.batch_backoff_max_s))
+    async def _in_batches(
+        self,
+        logical_table: str,
+        operation: str,
+        requests: Sequence[Mapping[str, Any]],
+        size: int,
+        send: Callable[[list[Mapping[str, Any]]], Awaitable[list[Mapping[str, Any]]]],
+    ) -> int:
+        """Send ``requests`` ``size`` at a time through ``send``, which returns what DynamoDB left
+        unprocessed: that goes to the front of the queue and is resent after a backoff (full jitter, growing
+        while calls keep leaving requests behind). Returns the number of calls made; raises
+        ``BatchIncomplete`` once ``batch_deadline_s`` has passed with requests still unprocessed."""
+        s = self.settings
+        pending: deque[Mapping[str, Any]] = deque(requests)
+        deadline = trio.current_time() + s.batch_deadline_s
+        retry = 0
+        calls = 0
+        while pending:
+            chunk = [pending.popleft() for _ in range(min(size, len(pending)))]
+            unprocessed = await send(chunk)
+            calls += 1
+            if not unprocessed:
+                retry = 0
+                continue
+            pending.extendleft(reversed(unprocessed))
+            if trio.current_time() >= deadline:
+                raise BatchIncomplete(logical_table, operation, len(pending), s.batch_deadline_s)
+            log.info("dynamodb.unprocessed", table=logical_table, operation=operation, n=len(unprocessed))
+            retry += 1
+            await trio.sleep(
+                backoff_delay(retry, base_s=s.batch_backoff_base_s, cap_s=s.batch_backoff_max_s, jitter=1.0)
+            )
+        return calls
 
     async def batch_write(self, logical_table: str, requests: Sequence[Mapping[str, Any]]) -> int:
         """BatchWriteItem of raw write requests (``{"PutRequest": ...}``/``{"DeleteRequest": ...}``).
@@ -288,25 +315,13 @@ class Dynamo:
         Callers must not put two requests for one key in the list (DynamoDB rejects such a call).
         """
         table = self.table(logical_table)
-        pending: deque[Mapping[str, Any]] = deque(requests)
-        deadline = trio.current_time() + self.settings.batch_deadline_s
-        attempt = 0
-        calls = 0
-        while pending:
-            chunk = [pending.popleft() for _ in range(min(BATCH_WRITE_MAX, len(pending)))]
+
+        async def send(chunk: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
             resp = await self.call(logical_table, "batch_write_item", RequestItems={table: chunk})
-            calls += 1
-            unprocessed = resp.get("UnprocessedItems", {}).get(table, [])
-            if not unprocessed:
-                attempt = 0
-                continue
-            pending.extendleft(reversed(unprocessed))
-            if trio.current_time() >= deadline:
-                raise BatchIncomplete(logical_table, "BatchWriteItem", len(pending), self.settings.batch_deadline_s)
-            log.info("dynamodb.unprocessed", table=logical_table, operation="BatchWriteItem", n=len(unprocessed))
-            await self._sleep_backoff(attempt)
-            attempt += 1
-        return calls
+            unprocessed: list[Mapping[str, Any]] = resp.get("UnprocessedItems", {}).get(table, [])
+            return unprocessed
+
+        return await self._in_batches(logical_table, "BatchWriteItem", requests, BATCH_WRITE_MAX, send)
 
     async def batch_get(
         self,
@@ -323,12 +338,9 @@ class Dynamo:
         deadline. Callers must not pass a key twice (DynamoDB rejects such a call).
         """
         table = self.table(logical_table)
-        pending: deque[Mapping[str, Any]] = deque(keys)
-        deadline = trio.current_time() + self.settings.batch_deadline_s
-        attempt = 0
         found: list[dict[str, Any]] = []
-        while pending:
-            chunk = [pending.popleft() for _ in range(min(BATCH_GET_MAX, len(pending)))]
+
+        async def send(chunk: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
             request: dict[str, Any] = {"Keys": chunk, "ConsistentRead": consistent}
             if projection:
                 request["ProjectionExpression"] = projection
@@ -336,14 +348,9 @@ class Dynamo:
                 request["ExpressionAttributeNames"] = dict(names)
             resp = await self.call(logical_table, "batch_get_item", RequestItems={table: request})
             found.extend(resp.get("Responses", {}).get(table, []))
-            unprocessed = resp.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])
-            if not unprocessed:
-                attempt = 0
-                continue
-            pending.extendleft(reversed(unprocessed))
-            if trio.current_time() >= deadline:
-                raise BatchIncomplete(logical_table, "BatchGetItem", len(pending), self.settings.batch_deadline_s)
-            log.info("dynamodb.unprocessed", table=logical_table, operation="BatchGetItem", n=len(unprocessed))
-            await self._sleep_backoff(attempt)
-            attempt += 1
+            left: dict[str, Any] = resp.get("UnprocessedKeys", {}).get(table, {})
+            unprocessed: list[Mapping[str, Any]] = left.get("Keys", [])
+            return unprocessed
+
+        await self._in_batches(logical_table, "BatchGetItem", keys, BATCH_GET_MAX, send)
         return found

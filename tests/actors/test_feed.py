@@ -581,3 +581,50 @@ def test_pure_helpers() -> None:
     fixture = minimal_fixture(1, balls=2)
     stripped = without_balls(fixture)
     assert "balls" not in stripped and "balls" in fixture and stripped["runs"] is fixture["runs"]
+
+
+async def test_a_fixture_answering_404_is_tried_with_a_doubling_backoff_then_released(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()  # knows no fixture 123: /fixtures/123 answers 404
+    feed = make_feed(fake, feed={"not_found_max_tries": 3, "not_found_backoff_s": 5.0,
+                                 "not_found_release_s": 600.0})
+    async with running(feed) as nursery:
+        await trio.sleep(1)
+        tries: list[float] = []
+
+        def timed(seen: Any) -> None:
+            if seen.path.endswith("/fixtures/123"):
+                tries.append(trio.current_time())
+
+        fake.hook = timed
+        collector = Collector(nursery)
+        collector.drain("123", feed.subscribe("123", marquee=False))
+        await trio.sleep(300)  # sixty livescores cadences
+        assert len(tries) == 3 and len(fake.calls("/fixtures/123")) == 3  # and never again
+        assert tries[1] - tries[0] >= 5.0 and tries[2] - tries[1] >= 10.0  # 5 s, then doubled
+        last = collector.updates["123"][-1]
+        assert last.released and last.fixture is None and "404 3 times" in (last.error or "")
+        assert [u.released for u in collector.updates["123"]] == [False, False, True]
+        assert feed.is_released("123")
+        await trio.sleep(600)
+        assert not feed.is_released("123")  # taken again only after not_found_release_s
+
+
+async def test_a_404_then_a_good_answer_starts_the_count_again(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    feed = make_feed(fake, feed={"not_found_max_tries": 2, "not_found_backoff_s": 5.0})
+    async with running(feed) as nursery:
+        await trio.sleep(1)
+        collector = Collector(nursery)
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(1)  # one 404; the next try in 5 s
+        fake.fixtures_by_id[12] = minimal_fixture(12, status="NS")
+        await trio.sleep(10)  # a good answer; the next fetch 30 s later
+        del fake.fixtures_by_id[12]
+        await trio.sleep(26)  # the refetch (at 36 s) answers 404; the next try would be at 41 s
+        fake.fixtures_by_id[12] = minimal_fixture(12, status="NS")
+        await trio.sleep(40)
+        errors = [u for u in collector.updates["12"] if u.error]
+        assert len(errors) == 2 and not feed.is_released("12")
+        assert not any(u.released for u in collector.updates["12"])

@@ -47,3 +47,31 @@ async def test_feed_follows_a_replayed_match_to_its_end() -> None:
     assert final.source == "fixture" and final.fixture is not None
     assert final.fixture["winner_team_id"] is not None and final.fixture["note"]
     assert len(final.fixture["balls"]) >= ball_counts[-1]  # the marquee include set, balls and all
+
+
+@pytest.mark.skipif(not TAPE.is_file(), reason=f"demo tape {TAPE.name} not found")
+async def test_a_fixture_that_answers_404_is_released_after_bounded_tries_with_backoff() -> None:
+    tape = replay_tape.load_tape(TAPE)
+    server = replay_server.ReplayServer([tape], ms_per_ball=1000, api_token="tok")
+    updates: list[FeedUpdate] = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        client = SportMonksClient(SportMonksSettings(base_url=f"http://127.0.0.1:{port}/api/v2.0",
+                                                     api_token="tok", max_retries=1))
+        settings = FeedSettings(livescores_cadence_s=0.05, off_livescores_cadence_s=0.05,
+                                not_found_max_tries=3, not_found_backoff_s=0.1, not_found_release_s=600)
+        feed = FeedActor(client, settings)
+        await nursery.start(feed.run)
+        channel = feed.subscribe("123", marquee=False)  # /livescores lists it no more; SportMonks knows no 123
+        with trio.fail_after(30):
+            async for update in channel:
+                updates.append(update)
+                if update.released:
+                    break
+        await trio.sleep(1.0)  # 20 more livescores cadences: no more calls for it
+        nursery.cancel_scope.cancel()
+    await client.aclose()
+    assert server.requests_served.get("fixture") == 3  # three tries in all, each counted once
+    assert client.calls["fixtures"]["error"] == 3
+    assert feed.is_released("123") and not feed.is_released(str(tape.fixture_id))
+    assert updates[-1].fixture is None and "404 3 times" in (updates[-1].error or "")

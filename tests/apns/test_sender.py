@@ -401,6 +401,8 @@ async def test_invalid_provider_token_stops_the_sender_with_a_clear_error(
     server = await start_apns_server()
     stranger = generate_signing_key(signing_key.key_id)  # same kid, different key: signature fails
     sender = ApnsSender(sender_settings(server, stranger), ssl_context=server.ssl_context_for_clients())
+    refused_before = metrics.REGISTRY.get_sample_value("sightscreen_apns_errors_total", {"action": "configuration"})
+    assert refused_before is not None, "the series exists at 0 before any error, so the alert sees the first"
     reply_send, reply_recv = trio.open_memory_channel[PushResult](10)
     caught: list[BaseException] = []
     try:
@@ -415,6 +417,8 @@ async def test_invalid_provider_token_stops_the_sender_with_a_clear_error(
     results = [reply_recv.receive_nowait() for _ in range(2)]
     assert {r.outcome for r in results} == {"failed"}
     assert {r.reason for r in results} == {"InvalidProviderToken"}
+    refused = metrics.REGISTRY.get_sample_value("sightscreen_apns_errors_total", {"action": "configuration"})
+    assert refused is not None and refused > refused_before
 
 
 async def test_expired_provider_token_is_refreshed_and_the_push_retried_once(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from daemon.apns.rules import Action, backoff_delay, check_push, classify
+from daemon.apns.rules import Action, check_push, classify
 from daemon.apns.types import Push
 
 
@@ -73,10 +71,3 @@ def test_liveactivity_topic_gets_its_suffix_once() -> None:
     assert push(push_type="liveactivity").wire_topic == "com.x.push-type.liveactivity"
     assert push(push_type="liveactivity", topic="com.x.push-type.liveactivity").wire_topic.count("push-type") == 1
     assert push(push_type="alert").wire_topic == "com.x"
-
-
-def test_backoff_doubles_is_capped_and_jittered_within_its_upper_half() -> None:
-    rng = random.Random(7)
-    for attempt, ceiling in [(1, 1.0), (2, 2.0), (3, 4.0), (10, 30.0)]:
-        delay = backoff_delay(attempt, base_s=1.0, cap_s=30.0, rng=rng)
-        assert ceiling / 2 <= delay <= ceiling

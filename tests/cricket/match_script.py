@@ -3,12 +3,13 @@
 ``Script`` keeps the crease (strike rotates on odd runs and at the end of an over; a new batter takes the
 dismissed batter's slot and faces next), stamps each ball 40 s after the previous one, rebuilds the
 fixture from the posted balls (tests/cricket/fixture_builder.rebuild) and runs ``process_tick`` with the
-state carried through its DynamoDB item form, as the actor does.
+state carried through its DynamoDB item form, as the actor does (the doubts being confirmed, which the actor
+keeps in memory only, are carried over as they are).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -105,7 +106,9 @@ class Script:
             fx["note"] = note
         result = process_tick(self.state, snapshot_from_fixture(fx), now=now if now is not None else self.clock,
                               marquee=self.marquee, settings=self.settings)
-        self.state = MatchState.from_item(result.state.to_item())
+        # The record round trip, as the actor persists; the doubts being confirmed stay in its memory.
+        self.state = replace(MatchState.from_item(result.state.to_item()), end_doubt=result.state.end_doubt,
+                             score_doubt=result.state.score_doubt)
         self.results.append(result)
         return result
 

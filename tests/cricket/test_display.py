@@ -22,9 +22,14 @@ def raw(real_fixture_path: Path) -> dict[str, Any]:
     return json.loads(real_fixture_path.read_text())["data"]
 
 
+# These tests are about what a phase looks like: a final status is believed on the first tick (the end's
+# confirmation has its own tests in test_confirm.py).
+AT_ONCE = EngineSettings(confirm_polls=1, confirm_s=0)
+
+
 def display(fixture: dict[str, Any]) -> dict[str, dict[str, Any]]:
     snap = snapshot_from_fixture(fixture)
-    return dict(process_tick(None, snap, now=0.0, marquee=True, settings=EngineSettings()).display)
+    return dict(process_tick(None, snap, now=0.0, marquee=True, settings=AT_ONCE).display)
 
 
 def test_live_chase_shows_every_string_the_app_needs(raw: dict[str, Any]) -> None:

@@ -266,11 +266,16 @@ def test_innings_end_when_the_overs_are_used_and_match_end_for_the_chase() -> No
     brk = s.tick("Innings Break")
     assert brk.events == () and brk.display["neutral"]["phase"] == "innings_break"
     assert brk.display["neutral"]["subtitle"] == "Innings break · AWY need 7 to win"
-    last = s.tick("Finished", winner=1, note="Home won by 6 runs")
+    # The away side never batted: the scores do not corroborate the result, so the end is believed once
+    # seen on confirm_polls ticks spanning confirm_s.
+    for wait in (0.0, s.settings.confirm_s / 2):
+        pending = s.tick("Finished", winner=1, note="Home won by 6 runs", now=s.clock + wait)
+        assert pending.end_pending and not pending.ended and pending.events == ()
+    last = s.tick("Finished", winner=1, note="Home won by 6 runs", now=s.clock + s.settings.confirm_s)
     assert [e.type for e in last.events] == ["match_end"]
     assert last.ended and last.phase == "completed"
     assert last.display["neutral"]["result"] == "Home won by 6 runs"
-    again = s.tick("Finished", winner=1, note="Home won by 6 runs")
+    again = s.tick("Finished", winner=1, note="Home won by 6 runs", now=s.clock + s.settings.confirm_s)
     assert not again.ended and again.events == ()
 
 

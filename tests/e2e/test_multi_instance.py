@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from daemon.replay.synth import synthesise
-from daemon.testing.cluster import Cluster, record_kid
+from tests.harness.cluster import Cluster, record_kid
 
 pytestmark = pytest.mark.slow
 

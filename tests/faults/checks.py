@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from daemon.testing.fault_rig import FaultRig, aps, standing_wickets
+from tests.harness.fault_rig import FaultRig, aps, standing_wickets
 
 
 async def run_to_end(rig: FaultRig, timeout: float = 120.0) -> None:

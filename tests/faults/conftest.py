@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from daemon.replay.synth import synthesise
-from daemon.testing.fault_rig import FaultRig, RigOptions
+from tests.harness.fault_rig import FaultRig, RigOptions
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from daemon.testing.fault_rig import SECOND_KEY_ID, FaultRig
+from tests.harness.fault_rig import SECOND_KEY_ID, FaultRig
 from tests.faults.checks import assert_nothing_lost, first_updates
 
 pytestmark = pytest.mark.slow

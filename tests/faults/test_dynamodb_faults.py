@@ -15,8 +15,8 @@ import pytest
 import trio
 
 from daemon import metrics
-from daemon.testing.dynamo_throttle import DynamoThrottle
-from daemon.testing.fault_rig import KEY_ID, SECOND_KEY_ID, FaultRig, aps
+from tests.harness.dynamo_throttle import DynamoThrottle
+from tests.harness.fault_rig import KEY_ID, SECOND_KEY_ID, FaultRig, aps
 from tests.faults.checks import assert_nothing_lost, first_updates
 
 pytestmark = pytest.mark.slow

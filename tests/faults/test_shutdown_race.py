@@ -1,11 +1,12 @@
 """A lease lost while the daemon drains: the stop must stay a clean stop.
 
-Found by the fault tests (fixed in the supervisor since): at match end the actor releases its lock; if the
-daemon drains at that moment, the actor's renew loop can find the lock gone (``LeaseLost``, a *normal* exit for a match actor) in the same
-instant its main task is cancelled. The actor's nursery then raises ``BaseExceptionGroup([Cancelled,
+At match end the actor releases its lock; if the daemon drains at that moment, the actor's renew loop can
+find the lock gone (``LeaseLost``, a *normal* exit for a match actor) in the same instant its main task is
+cancelled. The actor's nursery then raises ``BaseExceptionGroup([Cancelled,
 LeaseLost])``. ``Supervisor._supervise`` catches ``Exception`` only, so the group passes by; the child's
-cancel scope stripped the ``Cancelled`` and the bare ``LeaseLost`` escaped into the daemon's root nursery: the
-daemon's ``run`` raised instead of stopping cleanly (a process exited with a traceback on SIGTERM).
+cancel scope strips the ``Cancelled``, and unless the supervisor recognises the group, the bare ``LeaseLost``
+escapes into the daemon's root nursery and the daemon's ``run`` raises instead of stopping cleanly (a process
+exits with a traceback on SIGTERM).
 
 The race is reproduced here deterministically with the supervisor and a two-task actor shaped like the
 match actor (a renew loop beside the main loop); the real daemon hits it by timing.

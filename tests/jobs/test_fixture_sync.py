@@ -1,6 +1,6 @@
 """FixtureSyncJob against moto's DynamoDB server and a SportMonks-compatible HTTP server, with the real client.
 
-What must hold (issue 8): only changed fixtures are written (new ones by BatchWriteItem in 25s, changed ones
+What must hold: only changed fixtures are written (new ones by BatchWriteItem in 25s, changed ones
 by UpdateItem conditioned on existence), pagination is followed, and SportMonks errors never lose the job
 its place.
 """

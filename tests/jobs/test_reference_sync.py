@@ -6,7 +6,7 @@ from typing import Any
 
 import trio
 
-from actors.jobs.reference_sync import LeagueDirectory, ReferenceSyncJob, backoff_delay
+from actors.jobs.reference_sync import LeagueDirectory, ReferenceSyncJob
 from actors.jobs.settings import ReferenceSyncSettings
 from daemon.store.dynamo import count_calls
 from tests.jobs.fake_sportmonks import FakeSportMonks, make_team
@@ -159,11 +159,6 @@ async def test_league_directory_reads_the_table_once_per_max_age(repos: Any) -> 
     now[0] = 601
     assert await directory.active_codes() == ["BBL", "T20I"]
     assert await directory.active_season_ids() == ["1800"]
-
-
-def test_backoff_doubles_from_the_base_and_is_capped() -> None:
-    assert [backoff_delay(n, 5, 60) for n in range(6)] == [0, 5, 10, 20, 40, 60]
-    assert backoff_delay(10_000, 5, 60) == 60
 
 
 async def test_a_step_that_keeps_failing_is_left_for_the_next_cycle(

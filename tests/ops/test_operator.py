@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from daemon.replay.synth import synthesise
-from daemon.testing.cluster import Cluster
+from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -91,6 +92,16 @@ def test_sets_round_trip():
 
 def test_iso_is_utc_with_milliseconds():
     assert iso(0) == "1970-01-01T00:00:00.000Z"
+    assert iso(1.2345) == "1970-01-01T00:00:01.234Z"
+
+
+def test_iso_in_seconds_is_the_sortable_start_time_form_from_any_moment():
+    stamp = "2027-01-15T08:00:00Z"
+    assert iso(1_800_000_000 - 0.5, timespec="seconds") == "2027-01-15T07:59:59Z"
+    assert iso(1_800_000_000, timespec="seconds") == stamp
+    aware = datetime(2027, 1, 15, 9, 0, tzinfo=timezone(timedelta(hours=1)))
+    assert iso(aware, timespec="seconds") == stamp
+    assert iso(datetime(2027, 1, 15, 8, 0), timespec="seconds") == stamp  # naive is UTC
 
 
 def test_update_builder_uses_placeholders_and_none_removes():

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from daemon.testing.nginx_apns import NginxApns
+from tests.harness.nginx_apns import NginxApns
 
 HAS_NGINX = shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
 HAS_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
@@ -80,7 +80,7 @@ def _abort_mid_request(port: int) -> None:
 @pytest.mark.skipif(not HAS_NODE, reason="dynalite needs node >= 20 and npm")
 async def test_the_store_runs_on_dynalite_despite_its_gaps() -> None:
     from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
-    from daemon.testing.dynalite import DynaliteServer
+    from tests.harness.dynalite import DynaliteServer
 
     try:
         server = DynaliteServer().start()

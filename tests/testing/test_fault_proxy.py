@@ -6,7 +6,7 @@ from functools import partial
 
 import trio
 
-from daemon.testing.fault_proxy import FaultProxy
+from tests.harness.fault_proxy import FaultProxy
 
 
 async def _echo(stream: trio.SocketStream) -> None:

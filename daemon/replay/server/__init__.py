@@ -29,7 +29,10 @@ endpoint (``livescores``, ``fixture``, ``fixtures``, or a reference endpoint) or
 ``429`` (``retry_after``), ``timeout`` (hold the response ``hold_s`` seconds, then answer), ``disconnect``
 (close without answering), ``truncated`` (JSON cut in half), ``malformed`` (invalid JSON, full length),
 ``missing_field`` / ``wrong_type`` (``field``, a dotted path inside each fixture, e.g. ``status`` or
-``balls.score_id``; ``value`` for wrong_type). ``correct_ball`` / ``delete_ball`` change the feed at once:
+``balls.score_id``; ``value`` for wrong_type). Valid but wrong data, in every fixture or ``fixture_id``'s:
+``wrong_status`` (``status`` set to ``value``, default ``Finished``), ``changed_id`` (``id`` set to
+``value``, default 123), ``implausible`` (``field``, default ``runs.score``, set to ``value``, default -5);
+``huge_body`` pads the JSON with ``size_bytes`` of whitespace. ``correct_ball`` / ``delete_ball`` change the feed at once:
 a served ball (``ball_id``, default the newest) of ``fixture_id`` is re-sent with another ``score_id`` or
 withdrawn. ``stall`` freezes the feed of ``fixture_id`` (default: all) for ``duration_s`` while the match
 goes on, then everything missed appears at once (the catch-up bursts of spec §7).

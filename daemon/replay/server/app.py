@@ -19,7 +19,7 @@ import trio
 from pydantic import ValidationError
 
 from daemon.logs import get_logger
-from daemon.replay.cursor import ReplayClock
+from daemon.replay.cursor import ReplayClock, check_speed
 from daemon.replay.server import faults as fault_rules
 from daemon.replay.server import query as q
 from daemon.replay.server.faults import FaultList, FaultSpec
@@ -67,8 +67,7 @@ class ReplayServer:
         api_token: str | None = None,
         page_size: int = 100,
     ) -> None:
-        if not (speed > 0 and math.isfinite(speed)):
-            raise ValueError(f"speed must be a positive number, got {speed}")
+        check_speed(speed)
         if ms_per_ball is not None and ms_per_ball <= 0:
             raise ValueError(f"ms_per_ball must be > 0, got {ms_per_ball}")
         if innings_break_s < 0 or start_delay_s < 0:
@@ -138,6 +137,8 @@ class ReplayServer:
     # ------------------------------------------------------------------------------------------ controls
 
     def play(self, fixture_id: str | int | None = None, *, speed: float | None = None) -> None:
+        if speed is not None:
+            _request_speed(speed)
         now = self.clock()
         for m in self._selected(fixture_id):
             m.advance(now)
@@ -152,8 +153,7 @@ class ReplayServer:
             m.clock.pause(now)
 
     def set_speed(self, x: float, fixture_id: str | int | None = None) -> None:
-        if not (x > 0 and math.isfinite(x)):
-            raise ReplayRequestError(f"speed: must be a positive number, got {x}")
+        _request_speed(x)
         now = self.clock()
         if fixture_id is None:
             self.speed = x
@@ -444,3 +444,10 @@ class ReplayServer:
             task_status.started(self.port)
             await self._stop_event.wait()
             nursery.cancel_scope.cancel()
+
+
+def _request_speed(speed: float) -> None:
+    try:
+        check_speed(speed)
+    except ValueError as exc:
+        raise ReplayRequestError(f"speed: {exc}") from None

@@ -1,7 +1,8 @@
 """Fault injection for the replay server: what each fault does to a response, and to the feed itself.
 
 Response faults (``5xx``, ``429``, ``timeout``, ``disconnect``, ``truncated``, ``malformed``,
-``missing_field``, ``wrong_type``) sit in a ``FaultList`` and apply to the next ``count`` requests, or for
+``missing_field``, ``wrong_type``, and the valid-but-wrong data SportMonks sends now and then:
+``wrong_status``, ``changed_id``, ``implausible``, ``huge_body``) sit in a ``FaultList`` and apply to the next ``count`` requests, or for
 ``duration_s`` seconds, on one endpoint or all. Feed faults apply at once: ``correct_ball`` /
 ``delete_ball`` insert an entry that re-sends or withdraws a served ball; ``stall`` freezes the feed, which
 then catches up in one burst.
@@ -28,6 +29,10 @@ FaultMode = Literal[
     "malformed",
     "missing_field",
     "wrong_type",
+    "wrong_status",
+    "changed_id",
+    "implausible",
+    "huge_body",
     "correct_ball",
     "delete_ball",
     "stall",
@@ -57,7 +62,13 @@ class FaultSpec(BaseModel):
     value: Any = Field(
         default=None, description="wrong_type: the value to put there (default: a wrong-typed one)"
     )
-    fixture_id: str | None = None
+    size_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1, le=1024**3, description="huge_body: bytes of padding added to the body"
+    )
+    fixture_id: str | None = Field(
+        default=None, description="the fixture a feed change, stall or wrong_status/changed_id/implausible "
+        "applies to (default: every fixture)",
+    )
     ball_id: int | None = None
     score_id: int | None = None
 
@@ -142,7 +153,27 @@ def apply_body_fault(spec: FaultSpec, response: Response) -> Response:
         for item in items:
             _mutate(item, spec.field.split("."), spec.mode, spec.value)
         response.body = encode_json(doc)
+    elif spec.mode in WRONG_DATA:
+        default_field, default_value = WRONG_DATA[spec.mode]
+        path = (spec.field or default_field).split(".")
+        value = default_value if spec.value is None else spec.value
+        doc = json.loads(body)
+        items = doc["data"] if isinstance(doc["data"], list) else [doc["data"]]
+        for item in items:
+            if spec.fixture_id is None or str(item.get("id")) == str(spec.fixture_id):
+                _mutate(item, path, "wrong_type", value)
+        response.body = encode_json(doc)
+    elif spec.mode == "huge_body":
+        response.body = body + b" " * spec.size_bytes  # still valid JSON, only enormous
     return response
+
+
+# Valid but wrong data: the field each mode sets in every (or the chosen) fixture, and the value by default.
+WRONG_DATA: dict[str, tuple[str, Any]] = {
+    "wrong_status": ("status", "Finished"),  # a final status while the match goes on
+    "changed_id": ("id", 123),  # a corrupted fixture id
+    "implausible": ("runs.score", -5),  # a total cricket cannot produce (value 10**40, field runs.overs...)
+}
 
 
 def change_feed(m: ServedMatch, spec: FaultSpec, now: float) -> tuple[str, int]:

@@ -30,8 +30,8 @@ from typing import Any
 
 import trio
 
-from daemon.testing.fault_proxy import FaultProxy
-from daemon.testing.lazy_proxy import LazyFaultProxy
+from tests.harness.fault_proxy import FaultProxy
+from tests.harness.lazy_proxy import LazyFaultProxy
 
 TEAM_ID = "FAULTTEAM1"
 KEY_ID = "FAULTKEY01"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import trio
 
-from daemon.testing.fault_proxy import FaultProxy
+from tests.harness.fault_proxy import FaultProxy
 
 
 class LazyFaultProxy(FaultProxy):

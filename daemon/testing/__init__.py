@@ -1,1 +1,0 @@
-"""Test and benchmark tools that run beside the daemon (fault proxy). Never imported by production code."""

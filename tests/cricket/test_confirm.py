@@ -1,0 +1,212 @@
+"""A match ends only when the end is confirmed; a score going back further than a correction is doubted.
+
+Pure: scripted fixtures through ``process_tick``, the state carried as the match actor carries it (the record
+round trip, the doubts in memory). A pushed tick is one with ``display_changed`` or events; a written tick is
+one whose state differs from the previous one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daemon.cricket.engine import TickResult, process_tick
+from daemon.cricket.settings import EngineSettings
+from daemon.cricket.snapshot import snapshot_from_fixture
+from daemon.cricket.state import MatchState
+from tests.cricket.fixture_builder import make_ball, rebuild
+from tests.cricket.match_script import Script, iso
+
+CONFIRM = EngineSettings(confirm_polls=3, confirm_s=30.0, cooldowns_s={"four": 0, "six": 0})
+
+
+def live_match(overs: int = 20) -> Script:
+    s = Script(settings=CONFIRM, overs=overs)
+    s.tick()
+    s.balls_of("1 0 4 0")
+    s.tick()
+    return s
+
+
+def pushed(result: TickResult) -> bool:
+    return result.display_changed or bool(result.events)
+
+
+def glitch(s: Script, status: str, *, at: float, **fields: Any) -> TickResult:
+    """One tick of the current balls with ``status`` (and fixture fields) as the feed shows them at ``at``."""
+    fx = s.fixture(status)
+    fx.update(fields)
+    before = s.state
+    result = process_tick(before, snapshot_from_fixture(fx), now=at, marquee=True, settings=s.settings)
+    s.state = replace(MatchState.from_item(result.state.to_item()), end_doubt=result.state.end_doubt,
+                      score_doubt=result.state.score_doubt)
+    s.results.append(result)
+    return result
+
+
+# ---- the end --------------------------------------------------------------------------------------------
+def test_a_final_status_that_flips_back_pushes_nothing_and_changes_no_state() -> None:
+    s = live_match()
+    before = s.state
+    for status in ("Finished", "Aban."):
+        for i in range(2):
+            result = glitch(s, status, at=s.clock + 2 * i, note="Target 9 runs")
+            assert result.end_pending and not result.ended and result.phase == "live"
+            assert not pushed(result) and result.state == before  # no push, nothing to write
+        back = glitch(s, "1st Innings", at=s.clock + 5)
+        assert back.end_withdrawn and not back.end_pending and not pushed(back)
+        assert back.state == before and back.state.end_doubt is None
+
+
+def test_a_final_status_is_believed_on_consecutive_polls_spanning_the_confirm_time() -> None:
+    s = live_match()
+    t0 = s.clock
+    assert glitch(s, "Finished", at=t0).end_pending
+    assert glitch(s, "Finished", at=t0 + 1).end_pending
+    assert glitch(s, "Finished", at=t0 + 2).end_pending  # three polls, but only 2 s
+    end = glitch(s, "Finished", at=t0 + 30)
+    assert end.ended and end.phase == "completed" and [e.type for e in end.events] == ["match_end"]
+
+
+def test_the_confirm_time_alone_is_not_enough_without_consecutive_polls() -> None:
+    s = live_match()
+    t0 = s.clock
+    assert glitch(s, "Finished", at=t0).end_pending
+    assert glitch(s, "Finished", at=t0 + 100).end_pending  # two polls only
+    assert glitch(s, "1st Innings", at=t0 + 101).end_withdrawn
+    assert glitch(s, "Finished", at=t0 + 200).end_pending  # the count starts again
+    assert glitch(s, "Finished", at=t0 + 230).end_pending
+    assert glitch(s, "Finished", at=t0 + 231).ended
+
+
+def test_balls_bowled_while_an_end_is_unconfirmed_are_reported_as_live() -> None:
+    s = live_match()
+    s.ball("6")
+    result = glitch(s, "Finished", at=s.clock)
+    assert result.end_pending and "six" in [e.type for e in result.events]
+    assert result.display["neutral"]["phase"] == "live" and result.display["neutral"]["result"] is None
+
+
+def chase(s: Script, codes: str) -> None:
+    """Balls of the second innings (team 2 batting, scoreboard S2)."""
+    for n, code in enumerate(codes.split()):
+        s.clock += 40
+        s.next_id += 7
+        over, ball = divmod(n, 6)
+        s.balls.append(make_ball(s.next_id, f"{over}.{ball + 1}", code, batsman=201 + n % 2, bowler=101,
+                                 crease=(201, 202), team=2, scoreboard="S2", stamp=iso(s.clock)))
+
+
+def test_an_end_the_fixture_corroborates_is_believed_at_once() -> None:
+    s = Script(settings=CONFIRM, overs=1)
+    s.tick()
+    s.balls_of("1 0 0 0 0 0")  # S1: 1 run off the over
+    s.tick()
+    chase(s, "4")  # the target of 2 reached off the first ball
+    end = glitch(s, "Finished", at=s.clock, winner_team_id=2, note="Away won by 10 wickets")
+    assert end.ended and end.best is not None and end.best.type == "match_end"
+    assert end.display["neutral"]["result"] == "Away won by 10 wickets"
+
+
+def test_a_result_the_scores_contradict_is_not_corroboration() -> None:
+    s = Script(settings=CONFIRM, overs=1)
+    s.tick()
+    s.balls_of("1 0 0 0 0 0")
+    s.tick()
+    chase(s, "0")  # 0/0 after one ball: nothing decided
+    result = glitch(s, "Finished", at=s.clock, winner_team_id=1, note="Home won by 1 run")
+    assert result.end_pending and not result.ended
+
+
+def test_an_abandonment_the_note_states_is_believed_at_once_and_a_bare_one_is_not() -> None:
+    s = live_match()
+    bare = glitch(s, "Aban.", at=s.clock, note="Target 183 runs")
+    assert bare.end_pending
+    stated = glitch(s, "Aban.", at=s.clock + 1, note="Match abandoned due to rain")
+    assert stated.ended and stated.phase == "abandoned"
+
+
+def test_a_match_ended_wrongly_and_taken_again_reports_its_real_end() -> None:
+    s = live_match()
+    t0 = s.clock
+    for wait in (0, 15, 30):
+        wrong = glitch(s, "Finished", at=t0 + wait)
+    assert wrong.ended and s.state is not None and s.state.match_phase == "completed"
+    s.ball("4")
+    again = s.tick()  # the feed shows it live: the new owner carries on
+    assert again.phase == "live" and not again.ended and "four" in [e.type for e in again.events]
+    assert not any(k.startswith("match_end:") for k in again.state.cooldowns)
+    t1 = s.clock
+    for wait in (0, 15, 30):
+        real = glitch(s, "Finished", at=t1 + wait)
+    assert real.ended and [e.type for e in real.events] == ["match_end"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["Finished", "Aban."]), st.integers(1, 2), st.booleans()), max_size=6))
+def test_glitches_shorter_than_the_confirmation_never_end_the_match_or_change_what_is_written(
+    glitches: list[tuple[str, int, bool]],
+) -> None:
+    clean, glitched = live_match(), live_match()
+    for status, polls, with_ball in glitches:
+        if with_ball:
+            for s in (clean, glitched):
+                s.ball("1")
+        for i in range(polls):
+            result = glitch(glitched, status, at=glitched.clock + i)
+            assert not result.ended and result.phase == "live"
+        back = glitched.tick()
+        assert not back.ended
+        clean.tick()
+        assert glitched.state is not None and clean.state is not None
+        assert glitched.state.to_item() == clean.state.to_item()
+
+
+# ---- scores going back ------------------------------------------------------------------------------------
+def test_a_correction_sized_drop_is_taken_and_a_bigger_one_is_skipped_until_it_persists() -> None:
+    s = live_match()
+    s.balls_of("6 4 6")
+    s.tick()
+    good = s.state
+    assert good is not None and good.score_for("S1") is not None
+    fx = s.fixture()
+    fx["runs"][0]["score"] -= 4  # a boundary taken back: a correction
+    assert process_tick(good, snapshot_from_fixture(fx), now=s.clock, marquee=True, settings=s.settings).skipped is None
+    fx["runs"][0]["score"] = 0  # 21 runs gone at once
+    t0 = s.clock
+    for wait in (0, 1, 2):
+        result = glitch_fixture(s, fx, at=t0 + wait)
+        assert result.skipped and "runs went back" in result.skipped
+        assert not pushed(result) and result.state == good
+    taken = glitch_fixture(s, fx, at=t0 + 30)
+    assert taken.skipped is None and taken.state.score_for("S1").runs == 0  # type: ignore[union-attr]
+
+
+def test_wickets_and_balls_going_back_too_far_are_skipped() -> None:
+    s = live_match()
+    s.balls_of("W 0 W 0 0 0 0 0")
+    s.tick()
+    fx = s.fixture()
+    fx["runs"][0]["wickets"] = 0
+    assert "wickets went back" in (glitch_fixture(s, fx, at=s.clock).skipped or "")
+    fx = s.fixture()
+    fx["runs"][0]["overs"] = 0.1
+    assert "legal balls went back" in (glitch_fixture(s, fx, at=s.clock).skipped or "")
+
+
+def glitch_fixture(s: Script, fx: dict[str, Any], *, at: float) -> TickResult:
+    result = process_tick(s.state, snapshot_from_fixture(fx), now=at, marquee=True, settings=s.settings)
+    s.state = result.state
+    return result
+
+
+def test_the_doubts_are_not_part_of_the_record() -> None:
+    s = live_match()
+    glitch(s, "Finished", at=s.clock)
+    assert s.state is not None and s.state.end_doubt is not None
+    item = s.state.to_item()
+    assert MatchState.from_item(item).end_doubt is None and "endDoubt" not in item
+    assert rebuild(s.base, s.balls)["status"] == "1st Innings"
