@@ -174,8 +174,9 @@ async def test_a_follower_gets_its_fixtures_from_the_leaders_cache_and_calls_spo
         async with trio.open_nursery() as nursery:
             async with member(nursery, "a", repos, live) as a, member(nursery, "b", repos, live) as b:
                 assert a.leadership.leading and not b.leadership.leading
-                # the leader polls for the region's matches even though none runs on it
-                a.feed.set_region_matches({"11": False, "12": False})
+                # the leader polls for the region's matches (active-matches) even though none runs on it
+                for match_id in ("11", "12"):
+                    assert await repos.active_matches.register_active_match(match_id, "b", fields={"leagueId": "3"})
                 u11 = b.feed.subscribe("11", marquee=False)
                 u12 = b.feed.subscribe("12", marquee=False)
                 first = await _next_good(u11)
@@ -215,8 +216,8 @@ async def test_a_leader_whose_lease_ran_out_writes_nothing_and_the_next_takes_ov
     live = [minimal_fixture(21, score=1)]
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
+            assert await repos.active_matches.register_active_match("21", "x", fields={"leagueId": "3"})
             async with member(nursery, "a", repos, live) as a:
-                a.feed.set_region_matches({"21": False})
                 with trio.fail_after(5):
                     while not (await repos.fixture_cache.batch_get_entries(["21"])):
                         await trio.sleep(0.05)
@@ -239,7 +240,6 @@ async def test_a_leader_whose_lease_ran_out_writes_nothing_and_the_next_takes_ov
                         while not b.leadership.leading:
                             await trio.sleep(0.05)
                     assert b.leadership.lease is not None and b.leadership.lease.epoch == lease.epoch + 1
-                    b.feed.set_region_matches({"21": False})
                     with trio.fail_after(5):
                         while (await repos.fixture_cache.batch_get_entries(["21"]))["21"].epoch != lease.epoch + 1:
                             await trio.sleep(0.05)
