@@ -41,6 +41,7 @@ import trio
 
 from daemon import metrics
 from daemon.apns.connection import Answered, ApnsConnection, Outcome, Unanswered
+from daemon.apns.internals import drain_decrypted
 from daemon.apns.rules import Action, check_push, classify
 from daemon.apns.settings import ApnsSettings
 from daemon.apns.token import ProviderToken, ProviderTokenPolicy, ProviderTokens, load_signing_key
@@ -124,30 +125,6 @@ class _Slot:
     token_switched_at: float | None = None
     connected_at: float | None = None
     recycle_reason: str | None = None
-
-
-def _drain_decrypted(stream: trio.SSLStream[trio.SocketStream], first: bytes | bytearray) -> bytes | bytearray:
-    """``first`` plus every TLS record already received and buffered, decrypted without awaiting.
-
-    ``SSLStream.receive_some`` returns one TLS record per call (OpenSSL's SSL_read), and each call is a trip
-    through trio's scheduler. A server that writes every HTTP/2 frame as its own record (nginx does) would
-    cost us a scheduler round-trip, an h2 call and a writer wake-up per push, several times the CPU. The
-    records are already in the stream's incoming buffer, so we decrypt them here in one go. This reads
-    trio's private ``_incoming``/``_ssl_object``; if they are absent we simply fall back to one record per
-    read. Anything the TLS layer wants to send in reply stays in its outgoing buffer and goes out with
-    trio's next read or write on the stream.
-    """
-    incoming = getattr(stream, "_incoming", None)
-    ssl_object = getattr(stream, "_ssl_object", None)
-    if incoming is None or ssl_object is None or not (incoming.pending or ssl_object.pending()):
-        return first
-    chunks = [first]
-    while incoming.pending or ssl_object.pending():
-        try:
-            chunks.append(ssl_object.read(_READ_SIZE))
-        except ssl.SSLError:
-            break  # WantRead (a partial record), EOF or an error: the next receive_some deals with it
-    return b"".join(chunks)
 
 
 class _ConnectionFailed(Exception):
@@ -754,7 +731,7 @@ class ApnsSender:
                 if not data:
                     log.info("apns_connection_eof", slot=slot.index, in_flight=conn.in_flight)
                     return
-                data = _drain_decrypted(stream, data)
+                data = drain_decrypted(stream, data, _READ_SIZE)
                 try:
                     outcomes = conn.receive_data(data, trio.current_time())
                 except h2.exceptions.ProtocolError as exc:

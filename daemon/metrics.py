@@ -234,6 +234,38 @@ BACKGROUND_GAVE_WAY = Counter(
 )
 
 
+# --- The app's HTTP API (daemon.api) ------------------------------------------------------------------------
+API_REQUESTS = Counter(
+    "sightscreen_api_requests",
+    "API requests by route template (unmatched paths: 'unmatched') and status code",
+    ["route", "status"],
+    registry=REGISTRY,
+)
+API_LATENCY = Histogram(
+    "sightscreen_api_request_duration_seconds",
+    "From an API request's arrival to its answer, by route template",
+    ["route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+API_RATE_LIMITED = Counter(
+    "sightscreen_api_rate_limited", "API requests refused with 429 by the per-user rate limit", registry=REGISTRY
+)
+API_AUTH_FAILURES = Counter(
+    "sightscreen_api_auth_failures",
+    "API requests refused with 401, by the check that failed (never shown to the client)",
+    ["reason"],
+    registry=REGISTRY,
+)
+JWKS_FETCHES = Counter(
+    "sightscreen_jwks_fetches",
+    "JWKS fetches by cause (start, refresh, unknown_kid) and outcome (ok, error)",
+    ["cause", "outcome"],
+    registry=REGISTRY,
+)
+JWKS_KEYS = Gauge("sightscreen_jwks_keys", "Signing keys currently held from the JWKS", registry=REGISTRY)
+
+
 def render() -> bytes:
     """The registry in Prometheus text exposition format."""
     return generate_latest(REGISTRY)

@@ -85,9 +85,16 @@ class Daemon:
             self.feed, self.repos, config.feed, region=self.region, stale_after_s=2 * orch.lease_s
         )
         self.feed.follower_livescores = self.cache_reader.livescores
+        # roles: an "api"-only instance takes no match, polls nothing and pushes nothing (no APNs key needed);
+        # the API runs where it is listed and [api].listen is set
+        self.runs_engine = config.runs("engine")
+        self.runs_api = config.runs("api") and bool(config.api.listen)
         self.janitor = Janitor(self.repos)
-        self.sender = ApnsSender(config.apns, janitor=self.janitor.send_channel)
+        self.sender: ApnsSender = (
+            ApnsSender(config.apns, janitor=self.janitor.send_channel) if self.runs_engine else _NO_SENDER
+        )
         self.live = LiveWork()  # match actors' fan-outs in progress; the prematch job gives way to them
+        self.api: Any = None
         self.supervisor: Supervisor | None = None
         self.orchestrator: Orchestrator | None = None
         self.jobs: dict[str, Any] = {}
@@ -167,22 +174,23 @@ class Daemon:
                     window_s=orch_cfg.restart_window_s,
                     backoff_s=orch_cfg.restart_backoff_s,
                 )
-                self.orchestrator = Orchestrator(
-                    instance_id=self.instance_id,
-                    repos=self.repos,
-                    feed=self.feed,
-                    supervisor=supervisor,
-                    actor_factory=self._match_actor,
-                    settings=orch_cfg,
-                    marquee_leagues=self.config.feed.marquee_leagues,
-                    quarantine_s=orch_cfg.quarantine_s,
-                )
-                await supervisor.start("janitor", lambda: self.janitor, kind="janitor")
-                sender_guard = _FatalOnConfigError(self, self.sender)
-                await supervisor.start("sender", lambda: sender_guard, kind="sender")
-                await supervisor.start("feed", lambda: self.feed, kind="feed")
-                await supervisor.start("feed-leader", lambda: self.leadership, kind="feed")
-                await supervisor.start("cache-reader", lambda: self.cache_reader, kind="feed")
+                if self.runs_engine:
+                    self.orchestrator = Orchestrator(
+                        instance_id=self.instance_id,
+                        repos=self.repos,
+                        feed=self.feed,
+                        supervisor=supervisor,
+                        actor_factory=self._match_actor,
+                        settings=orch_cfg,
+                        marquee_leagues=self.config.feed.marquee_leagues,
+                        quarantine_s=orch_cfg.quarantine_s,
+                    )
+                    await supervisor.start("janitor", lambda: self.janitor, kind="janitor")
+                    sender_guard = _FatalOnConfigError(self, self.sender)
+                    await supervisor.start("sender", lambda: sender_guard, kind="sender")
+                    await supervisor.start("feed", lambda: self.feed, kind="feed")
+                    await supervisor.start("feed-leader", lambda: self.leadership, kind="feed")
+                    await supervisor.start("cache-reader", lambda: self.cache_reader, kind="feed")
                 if self.config.admin.socket_path:
                     admin = AdminServer(
                         self.config.admin.socket_path,
@@ -198,17 +206,24 @@ class Daemon:
 
                     metrics_http = MetricsHttpServer(self.config.metrics.listen)
                     await supervisor.start("metrics-http", lambda: metrics_http, kind="admin")
-                self.jobs = self._build_jobs()
-                for name, job in self.jobs.items():
-                    await supervisor.start(name, lambda job=job: job, kind="job")
-                orchestrator = self.orchestrator
-                await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
-                reconciler = self._leased(
-                    "reconciler", LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s),
-                    sportmonks=False,
-                )
-                self.jobs["reconciler"] = reconciler
-                await supervisor.start("reconciler", lambda: reconciler, kind="job")
+                if self.runs_api:
+                    # imported here: an engine-only instance never loads the API
+                    from daemon.api.server import ApiServer
+
+                    self.api = api = ApiServer(self.repos, self.config.api, self.config.auth)
+                    await supervisor.start("api", lambda: api, kind="api")
+                if self.runs_engine:
+                    self.jobs = self._build_jobs()
+                    for name, job in self.jobs.items():
+                        await supervisor.start(name, lambda job=job: job, kind="job")
+                    orchestrator = self.orchestrator
+                    await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
+                    reconciler = self._leased(
+                        "reconciler", LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s),
+                        sportmonks=False,
+                    )
+                    self.jobs["reconciler"] = reconciler
+                    await supervisor.start("reconciler", lambda: reconciler, kind="job")
                 nursery.start_soon(self._watchdog)
                 nursery.start_soon(self._loop_monitor)
                 nursery.start_soon(self._readiness_monitor)
@@ -234,10 +249,16 @@ class Daemon:
             self._notifier.stopping()
         grace = self.config.instance.shutdown_grace_s
         log.info("daemon_stopping", grace_s=grace)
+        if self.api is not None:
+            self.api.stop()  # stops accepting at once; requests in flight get [api].shutdown_grace_s
         with trio.move_on_after(grace):
             if self.orchestrator is not None:
                 await self.orchestrator.drain()  # every match actor stopped, every lock released
-            await self.sender.drain(grace)
+            if self.runs_engine:
+                await self.sender.drain(grace)
+        if self.api is not None:
+            with trio.move_on_after(self.config.api.shutdown_grace_s + 1.0):
+                await self.api.stopped.wait()
         log.info("daemon_stopped")
 
     def shutdown(self) -> None:
@@ -298,8 +319,9 @@ class Daemon:
         return {"alive": True, "instance_id": self.instance_id, "stopping": self.stopping}
 
     async def readiness(self) -> dict[str, Any]:
-        """DynamoDB reachable, APNs connected, SportMonks breaker not open, not stopping; exported as the
-        ``sightscreen_ready`` and ``sightscreen_ready_check`` gauges as well as returned."""
+        """DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: signing keys loaded;
+        not stopping. Exported as the ``sightscreen_ready`` and ``sightscreen_ready_check`` gauges as well as
+        returned."""
         checks: dict[str, Any] = {}
         try:
             with trio.fail_after(3):
@@ -307,8 +329,11 @@ class Daemon:
             checks["dynamodb"] = True
         except Exception as exc:
             checks["dynamodb"] = f"unreachable: {exc!r}"
-        checks["apns"] = bool(self.sender.connected) or "no connection to APNs"
-        checks["feed"] = (not self.feed.breaker_open) or "SportMonks circuit breaker is open"
+        if self.runs_engine:
+            checks["apns"] = bool(self.sender.connected) or "no connection to APNs"
+            checks["feed"] = (not self.feed.breaker_open) or "SportMonks circuit breaker is open"
+        if self.api is not None:
+            checks["api_keys"] = self.api.keys.loaded or "no signing keys loaded from the JWKS"
         ready = all(v is True for v in checks.values()) and not self.stopping
         for name, value in checks.items():
             READY_CHECK.labels(name).set(1 if value is True else 0)
@@ -322,7 +347,7 @@ class Daemon:
             await trio.sleep(interval_s)
 
     async def _h_ready(self, args: list[str]) -> Any:
-        """Readiness: DynamoDB reachable, APNs connected, SportMonks breaker not open."""
+        """Readiness: DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: keys."""
         return await self.readiness()
 
     async def _h_status(self, args: list[str]) -> Any:
@@ -380,6 +405,10 @@ class Daemon:
 
     async def _h_apns(self, args: list[str]) -> Any:
         """APNs sender: connections, streams, pushes by outcome, latency percentiles."""
+        if not self.runs_engine:
+            from daemon.admin import AdminError
+
+            raise AdminError('this instance has no APNs sender (its roles do not include "engine")')
         return self.sender.stats()
 
     async def _h_feed(self, args: list[str]) -> Any:
@@ -440,6 +469,10 @@ class Daemon:
         if resp.status_code >= 400:
             raise AdminError(f"replay server answered {resp.status_code}: {resp.text[:200]}")
         return resp.json()
+
+
+_NO_SENDER: Any = None
+"""The sender of an instance without the engine role: never started, never called."""
 
 
 class _FatalOnConfigError:

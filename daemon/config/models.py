@@ -13,10 +13,11 @@ import re
 import socket
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from actors.jobs.settings import JobsSettings
 from actors.settings import MatchActorSettings, OrchestratorSettings
+from daemon.api.settings import ApiSettings, AuthSettings
 from daemon.apns.settings import ApnsSettings
 from daemon.cricket.settings import EngineSettings
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
@@ -47,6 +48,12 @@ class InstanceSettings(BaseModel):
         "the fleet at any moment. Default: <hostname>-<pid>, so a restarted process is a new owner and never "
         "mistakes a dead predecessor's lease for its own",
         examples=["sightscreen-eu-1"],
+    )
+    roles: list[Literal["engine", "api"]] = Field(
+        default_factory=lambda: ["engine"],
+        min_length=1,
+        description='what this instance runs: "engine" (matches, feed, pushes, jobs) and/or "api" (the app\'s '
+        "HTTP API, on [api].listen); one binary and one image, the role is configuration",
     )
     region: str = Field(
         default="",
@@ -232,6 +239,22 @@ class Config(BaseModel):
     admin: AdminSettings = Field(default_factory=AdminSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+
+    @model_validator(mode="after")
+    def _api_role_is_usable(self) -> Config:
+        if "api" in self.instance.roles:
+            if not self.api.listen:
+                raise ValueError('instance.roles includes "api" but api.listen is empty (set "host:port")')
+            problems = self.auth.problems()
+            if problems:
+                raise ValueError("; ".join(f"{f}: {r}" for f, r in problems))
+        return self
+
+    def runs(self, role: str) -> bool:
+        """Whether this instance runs ``role`` (``engine`` or ``api``)."""
+        return role in self.instance.roles
 
     def redacted(self) -> dict[str, Any]:
         """The effective configuration as plain data, secrets shown as ``**********``."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from daemon.store.base import Item, Repository
-from daemon.store.codec import UpdateBuilder, iso
+from daemon.store.codec import UpdateBuilder, from_item, iso
 from daemon.store.tables import DEVICES
 
 DEFAULT_DEVICE_TTL_S = 90 * 24 * 3600
@@ -59,9 +59,10 @@ class DeviceRepository(Repository):
         push_to_start_token: str | None = None,
         ttl: int | None = None,
         now: float | None = None,
-    ) -> None:
+    ) -> Item:
         """Upsert the user's one device: delete records with another token, then update this one.
-        Optional fields left as None keep their stored value. ``ttl`` is absolute epoch seconds."""
+        Optional fields left as None keep their stored value. ``ttl`` is absolute epoch seconds. Returns the
+        record as stored (the UpdateItem's ``ALL_NEW``)."""
         t = self._now(now)
         key = self._key(user_id, device_token)
         existing = await self._query(
@@ -81,7 +82,8 @@ class DeviceRepository(Repository):
         ):
             if value is not None:
                 u.set(attr, value)
-        await self._update(key, u.kwargs())
+        resp = await self._update(key, u.kwargs(), ReturnValues="ALL_NEW")
+        return from_item((resp or {}).get("Attributes") or {})
 
     async def update_push_to_start_token(self, user_id: str, device_token: str, token: str) -> bool:
         """Store a new push-to-start token. False when the device is not registered."""

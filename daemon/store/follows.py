@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon.store.base import Item, Repository
-from daemon.store.codec import UpdateBuilder, iso
+from daemon.store.codec import UpdateBuilder, from_item, iso
 from daemon.store.tables import MATCH_FOLLOWS
 
 PREMATCH_CLAIMED = "claimed"
@@ -44,13 +44,15 @@ class MatchFollowRepository(Repository):
 
     async def follow_match(
         self, match_id: str, user_id: str, team_id: str | None, expires_at: float, *, now: float | None = None
-    ) -> None:
-        """Upsert a follow: SET ``teamId``, ``expiresAt``; ``createdAt`` only the first time."""
+    ) -> Item:
+        """Upsert a follow: SET ``teamId``, ``expiresAt``; ``createdAt`` only the first time. Returns the
+        follow as stored (``ALL_NEW``)."""
         t = self._now(now)
         u = UpdateBuilder().set("expiresAt", int(expires_at)).set_if_not_exists("createdAt", iso(t))
         if team_id is not None:
             u.set("teamId", team_id)
-        await self._update(self._key(match_id, user_id), u.kwargs())
+        resp = await self._update(self._key(match_id, user_id), u.kwargs(), ReturnValues="ALL_NEW")
+        return from_item((resp or {}).get("Attributes") or {})
 
     async def unfollow_match(self, match_id: str, user_id: str) -> Item | None:
         """Delete the follow; returns it as it was (``ALL_OLD``), or None if there was none."""

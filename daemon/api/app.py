@@ -1,0 +1,707 @@
+"""The ASGI application: every User and Both access pattern of the data model as an HTTP endpoint.
+
+Built on FastAPI (see docs/api.md for why): routes declare their path parameters, query parameters and
+bodies as pydantic types, so a wrong shape is refused with the field and the reason before a handler runs,
+and the OpenAPI document at ``/openapi.json`` is generated from the same declarations. Handlers call the
+repositories of ``daemon.store`` (one call per access pattern) and answer JSON with the items' own
+camelCase attribute names; they return ready-made responses (no second validation pass on the way out).
+
+The user is always the token's ``sub``: no route takes a user id from the path or the body, so a user can
+neither see nor change another user's device, follows or sessions.
+
+Errors all have one shape, ``{"error": {"status", "code", "message", "fields": [{"field", "reason"}]}}``:
+400 (malformed JSON), 422 (a field of the wrong type or shape, an unknown field), 401 with
+``WWW-Authenticate: Bearer error="invalid_token"`` (which check failed goes to the log only), 403 (not in
+the admin group), 404 (no such item, no such path), 405, 413 (body over ``[api].max_body_bytes``), 429
+with ``Retry-After``, 503 (DynamoDB unavailable).
+
+``ApiBodyLimit`` and ``AccessLog`` are plain ASGI middlewares: the first reads a body only up to the limit
+(a larger one is refused before the app sees it, whatever its Content-Length says), the second writes one
+structlog line and the Prometheus metrics per request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import trio
+from botocore.exceptions import BotoCoreError, ClientError
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from daemon import __version__
+from daemon.api.auth import Authenticator, AuthError, JwksKeys, Principal
+from daemon.api.cache import TtlCache
+from daemon.api.models import (
+    ID_PATTERN,
+    Activity,
+    ActivityIn,
+    ActivityList,
+    Device,
+    DeviceIn,
+    Display,
+    ErrorAnswer,
+    Fixture,
+    FixtureList,
+    Follow,
+    FollowIn,
+    FollowPatchIn,
+    League,
+    LeagueList,
+    LeaguePatch,
+    PushToStartIn,
+    Team,
+    TeamList,
+    TeamPatch,
+    TeamSeasonList,
+    parse_iso_utc,
+)
+from daemon.api.ratelimit import RateLimiter
+from daemon.api.settings import ApiSettings
+from daemon.logs import get_logger
+from daemon.metrics import API_LATENCY, API_RATE_LIMITED, API_REQUESTS
+from daemon.store import Repositories
+from daemon.store.live_activities import visitor_key
+
+log = get_logger("daemon.api")
+
+NEUTRAL = "neutral"
+"""The display perspective of no team in particular (the engine's ``daemon.cricket.display.NEUTRAL``)."""
+END_REASON_USER = "user"
+BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        fields: list[dict[str, str]] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.fields = fields or []
+        self.headers = dict(headers or {})
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    if isinstance(value, bytes | bytearray):
+        return None  # binary attributes are internal encodings (the raw fixture), never shown as they are
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    try:
+        data = json.dumps(body, separators=(",", ":"), default=_jsonable, allow_nan=False)
+    except ValueError:
+        data = json.dumps(_finite(body), separators=(",", ":"), default=_jsonable)
+    return Response(data.encode(), status_code=status, media_type="application/json", headers=headers)
+
+
+def error_response(
+    status: int, code: str, message: str, fields: list[dict[str, str]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    body = {"error": {"status": status, "code": code, "message": message, "fields": fields or []}}
+    return json_response(body, status, headers)
+
+
+@dataclass
+class ApiState:
+    """What the handlers share: the repositories, the authenticator, the rate limiter, the caches."""
+
+    repos: Repositories
+    auth: Authenticator
+    keys: JwksKeys
+    settings: ApiSettings
+    limiter: RateLimiter = field(init=False)
+    display_cache: TtlCache[dict[str, Any] | None] = field(init=False)
+    scan_cache: TtlCache[list[dict[str, Any]]] = field(init=False)
+    in_flight: int = 0
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.limiter = RateLimiter(s.rate_per_s, s.rate_burst, max_users=s.rate_max_users)
+        self.display_cache = TtlCache(s.display_cache_s)
+        self.scan_cache = TtlCache(s.reference_cache_s, max_entries=16)
+
+
+# --- dependencies -----------------------------------------------------------------------------------------
+
+
+def _state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.api
+    return state
+
+
+async def current_user(request: Request) -> Principal:
+    api = _state(request)
+    try:
+        principal = await api.auth.authenticate(request.headers.get("authorization"))
+    except AuthError as exc:
+        log.info("api_token_refused", reason=exc.reason, detail=exc.detail[:200], path=request.url.path)
+        raise ApiError(401, "invalid_token", "the access token is missing or not valid", headers=BEARER_CHALLENGE) from None
+    request.scope["sightscreen.user"] = principal.short_sub
+    decision = api.limiter.take(principal.sub, trio.current_time())
+    if not decision.allowed:
+        API_RATE_LIMITED.inc()
+        raise ApiError(
+            429, "rate_limited", "too many requests; retry later",
+            headers={"Retry-After": decision.retry_after_header()},
+        )
+    return principal
+
+
+async def admin_user(request: Request, user: Annotated[Principal, Depends(current_user)]) -> Principal:
+    group = _state(request).auth.admin_group
+    if not user.in_group(group):
+        raise ApiError(403, "forbidden", f"this endpoint is for the {group!r} group")
+    return user
+
+
+User = Annotated[Principal, Depends(current_user)]
+Admin = Annotated[Principal, Depends(admin_user)]
+MatchId = Annotated[str, Path(pattern=ID_PATTERN, description="the SportMonks fixture id")]
+AnyId = Annotated[str, Path(pattern=ID_PATTERN)]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorAnswer} for code in (400, 401, 403, 404, 413, 422, 429, 503)
+}
+
+
+def _not_found(what: str) -> ApiError:
+    return ApiError(404, "not_found", f"no such {what}")
+
+
+def _invalid(field_name: str, reason: str) -> ApiError:
+    return ApiError(422, "invalid_request", f"{field_name}: {reason}", fields=[{"field": field_name, "reason": reason}])
+
+
+# --- the application --------------------------------------------------------------------------------------
+
+
+def build_app(state: ApiState) -> ASGIApp:
+    """The ASGI application over ``state``, wrapped in the body limit and the access log."""
+    app = FastAPI(
+        title="Sightscreen app API",
+        version=__version__,
+        description="The app's endpoints: matches, reference data, the user's device, follows and Live "
+        "Activity sessions. Every /user endpoint acts for the access token's sub.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.api = state
+    _install_error_handlers(app)
+    _add_routes(app)
+    return AccessLog(BodyLimit(app, state.settings.max_body_bytes), state)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> Response:
+        return error_response(exc.status, exc.code, exc.message, exc.fields, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        fields = []
+        status = 422
+        for err in exc.errors():
+            loc = [str(p) for p in err.get("loc", ())]
+            if err.get("type") == "json_invalid":
+                status = 400
+            fields.append({"field": ".".join(loc) or "body", "reason": str(err.get("msg", "invalid"))})
+        code = "malformed_json" if status == 400 else "invalid_request"
+        message = "the body is not valid JSON" if status == 400 else "the request has invalid fields"
+        return error_response(status, code, message, fields)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        message = "no such path" if exc.status_code == 404 else str(exc.detail)
+        return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(ClientError)
+    async def _dynamo(request: Request, exc: ClientError) -> Response:
+        code = exc.response.get("Error", {}).get("Code", "?")
+        log.error("api_store_error", path=request.url.path, code=code, error=str(exc)[:300])
+        return error_response(503, "unavailable", "the data store is unavailable; retry later", headers={"Retry-After": "1"})
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.error("api_unexpected_error", path=request.url.path, error=repr(exc)[:300])
+        return error_response(500, "internal_error", "the server failed to answer this request")
+
+    @app.exception_handler(BotoCoreError)
+    async def _boto(request: Request, exc: BotoCoreError) -> Response:
+        log.error("api_store_error", path=request.url.path, error=str(exc)[:300])
+        return error_response(503, "unavailable", "the data store is unavailable; retry later", headers={"Retry-After": "1"})
+
+
+def _ids_param(raw: str, most: int) -> list[str]:
+    import re
+
+    ids = [p.strip() for p in raw.split(",") if p.strip()]
+    if not ids:
+        raise _invalid("query.ids", "give at least one id")
+    if len(ids) > most:
+        raise _invalid("query.ids", f"at most {most} ids")
+    pattern = re.compile(ID_PATTERN)
+    for i in ids:
+        if not pattern.fullmatch(i):
+            raise _invalid("query.ids", f"not an id: {i[:40]!r}")
+    return list(dict.fromkeys(ids))
+
+
+def _add_routes(app: FastAPI) -> None:
+    # --- health ---------------------------------------------------------------------------------------------
+    @app.get("/healthz", tags=["health"], summary="the process is up")
+    async def healthz() -> Response:
+        return json_response({"status": "ok"})
+
+    @app.get("/readyz", tags=["health"], summary="DynamoDB reachable and signing keys loaded")
+    async def readyz(request: Request) -> Response:
+        api = _state(request)
+        checks: dict[str, Any] = {"keys": api.keys.loaded or "no signing keys loaded from the JWKS"}
+        try:
+            with trio.fail_after(3):
+                await api.repos.locks.get("health:probe")
+            checks["dynamodb"] = True
+        except (ClientError, BotoCoreError, trio.TooSlowError) as exc:
+            checks["dynamodb"] = f"unreachable: {type(exc).__name__}"
+        ready = all(v is True for v in checks.values())
+        return json_response({"ready": ready, "checks": checks}, 200 if ready else 503)
+
+    # --- matches --------------------------------------------------------------------------------------------
+    @app.get("/matches", tags=["matches"], response_model=FixtureList, responses=ERRORS,
+             summary="fixtures by ids (BatchGetItem) or by league and start-time range (GSI)")
+    async def list_matches(
+        request: Request,
+        user: User,
+        ids: Annotated[str | None, Query(max_length=7000, description="comma-separated match ids")] = None,
+        league: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="league code")] = None,
+        from_: Annotated[str | None, Query(alias="from", max_length=40)] = None,
+        to: Annotated[str | None, Query(max_length=40)] = None,
+        include: Annotated[str | None, Query(pattern=r"^raw$", description="'raw': add cached fixtures")] = None,
+    ) -> Response:
+        api = _state(request)
+        if ids is not None:
+            if league is not None or from_ is not None or to is not None:
+                raise _invalid("query", "give either ids or league with from and to, not both")
+            wanted = _ids_param(ids, api.settings.max_match_ids)
+            found = await api.repos.fixtures.batch_get_fixtures(wanted)
+        elif league is not None:
+            if from_ is None or to is None:
+                raise _invalid("query.from" if from_ is None else "query.to", "required with league")
+            try:
+                start, end = parse_iso_utc(from_, "from"), parse_iso_utc(to, "to")
+            except ValueError as exc:
+                name = "query.from" if str(exc).startswith("from") else "query.to"
+                raise _invalid(name, str(exc)) from None
+            if start > end:
+                raise _invalid("query.to", "must not be before from")
+            items = await api.repos.fixtures.get_matches_by_date_range(league, start, end)
+            wanted = [str(i["matchId"]) for i in items]
+            found = {str(i["matchId"]): i for i in items}
+        else:
+            raise _invalid("query", "give ids, or league with from and to")
+        raws: dict[str, dict[str, Any]] = {}
+        if include == "raw" and found:
+            raws = await api.repos.fixture_cache.batch_get_cached_fixtures(list(found))
+        matches = []
+        for mid in wanted:
+            item = found.get(mid)
+            if item is None:
+                continue
+            out = dict(item)
+            if mid in raws:
+                out["rawFixture"] = raws[mid]
+            matches.append(out)
+        return json_response({"matches": matches, "missing": [m for m in wanted if m not in found]})
+
+    @app.get("/matches/{matchId}", tags=["matches"], response_model=Fixture, responses=ERRORS,
+             summary="one fixture with its live fields and the cached raw fixture where one exists")
+    async def get_match(request: Request, user: User, matchId: MatchId) -> Response:
+        api = _state(request)
+        item = await api.repos.fixtures.get_fixture(matchId)
+        if item is None:
+            raise _not_found("match")
+        out = dict(item)
+        try:
+            raw = await api.repos.fixture_cache.get_cached_fixture(matchId)
+        except ValueError as exc:  # an entry in an encoding this version cannot read: served without it
+            log.warning("api_fixture_cache_unreadable", match_id=matchId, error=str(exc)[:200])
+            raw = None
+        if raw is not None:
+            out["rawFixture"] = raw
+        return json_response(out)
+
+    @app.get("/matches/{matchId}/display", tags=["matches"], response_model=Display, responses=ERRORS,
+             summary="the display state the engine cached for a team's supporters (neutral without team)")
+    async def get_display(
+        request: Request,
+        user: User,
+        matchId: MatchId,
+        team: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+    ) -> Response:
+        api = _state(request)
+        perspective = team or NEUTRAL
+        state = await api.display_cache.get(
+            ("display", matchId, perspective),
+            lambda: api.repos.display_cache.get_cached_display_state(matchId, perspective),
+        )
+        if state is None:
+            raise _not_found("display state for this match and team")
+        return json_response({"matchId": matchId, "team": perspective, "displayState": state})
+
+    # --- reference data -------------------------------------------------------------------------------------
+    @app.get("/teams", tags=["reference"], response_model=TeamList, responses=ERRORS, summary="every team")
+    async def list_teams(request: Request, user: User) -> Response:
+        api = _state(request)
+        teams = await api.scan_cache.get("teams", api.repos.teams.get_all_teams)
+        return json_response({"teams": teams})
+
+    @app.get("/teams/{teamId}", tags=["reference"], response_model=Team, responses=ERRORS, summary="one team")
+    async def get_team(request: Request, user: User, teamId: AnyId) -> Response:
+        item = await _state(request).repos.teams.get_team(teamId)
+        if item is None:
+            raise _not_found("team")
+        return json_response(item)
+
+    @app.patch("/teams/{teamId}", tags=["reference", "admin"], response_model=Team, responses=ERRORS,
+               summary="change a team's fields (admin)")
+    async def patch_team(request: Request, user: Admin, teamId: AnyId, body: TeamPatch) -> Response:
+        api = _state(request)
+        if not await api.repos.teams.update_team_fields(teamId, body.fields()):
+            raise _not_found("team")
+        api.scan_cache.invalidate("teams")
+        log.info("api_admin_change", table="teams", id=teamId, fields=sorted(body.fields()), user=user.short_sub)
+        return json_response({"teamId": teamId, **body.fields()})
+
+    @app.get("/seasons/{seasonId}/teams", tags=["reference"], response_model=TeamSeasonList, responses=ERRORS,
+             summary="the teams of a season with their season stats")
+    async def season_teams(request: Request, user: User, seasonId: AnyId) -> Response:
+        return json_response({"teams": await _state(request).repos.team_seasons.get_teams_for_season(seasonId)})
+
+    @app.get("/leagues", tags=["reference"], response_model=LeagueList, responses=ERRORS, summary="every league")
+    async def list_leagues(request: Request, user: User) -> Response:
+        api = _state(request)
+        return json_response({"leagues": await api.scan_cache.get("leagues", api.repos.leagues.get_all_leagues)})
+
+    @app.get("/leagues/{leagueId}", tags=["reference"], response_model=League, responses=ERRORS,
+             summary="one league")
+    async def get_league(request: Request, user: User, leagueId: AnyId) -> Response:
+        item = await _state(request).repos.leagues.get_league(leagueId)
+        if item is None:
+            raise _not_found("league")
+        return json_response(item)
+
+    @app.patch("/leagues/{leagueId}", tags=["reference", "admin"], response_model=League, responses=ERRORS,
+               summary="change a league's fields (admin)")
+    async def patch_league(request: Request, user: Admin, leagueId: AnyId, body: LeaguePatch) -> Response:
+        api = _state(request)
+        if not await api.repos.leagues.update_league_fields(leagueId, body.fields()):
+            raise _not_found("league")
+        api.scan_cache.invalidate("leagues")
+        log.info("api_admin_change", table="leagues", id=leagueId, fields=sorted(body.fields()), user=user.short_sub)
+        return json_response({"leagueId": leagueId, **body.fields()})
+
+    @app.delete("/leagues/{leagueId}", tags=["reference", "admin"], response_model=League, responses=ERRORS,
+                summary="delete a league (admin); answers the league as it was")
+    async def delete_league(request: Request, user: Admin, leagueId: AnyId) -> Response:
+        api = _state(request)
+        old = await api.repos.leagues.delete_league(leagueId)
+        if old is None:
+            raise _not_found("league")
+        api.scan_cache.invalidate("leagues")
+        log.info("api_admin_change", table="leagues", id=leagueId, deleted=True, user=user.short_sub)
+        return json_response(old)
+
+    # --- the user's device ----------------------------------------------------------------------------------
+    @app.get("/user/device", tags=["device"], response_model=Device, responses=ERRORS, summary="your device")
+    async def get_device(request: Request, user: User) -> Response:
+        item = await _state(request).repos.devices.get_device_for_user(user.sub)
+        if item is None:
+            raise _not_found("device")
+        return json_response(item)
+
+    @app.post("/user/device", tags=["device"], response_model=Device, responses=ERRORS,
+              summary="register your device (one per user: another registered token is removed)")
+    async def register_device(request: Request, user: User, body: DeviceIn) -> Response:
+        item = await _state(request).repos.devices.register_device(
+            user.sub,
+            body.deviceToken,
+            platform=body.platform,
+            os_version=body.osVersion,
+            app_version=body.appVersion,
+            apns_token=body.apnsToken,
+            push_to_start_token=body.pushToStartToken,
+        )
+        return json_response(item)
+
+    @app.put("/user/device/push-to-start", tags=["device"], response_model=Device, responses=ERRORS,
+             summary="store a new push-to-start token on your device")
+    async def put_push_to_start(request: Request, user: User, body: PushToStartIn) -> Response:
+        repos = _state(request).repos
+        device = await repos.devices.get_device_for_user(user.sub)
+        if device is None or not await repos.devices.update_push_to_start_token(
+            user.sub, str(device["deviceToken"]), body.pushToStartToken
+        ):
+            raise _not_found("device")
+        return json_response({**device, "pushToStartToken": body.pushToStartToken})
+
+    @app.delete("/user/device", tags=["device"], response_model=Device, responses=ERRORS,
+                summary="delete your device; answers it as it was")
+    async def delete_device(request: Request, user: User) -> Response:
+        repos = _state(request).repos
+        device = await repos.devices.get_device_for_user(user.sub)
+        old = None if device is None else await repos.devices.delete_device(user.sub, str(device["deviceToken"]))
+        if old is None:
+            raise _not_found("device")
+        return json_response(old)
+
+    # --- follows --------------------------------------------------------------------------------------------
+    @app.get("/user/follow/{matchId}", tags=["follows"], responses=ERRORS,
+             summary="whether you follow a match: {following, follow}")
+    async def get_follow(request: Request, user: User, matchId: MatchId) -> Response:
+        item = await _state(request).repos.follows.check_if_user_follows_match(matchId, user.sub)
+        return json_response({"following": item is not None, "follow": item})
+
+    @app.post("/user/follow/{matchId}", tags=["follows"], response_model=Follow, responses=ERRORS,
+              summary="follow a match (optionally supporting one of its teams)")
+    async def follow(
+        request: Request, user: User, matchId: MatchId, body: FollowIn | None = None,
+    ) -> Response:
+        api = _state(request)
+        team_id = body.teamId if body is not None else None
+        fixture = await api.repos.fixtures.get_fixture(matchId)
+        if fixture is None:
+            raise _not_found("match")
+        _check_team(fixture, team_id)
+        expires = _follow_expiry(fixture, api.settings.follow_ttl_after_start_s)
+        item = await api.repos.follows.follow_match(matchId, user.sub, team_id, expires)
+        return json_response(item, 201)
+
+    @app.patch("/user/follow/{matchId}", tags=["follows"], response_model=Follow, responses=ERRORS,
+               summary="change the team you support in a match you follow")
+    async def patch_follow(request: Request, user: User, matchId: MatchId, body: FollowPatchIn) -> Response:
+        if not await _state(request).repos.follows.update_follow_team(matchId, user.sub, body.teamId):
+            raise _not_found("follow")
+        return json_response({"matchId": matchId, "userId": user.sub, "teamId": body.teamId})
+
+    @app.delete("/user/follow/{matchId}", tags=["follows"], response_model=Follow, responses=ERRORS,
+                summary="unfollow a match; answers the follow as it was")
+    async def unfollow(request: Request, user: User, matchId: MatchId) -> Response:
+        old = await _state(request).repos.follows.unfollow_match(matchId, user.sub)
+        if old is None:
+            raise _not_found("follow")
+        return json_response(old)
+
+    # --- Live Activity sessions -----------------------------------------------------------------------------
+    @app.post("/user/activity/{matchId}", tags=["activities"], response_model=Activity, responses=ERRORS,
+              summary="register the Live Activity of one of your devices for a match (status active)")
+    async def register_activity(request: Request, user: User, matchId: MatchId, body: ActivityIn) -> Response:
+        api = _state(request)
+        now = time.time()
+        await api.repos.live_activities.register_la_session(
+            matchId, user.sub, body.deviceId, body.updateToken, now=now, ttl=int(now + api.settings.session_ttl_s)
+        )
+        return json_response(
+            {"matchId": matchId, "userId": user.sub, "deviceId": body.deviceId, "status": "active"}, 201
+        )
+
+    @app.patch("/user/activity/{matchId}", tags=["activities"], response_model=Activity, responses=ERRORS,
+               summary="store a rotated update token of your Live Activity")
+    async def rotate_activity_token(request: Request, user: User, matchId: MatchId, body: ActivityIn) -> Response:
+        if not await _state(request).repos.live_activities.update_token(
+            matchId, user.sub, body.deviceId, body.updateToken
+        ):
+            raise _not_found("Live Activity session")
+        return json_response({"matchId": matchId, "userId": user.sub, "deviceId": body.deviceId, "updated": True})
+
+    @app.delete("/user/activity/{matchId}", tags=["activities"], responses=ERRORS,
+                summary="end your Live Activity for a match (endReason user)")
+    async def end_activity(
+        request: Request,
+        user: User,
+        matchId: MatchId,
+        deviceId: Annotated[str, Query(pattern=ID_PATTERN)],
+    ) -> Response:
+        if not await _state(request).repos.live_activities.end_la_session(
+            matchId, visitor_key(user.sub, deviceId), END_REASON_USER
+        ):
+            raise _not_found("Live Activity session")
+        return json_response(
+            {"matchId": matchId, "userId": user.sub, "deviceId": deviceId, "status": "ended", "endReason": END_REASON_USER}
+        )
+
+    @app.get("/user/activities", tags=["activities"], response_model=ActivityList, responses=ERRORS,
+             summary="your Live Activity sessions across matches")
+    async def list_activities(request: Request, user: User) -> Response:
+        items = await _state(request).repos.live_activities.get_user_la_sessions(user.sub)
+        return json_response({"activities": items})
+
+
+def _check_team(fixture: Mapping[str, Any], team_id: str | None) -> None:
+    if team_id is None:
+        return
+    teams = {str(fixture[k]) for k in ("localteamId", "visitorteamId") if fixture.get(k) is not None}
+    if teams and team_id not in teams:
+        raise _invalid("body.teamId", f"not a team of this match (one of {sorted(teams)})")
+
+
+def _follow_expiry(fixture: Mapping[str, Any], after_start_s: float) -> float:
+    start = fixture.get("startTime")
+    if isinstance(start, str):
+        try:
+            from datetime import datetime
+
+            return datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp() + after_start_s
+        except ValueError:
+            pass
+    return time.time() + after_start_s
+
+
+# --- ASGI middlewares -------------------------------------------------------------------------------------
+
+
+class BodyLimit:
+    """Refuse bodies over ``limit`` bytes with 413, reading at most ``limit + 1`` of them, and bodies that are
+    not JSON with 400 (whatever the Content-Type says), before the app sees either."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._refuse(scope, receive, send)
+                    return
+        if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message]), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if body:
+            try:
+                json.loads(body)
+            except (ValueError, UnicodeDecodeError) as exc:
+                scope["sightscreen.route"] = "malformed_json"
+                reason = str(exc)[:200]
+                response = error_response(
+                    400, "malformed_json", "the body is not valid JSON", [{"field": "body", "reason": reason}]
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["sightscreen.route"] = "body_limit"
+        response = error_response(413, "body_too_large", f"the body is larger than {self.limit} bytes")
+        await response(scope, receive, send)
+
+
+def _replay(messages: list[MutableMapping[str, Any]], then: Receive | None = None) -> Receive:
+    queue = list(messages)
+
+    async def receive() -> MutableMapping[str, Any]:
+        if queue:
+            return queue.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+class AccessLog:
+    """One structlog line (method, route, status, duration, shortened user id) and the Prometheus metrics
+    per request; counts requests in flight for the graceful stop."""
+
+    def __init__(self, app: ASGIApp, state: ApiState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def send_status(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        self.state.in_flight += 1
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            self.state.in_flight -= 1
+            duration = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path_format", None) or scope.get("sightscreen.route")
+            if template is None:
+                template = "/openapi.json" if scope.get("path") == "/openapi.json" else "unmatched"
+            API_REQUESTS.labels(template, str(status[0])).inc()
+            API_LATENCY.labels(template).observe(duration)
+            log.info(
+                "api_request",
+                method=scope.get("method"),
+                route=template,
+                status=status[0],
+                duration_ms=round(duration * 1000, 2),
+                user=scope.get("sightscreen.user"),
+            )

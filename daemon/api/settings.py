@@ -1,0 +1,124 @@
+"""Settings of the app's HTTP API: the ``[api]`` and ``[auth]`` sections of the configuration.
+
+``[api]`` is the server (where it listens, body and rate limits, in-memory cache lifetimes, shutdown
+grace); ``[auth]`` is how access tokens are verified (the Cognito user pool, or an explicit issuer and
+JWKS URL for other OIDC issuers and the local issuer of the demo and the tests). Every float is finite and
+bounded; ``ApiSettings.listen`` empty means no API on this instance.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+COGNITO_ISSUER = "https://cognito-idp.{region}.amazonaws.com/{pool}"
+JWKS_PATH = "/.well-known/jwks.json"
+
+
+class ApiSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    listen: str = Field(
+        "",
+        description='"host:port" the API listens on (e.g. "0.0.0.0:8080"); empty: no API on this instance',
+    )
+    max_body_bytes: int = Field(16384, ge=256, le=1_048_576, description="largest request body; larger: 413")
+    rate_per_s: float = Field(
+        5.0, gt=0, le=10_000, description="per-user token bucket: sustained requests per second"
+    )
+    rate_burst: int = Field(
+        30, ge=1, le=100_000, description="per-user token bucket: requests allowed at once before 429"
+    )
+    rate_max_users: int = Field(
+        200_000, ge=100, le=10_000_000, description="users whose buckets are kept; idle full buckets go first"
+    )
+    display_cache_s: float = Field(
+        1.0, ge=0, le=60, description="how long a display state read is served from memory (0: never)"
+    )
+    reference_cache_s: float = Field(
+        30.0, ge=0, le=3600, description="how long the team and league scans are served from memory (0: never)"
+    )
+    max_match_ids: int = Field(100, ge=1, le=100, description="most ids one GET /matches?ids= may name")
+    follow_ttl_after_start_s: float = Field(
+        48 * 3600.0, gt=0, le=30 * 86400, description="a follow expires this long after the match's start"
+    )
+    session_ttl_s: float = Field(
+        3 * 86400.0, gt=0, le=30 * 86400,
+        description="a Live Activity session registered through the API expires this long after registration",
+    )
+    shutdown_grace_s: float = Field(
+        10.0, gt=0, le=600, description="on shutdown, in-flight requests get this long to finish"
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen_shape(cls, value: str) -> str:
+        if not value:
+            return value
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f'expected "host:port" with a port 0-65535, got {value!r}')
+        return value
+
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+class AuthSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    region: str = Field("us-east-1", description="AWS region of the Cognito user pool")
+    user_pool_id: str = Field("", description="Cognito user pool id (gives the issuer and the JWKS URL)")
+    issuer: str = Field("", description="overrides the issuer derived from region and user_pool_id")
+    jwks_url: str = Field("", description="overrides the JWKS URL ({issuer}/.well-known/jwks.json)")
+    client_ids: list[str] = Field(
+        default_factory=list, description="app client ids whose access tokens are accepted (client_id claim)"
+    )
+    admin_group: str = Field("admin", min_length=1, description="Cognito group allowed on admin endpoints")
+    leeway_s: float = Field(30.0, ge=0, le=300, description="clock skew allowed on exp/nbf/iat, seconds")
+    jwks_refresh_s: float = Field(
+        3600.0, ge=1, le=86400, description="the JWKS is refetched in the background this often"
+    )
+    jwks_refetch_cooldown_s: float = Field(
+        60.0, ge=0.01, le=86400,
+        description="an unknown kid triggers at most one JWKS refetch per this many seconds",
+    )
+    jwks_timeout_s: float = Field(5.0, gt=0, le=60, description="timeout of one JWKS fetch, seconds")
+    jwks_retry_s: float = Field(
+        5.0, gt=0, le=3600, description="after a failed fetch, the background refresh retries this soon"
+    )
+
+    @field_validator("client_ids")
+    @classmethod
+    def _client_ids(cls, value: list[str]) -> list[str]:
+        for i, cid in enumerate(value):
+            if not cid or not cid.strip():
+                raise ValueError(f"client_ids[{i}]: must be a non-empty string")
+        return value
+
+    @field_validator("issuer", "jwks_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if value and not value.startswith(("https://", "http://")):
+            raise ValueError(f"must be an http(s) URL, got {value!r}")
+        return value.rstrip("/") if value else value
+
+    def effective_issuer(self) -> str:
+        if self.issuer:
+            return self.issuer
+        return COGNITO_ISSUER.format(region=self.region, pool=self.user_pool_id) if self.user_pool_id else ""
+
+    def effective_jwks_url(self) -> str:
+        if self.jwks_url:
+            return self.jwks_url
+        issuer = self.effective_issuer()
+        return issuer + JWKS_PATH if issuer else ""
+
+    def problems(self) -> list[tuple[str, str]]:
+        """What keeps these settings from verifying tokens: (field, reason) pairs; empty when usable."""
+        out: list[tuple[str, str]] = []
+        if not self.effective_issuer():
+            out.append(("auth.user_pool_id", "the API needs a user pool id (or auth.issuer) to verify tokens"))
+        if not self.client_ids:
+            out.append(("auth.client_ids", "the API needs at least one app client id"))
+        return out
