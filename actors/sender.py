@@ -12,9 +12,10 @@ Delivery contract:
 - every push gets exactly one ``PushResult`` on ``push.reply_to`` (when set);
 - a "rejected" result (the token is dead for the topic) also goes to the janitor, once per token; later
   pushes to that token are rejected at once, without a request;
-- a push is never lost to GOAWAY, REFUSED_STREAM, a dropped connection or a deadline: it is re-sent
-  (possibly twice delivered, which the payloads make harmless: DESIGN.md "Idempotent delivery") until it is
-  answered or its retry budget is spent ("failed").
+- a push is never lost to GOAWAY, REFUSED_STREAM, a dropped connection or a deadline: it is re-sent until it
+  is answered or its retry budget is spent ("failed"). A request APNs may have processed (deadline passed,
+  connection lost after it went out) can be delivered twice; such a re-send carries ``Push.resend_payload``
+  when the producer gave one (an alerting update without its alert), so no alert is shown twice.
 
 Throughput: nothing here runs per push except a few dict/deque operations. Each connection's writer fills
 every free stream slot from the queues in one pass, and ships the whole batch in one TLS write; its reader
@@ -75,6 +76,7 @@ class _Exchange:
     provider_token_retried: bool = False
     last_status: int | None = None
     last_reason: str | None = None
+    wire: Push | None = None  # what goes on the wire from now on, when not ``push`` (see Push.resend_payload)
 
 
 class _Wakeup:
@@ -538,6 +540,10 @@ class ApnsSender:
             else:
                 self._schedule_retry(exchange, 0.0)
             return
+        push = exchange.push
+        if push.resend_payload is not None and exchange.wire is None:
+            # it may have been delivered: a re-send must not show its alert again
+            exchange.wire = dataclasses.replace(push, payload=push.resend_payload, collapse_id=None)
         self._retry(exchange, outcome.cause.capitalize() if outcome.cause != "timeout" else "Timeout", None, 0.0)
 
     def _retry(self, exchange: _Exchange, reason: str, status: int | None, delay: float) -> None:
@@ -782,7 +788,7 @@ class ApnsSender:
                         self._settle(exchange, "failed", None, "NotAfterPassed", None)
                         continue
                     exchange.attempts += 1
-                    conn.send(push, exchange, now)
+                    conn.send(exchange.wire or push, exchange, now)
                     sent += 1
                 if sent:
                     self._urgent.room.set()

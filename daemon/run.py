@@ -44,6 +44,7 @@ from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, render
 from daemon.sportmonks.client import SportMonksClient
 from daemon.store import Repositories
 from daemon.store.dynamo import Dynamo
+from daemon.store.locks import owner_identity
 from daemon.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -62,7 +63,10 @@ class Daemon:
         with_jobs: bool = True,
     ) -> None:
         self.config = config
-        self.instance_id: str = config.instance.id
+        self.instance_id: str = config.instance.id  # for people: logs, status
+        # what this process writes on locks and active-matches: unique per process even where the id is
+        # configured (a restart, or two processes from one configuration, never share a lease)
+        self.owner_id: str = owner_identity(self.instance_id)
         self._on_delivery = on_delivery
         self._notifier = notifier
         self._with_jobs = with_jobs
@@ -76,7 +80,7 @@ class Daemon:
         orch = config.orchestrator
         self.feed = FeedActor(self.client, config.feed, leading=False)
         self.leadership = FeedLeadership(
-            feed=self.feed, repos=self.repos, region=self.region, instance_id=self.instance_id,
+            feed=self.feed, repos=self.repos, region=self.region, instance_id=self.owner_id,
             lease_s=orch.lease_s, renew_every_s=orch.renew_every_s, clock_skew_bound_s=orch.clock_skew_bound_s,
             marquee_leagues=config.feed.marquee_leagues,
         )
@@ -107,7 +111,7 @@ class Daemon:
     def _match_actor(self, match_id: str, epoch: int, marquee: bool) -> MatchActor:
         return MatchActor(
             match_id,
-            instance_id=self.instance_id,
+            instance_id=self.owner_id,
             epoch=epoch,
             repos=self.repos,
             feed=self.feed,
@@ -137,7 +141,7 @@ class Daemon:
 
         orch = self.config.orchestrator
         return LeasedJob(
-            name, job, locks=self.repos.locks, region=self.region, owner=self.instance_id,
+            name, job, locks=self.repos.locks, region=self.region, owner=self.owner_id,
             lease_s=orch.lease_s, renew_every_s=orch.renew_every_s, clock_skew_bound_s=orch.clock_skew_bound_s,
             may_run=(lambda: self.leadership.leading) if sportmonks else (lambda: True),
         )
@@ -158,7 +162,7 @@ class Daemon:
             "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
             "prematch": PrematchNotifier(
                 self.repos, self.sender, jobs_cfg.prematch, topic=self.config.apns.topic,
-                owner=self.instance_id, live=self.live,
+                owner=self.owner_id, live=self.live,
             ),
         }
 
@@ -176,7 +180,7 @@ class Daemon:
                 )
                 if self.runs_engine:
                     self.orchestrator = Orchestrator(
-                        instance_id=self.instance_id,
+                        instance_id=self.owner_id,
                         repos=self.repos,
                         feed=self.feed,
                         supervisor=supervisor,
@@ -232,7 +236,7 @@ class Daemon:
                     nursery.start_soon(gctune.sweep, instance.gc_sweep_s, instance.gc_full_every_s)
                 if self._notifier is not None:
                     self._notifier.ready()
-                log.info("daemon_ready", instance_id=self.instance_id, version=__version__)
+                log.info("daemon_ready", instance_id=self.instance_id, owner=self.owner_id, version=__version__)
                 task_status.started(self)
                 await self._shutdown.wait()
                 await self._graceful_stop()
@@ -316,7 +320,7 @@ class Daemon:
 
     async def _h_health(self, args: list[str]) -> Any:
         """Liveness: the process answers."""
-        return {"alive": True, "instance_id": self.instance_id, "stopping": self.stopping}
+        return {"alive": True, "instance_id": self.instance_id, "owner": self.owner_id, "stopping": self.stopping}
 
     async def readiness(self) -> dict[str, Any]:
         """DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: signing keys loaded;
@@ -355,6 +359,7 @@ class Daemon:
         orch = self.orchestrator
         return {
             "instance_id": self.instance_id,
+            "owner": self.owner_id,
             "version": __version__,
             "uptime_s": round(time.time() - self.started_at, 1),
             "owned_matches": sorted(orch.owned) if orch else [],
@@ -418,7 +423,7 @@ class Daemon:
         try:
             with trio.fail_after(3):
                 item = await self.repos.locks.read(self.leadership.key)
-            out["region"] = leader_view(item, self.instance_id, time.time())
+            out["region"] = leader_view(item, self.owner_id, time.time())
         except Exception as exc:  # noqa: BLE001 - the rest of the answer still helps
             out["region"] = {"error": f"cricket-locks unreachable: {exc!r}"}
         out["region"]["name"] = self.region

@@ -58,6 +58,10 @@ class Push:
     collapse_id: str | None = None
     apns_id: str | None = None
     context: Any = None
+    # what to send instead when this push is sent again after a request that may have been delivered (its
+    # deadline passed, or the connection was lost, after it went out): the same update without its alert, so
+    # a device never shows an alert twice; None: the same bytes again
+    resend_payload: bytes | None = field(default=None, compare=False, repr=False)
     # a producer that was paused or cut off past its authority never pushes late: once trio.current_time()
     # is past ``fence.until`` the push fails with reason "NotAfterPassed" (see ``Fence``)
     fence: Fence | None = field(default=None, compare=False)

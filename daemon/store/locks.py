@@ -13,7 +13,10 @@ Reading of the data model: its conditions name ``lockId`` and ``holder``, but th
 One addition to acquire: ``OR owner = :owner``. botocore retries a PutItem whose response was lost; the
 retry would then fail its own condition and report "held by another instance" for a lock we hold. With
 the owner clause an acquire is idempotent for its owner (it simply renews the lease). Owners must
-therefore be unique per process (an instance id), never shared between instances.
+therefore be unique per process, never shared: ``owner_identity`` makes one from the configured instance id
+(kept for people: logs, ``status``) and a random per-process nonce, so a restarted process, or two processes
+started from one configuration by mistake, never take each other's lease (or ``active-matches`` fence) as
+their own.
 
 Clock skew: ``expiresAt`` is written with the *writer's* clock and compared with the *acquirer's* clock.
 If the acquirer's clock runs ``d`` seconds ahead, it can take a lock ``d`` seconds before the holder's
@@ -31,12 +34,28 @@ and has not run out by the writer's clock, so a holder paused past its lease wri
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from daemon.store.base import Repository
 from daemon.store.codec import from_item, to_attr
 from daemon.store.tables import LOCKS
+
+OWNER_SEPARATOR = "#"  # not allowed in a configured instance id, so the split below is unambiguous
+
+
+def owner_identity(instance_id: str, nonce: str | None = None) -> str:
+    """The owner this process writes on locks and ``active-matches``: ``{instance_id}#{nonce}``, the nonce
+    random per process (48 bits) unless given."""
+    if not instance_id or OWNER_SEPARATOR in instance_id:
+        raise ValueError(f"instance_id: {instance_id!r} must be non-empty and free of {OWNER_SEPARATOR!r}")
+    return f"{instance_id}{OWNER_SEPARATOR}{nonce or secrets.token_hex(6)}"
+
+
+def instance_of(owner: str) -> str:
+    """The configured instance id inside an owner identity (the owner itself when it carries no nonce)."""
+    return owner.split(OWNER_SEPARATOR, 1)[0]
 
 
 def match_lock_key(match_id: str) -> str:

@@ -149,8 +149,17 @@ class FaultRig:
     def start_match(self) -> None:
         self.replay.add_tape(self.tape)
 
-    def config(self, instance_id: str = "fault-i1", *, key_id: str = KEY_ID, dynamo_direct: bool = False) -> Any:
-        """The daemon's configuration: every peer through its proxy (DynamoDB directly with ``dynamo_direct``)."""
+    def config(
+        self,
+        instance_id: str = "fault-i1",
+        *,
+        key_id: str = KEY_ID,
+        dynamo_direct: bool = False,
+        apns_direct: bool = False,
+        admin_name: str | None = None,
+    ) -> Any:
+        """The daemon's configuration: every peer through its proxy (DynamoDB directly with ``dynamo_direct``,
+        APNs with ``apns_direct``); the admin socket is named after ``admin_name`` (default: the instance id)."""
         from daemon.demo import demo_config
 
         opts = self.options
@@ -165,12 +174,12 @@ class FaultRig:
         return demo_config(
             dynamo_url=self.moto_url if dynamo_direct else f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
             replay_url=f"http://127.0.0.1:{self.proxies['sportmonks'].port}",
-            apns_url=f"https://127.0.0.1:{self.proxies['apns'].port}",
+            apns_url=self.apns.url if apns_direct else f"https://127.0.0.1:{self.proxies['apns'].port}",
             ca_file=self.apns.ca_file,
             private_key=self._keys[key_id].private_pem,
             league_id=str(self.tape.league_id),
             cadence_s=opts.cadence_s,
-            admin_socket=str(self.workdir / f"{instance_id}.sock"),
+            admin_socket=str(self.workdir / f"{admin_name or instance_id}.sock"),
             instance_id=instance_id,
             table_prefix=self.prefix,
             lease_s=opts.lease_s,
@@ -183,13 +192,27 @@ class FaultRig:
         *,
         key_id: str = KEY_ID,
         dynamo_direct: bool = False,
+        apns_direct: bool = False,
+        admin_name: str | None = None,
         on_delivery: Callable[[Any], None] | None = None,
     ) -> Any:
         """A daemon on this rig's peers (not started: ``await nursery.start(daemon.run)``)."""
         from daemon.run import Daemon
 
-        config = self.config(instance_id, key_id=key_id, dynamo_direct=dynamo_direct)
+        config = self.config(
+            instance_id, key_id=key_id, dynamo_direct=dynamo_direct, apns_direct=apns_direct, admin_name=admin_name
+        )
         return Daemon(config, on_delivery=on_delivery or self.deliveries.append, with_jobs=False)
+
+    def sever(self) -> None:
+        """Cut whatever talks through the proxies off from DynamoDB and APNs at once, as ``kill -9`` would: the
+        requests already delivered are answered into the void, nothing more leaves, nothing comes back. Call
+        it from ``apns.on_answer`` to stop an owner at an exact request; its successor must then be a daemon
+        with ``dynamo_direct`` and ``apns_direct``."""
+        for name in ("dynamodb", "apns"):
+            proxy = self.proxies[name]
+            proxy.set(blackhole=True, refuse=True)
+            proxy.reset()
 
     async def stop_daemon(self, daemon: Any | None = None, *, timeout: float = 20.0) -> None:
         daemon = daemon or self.daemon

@@ -33,7 +33,8 @@ Records (``server.records``, and one JSON line each in ``record_path``): ``time`
 ``stream_id``, ``token``, ``headers`` (authorization shown as ``bearer <kid=.. iat=..>``), ``payload`` (parsed
 JSON; None with ``fast``), ``payload_bytes``, ``status``, ``reason``, ``apns_id``, and ``detail`` (why a
 request was refused) / ``timestamp_ms`` (410) when they apply. Refused or dropped streams are not answered,
-so they are counted in ``stats()`` instead.
+so they are counted in ``stats()`` instead. ``on_answer`` (in-process callers only), when set, is called with
+each record once its answer is queued, before it is flushed: a test stops a client at an exact request.
 
 Choices where APNs is silent or where h2 forces one (see also tests/apns/test_server*.py):
 - An ``h2`` client cannot read a response after it received GOAWAY (its state machine rejects HEADERS in

@@ -8,7 +8,7 @@ import shutil
 import ssl
 import tempfile
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -99,6 +99,9 @@ class ApnsTestServer:
         self._record_file: IO[str] | None = None
         self._record_dirty = False
         self._record_waiters: list[tuple[int, trio.Event]] = []
+        # called with each record once its answer is queued, before it is flushed (in-process callers only):
+        # a test stops a client at an exact request
+        self.on_answer: Callable[[dict[str, Any]], None] | None = None
         self._connections: dict[int, ServerConnection] = {}
         self._conn_ids = itertools.count(1)
         self._stats: dict[str, int] = {}
@@ -395,6 +398,8 @@ class ApnsTestServer:
         if self._record_file is not None:
             self._record_file.write(json.dumps(record, separators=(",", ":")) + "\n")
             self._record_dirty = True
+        if self.on_answer is not None:
+            self.on_answer(record)
         if self._record_waiters:
             still: list[tuple[int, trio.Event]] = []
             for n, event in self._record_waiters:
