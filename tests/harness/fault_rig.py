@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from daemon.seed import seed_match
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.lazy_proxy import LazyFaultProxy
 
@@ -221,51 +222,12 @@ class FaultRig:
             await daemon.finished.wait()
 
     async def seed(self) -> None:
-        import secrets
-
-        tape, repos, match_id = self.tape, self.repos, self.match_id
-        league = str(tape.league_id)
-        await repos.leagues.put_league({"leagueId": league, "name": "Faults", "code": "FLT", "active": True})
-        await repos.fixtures.batch_write_fixtures(
-            [
-                {
-                    "matchId": match_id,
-                    "leagueId": league,
-                    "leagueCode": "FLT",
-                    "startTime": time.strftime(
-                        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.options.start_delay_wall_s)
-                    ),
-                    "status": "NS",
-                    "localteamId": str(tape.localteam.id),
-                    "visitorteamId": str(tape.visitorteam.id),
-                    "live": False,
-                }
-            ]
+        """The match, starting after ``start_delay_wall_s``, with ``followers`` running sessions."""
+        seeded = await seed_match(
+            self.repos, self.tape, starts_at=time.time() + self.options.start_delay_wall_s,
+            followers=self.options.followers, league_name="Faults", league_code="FLT", sessions=True,
         )
-        expires = int(time.time()) + 48 * 3600
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        follows: list[dict[str, Any]] = []
-        sessions: list[dict[str, Any]] = []
-        for i in range(self.options.followers):
-            user = f"u{match_id}-{i:04d}"
-            team = str(tape.localteam.id if i % 2 == 0 else tape.visitorteam.id)
-            token = secrets.token_hex(32)
-            visitor = f"{user}#d{i}"
-            follows.append({"matchId": match_id, "userId": user, "teamId": team, "expiresAt": expires, "createdAt": now})
-            sessions.append(
-                {
-                    "matchId": match_id,
-                    "visitorKey": visitor,
-                    "userId": user,
-                    "deviceId": f"d{i}",
-                    "updateToken": token,
-                    "status": "active",
-                    "sessionStartedAt": now,
-                }
-            )
-            self.tokens[token] = visitor
-        await repos.follows.import_items(follows)
-        await repos.live_activities.import_items(sessions)
+        self.tokens.update(seeded.tokens)
 
     def close(self) -> None:
         if self._dynamo is not None:
