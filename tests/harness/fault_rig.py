@@ -74,6 +74,9 @@ class RigOptions:
     # the APNs server answers every push with this 5xx status from the start, before the daemon's first
     # push (0: no storm); lift it with ``rig.apns.reset()``
     apns_storm_at_start: int = 0
+    # followers with a device that has a push-to-start token but no Live Activity session: the match's owner
+    # sends them a push-to-start (``start_tokens``)
+    start_followers: int = 0
     # per-section config overrides, merged over the rig's defaults (e.g. {"sportmonks": {"timeout_s": 1}})
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -88,6 +91,7 @@ class FaultRig:
         self.options = options
         self.proxies: dict[str, FaultProxy] = {}
         self.tokens: dict[str, str] = {}  # update token -> visitor key
+        self.start_tokens: dict[str, str] = {}  # push-to-start token -> user id
         self.deliveries: list[Any] = []
         self.apns: Any = None
         self.replay: Any = None
@@ -264,6 +268,13 @@ class FaultRig:
                 }
             )
             self.tokens[token] = visitor
+        for i in range(self.options.start_followers):
+            user = f"u{match_id}-s{i:04d}"
+            token = secrets.token_hex(32)
+            follows.append({"matchId": match_id, "userId": user, "teamId": str(tape.localteam.id),
+                            "expiresAt": expires, "createdAt": now})
+            await repos.devices.register_device(user, secrets.token_hex(32), push_to_start_token=token)
+            self.start_tokens[token] = user
         await repos.follows.import_items(follows)
         await repos.live_activities.import_items(sessions)
 
