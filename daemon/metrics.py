@@ -56,6 +56,29 @@ DEAD_TOKENS = Counter(
     "sightscreen_dead_tokens", "Tokens APNs rejected for good, by reason", ["reason"], registry=REGISTRY
 )
 
+BROADCASTS = Counter(
+    "sightscreen_broadcasts",
+    "iOS 18 channel broadcasts by kind (update, end) and outcome (accepted, rejected: channel gone or limit, "
+    "failed)",
+    ["kind", "outcome"],
+    registry=REGISTRY,
+)
+CHANNEL_REQUESTS = Counter(
+    "sightscreen_channel_requests",
+    "Channel-management requests by operation (create, read, delete, list) and outcome (ok, error)",
+    ["op", "outcome"],
+    registry=REGISTRY,
+)
+CHANNELS = Gauge(
+    "sightscreen_broadcast_channels", "Broadcast channels held by each owned match", ["match_id"], registry=REGISTRY
+)
+SESSIONS_BY_PATH = Gauge(
+    "sightscreen_sessions_by_path",
+    "Live Activity sessions of each owned match by delivery path (token: one push per device; channel: broadcast)",
+    ["match_id", "path"],
+    registry=REGISTRY,
+)
+
 # --- Match actors --------------------------------------------------------------------------------------
 TICKS = Counter("sightscreen_ticks", "Match actor ticks", ["match_id"], registry=REGISTRY)
 TICK_DURATION = Histogram(

@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from daemon.seed import seed_match
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.lazy_proxy import LazyFaultProxy
 
@@ -225,58 +226,26 @@ class FaultRig:
             await daemon.finished.wait()
 
     async def seed(self) -> None:
+        """The match, starting after ``start_delay_wall_s``, with ``followers`` running sessions."""
+        seeded = await seed_match(
+            self.repos, self.tape, starts_at=time.time() + self.options.start_delay_wall_s,
+            followers=self.options.followers, league_name="Faults", league_code="FLT", sessions=True,
+        )
+        self.tokens.update(seeded.tokens)
+        await self._seed_start_followers()
+
+    async def _seed_start_followers(self) -> None:
+        """``start_followers`` followers with a push-to-start token and no session (``start_tokens``)."""
         import secrets
 
-        tape, repos, match_id = self.tape, self.repos, self.match_id
-        league = str(tape.league_id)
-        await repos.leagues.put_league({"leagueId": league, "name": "Faults", "code": "FLT", "active": True})
-        await repos.fixtures.batch_write_fixtures(
-            [
-                {
-                    "matchId": match_id,
-                    "leagueId": league,
-                    "leagueCode": "FLT",
-                    "startTime": time.strftime(
-                        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.options.start_delay_wall_s)
-                    ),
-                    "status": "NS",
-                    "localteamId": str(tape.localteam.id),
-                    "visitorteamId": str(tape.visitorteam.id),
-                    "live": False,
-                }
-            ]
-        )
+        match_id, team = self.match_id, str(self.tape.localteam.id)
         expires = int(time.time()) + 48 * 3600
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        follows: list[dict[str, Any]] = []
-        sessions: list[dict[str, Any]] = []
-        for i in range(self.options.followers):
-            user = f"u{match_id}-{i:04d}"
-            team = str(tape.localteam.id if i % 2 == 0 else tape.visitorteam.id)
-            token = secrets.token_hex(32)
-            visitor = f"{user}#d{i}"
-            follows.append({"matchId": match_id, "userId": user, "teamId": team, "expiresAt": expires, "createdAt": now})
-            sessions.append(
-                {
-                    "matchId": match_id,
-                    "visitorKey": visitor,
-                    "userId": user,
-                    "deviceId": f"d{i}",
-                    "updateToken": token,
-                    "status": "active",
-                    "sessionStartedAt": now,
-                }
-            )
-            self.tokens[token] = visitor
         for i in range(self.options.start_followers):
             user = f"u{match_id}-s{i:04d}"
             token = secrets.token_hex(32)
-            follows.append({"matchId": match_id, "userId": user, "teamId": str(tape.localteam.id),
-                            "expiresAt": expires, "createdAt": now})
-            await repos.devices.register_device(user, secrets.token_hex(32), push_to_start_token=token)
+            await self.repos.follows.follow_match(match_id, user, team, expires)
+            await self.repos.devices.register_device(user, secrets.token_hex(32), push_to_start_token=token)
             self.start_tokens[token] = user
-        await repos.follows.import_items(follows)
-        await repos.live_activities.import_items(sessions)
 
     def close(self) -> None:
         if self._dynamo is not None:
