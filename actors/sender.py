@@ -41,9 +41,10 @@ import h2.exceptions
 import trio
 
 from daemon import metrics
+from daemon.apns import broadcast
 from daemon.apns.connection import Answered, ApnsConnection, Outcome, Unanswered
 from daemon.apns.internals import drain_decrypted
-from daemon.apns.rules import Action, check_push, classify
+from daemon.apns.rules import Action, Verdict, check_push, classify
 from daemon.apns.settings import ApnsSettings
 from daemon.apns.token import ProviderToken, ProviderTokenPolicy, ProviderTokens, load_signing_key
 from daemon.apns.types import ApnsConfigurationError, Push, PushResult
@@ -144,6 +145,7 @@ class ApnsSender:
         ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        tokens: ProviderTokens | None = None,
     ) -> None:
         self.settings = settings
         parts = urlsplit(settings.url)
@@ -152,11 +154,28 @@ class ApnsSender:
         self._host = parts.hostname
         self._port = parts.port or 443
         self._authority = self._host if self._port == 443 else f"{self._host}:{self._port}"
-        key = load_signing_key(settings.signing_key_pem())
-        policy = ProviderTokenPolicy(refresh_after_s=settings.token_refresh_s)
-        self._tokens = ProviderTokens(key, team_id=settings.team_id, key_id=settings.key_id, policy=policy, clock=clock)
+        if tokens is None:
+            key = load_signing_key(settings.signing_key_pem())
+            policy = ProviderTokenPolicy(refresh_after_s=settings.token_refresh_s)
+            tokens = ProviderTokens(key, team_id=settings.team_id, key_id=settings.key_id, policy=policy, clock=clock)
+        self._tokens = tokens
         self._clock = clock
         self._ssl_context = ssl_context or self._default_ssl_context(settings)
+        # Broadcasts ride the push connections unless [apns].broadcast_host names another host: then they get
+        # a sender of their own (same provider token, same connection logic, one connection).
+        self._broadcasts: ApnsSender | None = None
+        if settings.broadcast_host:
+            b = urlsplit(f"https://{settings.broadcast_host}")
+            if not b.hostname:
+                raise ValueError(f"apns.broadcast_host: expected HOST[:PORT], got {settings.broadcast_host!r}")
+            if (b.hostname, b.port or 443) != (self._host, self._port):
+                sub = settings.model_copy(
+                    update={"url": f"https://{settings.broadcast_host}", "broadcast_host": "", "connections": 1}
+                )
+                self._broadcasts = ApnsSender(
+                    sub, janitor=None, ssl_context=self._ssl_context, clock=clock, rng=rng, tokens=self._tokens
+                )
+        self.channels = ChannelManagement(self)
         self._janitor = janitor
         self._rng = rng or random.Random()
         self._high: deque[_Exchange] = deque()
@@ -214,6 +233,9 @@ class ApnsSender:
     # -- the public interface -----------------------------------------------------------------------------
     async def send(self, push: Push) -> None:
         """Enqueue ``push``; blocks while its priority's inbox is full (backpressure)."""
+        if push.channel_id is not None and self._broadcasts is not None:
+            await self._broadcasts.send(push)
+            return
         await self._lane(push).send.send(push)
 
     async def send_many(self, pushes: Iterable[Push]) -> None:
@@ -223,7 +245,11 @@ class ApnsSender:
         has room); a match actor's 10,000-token fan-out puts them in without yielding and yields once at the
         end (or whenever the inbox is full). Producers blocked on a full inbox keep their turn: trio refills
         the buffer from waiting senders before a ``send_nowait`` finds room."""
+        broadcasts = self._broadcasts
         for push in pushes:
+            if broadcasts is not None and push.channel_id is not None:
+                await broadcasts.send(push)
+                continue
             inbox = self._urgent.send if push.priority == 10 else self._routine.send
             try:
                 inbox.send_nowait(push)
@@ -268,11 +294,15 @@ class ApnsSender:
             "pings": self._pings + sum(c.pings_sent for c in conns),
             "provider_tokens_minted": self._tokens.minted,
             "latency_ms": {"p50": pct(0.50), "p99": pct(0.99)},
+            "channel_requests": dict(self.channels.counts),
+            **({"broadcast_sender": self._broadcasts.stats()} if self._broadcasts is not None else {}),
         }
 
     async def drain(self, grace_s: float) -> None:
         """Stop taking new pushes; finish what was taken within ``grace_s``; fail the rest; then stop ``run``."""
         self._draining = True
+        if self._broadcasts is not None:
+            await self._broadcasts.drain(grace_s)
         # Take what producers already handed over, then close the inbox: later sends raise
         # BrokenResourceError at the producer instead of waiting in a queue nobody reads.
         for push in self._take_inboxes():
@@ -299,6 +329,8 @@ class ApnsSender:
                     nursery.start_soon(self._delivery_loop)
                     for slot in self._slots:
                         nursery.start_soon(self._connection_loop, slot)
+                    if self._broadcasts is not None:
+                        await nursery.start(self._broadcasts.run)
                     # Connections come up in the background: an unreachable APNs must not block start-up.
                     task_status.started()
         finally:
@@ -309,6 +341,8 @@ class ApnsSender:
                 lane.recv.close()
             metrics.APNS_CONNECTIONS.set(0)
             metrics.APNS_STREAMS.set(0)
+            with trio.CancelScope(shield=True):
+                await self.channels.aclose()
             log.info("apns_sender_stopped", **self._counts, undeliverable=self._undeliverable_count)
         if self._fatal is not None:
             raise self._fatal
@@ -436,10 +470,13 @@ class ApnsSender:
         result = PushResult(push, outcome, status, reason, apns_id, exchange.attempts, latency)
         self._counts[outcome] += 1
         self._latencies.append(latency)
-        counter = self._pushes_metric.get((push.kind, outcome))
-        if counter is None:
-            counter = metrics.PUSHES.labels(kind=push.kind, outcome=outcome)
-        counter.inc()
+        if push.channel_id is not None:
+            metrics.BROADCASTS.labels(kind=push.kind, outcome=outcome).inc()
+        else:
+            counter = self._pushes_metric.get((push.kind, outcome))
+            if counter is None:
+                counter = metrics.PUSHES.labels(kind=push.kind, outcome=outcome)
+            counter.inc()
         metrics.PUSH_LATENCY.observe(latency)
         if push.reply_to is not None:
             self._deliver(push.reply_to, result)
@@ -592,6 +629,11 @@ class ApnsSender:
         elif action is Action.CONFIGURATION:
             self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
             self._configuration_error(reason, answer.status)
+        elif action is Action.RECREATE_CHANNEL or action is Action.CHANNEL_LIMIT:
+            # final for this channel, like a dead token for a device; the producer (the match's channel
+            # manager) recreates the channel and re-announces it
+            log.warning("apns_broadcast_channel_refused", reason=reason, channel=push.channel_id, kind=push.kind)
+            self._settle(exchange, "rejected", answer.status, reason, answer.apns_id)
         elif action is Action.PAYLOAD_BUG:
             log.error("apns_payload_too_large", kind=push.kind, push_type=push.push_type,
                       payload_bytes=len(push.payload), token=short_token(push.token),
@@ -641,9 +683,10 @@ class ApnsSender:
                 await trio.sleep(backoff_delay(failures, base_s=settings.reconnect_backoff_s,
                                                cap_s=settings.reconnect_backoff_max_s, jitter=0.5, rng=self._rng))
 
-    async def _open_stream(self) -> trio.SSLStream[trio.SocketStream]:
-        tcp = await trio.open_tcp_stream(self._host, self._port)
-        tls = trio.SSLStream(tcp, self._ssl_context, server_hostname=self._host, https_compatible=True)
+    async def _open_stream(self, host: str | None = None, port: int | None = None) -> trio.SSLStream[trio.SocketStream]:
+        host = host or self._host
+        tcp = await trio.open_tcp_stream(host, port or self._port)
+        tls = trio.SSLStream(tcp, self._ssl_context, server_hostname=host, https_compatible=True)
         try:
             await tls.do_handshake()
             if tls.selected_alpn_protocol() != "h2":
@@ -842,3 +885,135 @@ class ApnsSender:
 
     def _update_stream_gauge(self) -> None:
         metrics.APNS_STREAMS.set(sum(s.conn.in_flight for s in self._slots if s.conn is not None))
+
+
+class ChannelManagement:
+    """The sender's one connection to the channel-management host (``[apns].management_host``/``_port``).
+
+    Same provider token and connection logic as the push connections (``ApnsConnection``, its TLS opening);
+    requests are rare (a match's channels at its start and end, a periodic list), so they go one at a time
+    over the connection, opened on first use and again after it broke. Each answer goes through the rule
+    table: transient ones are retried with backoff (a new connection where the table says so), a
+    configuration error stops the sender like one on a push, everything else comes back as
+    ``broadcast.ChannelError`` with the decided outcome for the caller (recreate, limit reached, bug)."""
+
+    def __init__(self, sender: ApnsSender) -> None:
+        self._sender = sender
+        self.host, self.port = sender.settings.management_address()
+        self._authority = self.host if self.port == 443 else f"{self.host}:{self.port}"
+        self._lock = trio.Lock()
+        self._stream: trio.SSLStream[trio.SocketStream] | None = None
+        self._conn: ApnsConnection | None = None
+        self._switched_at: float | None = None
+        self.counts: dict[str, int] = {}
+
+    async def request(self, req: broadcast.Request) -> Any:
+        """Send ``req`` and return its parsed result (see ``broadcast.parse_answer``)."""
+        settings = self._sender.settings
+        async with self._lock:
+            retries = 0
+            while True:
+                status: int | None = None
+                try:
+                    answer = await self._exchange(req)
+                except (_ConnectionFailed, OSError, ssl.SSLError, trio.BrokenResourceError, trio.ClosedResourceError,
+                        trio.TooSlowError, h2.exceptions.H2Error) as exc:
+                    await self.aclose()
+                    error = broadcast.ChannelError(req.op, None, type(exc).__name__, Verdict(Action.RETRY, None))
+                else:
+                    status = answer.status
+                    try:
+                        result = broadcast.parse_answer(req.op, answer.status, answer.reason, answer.channel_id,
+                                                        answer.body)
+                    except broadcast.ChannelError as exc:
+                        error = exc
+                    else:
+                        self._count(req.op, "ok")
+                        return result
+                action = error.action
+                if action is not Action.ACCEPTED and error.status is not None:
+                    metrics.APNS_ERRORS.labels(action.value).inc()
+                if action in (Action.RETRY, Action.RETRY_NEW_CONNECTION, Action.REFRESH_PROVIDER_TOKEN) and (
+                    retries < settings.max_retries
+                ):
+                    if action is not Action.RETRY:
+                        if action is Action.REFRESH_PROVIDER_TOKEN and self._conn is not None and self._conn.token:
+                            self._sender._tokens.invalidate(self._conn.token)
+                        await self.aclose()
+                    retries += 1
+                    log.info("apns_channel_request_retry", op=req.op, reason=error.reason, status=status,
+                             attempt=retries)
+                    await trio.sleep(backoff_delay(retries, base_s=settings.retry_backoff_s,
+                                                   cap_s=settings.retry_backoff_max_s, jitter=0.5,
+                                                   rng=self._sender._rng))
+                    continue
+                self._count(req.op, "error")
+                if action is Action.CONFIGURATION:
+                    self._sender._configuration_error(error.reason or f"HTTP{status}", status, f"channel {req.op}")
+                log.warning("apns_channel_request_refused", op=req.op, status=status, reason=error.reason,
+                            action=action.value)
+                raise error
+
+    def _count(self, op: str, outcome: str) -> None:
+        metrics.CHANNEL_REQUESTS.labels(op=op, outcome=outcome).inc()
+        key = f"{op}_{outcome}"
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    async def aclose(self) -> None:
+        stream, self._stream, self._conn = self._stream, None, None
+        if stream is not None:
+            await trio.aclose_forcefully(stream)
+
+    async def _connect(self) -> ApnsConnection:
+        settings = self._sender.settings
+        with trio.fail_after(settings.connect_timeout_s):
+            stream = await self._sender._open_stream(self.host, self.port)
+            conn = ApnsConnection(self._authority, request_timeout_s=settings.request_timeout_s, local_stream_cap=8)
+            now = trio.current_time()
+            conn.initiate(now)
+            conn.use_token(self._sender._tokens.for_connection(None, None).token)
+            self._switched_at = self._sender._tokens_clock()
+            self._stream, self._conn = stream, conn
+            await stream.send_all(conn.data_to_send())
+            while not conn.settings_received:
+                data = await stream.receive_some(_READ_SIZE)
+                if not data:
+                    raise _ConnectionFailed("management host closed the connection before its SETTINGS")
+                conn.receive_data(data, trio.current_time())
+            pending = conn.data_to_send()  # our SETTINGS ack
+            if pending:
+                await stream.send_all(pending)
+        log.info("apns_management_connection_open", host=self.host, port=self.port)
+        return conn
+
+    async def _exchange(self, req: broadcast.Request) -> Answered:
+        conn = self._conn
+        if conn is None or conn.state != "open":
+            await self.aclose()
+            conn = await self._connect()
+        choice = self._sender._tokens.for_connection(conn.token, self._switched_at)
+        if choice.recycle:
+            await self.aclose()
+            conn = await self._connect()
+        elif choice.switched:
+            conn.use_token(choice.token)
+            self._switched_at = self._sender._tokens_clock()
+        stream = self._stream
+        assert stream is not None
+        marker = object()
+        conn.send_request(req.method, req.path, req.headers, req.body, marker, trio.current_time())
+        await stream.send_all(conn.data_to_send())
+        with trio.fail_after(self._sender.settings.request_timeout_s):
+            while True:
+                data = await stream.receive_some(_READ_SIZE)
+                if not data:
+                    raise _ConnectionFailed("management host closed the connection")
+                outcomes = conn.receive_data(data, trio.current_time())
+                pending = conn.data_to_send()  # SETTINGS/PING acks, window updates
+                if pending:
+                    await stream.send_all(pending)
+                for outcome in outcomes:
+                    if outcome.exchange is marker:
+                        if isinstance(outcome, Answered):
+                            return outcome
+                        raise _ConnectionFailed(f"management request unanswered: {outcome.cause}")

@@ -295,25 +295,31 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
         event.additional_data = frame.additional_data or None
         return [], [event]
 
-    def send_request(self, stream_id: int, block: bytes) -> None:
-        """Open ``stream_id`` with the HPACK ``block`` as its request headers (END_STREAM comes with the body)."""
+    def send_request(self, stream_id: int, block: bytes, *, end_stream: bool = False, method: bytes = b"POST") -> None:
+        """Open ``stream_id`` with the HPACK ``block`` as its request headers. END_STREAM comes with the body,
+        or with the headers when ``end_stream`` (a request without a body: GET, DELETE)."""
         if self.open_requests + 1 > self.stream_limit:
             raise h2.exceptions.TooManyStreamsError("APNs stream limit reached")  # guarded by ApnsConnection
         self._connection_input(ConnectionInputs.SEND_HEADERS)
         stream = self._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
         stream.state_machine.process_input(StreamInputs.SEND_HEADERS)
-        stream.request_method = b"POST"
+        stream.request_method = method
+        if end_stream:
+            stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
         self.open_requests += 1
         out = self._data_to_send
         frame_max = self.max_outbound_frame_size
+        end_flag = END_STREAM if end_stream else 0
         if len(block) <= frame_max:
-            out += frame_header(len(block), HEADERS, END_HEADERS, stream_id)
+            out += frame_header(len(block), HEADERS, END_HEADERS | end_flag, stream_id)
             out += block
             return
         chunks = [block[i : i + frame_max] for i in range(0, len(block), frame_max)]
         for i, chunk in enumerate(chunks):
             frame_type = HEADERS if i == 0 else CONTINUATION
             flags = END_HEADERS if i == len(chunks) - 1 else 0
+            if i == 0:
+                flags |= end_flag
             out += frame_header(len(chunk), frame_type, flags, stream_id)
             out += chunk
 
