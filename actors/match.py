@@ -70,6 +70,7 @@ from typing import Any
 import trio
 from botocore.exceptions import BotoCoreError, ClientError
 
+from actors.feed import FixtureSource
 from actors.janitor import TokenRef
 from actors.livework import LiveWork
 from actors.settings import MatchActorSettings, OrchestratorSettings
@@ -150,7 +151,7 @@ class MatchActor:
         instance_id: str,
         epoch: int,
         repos: Any,
-        feed: Any,
+        feed: FixtureSource,
         sender: Any,
         topic: str,
         marquee: bool,
