@@ -19,6 +19,9 @@ and quarantined here for ``quarantine_s`` so another instance may try it.
 shows in play (a live status) is reopened (``reopen_ended_match``: a new epoch, the engine's state kept) and
 taken like any other. An id the feed released after repeated 404s (``feed.is_released``) is not taken.
 
+``instance_id`` here is the process's owner identity (``daemon.store.locks.owner_identity``: the configured
+instance id and a per-process nonce), so two processes never take each other's lock or fence as their own.
+
 The lock arbitrates; the fence protects: a paused owner that wakes after losing its lease finds its lease
 expired by its own monotonic clock (minus the skew bound) and stops, and any write it still attempts fails the
 ``instanceId``/``ownerEpoch`` condition.
