@@ -167,6 +167,34 @@ SPORTMONKS_BUDGET_DELAYS = Counter(
     registry=REGISTRY,
 )
 
+
+# --- One fleet per region ------------------------------------------------------------------------------
+FEED_LEADER = Gauge(
+    "sightscreen_feed_leader", "1 while this instance leads the region's SportMonks feed, else 0", registry=REGISTRY
+)
+FEED_LEADER_CHANGES = Counter(
+    "sightscreen_feed_leader_changes",
+    "Times this instance took the region's feed lease (summed over the fleet: the region's leader changes)",
+    registry=REGISTRY,
+)
+FIXTURE_CACHE_AGE = Histogram(
+    "sightscreen_fixture_cache_age_seconds",
+    "Age of a changed cached fixture when a non-leading instance read it (from the leader's fetch)",
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0),
+    registry=REGISTRY,
+)
+SPORTMONKS_REGION_CALLS = Gauge(
+    "sightscreen_sportmonks_region_calls_last_hour",
+    "SportMonks calls the region made in the last hour, per endpoint (the leader's count; followers show "
+    "the leader's last heartbeat)",
+    ["endpoint"],
+    registry=REGISTRY,
+)
+LEASED_JOB_RUNS = Counter(
+    "sightscreen_leased_job_runs", "Times this instance took a region-wide job's lease and started it",
+    ["job"], registry=REGISTRY,
+)
+
 # --- DynamoDB ------------------------------------------------------------------------------------------
 DYNAMODB_CALLS = Counter(
     "sightscreen_dynamodb_calls",
