@@ -17,7 +17,7 @@ from daemon.apns.rules import Action
 from daemon.apns.server import ApnsTestServer
 from daemon.apns.types import ApnsConfigurationError, Push
 from tests.apns.conftest import BUNDLE_ID
-from tests.apns.test_sender import sender_settings
+from tests.actors.test_sender import sender_settings
 
 StartServer = Callable[..., Awaitable[ApnsTestServer]]
 
