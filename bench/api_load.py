@@ -11,7 +11,8 @@ What runs, all on loopback:
 - the API as production runs it: ``python -m daemon run --config FILE`` with ``roles = ["api"]`` in its own
   process (hypercorn on trio, default settings: 1 s display cache, the per-user rate limit, access log
   lines at info level written to /dev/null);
-- ``--clients`` load processes (httpx on trio, ``--concurrency`` requests in flight each).
+- ``--clients`` load processes (a minimal HTTP/1.1 client on trio sockets, ``--concurrency`` keep-alive
+  connections each, one request in flight per connection).
 
 Phases, each printed as requests/s, p50/p99 latency and errors (any non-2xx answer or transport error):
 
@@ -34,6 +35,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,46 +70,82 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _client(base: str, jobs: list[dict[str, Any]], concurrency: int, duration_s: float, out: Any) -> None:
-    """Run ``jobs`` (once each, or round-robin for ``duration_s`` when > 0); put (latencies, statuses)."""
-    import httpx
+    """Run ``jobs`` (once each, or round-robin for ``duration_s`` when > 0) over ``concurrency`` keep-alive
+    HTTP/1.1 connections; put (latencies, statuses, seconds). A minimal client on trio sockets (requests
+    encoded up front, answers read by Content-Length), so the load generator costs tens of microseconds a
+    request and the API, not the client, is what is measured."""
     import trio
+
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    encoded = []
+    for job in jobs:
+        body = job.get("body") or b""
+        head = [f"{job['method']} {job['path']} HTTP/1.1", f"Host: {host}:{port}"]
+        head += [f"{k}: {v}" for k, v in job["headers"].items()]
+        if body or job["method"] in ("POST", "PUT", "PATCH"):
+            head.append(f"Content-Length: {len(body)}")
+        encoded.append(("\r\n".join(head) + "\r\n\r\n").encode() + body)
 
     async def main() -> None:
         latencies: list[float] = []
         statuses: dict[str, int] = {}
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as http:
-            next_job = 0
-            deadline = trio.current_time() + duration_s
+        next_job = 0
+        deadline = trio.current_time() + duration_s
 
-            async def worker() -> None:
-                nonlocal next_job
-                while True:
-                    if duration_s > 0:
-                        if trio.current_time() >= deadline:
-                            return
-                        job = jobs[next_job % len(jobs)]
-                    else:
-                        if next_job >= len(jobs):
-                            return
-                        job = jobs[next_job]
-                    next_job += 1
-                    t0 = time.perf_counter()
-                    try:
-                        resp = await http.request(job["method"], job["path"], headers=job["headers"],
-                                                  content=job.get("body"))
-                        key = str(resp.status_code)
-                    except httpx.HTTPError as exc:
-                        key = type(exc).__name__
-                    latencies.append(time.perf_counter() - t0)
-                    statuses[key] = statuses.get(key, 0) + 1
+        async def exchange(stream: trio.SocketStream, request: bytes, buf: bytearray) -> str:
+            await stream.send_all(request)
+            while True:
+                end = buf.find(b"\r\n\r\n")
+                if end >= 0:
+                    head = bytes(buf[:end]).decode("latin-1")
+                    length = 0
+                    for line in head.split("\r\n")[1:]:
+                        name, _, value = line.partition(":")
+                        if name.strip().lower() == "content-length":
+                            length = int(value)
+                    while len(buf) < end + 4 + length:
+                        chunk = await stream.receive_some(65536)
+                        if not chunk:
+                            raise ConnectionError("closed mid-answer")
+                        buf.extend(chunk)
+                    del buf[: end + 4 + length]
+                    return head.split(" ", 2)[1]
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    raise ConnectionError("closed")
+                buf.extend(chunk)
 
-            started = time.perf_counter()
-            async with trio.open_nursery() as n:
-                for _ in range(concurrency):
-                    n.start_soon(worker)
-            took = time.perf_counter() - started
-        out.put((latencies, statuses, took))
+        async def worker() -> None:
+            nonlocal next_job
+            stream = await trio.open_tcp_stream(host, int(port))
+            buf = bytearray()
+            while True:
+                if duration_s > 0:
+                    if trio.current_time() >= deadline:
+                        break
+                    request = encoded[next_job % len(encoded)]
+                elif next_job < len(encoded):
+                    request = encoded[next_job]
+                else:
+                    break
+                next_job += 1
+                t0 = time.perf_counter()
+                try:
+                    key = await exchange(stream, request, buf)
+                except (OSError, ConnectionError, trio.BrokenResourceError) as exc:
+                    key = type(exc).__name__
+                    await stream.aclose()
+                    stream = await trio.open_tcp_stream(host, int(port))
+                    buf = bytearray()
+                latencies.append(time.perf_counter() - t0)
+                statuses[key] = statuses.get(key, 0) + 1
+            await stream.aclose()
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as n:
+            for _ in range(concurrency):
+                n.start_soon(worker)
+        out.put((latencies, statuses, time.perf_counter() - started))
 
     trio.run(main)
 
@@ -146,7 +184,8 @@ def run_load(base: str, jobs: list[dict[str, Any]], clients: int, concurrency: i
 # --- bare boto3 from one process --------------------------------------------------------------------------
 
 
-def bare_calls(endpoint: str, prefix: str, seconds: float) -> dict[str, float]:
+def bare_calls(endpoint: str, prefix: str, op: str, seconds: float) -> tuple[int, float, float]:
+    """``op`` ("update" or "get") called one after another for ``seconds``: (calls, seconds, CPU seconds)."""
     import boto3
     from botocore.config import Config
 
@@ -155,28 +194,24 @@ def bare_calls(endpoint: str, prefix: str, seconds: float) -> dict[str, float]:
         config=Config(retries={"mode": "standard", "max_attempts": 5}),
     )
     la_table, cache_table = f"{prefix}live-activities", f"{prefix}DisplayStateCache"
-    out: dict[str, float] = {}
+    client.describe_table(TableName=la_table)  # connection and endpoint set up outside the measurement
     n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
-        client.update_item(
-            TableName=la_table,
-            Key={"matchId": {"S": "bare-match"}, "visitorKey": {"S": f"bare-user-{n}#dev"}},
-            UpdateExpression="SET #u = :u, #d = :d, #t = :t, #s = :s, #st = :st REMOVE #sa, #ea, #er",
-            ExpressionAttributeNames={"#u": "userId", "#d": "deviceId", "#t": "updateToken", "#s": "status",
-                                      "#st": "sessionStartedAt", "#sa": "suspendedAt", "#ea": "endedAt", "#er": "endReason"},
-            ExpressionAttributeValues={":u": {"S": f"bare-user-{n}"}, ":d": {"S": "dev"}, ":t": {"S": "ab" * 32},
-                                       ":s": {"S": "active"}, ":st": {"S": "2026-01-01T00:00:00.000Z"}},
-        )
+        if op == "update":
+            client.update_item(
+                TableName=la_table,
+                Key={"matchId": {"S": "bare-match"}, "visitorKey": {"S": f"bare-user-{n}#dev"}},
+                UpdateExpression="SET #u = :u, #d = :d, #t = :t, #s = :s, #st = :st REMOVE #sa, #ea, #er",
+                ExpressionAttributeNames={"#u": "userId", "#d": "deviceId", "#t": "updateToken", "#s": "status",
+                                          "#st": "sessionStartedAt", "#sa": "suspendedAt", "#ea": "endedAt",
+                                          "#er": "endReason"},
+                ExpressionAttributeValues={":u": {"S": f"bare-user-{n}"}, ":d": {"S": "dev"}, ":t": {"S": "ab" * 32},
+                                           ":s": {"S": "active"}, ":st": {"S": "2026-01-01T00:00:00.000Z"}},
+            )
+        else:
+            client.get_item(TableName=cache_table, Key={"matchId": {"S": f"DISPLAY#{MATCH}#neutral"}})
         n += 1
-    out["update_item_per_s"] = n / (time.perf_counter() - t0)
-    out["update_item_cpu_ms"] = 1000 * (time.process_time() - c0) / max(1, n)
-    n, t0, c0 = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - t0 < seconds:
-        client.get_item(TableName=cache_table, Key={"matchId": {"S": f"DISPLAY#{MATCH}#neutral"}})
-        n += 1
-    out["get_item_per_s"] = n / (time.perf_counter() - t0)
-    out["get_item_cpu_ms"] = 1000 * (time.process_time() - c0) / max(1, n)
-    return out
+    return n, time.perf_counter() - t0, time.process_time() - c0
 
 
 # --- the run ----------------------------------------------------------------------------------------------
@@ -255,7 +290,6 @@ def main() -> int:
               f"DynamoDB peer {args.dynamodb}, API {base}", flush=True)
         tokens = [issuer.mint(f"load-user-{i:06d}") for i in range(args.users)]
 
-        bare = bare_calls(store.url, prefix, args.bare_s)
 
         body = lambda i: json.dumps({"deviceId": "iphone", "updateToken": f"{i:064x}"}).encode()  # noqa: E731
         reg_jobs = [
@@ -263,9 +297,13 @@ def main() -> int:
              "headers": {"Authorization": f"Bearer {tokens[i]}", "Content-Type": "application/json"}}
             for i in range(args.users)
         ]
+        # the machine's other load moves both figures: each bare measurement is taken right beside the API
+        # phase it is compared with (before and after it), and their totals are compared
+        bare_update = [bare_calls(store.url, prefix, "update", args.bare_s / 2)]
         c0 = cpu_s(api_proc.pid)
         registration = run_load(base, reg_jobs, args.clients, args.concurrency)
         registration["api_cpu_ms"] = 1000 * (cpu_s(api_proc.pid) - c0) / max(1, registration["requests"])
+        bare_update.append(bare_calls(store.url, prefix, "update", args.bare_s / 2))
 
         async def count_sessions() -> int:
             dynamo = Dynamo(settings)
@@ -301,10 +339,32 @@ def main() -> int:
         ticks: list[int] = []
         writer = threading.Thread(target=lambda: ticks.append(trio.run(live_writer, args.display_s + 5)))
         writer.start()
+        rounds = 3
+        bare_get = []
+        parts = []
         c0 = cpu_s(api_proc.pid)
-        display = run_load(base, disp_jobs, args.clients, args.concurrency, duration_s=args.display_s)
-        display["api_cpu_ms"] = 1000 * (cpu_s(api_proc.pid) - c0) / max(1, display["requests"])
+        for _ in range(rounds):
+            bare_get.append(bare_calls(store.url, prefix, "get", args.bare_s / rounds))
+            parts.append(run_load(base, disp_jobs, args.clients, args.concurrency, duration_s=args.display_s / rounds))
+        api_cpu = cpu_s(api_proc.pid) - c0
         writer.join()
+        display = {
+            "requests": sum(p["requests"] for p in parts),
+            "rps": sum(p["requests"] for p in parts) / sum(p["requests"] / p["rps"] for p in parts if p["rps"]),
+            "p50_ms": statistics.median([p["p50_ms"] for p in parts]),
+            "p99_ms": max(p["p99_ms"] for p in parts),
+            "errors": sum(p["errors"] for p in parts),
+            "statuses": {k: sum(p["statuses"].get(k, 0) for p in parts) for k in {k for p in parts for k in p["statuses"]}},
+        }
+        display["api_cpu_ms"] = 1000 * api_cpu / max(1, display["requests"])
+
+        def rate(samples: list[tuple[int, float, float]]) -> tuple[float, float]:
+            n = sum(x[0] for x in samples)
+            return n / sum(x[1] for x in samples), 1000 * sum(x[2] for x in samples) / max(1, n)
+
+        bare = {}
+        bare["update_item_per_s"], bare["update_item_cpu_ms"] = rate(bare_update)
+        bare["get_item_per_s"], bare["get_item_cpu_ms"] = rate(bare_get)
 
         def row(name: str, r: dict[str, Any]) -> None:
             print(f"{name:<34} {r['requests']:>7} req  {r['rps']:>8.0f} req/s  p50 {r['p50_ms']:>6.1f} ms  "
