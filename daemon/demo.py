@@ -245,31 +245,13 @@ class DemoRun:
         return 0
 
     async def _seed(self, repos: Any, tape: Any) -> None:
-        match_id = self.match_id
-        assert match_id is not None
-        local, visitor = tape.localteam, tape.visitorteam
-        await repos.leagues.put_league(
-            {"leagueId": str(tape.league_id), "name": "Sightscreen Demo League", "code": "DEMO", "active": True}
-        )
-        await repos.teams.batch_write_teams(
-            [
-                {"teamId": str(t.id), "name": t.name, "code": t.code, "imageUrl": getattr(t, "image_path", None)}
-                for t in (local, visitor)
-            ]
-        )
-        await repos.fixtures.batch_write_fixtures(
-            [
-                {
-                    "matchId": match_id,
-                    "leagueId": str(tape.league_id),
-                    "leagueCode": "DEMO",
-                    "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + DEMO_START_DELAY_S)),
-                    "status": "NS",
-                    "localteamId": str(local.id),
-                    "visitorteamId": str(visitor.id),
-                    "live": False,
-                }
-            ]
+        """The demo league, both teams and the match, starting in DEMO_START_DELAY_S; its followers come
+        through the API (the simulated iPhones)."""
+        from daemon.seed import seed_match
+
+        await seed_match(
+            repos, tape, starts_at=time.time() + DEMO_START_DELAY_S, followers=0,
+            league_name="Sightscreen Demo League", league_code="DEMO",
         )
 
     def summary(self) -> dict[str, Any]:

@@ -179,10 +179,10 @@ class RequestHeaderEncoder:
 
 _STATIC_TABLE: Final = hpack.table.HeaderTable.STATIC_TABLE  # RFC 7541 Appendix A, 1-based
 # The response fields we read: the status, the echoed apns-id, and content-length (h2 checks bodies against it).
-_WANTED_RESPONSE_FIELDS: Final = frozenset({b":status", b"apns-id", b"content-length"})
+_WANTED_RESPONSE_FIELDS: Final = frozenset({b":status", b"apns-id", b"content-length", b"apns-channel-id"})
 # An accepted push's apns-id is not worth its Huffman decoding (the sender reports the one it sent, if any);
 # a rejected push's is decoded for the logs.
-_WANTED_AFTER_200: Final = frozenset({b"content-length"})
+_WANTED_AFTER_200: Final = frozenset({b"content-length", b"apns-channel-id"})
 _STATUS_200: Final = (b":status", b"200")
 
 
@@ -261,6 +261,8 @@ class Answered:
     reason: str | None
     apns_id: str | None
     timestamp_ms: int | None  # 410's "the token became invalid at" (ms since the epoch)
+    channel_id: str | None = None  # channel management: the created channel's id (``apns-channel-id``)
+    body: bytes | None = None  # the answer's body (channel management reads it on success too)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +290,7 @@ class _Stream:
     status: int | None = None
     apns_id: bytes | None = None
     data: bytearray | None = None
+    channel_id: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +340,7 @@ class ApnsConnection:
         self._blocked: deque[int] = deque()  # streams whose body waits for window
         self._next_stream_id = 1
         self._token: ProviderToken | None = None
-        self._constant_fields: dict[tuple[str, str, int], tuple[tuple[bytes, bytes], ...]] = {}
+        self._constant_fields: dict[tuple[str, str, int, bool], tuple[tuple[bytes, bytes], ...]] = {}
         self.goaway: GoAway | None = None
         self.settings_received = False
         self._max_concurrent = 0  # min(server's MAX_CONCURRENT_STREAMS, local cap), refreshed on its SETTINGS
@@ -433,16 +436,24 @@ class ApnsConnection:
 
     # -- requests -----------------------------------------------------------------------------------------
     def _constant(self, push: Push) -> tuple[tuple[bytes, bytes], ...]:
-        key = (push.wire_topic, push.push_type, push.priority)
+        broadcast = push.channel_id is not None
+        key = (push.topic if broadcast else push.wire_topic, push.push_type, push.priority, broadcast)
         fields = self._constant_fields.get(key)
         if fields is None:
             assert self._token is not None
-            fields = (
-                (b"authorization", self._token.authorization),
-                (b"apns-push-type", push.push_type.encode()),
-                (b"apns-topic", key[0].encode()),
-                (b"apns-priority", str(push.priority).encode()),
-            )
+            if broadcast:  # a broadcast names its bundle in the path and has no apns-topic (apns.md §2.1)
+                fields = (
+                    (b"authorization", self._token.authorization),
+                    (b"apns-push-type", push.push_type.encode()),
+                    (b"apns-priority", str(push.priority).encode()),
+                )
+            else:
+                fields = (
+                    (b"authorization", self._token.authorization),
+                    (b"apns-push-type", push.push_type.encode()),
+                    (b"apns-topic", key[0].encode()),
+                    (b"apns-priority", str(push.priority).encode()),
+                )
             self._constant_fields[key] = fields
         return fields
 
@@ -452,8 +463,14 @@ class ApnsConnection:
         block = bytearray()
         encoder.start_block(block)
         encoder.encode_constant(self._pseudo, block)
-        block += b"\x04" + hpack_int(10 + len(push.token), 7, 0) + b"/3/device/" + push.token.encode("ascii")
-        encoder.encode_constant(self._constant(push), block)
+        if push.channel_id is not None:
+            path = b"/4/broadcasts/apps/" + push.topic.encode("ascii")
+            block += b"\x04" + hpack_int(len(path), 7, 0) + path
+            encoder.encode_constant(self._constant(push), block)
+            block += _literal_not_indexed(b"apns-channel-id", push.channel_id.encode("ascii"))
+        else:
+            block += b"\x04" + hpack_int(10 + len(push.token), 7, 0) + b"/3/device/" + push.token.encode("ascii")
+            encoder.encode_constant(self._constant(push), block)
         if push.expiration is not None:
             block += _literal_not_indexed(b"apns-expiration", str(push.expiration).encode())
         if push.collapse_id is not None:
@@ -483,6 +500,42 @@ class ApnsConnection:
             self.peak_in_flight = len(self._streams)
         if self._next_stream_id > _LAST_STREAM_ID:
             self.start_draining()
+        return stream_id
+
+    def send_request(
+        self, method: str, path: str, headers: tuple[tuple[str, str], ...], body: bytes, exchange: Any, now: float
+    ) -> int:
+        """Start any other APNs request (channel management): ``method`` and ``path`` as given, the provider
+        token, ``headers`` as literals. Answers come back as ``Answered`` with ``channel_id`` and ``body``."""
+        if not self.can_send():
+            raise RuntimeError(f"ApnsConnection.send_request while it cannot send (state {self.state})")
+        encoder: RequestHeaderEncoder = self._h2.encoder
+        block = bytearray()
+        encoder.start_block(block)
+        if method == "POST":
+            encoder.encode_constant(self._pseudo, block)
+        else:
+            block += _literal_not_indexed(b":method", method.encode("ascii"))
+            encoder.encode_constant(self._pseudo[1:], block)
+        block += _literal_not_indexed(b":path", path.encode("ascii"))
+        assert self._token is not None
+        encoder.encode_constant(((b"authorization", self._token.authorization),), block)
+        for name, value in headers:
+            block += _literal_not_indexed(name.encode("ascii"), value.encode("ascii"))
+        if body:
+            block += _literal_not_indexed(b"content-type", b"application/json")
+        stream_id = self._next_stream_id
+        self._next_stream_id += 2
+        h2c = self._h2
+        h2c.send_request(stream_id, bytes(block), end_stream=not body, method=method.encode("ascii"))
+        sent = h2c.send_body(stream_id, body, 0) if body else 0
+        deadline = now + self.request_timeout_s
+        self._streams[stream_id] = _Stream(exchange, body, sent, deadline)
+        self._deadlines.append((deadline, stream_id))
+        if sent < len(body):
+            self._blocked.append(stream_id)
+        self.requests_sent += 1
+        self.last_activity = now
         return stream_id
 
     def _pump_blocked(self) -> None:
@@ -564,6 +617,8 @@ class ApnsConnection:
                             stream.status = int(value)
                         elif name == b"apns-id":
                             stream.apns_id = value
+                        elif name == b"apns-channel-id":
+                            stream.channel_id = value
             elif type(event) is h2.events.StreamEnded:
                 stream = streams.pop(event.stream_id, None)
                 if event.stream_id in h2c.streams:
@@ -620,8 +675,10 @@ class ApnsConnection:
                 raw_ts = body.get("timestamp")
                 timestamp = raw_ts if isinstance(raw_ts, int) else None
         apns_id = stream.apns_id.decode("ascii", "replace") if stream.apns_id else None
+        channel_id = stream.channel_id.decode("ascii", "replace") if stream.channel_id else None
+        body_bytes = bytes(stream.data) if stream.data else None
         # A response without :status is malformed; 0 sends it down the "bug" path instead of crashing.
-        return Answered(stream.exchange, stream.status or 0, reason, apns_id, timestamp)
+        return Answered(stream.exchange, stream.status or 0, reason, apns_id, timestamp, channel_id, body_bytes)
 
     def _on_goaway(self, event: h2.events.ConnectionTerminated) -> list[Unanswered]:
         reason: str | None = None

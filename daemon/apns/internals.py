@@ -17,6 +17,7 @@ saves). Those internals are not h2's API, so they sit here, behind one check mad
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 import h2.config
@@ -228,7 +229,7 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
             frames, events = stream.receive_window_update(increment)
             if frames:
                 self._prepare_for_sending(frames)
-            return events  # type: ignore[no-any-return]
+            return events
         except h2.exceptions.StreamClosedError:
             return []
         except h2.exceptions.ProtocolError as exc:
@@ -294,25 +295,31 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
         event.additional_data = frame.additional_data or None
         return [], [event]
 
-    def send_request(self, stream_id: int, block: bytes) -> None:
-        """Open ``stream_id`` with the HPACK ``block`` as its request headers (END_STREAM comes with the body)."""
+    def send_request(self, stream_id: int, block: bytes, *, end_stream: bool = False, method: bytes = b"POST") -> None:
+        """Open ``stream_id`` with the HPACK ``block`` as its request headers. END_STREAM comes with the body,
+        or with the headers when ``end_stream`` (a request without a body: GET, DELETE)."""
         if self.open_requests + 1 > self.stream_limit:
             raise h2.exceptions.TooManyStreamsError("APNs stream limit reached")  # guarded by ApnsConnection
         self._connection_input(ConnectionInputs.SEND_HEADERS)
         stream = self._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
         stream.state_machine.process_input(StreamInputs.SEND_HEADERS)
-        stream.request_method = b"POST"
+        stream.request_method = method
+        if end_stream:
+            stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
         self.open_requests += 1
         out = self._data_to_send
         frame_max = self.max_outbound_frame_size
+        end_flag = END_STREAM if end_stream else 0
         if len(block) <= frame_max:
-            out += frame_header(len(block), HEADERS, END_HEADERS, stream_id)
+            out += frame_header(len(block), HEADERS, END_HEADERS | end_flag, stream_id)
             out += block
             return
         chunks = [block[i : i + frame_max] for i in range(0, len(block), frame_max)]
         for i, chunk in enumerate(chunks):
             frame_type = HEADERS if i == 0 else CONTINUATION
             flags = END_HEADERS if i == len(chunks) - 1 else 0
+            if i == 0:
+                flags |= end_flag
             out += frame_header(len(chunk), frame_type, flags, stream_id)
             out += chunk
 
@@ -410,7 +417,7 @@ def install_huffman_cache() -> None:
     the largest single cost of a request in pure-Python hpack. ``decode_huffman`` is a pure function of its
     input, so caching it changes nothing but the time.
     """
-    original = getattr(hpack.hpack, "decode_huffman", None)
+    original: Callable[[bytes], bytes] | None = getattr(hpack.hpack, "decode_huffman", None)
     if original is None or getattr(original, "_sightscreen_cached", False):
         return  # an hpack without this function: decoding stays uncached
     cache: dict[bytes, bytes] = {}

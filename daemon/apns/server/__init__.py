@@ -16,7 +16,13 @@ shell:
 - ``http2``: the server's HTTP/2 settings and the HPACK encoding of its answers.
 - ``lean``: a lean HTTP/2 engine for benchmarks (same events and faults as h2, about half the CPU).
 - ``connection``: one client connection, moving bytes between a TLS stream and an HTTP/2 engine.
-- ``app``: ``ApnsTestServer``, which accepts connections and holds records, statistics and faults.
+- ``channels``: iOS 18 channels: the channel store, management and broadcast validation, and the simulated
+  devices subscribed to channels (what each saw).
+- ``app``: ``ApnsTestServer``, which accepts connections and holds records, statistics and faults. Its
+  ``serve_management`` is the channel-management host (its own listener); broadcasts
+  (``POST /4/broadcasts/apps/{bundle}``) are answered on the push listener(s), recorded with ``channel_id``
+  and ``devices`` (how many subscribed devices it reached), and fanned out to ``subscribe``-d devices
+  (``seen_by``; ``POST /ctl/subscribe``, ``GET /ctl/seen``, ``GET /ctl/channels`` over the control plane).
 
 HPACK and frame helpers shared with the sender's connection are in ``daemon.apns.wire``; the h2, hpack
 and trio internals both sides reach into are in ``daemon.apns.internals``.
@@ -33,7 +39,8 @@ Records (``server.records``, and one JSON line each in ``record_path``): ``time`
 ``stream_id``, ``token``, ``headers`` (authorization shown as ``bearer <kid=.. iat=..>``), ``payload`` (parsed
 JSON; None with ``fast``), ``payload_bytes``, ``status``, ``reason``, ``apns_id``, and ``detail`` (why a
 request was refused) / ``timestamp_ms`` (410) when they apply. Refused or dropped streams are not answered,
-so they are counted in ``stats()`` instead.
+so they are counted in ``stats()`` instead. ``on_answer`` (in-process callers only), when set, is called with
+each record once its answer is queued, before it is flushed: a test stops a client at an exact request.
 
 Choices where APNs is silent or where h2 forces one (see also tests/apns/test_server*.py):
 - An ``h2`` client cannot read a response after it received GOAWAY (its state machine rejects HEADERS in
