@@ -12,7 +12,7 @@
 Start-up: every actor is started with ``nursery.start`` so the process is ready (``READY=1``) only once each
 said so. Shutdown (SIGTERM/SIGINT, or the admin ``drain``): stop taking matches, stop every match actor and
 release its lock (another instance takes over at once), let the sender finish in-flight pushes within the
-grace period, ``STOPPING=1``, exit 0.
+grace period, ``STOPPING=1``, exit 0. SIGHUP stops the same way (there is no reload).
 """
 
 from __future__ import annotations
@@ -448,8 +448,12 @@ class _FatalOnConfigError:
 
 
 async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Run ``daemon`` until SIGTERM/SIGINT (or an admin drain), then stop gracefully."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    """Run ``daemon`` until SIGTERM, SIGINT or SIGHUP (or an admin drain), then stop gracefully.
+
+    SIGHUP is a graceful stop like SIGTERM, not a reload: the configuration is read once, at start. Its
+    default action would end the process at once with its match locks held (other instances would wait out
+    each lease); a closed terminal or ``systemctl kill -s HUP`` instead hands every match over."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
 
             async def watch_signals() -> None:
@@ -483,7 +487,12 @@ def main(argv: list[str]) -> int:
         return 2
     configure_from(config.logging, instance_id=config.instance.id)
     gctune.configure(config.instance.gc_young_threshold)
-    daemon = Daemon(config, notifier=SdNotifier())
+    try:
+        daemon = Daemon(config, notifier=SdNotifier())
+    except Exception as exc:  # a part that cannot be built (a key that is not P-256 PEM): say which, no traceback
+        print(f"sightscreen: cannot start with {args.config}: {exc}\n"
+              f"(sightscreen check-config {args.config} lists every problem)", file=sys.stderr)
+        return 2
     try:
         trio.run(serve, daemon)
     except KeyboardInterrupt:
