@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import trio
 
-from actors.feed import FeedActor
+from actors.feed import FeedActor, check_match_id
 from actors.janitor import Janitor
 from actors.livework import LiveWork
 from actors.match import Delivery, MatchActor
@@ -37,6 +37,7 @@ from actors.orchestrator import Orchestrator
 from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
 from daemon import __version__, gctune
+from daemon.admin import expect_args
 from daemon.logs import get_logger
 from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, render
 from daemon.sportmonks.client import SportMonksClient
@@ -276,6 +277,7 @@ class Daemon:
 
     async def _h_health(self, args: list[str]) -> Any:
         """Liveness: the process answers."""
+        expect_args("health", args)
         return {"alive": True, "instance_id": self.instance_id, "stopping": self.stopping}
 
     async def readiness(self) -> dict[str, Any]:
@@ -308,10 +310,12 @@ class Daemon:
 
     async def _h_ready(self, args: list[str]) -> Any:
         """Readiness: DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: keys."""
+        expect_args("ready", args)
         return await self.readiness()
 
     async def _h_status(self, args: list[str]) -> Any:
         """Instance id, version, uptime and the matches this instance owns."""
+        expect_args("status", args)
         orch = self.orchestrator
         return {
             "instance_id": self.instance_id,
@@ -330,6 +334,7 @@ class Daemon:
 
     async def _h_matches(self, args: list[str]) -> Any:
         """Every active match: owner, epoch, phase, last tick (lag and tokens for ours)."""
+        expect_args("matches", args)
         mine = self.orchestrator.actors() if self.orchestrator else {}
         rows = []
         for item in await self.repos.active_matches.get_all_active_matches():
@@ -352,9 +357,11 @@ class Daemon:
         """One match: its state, cooldowns and last key events. Usage: match ID"""
         from daemon.admin import AdminError
 
-        if len(args) != 1:
-            raise AdminError("usage: match MATCH_ID")
-        match_id = args[0]
+        (raw,) = expect_args("match", args, "MATCH_ID")
+        try:
+            match_id = check_match_id(raw)
+        except ValueError:
+            raise AdminError(f"match: expected a numeric SportMonks fixture id, got {raw!r}") from None
         actor = (self.orchestrator.actors() if self.orchestrator else {}).get(match_id)
         if actor is not None:
             return actor.describe()
@@ -365,6 +372,7 @@ class Daemon:
 
     async def _h_apns(self, args: list[str]) -> Any:
         """APNs sender: connections, streams, pushes by outcome, latency percentiles."""
+        expect_args("apns", args)
         if not self.runs_engine:
             from daemon.admin import AdminError
 
@@ -373,14 +381,17 @@ class Daemon:
 
     async def _h_feed(self, args: list[str]) -> Any:
         """SportMonks feed: calls per endpoint, budget left, breaker state, subscribers."""
+        expect_args("feed", args)
         return self.feed.stats()
 
     async def _h_metrics(self, args: list[str]) -> Any:
         """Prometheus text exposition of every metric."""
+        expect_args("metrics", args)
         return render().decode()
 
     async def _h_drain(self, args: list[str]) -> Any:
         """Stop taking matches, hand owned matches over (locks released), then exit."""
+        expect_args("drain", args)
         self.shutdown()
         return {"draining": True, "owned_matches": sorted(self.orchestrator.owned) if self.orchestrator else []}
 
@@ -402,8 +413,12 @@ class Daemon:
             if len(rest) != 1:
                 raise AdminError("usage: replay speed X")
             params = {"x": rest[0]}
-        elif rest:
-            params = {"fixture_id": rest[0]}
+        elif action in ("status", "stop"):
+            expect_args(f"replay {action}", rest)
+        else:
+            fixture = expect_args(f"replay {action}", rest, optional=("FIXTURE_ID",))
+            if fixture:
+                params = {"fixture_id": fixture[0]}
         async with httpx.AsyncClient(timeout=5) as http:
             try:
                 if action == "status":
