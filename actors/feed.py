@@ -40,6 +40,14 @@ Schedule and cost (SportMonks allows ~2,000 calls per endpoint per hour, spec §
       **skipped** (BudgetExhausted, counted in ``sightscreen_sportmonks_calls{outcome="skipped_budget"}``), and the
       next cadence tries again; a feed tick never waits for budget.
 
+One fleet per region
+    Only the region's feed leader polls (``set_leading``; ``actors.feed_leader`` holds the lease
+    ``feed:{region}`` and says when). The leader also polls for the matches other instances own (``set_region_matches``:
+    remote subscriptions, fed from ``active-matches``, with no channel: their fixtures only go to the cache),
+    and writes each ``/livescores`` answer in short for the followers. On an instance that does not lead, the
+    subscribers are served by ``actors.cache_reader`` through ``offer_cached`` and ``livescores()`` answers
+    from the leader's cached summary. Match actors see the same ``FixtureSource`` either way.
+
 Errors
     A ``/livescores`` answer is checked fixture by fixture: a malformed fixture yields an update with
     ``error`` set and ``fixture=None`` for that match only. A failed call (HTTP error, timeout, breaker open,
@@ -57,7 +65,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -91,6 +99,15 @@ class FeedUpdate:
     released: bool = False  # the fixture answered 404 not_found_max_tries times: the match should let go
 
 
+class FixtureSource(Protocol):
+    """What a match actor needs to get its fixture each tick: this feed (in process on the leader, from the
+    cache elsewhere)."""
+
+    def subscribe(self, match_id: str, *, marquee: bool) -> trio.MemoryReceiveChannel[FeedUpdate]: ...
+
+    def unsubscribe(self, match_id: str) -> None: ...
+
+
 class FixtureCache(Protocol):
     """What the feed needs of ``daemon.store.FixtureCacheRepository``."""
 
@@ -102,6 +119,9 @@ class FixtureCache(Protocol):
         league_id: str | None,
         starting_at: str | None,
         ttl_s: float,
+        fetched_at: float | None = None,
+        source: str = "livescores",
+        in_livescores: bool = True,
     ) -> None: ...
 
 
@@ -153,6 +173,7 @@ class _Subscription:
     last_update_at: float | None = None
     had_fixture: bool = False  # a good fixture was offered at least once
     not_found: int = 0  # 404 answers to /fixtures/{id} in a row
+    remote: bool = False  # owned by another instance: polled by this leader for the cache, no channel
 
     def offer(self, update: FeedUpdate) -> None:
         """Put ``update`` in the one-slot mailbox (never blocks)."""
@@ -182,6 +203,7 @@ class FeedActor:
         settings: FeedSettings,
         *,
         fixture_cache: FixtureCache | None = None,
+        leading: bool = True,
     ) -> None:
         self.client = client
         self.settings = settings
@@ -196,7 +218,12 @@ class FeedActor:
         self._latest_at = -math.inf
         self._latest_with_balls = False
         # cache writer state: newest fixture per match waiting to be written, and what was last written
-        self._cache_pending: dict[str, dict[str, Any]] = {}
+        self._cache_pending: dict[str, FeedUpdate] = {}
+        self._summary_pending: tuple[list[dict[str, Any]], float] | None = None
+        # region leadership: polling only while leading; elsewhere the cache reader serves the subscribers
+        self.leading = leading
+        self._leading_changed = trio.Event()
+        self.follower_livescores: Callable[[float], Awaitable[list[dict[str, Any]]]] | None = None
         self._cache_wake = trio.Event()
         self._cache_written: dict[str, tuple[dict[str, Any], float]] = {}
         self.cache_writes = 0
@@ -210,7 +237,8 @@ class FeedActor:
             self._nursery = nursery
             try:
                 for sub in self._subs.values():
-                    self._start_forwarder(sub)
+                    if not sub.remote:
+                        self._start_forwarder(sub)
                 if self._cache is not None:
                     nursery.start_soon(self._cache_writer)
                 task_status.started()
@@ -224,7 +252,7 @@ class FeedActor:
         """Updates for one match; replaces (and closes) an earlier subscription to the same match."""
         match_id = check_match_id(match_id)
         if match_id in self._subs:
-            self.unsubscribe(match_id)
+            self.unsubscribe(match_id, _quiet=self._subs[match_id].remote)
         send, receive = trio.open_memory_channel[FeedUpdate](self.settings.subscriber_buffer)
         sub = _Subscription(match_id=match_id, marquee=marquee, send=send, receive=receive)
         self._subs[match_id] = sub
@@ -234,7 +262,7 @@ class FeedActor:
         self._wakeup.set()
         return receive
 
-    def unsubscribe(self, match_id: str) -> None:
+    def unsubscribe(self, match_id: str, *, _quiet: bool = False) -> None:
         try:
             key = check_match_id(match_id)
         except ValueError:
@@ -245,13 +273,61 @@ class FeedActor:
         self._cache_written.pop(sub.match_id, None)
         sub.cancel_scope.cancel()
         sub.send.close()  # the receiver sees end-of-channel once it has taken what is buffered
-        log.info("feed_unsubscribe", match_id=sub.match_id)
+        if not _quiet:
+            log.info("feed_unsubscribe", match_id=sub.match_id)
         self._wakeup.set()
+
+    # ------------------------------------------------------------------------------------------ the region
+
+    def set_leading(self, leading: bool) -> None:
+        """Poll SportMonks (the region's leader) or not (a follower: the cache reader serves the subscribers)."""
+        if leading == self.leading:
+            return
+        self.leading = leading
+        if not leading:
+            self.set_region_matches({})
+            self._latest, self._latest_at = None, -math.inf
+        self._next_livescores_at = -math.inf
+        self._leading_changed.set()
+        self._leading_changed = trio.Event()
+        self._wakeup.set()
+
+    def set_region_matches(self, wanted: Mapping[str, bool]) -> None:
+        """The leader polls for every match of the region (``{match_id: marquee}``, from active-matches):
+        those without a local subscriber get a remote subscription, whose fixtures only go to the cache."""
+        for match_id, marquee in wanted.items():
+            try:
+                key = check_match_id(match_id)
+            except ValueError:
+                continue
+            if key not in self._subs:
+                send, receive = trio.open_memory_channel[FeedUpdate](0)
+                self._subs[key] = _Subscription(key, marquee, send, receive, remote=True)
+                self._wakeup.set()
+        for key in [k for k, sub in self._subs.items() if sub.remote and k not in wanted]:
+            self.unsubscribe(key, _quiet=True)
+
+    def local_subscriptions(self) -> dict[str, bool]:
+        """This instance's subscribers: ``{match_id: marquee}``."""
+        return {k: self._is_marquee(sub) for k, sub in self._subs.items() if not sub.remote}
+
+    def offer_cached(self, update: FeedUpdate) -> bool:
+        """Hand a fixture the cache reader found to its local subscriber (a follower's path); False when
+        nobody here subscribes to it any more."""
+        sub = self._subs.get(update.match_id)
+        if sub is None or sub.remote:
+            return False
+        sub.had_fixture = sub.had_fixture or update.fixture is not None
+        sub.in_livescores = update.in_livescores
+        sub.offer(update)
+        return True
 
     async def livescores(self, *, max_age_s: float | None = None) -> list[dict[str, Any]]:
         """The latest valid ``/livescores`` fixtures, fetched now if older than ``max_age_s``
         (default: the livescores cadence). Raises ``SportMonksError`` when a needed fetch fails."""
         max_age = self.settings.livescores_cadence_s if max_age_s is None else max_age_s
+        if not self.leading and self.follower_livescores is not None:
+            return await self.follower_livescores(max_age)
         if self._latest is not None and trio.current_time() - self._latest_at <= max_age:
             return list(self._latest.fixtures)
         return list((await self._refresh_livescores()).fixtures)
@@ -285,11 +361,13 @@ class FeedActor:
             "livescores_with_balls": self._latest_with_balls,
             "cadence_s": self._livescores_cadence(),
             "marquee_source": self.settings.marquee_source,
+            "leading": self.leading,
             "cache": {"writes": self.cache_writes, "errors": self.cache_errors,
                       "pending": len(self._cache_pending)},
             "subscribers": [
                 {
                     "match_id": sub.match_id,
+                    "remote": sub.remote,
                     "marquee": self._is_marquee(sub),
                     "in_livescores": sub.in_livescores,
                     "offered": sub.offered,
@@ -334,6 +412,9 @@ class FeedActor:
 
     async def _poll_loop(self) -> None:
         while True:
+            if not self.leading:
+                await self._leading_changed.wait()
+                continue
             if self._subs and trio.current_time() >= self._next_livescores_at:
                 try:
                     await self._refresh_livescores()
@@ -374,7 +455,9 @@ class FeedActor:
             flight.done.set()
         flight.result = result
         self._latest, self._latest_at, self._latest_with_balls = result, trio.current_time(), with_balls
-        self._distribute(result, fetched_at=time.time())
+        fetched_at = time.time()
+        self._distribute(result, fetched_at=fetched_at)
+        self._cache_summary(result, fetched_at)
         return result
 
     def _deliver_livescores_error(self, exc: SportMonksError) -> None:
@@ -387,8 +470,8 @@ class FeedActor:
 
     def _distribute(self, result: LiveScores, *, fetched_at: float) -> None:
         by_id = {str(fixture["id"]): fixture for fixture in result.fixtures}
-        for key, problem in result.invalid.items():
-            log.warning("feed_malformed_fixture", match_id=key, error=str(problem))
+        for key, invalid in result.invalid.items():
+            log.warning("feed_malformed_fixture", match_id=key, error=str(invalid))
         now = trio.current_time()
         for sub in list(self._subs.values()):
             problem = result.invalid.get(sub.match_id)
@@ -415,8 +498,9 @@ class FeedActor:
             if not marquee and self.settings.strip_balls_for_non_marquee:
                 fixture = without_balls(fixture)
             sub.had_fixture = True
-            sub.offer(FeedUpdate(sub.match_id, fixture, fetched_at, "livescores", True))
-            self._cache_put(sub.match_id, fixture)
+            update = FeedUpdate(sub.match_id, fixture, fetched_at, "livescores", True)
+            sub.offer(update)
+            self._cache_put(update)
 
     # ------------------------------------------------------------------------------------------ /fixtures/{id}
 
@@ -461,8 +545,9 @@ class FeedActor:
             return  # unsubscribed while the call was out
         sub.not_found = 0
         sub.had_fixture = True
-        sub.offer(FeedUpdate(sub.match_id, fixture, time.time(), "fixture", in_livescores))
-        self._cache_put(sub.match_id, fixture)
+        update = FeedUpdate(sub.match_id, fixture, time.time(), "fixture", in_livescores)
+        sub.offer(update)
+        self._cache_put(update)
 
     def _fixture_failed(self, sub: _Subscription, in_livescores: bool, exc: SportMonksError) -> None:
         log.warning("feed_fixture_failed", match_id=sub.match_id, error=str(exc))
@@ -525,10 +610,19 @@ class FeedActor:
 
     # ------------------------------------------------------------------------------------------ cache
 
-    def _cache_put(self, match_id: str, fixture: dict[str, Any]) -> None:
+    def _cache_put(self, update: FeedUpdate) -> None:
         if self._cache is None:
             return
-        self._cache_pending[match_id] = fixture
+        self._cache_pending[update.match_id] = update
+        self._cache_wake.set()
+
+    def _cache_summary(self, result: LiveScores, fetched_at: float) -> None:
+        """The answer in short for the instances that do not lead (their orchestrator and reconciler)."""
+        if self._cache is None or not hasattr(self._cache, "publish_livescores"):
+            return
+        keep = ("id", "status", "league_id", "starting_at", "localteam_id", "visitorteam_id")
+        summary = [{k: f.get(k) for k in keep if k in f} for f in result.fixtures]
+        self._summary_pending = (summary, fetched_at)
         self._cache_wake.set()
 
     async def _cache_writer(self) -> None:
@@ -536,9 +630,18 @@ class FeedActor:
         while True:
             await self._cache_wake.wait()
             self._cache_wake = trio.Event()
+            if self._summary_pending is not None:
+                summary, self._summary_pending = self._summary_pending, None
+                try:
+                    await self._cache.publish_livescores(*summary)  # type: ignore[attr-defined]
+                except Exception as exc:  # noqa: BLE001 - as for fixtures below
+                    self.cache_errors += 1
+                    log.warning("feed_cache_summary_failed", error=f"{type(exc).__name__}: {exc}")
             while self._cache_pending:
                 match_id = next(iter(self._cache_pending))
-                fixture = self._cache_pending.pop(match_id)
+                update = self._cache_pending.pop(match_id)
+                fixture = update.fixture
+                assert fixture is not None
                 ttl = cache_ttl_s(fixture, self.settings)
                 now = trio.current_time()
                 last = self._cache_written.get(match_id)
@@ -552,6 +655,9 @@ class FeedActor:
                         league_id=None if league is None else str(league),
                         starting_at=fixture.get("starting_at"),
                         ttl_s=ttl,
+                        fetched_at=update.fetched_at,
+                        source=update.source,
+                        in_livescores=update.in_livescores,
                     )
                 except Exception as exc:  # noqa: BLE001 - the cache is best effort; the feed must go on
                     self.cache_errors += 1

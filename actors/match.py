@@ -18,13 +18,36 @@ The actor owns, for its match:
 Each tick: the Feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> one payload per
 perspective team -> pushes to the shared sender over its bounded inbox -> wait for APNs's results -> persist the
 new state (fenced) -> publish the display state for the API side (``cricket-fixtures`` live fields,
-``DisplayStateCache``). Pushing before persisting means a crash can repeat a push but never lose one; the
-repeat is harmless on the device (the same ``timestamp`` for an update, the same collapse id for an alert).
-The one exception is the first tick of a match nobody has persisted yet: it detects nothing (what the feed
-shows then is history, not news) and its state is the baseline the next ticks are diffed against, so that
-baseline is persisted *before* the first display goes out. An owner that dies while those pushes are still
-going out (10,000 sessions, APNs slow) then leaves its successor a baseline to diff against; before, the
-successor took whatever the feed showed by then as its baseline, and a wicket in between reached nobody.
+``DisplayStateCache``).
+
+Delivery (docs/delivery.md): a device shows each alert at most once and still receives every key event,
+whatever moment an owner dies; this holds by construction, not by timing:
+
+- A *routine* tick (no alert in its payloads) is pushed, then persisted. An owner that dies in between leaves
+  the tick to its successor, which pushes it again (perhaps with a later timestamp and more events, from a
+  later feed state): nothing is lost and nothing is shown twice, since the update carries no alert.
+- An *alerting* tick goes through an alert intent (``daemon.cricket.intent``): its new state, its exact
+  payloads (timestamp, content-state, alert) and the first chunk's watermark are written in one fenced write
+  before its first push; sessions are pushed in visitor-key order, in chunks, each chunk's watermark written
+  before the chunk is handed over; the intent is removed at the end. A successor that finds an intent
+  completes it before its first tick, with the same payloads: sessions up to the watermark (the predecessor
+  may have reached them) get the update without its alert, the others the alert, chunk by chunk as above.
+  Chosen over deriving a byte-identical repeat from the feed, because a successor usually sees a *later*
+  feed state than its predecessor did (more balls, another event, another display): what it would build is
+  not what was sent, and a repeated alert on a Live Activity is shown again whatever its collapse id. Cost:
+  DynamoDB writes per alerting tick = 1 + chunks (the state write carries the intent; each later chunk's
+  watermark; the removal), 5 for 200 sessions, 12 for 10,000 at the default chunks (16, doubling, capped
+  at 2,048); a routine tick pays nothing for it.
+- The first tick of a match nobody has persisted yet detects nothing (what the feed shows then is history),
+  so it never alerts; its state, the baseline later ticks are diffed against, is persisted *before* its
+  display goes out, so an owner that dies during that first fan-out leaves its successor a baseline rather
+  than a feed that has moved on (a wicket in between would then reach nobody).
+- The end is an alerting tick like the others (its ``match_end`` alert); a successor that completes an end
+  intent goes straight on to the end's remaining steps.
+- Push-to-start (self-healing) is claimed per follower in DynamoDB (``pushToStartAt`` on the follow) before it
+  is sent, and carries the collapse id ``{matchId}:start``: a successor never starts (and alerts) a follower
+  its predecessor reached within ``push_to_start_min_interval_s``; a claim whose send died with its owner is
+  retried after that interval.
 
 A tick the engine doubts goes out as the match was before it: a final status not yet confirmed (the engine
 processes the tick with the previous status), a score gone back further than a correction can (skipped);
@@ -40,19 +63,22 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
 from botocore.exceptions import BotoCoreError, ClientError
 
+from actors.feed import FixtureSource
 from actors.janitor import TokenRef
 from actors.livework import LiveWork
 from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.apns.types import Fence, Push
+from daemon.cricket import intent as intents
 from daemon.cricket import payloads
 from daemon.cricket.engine import TickResult, process_tick
+from daemon.cricket.intent import HANDED_ATTRIBUTE, INTENT_ATTRIBUTE, AlertIntent
 from daemon.cricket.settings import EngineSettings
 from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, snapshot_from_fixture
 from daemon.cricket.state import MatchState
@@ -125,7 +151,7 @@ class MatchActor:
         instance_id: str,
         epoch: int,
         repos: Any,
-        feed: Any,
+        feed: FixtureSource,
         sender: Any,
         topic: str,
         marquee: bool,
@@ -196,7 +222,10 @@ class MatchActor:
             return
         self.state = MatchState.from_item(item) if item.get("matchPhase") else None
         self.phase = self.state.match_phase if self.state else None
-        self.log.info("match_actor_started", epoch=self.epoch, resumed=self.state is not None)
+        intent = AlertIntent.from_record(item)
+        self.log.info(
+            "match_actor_started", epoch=self.epoch, resumed=self.state is not None, unfinished_alert=bool(intent)
+        )
 
         updates = self._feed.subscribe(self.match_id, marquee=self.marquee)
         try:
@@ -206,6 +235,12 @@ class MatchActor:
                 nursery.start_soon(self._heal_loop)
                 await self._sessions_loaded.wait()
                 task_status.started()
+                if intent is not None:
+                    await self._complete_intent(intent)
+                    if intent.kind == "end":
+                        await self._wind_up(self.phase or "completed")
+                        nursery.cancel_scope.cancel()
+                        return
                 async for update in updates:
                     if await self._on_update(update):
                         break
@@ -347,9 +382,10 @@ class MatchActor:
                 return True
             if self.state is None and not result.events:
                 await self._persist_baseline(result)
+            persisted = False
             if result.display_changed or result.events:
-                await self._deliver(result, snapshot, kind="update")
-            if result.state != self.state:
+                persisted = await self._deliver(result, snapshot, kind="update")
+            if result.state != self.state and not persisted:
                 await self._persist(result.state)
             if result.display_changed:
                 await self._publish_display(result, snapshot)
@@ -382,11 +418,17 @@ class MatchActor:
     def _content_for(self, display: Any, user_id: str) -> dict[str, Any]:
         return dict(display[self._perspective(user_id, display)])
 
-    def _perspective(self, user_id: str, display: Any) -> str:
+    def _perspective(self, user_id: str, display: Mapping[str, Any]) -> str:
         team = self.follower_team.get(user_id, "")
         return team if team and team in display else "neutral"
 
-    async def _deliver(self, result: TickResult, snapshot: MatchSnapshot, *, kind: str) -> Delivery:
+    async def _deliver(self, result: TickResult, snapshot: MatchSnapshot, *, kind: str) -> bool:
+        """Push the tick to every session; True when the tick's state was persisted on the way.
+
+        A routine tick (no alert in any payload) is pushed, then persisted by the caller: a crash repeats it,
+        which shows nothing twice. An alerting tick goes through an ``AlertIntent`` (``_fan_out``): its state
+        and intent are written before the first push, so what a dying owner leaves is completed by the next
+        one with the alert only where it cannot have been shown yet."""
         display = result.display
         now = self._now()
         by_perspective: dict[str, bytes] = {}
@@ -409,42 +451,138 @@ class MatchActor:
                     stale_date=stale,
                 )
         priority = 10 if kind == "end" else payloads.apns_priority(result.best)
-        sessions = list(self.sessions.values())
-        topic = self._topic
+        persisted = False
+        if any(intents.has_alert(p) for p in by_perspective.values()):
+            intent = AlertIntent(
+                kind=kind,
+                timestamp=result.timestamp,
+                priority=priority,
+                events=tuple(e.key for e in result.events),
+                payloads=by_perspective,
+                collapse_id=result.best.collapse_id(self.match_id) if result.best is not None else None,
+            )
+            total, counts = await self._fan_out(intent, state=result.state)
+            persisted = True
+        else:
+            sessions = list(self.sessions.values())
+            topic = self._topic
 
-        def pushes(reply_to: Any, fence: Fence) -> list[Push]:
-            return [
-                Push(
-                    s.token, "liveactivity", topic, by_perspective[self._perspective(s.user_id, display)],
-                    priority, kind, context=s.ref, fence=fence, reply_to=reply_to,
-                )
-                for s in sessions
-            ]
+            def pushes(reply_to: Any, fence: Fence) -> list[Push]:
+                return [
+                    Push(
+                        s.token, "liveactivity", topic, by_perspective[self._perspective(s.user_id, display)],
+                        priority, kind, context=s.ref, fence=fence, reply_to=reply_to,
+                    )
+                    for s in sessions
+                ]
 
-        total, counts = await self._push_all(pushes)
+            total, counts = await self._push_all(pushes)
         for event in result.events:
             KEY_EVENTS.labels(event.type).inc()
         self.last_events = (
             [{"type": e.type, "subject": e.subject, "ball": e.ball_id, "text": e.text} for e in result.events]
             + self.last_events
         )[:20]
-        neutral = display.get("neutral") or {}
+        self._report(
+            kind, display, result.best.text if result.best else None, tuple(e.type for e in result.events),
+            priority, total, counts,
+        )
+        return persisted
+
+    def _report(
+        self, kind: str, display: Any, event: str | None, event_types: tuple[str, ...], priority: int, total: int,
+        counts: dict[str, int],
+    ) -> None:
+        neutral = (display or {}).get("neutral") or {}
         delivery = Delivery(
             match_id=self.match_id,
             kind=kind,
             over=str(neutral.get("overs", "")),
             score=str(neutral.get("score", "")),
-            event=result.best.text if result.best else None,
-            event_types=tuple(e.type for e in result.events),
+            event=event,
+            event_types=event_types,
             priority=priority,
             tokens=total,
             **counts,
         )
         if self._on_delivery is not None:
             self._on_delivery(delivery)
-        return delivery
 
-    async def _push_all(self, build: Callable[[Any, Fence], list[Push]]) -> tuple[int, dict[str, int]]:
+    async def _fan_out(self, intent: AlertIntent, *, state: MatchState | None) -> tuple[int, dict[str, int]]:
+        """Push an alerting tick's intent to every session, at most one alert per session across owners.
+
+        With ``state`` (a fresh intent, this tick's), the state, the intent and the first chunk's watermark
+        are written in one fenced write before the first push. Without (an intent found at take-over), the
+        sessions at or below its watermark get the payload without its alert first. Every chunk that carries
+        the alert is handed to the sender only once its watermark is persisted (fenced), and a re-send of a
+        push whose fate is unknown (no answer came) goes without its alert. The intent is removed at the end.
+        The cost, in DynamoDB writes: one per chunk (the first rides on the state write) and one to remove it.
+        """
+        sessions = {s.visitor_key: s for s in self.sessions.values()}
+        s = self._settings
+        plan = intents.plan(list(sessions), intent.handed, first=s.alert_chunk_first, most=s.alert_chunk_max)
+        repo = self._repos.active_matches
+        gated = list(plan.chunks)
+        if state is not None:
+            self._assert_lease()
+            first = gated.pop(0).watermark if gated else None
+            await self._persist(
+                state, extra={INTENT_ATTRIBUTE: intent.to_item(), HANDED_ATTRIBUTE: first}
+            )
+            ungated = len(plan.quiet) + (len(plan.chunks[0].keys) if plan.chunks else 0)
+        else:
+            ungated = len(plan.quiet)
+        gates: dict[int, Callable[[], Awaitable[None]]] = {}
+        at = ungated
+        for chunk in gated:
+            async def move(mark: str = chunk.watermark) -> None:
+                if not await repo.move_alert_watermark(self.match_id, self.instance_id, self.epoch, mark):
+                    LOCK_LOSSES.inc()
+                    raise LeaseLost("fenced: active-matches is owned by another instance now")
+            gates[at] = move
+            at += len(chunk.keys)
+        order = [(k, False) for k in plan.quiet] + [(k, True) for c in plan.chunks for k in c.keys]
+        topic = self._topic
+        perspective = {k: self._perspective(v.user_id, intent.payloads) for k, v in sessions.items()}
+
+        def pushes(reply_to: Any, fence: Fence) -> list[Push]:
+            return [
+                Push(
+                    sessions[key].token, "liveactivity", topic, intent.payload_for(perspective[key], alert=alert),
+                    intent.priority, intent.kind, collapse_id=intent.collapse_id if alert else None,
+                    context=sessions[key].ref, fence=fence, reply_to=reply_to,
+                    resend_payload=intent.payload_for(perspective[key], alert=False) if alert else None,
+                )
+                for key, alert in order
+            ]
+
+        def quiet(push: Push) -> Push:
+            if push.resend_payload is None:
+                return replace(push)
+            return replace(push, payload=push.resend_payload, collapse_id=None, resend_payload=None)
+
+        total, counts = await self._push_all(pushes, gates=gates, quiet=quiet)
+        if not await repo.clear_alert_intent(self.match_id, self.instance_id, self.epoch):
+            LOCK_LOSSES.inc()
+            raise LeaseLost("fenced: active-matches is owned by another instance now")
+        return total, counts
+
+    async def _complete_intent(self, intent: AlertIntent) -> None:
+        """Finish an alerting tick a previous owner began (found in the record at take-over)."""
+        self.log.warning(
+            "alert_intent_completing", kind=intent.kind, events=list(intent.events), handed=intent.handed
+        )
+        total, counts = await self._fan_out(intent, state=None)
+        self.log.info("alert_intent_completed", kind=intent.kind, tokens=total, **counts)
+        self._report(intent.kind, self._last_display, None, (), intent.priority, total, counts)
+
+    async def _push_all(
+        self,
+        build: Callable[[Any, Fence], list[Push]],
+        *,
+        gates: Mapping[int, Callable[[], Awaitable[None]]] | None = None,
+        quiet: Callable[[Push], Push] | None = None,
+    ) -> tuple[int, dict[str, int]]:
         """Hand pushes to the sender and wait for every result, dropping sessions whose token is dead.
 
         ``build(reply_to, fence)`` makes the pushes, tagged with the channel their results come back on
@@ -452,11 +590,17 @@ class MatchActor:
         10,000 per tick, a copy per push is measurable). Returns how many were built and the outcome counts.
 
         Pushes that failed (APNs down past the sender's own retry budget) or whose result did not come back
-        in time are sent again, the same payload with the same timestamp (a repeat is harmless on the
-        device), with a capped backoff, until accepted or ``push_retry_max_s`` has passed. The tick's state
-        is persisted only after this returns, so an owner that dies meanwhile leaves the tick to the next
-        owner rather than losing it. The lease is checked before every round: a paused or cut-off owner
-        stops here."""
+        in time are sent again, the same payload with the same timestamp, with a capped backoff, until
+        accepted or ``push_retry_max_s`` has passed; ``quiet`` (given by an alerting fan-out) turns a push
+        whose fate is unknown (it went out and no answer came) into its ``resend_payload``, the update
+        without its alert, so no device shows the alert twice; a push APNs answered with an error, or that
+        never left, is re-sent as it was. A routine tick's state is persisted only after this returns, so an
+        owner that dies meanwhile leaves the tick to the next owner rather than losing it (an alerting
+        tick's intent does the same, see ``_fan_out``). The lease is checked before every round: a paused or
+        cut-off owner stops here.
+
+        ``gates`` (index -> coroutine function): before the first round hands over the pushes from that index
+        on, the gate is awaited (an alerting fan-out persists its watermark there)."""
         counts = {"accepted": 0, "rejected": 0, "failed": 0}
         deadline = trio.current_time() + self._settings.push_retry_max_s
         send, receive = trio.open_memory_channel[Any](math.inf)
@@ -467,7 +611,8 @@ class MatchActor:
             attempt = 0
             while pending:
                 with self._live.fanout():  # background jobs of this instance give way meanwhile
-                    retry = await self._push_round(pending, receive, counts)
+                    retry, unknown = await self._push_round(pending, receive, counts, gates)
+                gates = None
                 if not retry:
                     break
                 if trio.current_time() >= deadline:
@@ -480,13 +625,20 @@ class MatchActor:
                 attempt += 1
                 self._assert_lease()
                 # new objects: a late answer to the last round is then recognised and ignored
-                pending = [replace(push) for push in retry]
+                pending = [
+                    quiet(push) if quiet is not None and id(push) in unknown else replace(push) for push in retry
+                ]
         return total, counts
 
     async def _push_round(
-        self, pushes: list[Push], receive: trio.MemoryReceiveChannel[Any], counts: dict[str, int]
-    ) -> list[Push]:
-        """One hand-off of ``pushes``; returns those to send again (failed, or no result in time).
+        self,
+        pushes: list[Push],
+        receive: trio.MemoryReceiveChannel[Any],
+        counts: dict[str, int],
+        gates: Mapping[int, Callable[[], Awaitable[None]]] | None = None,
+    ) -> tuple[list[Push], set[int]]:
+        """One hand-off of ``pushes``; returns those to send again (failed, or no result in time) and the ids
+        of those among them whose fate is unknown (sent, never answered).
 
         The pushes go to the sender in one ``send_many`` and the results are taken as they are buffered,
         awaiting only when none is: a scheduler trip per push each way cost as much CPU as the push itself.
@@ -494,8 +646,21 @@ class MatchActor:
         lost them: it was restarted); a long queue that is moving is waited for, since re-sending what is
         still queued would only lengthen it."""
         waiting: dict[int, Push] = {id(push): push for push in pushes}
-        await self._sender.send_many(pushes)
+        if gates:
+            marks = sorted(gates)
+            start = 0
+            for mark in marks:
+                if mark > start:
+                    await self._sender.send_many(pushes[start:mark])
+                await gates[mark]()
+                self._assert_lease()
+                start = mark
+            if start < len(pushes):
+                await self._sender.send_many(pushes[start:])
+        else:
+            await self._sender.send_many(pushes)
         retry: list[Push] = []
+        unknown: set[int] = set()
         stalled = False
         while waiting:
             try:
@@ -512,6 +677,8 @@ class MatchActor:
                 continue  # a late answer to an earlier round
             if result.outcome == "failed":
                 retry.append(push)
+                if result.status is None and result.attempts:
+                    unknown.add(id(push))
                 continue
             counts[result.outcome] = counts.get(result.outcome, 0) + 1
             ref = push.context
@@ -523,17 +690,19 @@ class MatchActor:
                 idle_s=self._settings.push_result_timeout_s,
             )
             retry.extend(waiting.values())
-        return retry
+            unknown.update(waiting)
+        return retry, unknown
 
     async def _persist_baseline(self, result: TickResult) -> None:
         """Persist the first tick's state before its display goes out, marked as not yet shown (no display
         hash), so a successor that resumes from it diffs the next balls against it and sends the display."""
         await self._persist(replace(result.state, display_hash=""))
 
-    async def _persist(self, state: MatchState) -> None:
-        ok = await self._repos.active_matches.update_match_state(
-            self.match_id, self.instance_id, self.epoch, state.to_item()
-        )
+    async def _persist(self, state: MatchState, *, extra: Mapping[str, Any] | None = None) -> None:
+        item = state.to_item()
+        if extra:
+            item.update(extra)
+        ok = await self._repos.active_matches.update_match_state(self.match_id, self.instance_id, self.epoch, item)
         if not ok:
             LOCK_LOSSES.inc()
             raise LeaseLost("fenced: active-matches is owned by another instance now")
@@ -562,12 +731,17 @@ class MatchActor:
     # ------------------------------------------------------------------ match end
     async def _finish(self, result: TickResult, snapshot: MatchSnapshot) -> None:
         self.log.info("match_ending", sessions=len(self.sessions))
-        await self._deliver(result, snapshot, kind="end")
-        await self._persist(result.state)
+        if not await self._deliver(result, snapshot, kind="end"):
+            await self._persist(result.state)
         self.state = result.state
         self.phase = result.phase
         await self._publish_display(result, snapshot)
-        reason = "match_abandoned" if result.phase == "abandoned" else "match_end"
+        await self._wind_up(result.phase)
+
+    async def _wind_up(self, phase: str) -> None:
+        """The end's last steps, each idempotent: sessions ended, follows removed, the match deactivated, the
+        lock released."""
+        reason = "match_abandoned" if phase == "abandoned" else "match_end"
         sessions = await self._repos.live_activities.get_all_la_sessions_for_match(self.match_id)
         await self._repos.live_activities.end_la_sessions(
             self.match_id, sessions, reason, ttl_s=self._settings.session_ttl_after_end_s
@@ -577,7 +751,7 @@ class MatchActor:
             self.match_id, self.instance_id, self.epoch, ttl_s=int(self._lease.ended_ttl_s)
         )
         await self._release_lock()
-        self.log.info("match_ended", phase=result.phase)
+        self.log.info("match_ended", phase=phase)
 
     async def _let_go(self, reason: str) -> None:
         """The feed released the fixture (SportMonks does not know its id): stop without ending anything,
@@ -602,12 +776,17 @@ class MatchActor:
             await trio.sleep(self._settings.heal_every_s)
 
     async def heal(self) -> int:
-        """Push-to-start to followers without an active session; returns how many were sent."""
+        """Push-to-start to followers without an active session; returns how many were sent.
+
+        Each follower is claimed in DynamoDB just before its push is built, and the pushes go out in chunks
+        of ``alert_chunk_first``, each waited for before the next is claimed: an owner that dies leaves at
+        most one chunk claimed and perhaps unsent (sent again after ``push_to_start_min_interval_s``)."""
         if self._last_display is None or self.phase not in ("live", "innings_break"):
             return 0  # push-to-start when the match goes live (pre-match is the prematch job's)
         with_session = {s.user_id for s in self.sessions.values()}
         now = trio.current_time()
         pushes: list[Push] = []
+        sent = 0
         for user_id in list(self.follower_team):
             if user_id in with_session:
                 continue
@@ -618,6 +797,12 @@ class MatchActor:
             self._push_to_start_sent[user_id] = now  # also rate-limits the lookup of devices without a token
             token = (device or {}).get("pushToStartToken")
             if not token:
+                continue
+            # The durable twin of the rate limit above, taken before the send: a successor owner does not
+            # start (and alert) a follower this owner may already have reached.
+            if not await self._repos.follows.claim_push_to_start(
+                self.match_id, user_id, now=self._now(), min_interval_s=self._settings.push_to_start_min_interval_s
+            ):
                 continue
             content = self._content_for(self._last_display, user_id)
             payload = payloads.start_payload(
@@ -635,24 +820,32 @@ class MatchActor:
                     payload=payload,
                     priority=10,
                     kind="start",
+                    collapse_id=payloads.start_collapse_id(self.match_id),
                     context=TokenRef(
                         "push_to_start", self.match_id, user_id=user_id, device_token=str(device["deviceToken"])
                     ),
                 )
             )
+            if len(pushes) >= self._settings.alert_chunk_first:
+                sent += await self._send_starts(pushes)
+                pushes = []
         if pushes:
-            _, counts = await self._push_all(
-                lambda reply_to, fence: [replace(p, reply_to=reply_to, fence=fence) for p in pushes]
-            )
-            self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
-            if self._on_delivery is not None:
-                neutral = (self._last_display or {}).get("neutral") or {}
-                self._on_delivery(
-                    Delivery(
-                        self.match_id, "start", str(neutral.get("overs", "")), str(neutral.get("score", "")),
-                        None, (), 10, len(pushes), **counts,
-                    )
+            sent += await self._send_starts(pushes)
+        return sent
+
+    async def _send_starts(self, pushes: list[Push]) -> int:
+        _, counts = await self._push_all(
+            lambda reply_to, fence: [replace(p, reply_to=reply_to, fence=fence) for p in pushes]
+        )
+        self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
+        if self._on_delivery is not None:
+            neutral = (self._last_display or {}).get("neutral") or {}
+            self._on_delivery(
+                Delivery(
+                    self.match_id, "start", str(neutral.get("overs", "")), str(neutral.get("score", "")),
+                    None, (), 10, len(pushes), **counts,
                 )
+            )
         return len(pushes)
 
     def _attributes(self) -> dict[str, Any]:

@@ -12,9 +12,10 @@ Delivery contract:
 - every push gets exactly one ``PushResult`` on ``push.reply_to`` (when set);
 - a "rejected" result (the token is dead for the topic) also goes to the janitor, once per token; later
   pushes to that token are rejected at once, without a request;
-- a push is never lost to GOAWAY, REFUSED_STREAM, a dropped connection or a deadline: it is re-sent
-  (possibly twice delivered, which the payloads make harmless: DESIGN.md "Idempotent delivery") until it is
-  answered or its retry budget is spent ("failed").
+- a push is never lost to GOAWAY, REFUSED_STREAM, a dropped connection or a deadline: it is re-sent until it
+  is answered or its retry budget is spent ("failed"). A request APNs may have processed (deadline passed,
+  connection lost after it went out) can be delivered twice; such a re-send carries ``Push.resend_payload``
+  when the producer gave one (an alerting update without its alert), so no alert is shown twice.
 
 Throughput: nothing here runs per push except a few dict/deque operations. Each connection's writer fills
 every free stream slot from the queues in one pass, and ships the whole batch in one TLS write; its reader
@@ -41,6 +42,7 @@ import trio
 
 from daemon import metrics
 from daemon.apns.connection import Answered, ApnsConnection, Outcome, Unanswered
+from daemon.apns.internals import drain_decrypted
 from daemon.apns.rules import Action, check_push, classify
 from daemon.apns.settings import ApnsSettings
 from daemon.apns.token import ProviderToken, ProviderTokenPolicy, ProviderTokens, load_signing_key
@@ -74,6 +76,7 @@ class _Exchange:
     provider_token_retried: bool = False
     last_status: int | None = None
     last_reason: str | None = None
+    wire: Push | None = None  # what goes on the wire from now on, when not ``push`` (see Push.resend_payload)
 
 
 class _Wakeup:
@@ -126,30 +129,6 @@ class _Slot:
     recycle_reason: str | None = None
 
 
-def _drain_decrypted(stream: trio.SSLStream[trio.SocketStream], first: bytes | bytearray) -> bytes | bytearray:
-    """``first`` plus every TLS record already received and buffered, decrypted without awaiting.
-
-    ``SSLStream.receive_some`` returns one TLS record per call (OpenSSL's SSL_read), and each call is a trip
-    through trio's scheduler. A server that writes every HTTP/2 frame as its own record (nginx does) would
-    cost us a scheduler round-trip, an h2 call and a writer wake-up per push, several times the CPU. The
-    records are already in the stream's incoming buffer, so we decrypt them here in one go. This reads
-    trio's private ``_incoming``/``_ssl_object``; if they are absent we simply fall back to one record per
-    read. Anything the TLS layer wants to send in reply stays in its outgoing buffer and goes out with
-    trio's next read or write on the stream.
-    """
-    incoming = getattr(stream, "_incoming", None)
-    ssl_object = getattr(stream, "_ssl_object", None)
-    if incoming is None or ssl_object is None or not (incoming.pending or ssl_object.pending()):
-        return first
-    chunks = [first]
-    while incoming.pending or ssl_object.pending():
-        try:
-            chunks.append(ssl_object.read(_READ_SIZE))
-        except ssl.SSLError:
-            break  # WantRead (a partial record), EOF or an error: the next receive_some deals with it
-    return b"".join(chunks)
-
-
 class _ConnectionFailed(Exception):
     """This connection cannot go on (transport error, protocol error, ping timeout, ALPN refused)."""
 
@@ -165,6 +144,7 @@ class ApnsSender:
         ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        tokens: ProviderTokens | None = None,
     ) -> None:
         self.settings = settings
         parts = urlsplit(settings.url)
@@ -173,11 +153,30 @@ class ApnsSender:
         self._host = parts.hostname
         self._port = parts.port or 443
         self._authority = self._host if self._port == 443 else f"{self._host}:{self._port}"
-        key = load_signing_key(settings.signing_key_pem())
-        policy = ProviderTokenPolicy(refresh_after_s=settings.token_refresh_s)
-        self._tokens = ProviderTokens(key, team_id=settings.team_id, key_id=settings.key_id, policy=policy, clock=clock)
+        if tokens is None:
+            key = load_signing_key(settings.signing_key_pem())
+            policy = ProviderTokenPolicy(refresh_after_s=settings.token_refresh_s)
+            tokens = ProviderTokens(key, team_id=settings.team_id, key_id=settings.key_id, policy=policy, clock=clock)
+        self._tokens = tokens
         self._clock = clock
         self._ssl_context = ssl_context or self._default_ssl_context(settings)
+        # Broadcasts ride the push connections unless [apns].broadcast_host names another host: then they get
+        # a sender of their own (same provider token, same connection logic, one connection).
+        self._broadcasts: ApnsSender | None = None
+        if settings.broadcast_host:
+            b = urlsplit(f"https://{settings.broadcast_host}")
+            if not b.hostname:
+                raise ValueError(f"apns.broadcast_host: expected HOST[:PORT], got {settings.broadcast_host!r}")
+            if (b.hostname, b.port or 443) != (self._host, self._port):
+                sub = settings.model_copy(
+                    update={"url": f"https://{settings.broadcast_host}", "broadcast_host": "", "connections": 1}
+                )
+                self._broadcasts = ApnsSender(
+                    sub, janitor=None, ssl_context=self._ssl_context, clock=clock, rng=rng, tokens=self._tokens
+                )
+        from actors.channel_management import ChannelManagement  # it reaches back into this module
+
+        self.channels = ChannelManagement(self)
         self._janitor = janitor
         self._rng = rng or random.Random()
         self._high: deque[_Exchange] = deque()
@@ -235,6 +234,9 @@ class ApnsSender:
     # -- the public interface -----------------------------------------------------------------------------
     async def send(self, push: Push) -> None:
         """Enqueue ``push``; blocks while its priority's inbox is full (backpressure)."""
+        if push.channel_id is not None and self._broadcasts is not None:
+            await self._broadcasts.send(push)
+            return
         await self._lane(push).send.send(push)
 
     async def send_many(self, pushes: Iterable[Push]) -> None:
@@ -244,7 +246,11 @@ class ApnsSender:
         has room); a match actor's 10,000-token fan-out puts them in without yielding and yields once at the
         end (or whenever the inbox is full). Producers blocked on a full inbox keep their turn: trio refills
         the buffer from waiting senders before a ``send_nowait`` finds room."""
+        broadcasts = self._broadcasts
         for push in pushes:
+            if broadcasts is not None and push.channel_id is not None:
+                await broadcasts.send(push)
+                continue
             inbox = self._urgent.send if push.priority == 10 else self._routine.send
             try:
                 inbox.send_nowait(push)
@@ -289,11 +295,15 @@ class ApnsSender:
             "pings": self._pings + sum(c.pings_sent for c in conns),
             "provider_tokens_minted": self._tokens.minted,
             "latency_ms": {"p50": pct(0.50), "p99": pct(0.99)},
+            "channel_requests": dict(self.channels.counts),
+            **({"broadcast_sender": self._broadcasts.stats()} if self._broadcasts is not None else {}),
         }
 
     async def drain(self, grace_s: float) -> None:
         """Stop taking new pushes; finish what was taken within ``grace_s``; fail the rest; then stop ``run``."""
         self._draining = True
+        if self._broadcasts is not None:
+            await self._broadcasts.drain(grace_s)
         # Take what producers already handed over, then close the inbox: later sends raise
         # BrokenResourceError at the producer instead of waiting in a queue nobody reads.
         for push in self._take_inboxes():
@@ -320,6 +330,8 @@ class ApnsSender:
                     nursery.start_soon(self._delivery_loop)
                     for slot in self._slots:
                         nursery.start_soon(self._connection_loop, slot)
+                    if self._broadcasts is not None:
+                        await nursery.start(self._broadcasts.run)
                     # Connections come up in the background: an unreachable APNs must not block start-up.
                     task_status.started()
         finally:
@@ -330,6 +342,8 @@ class ApnsSender:
                 lane.recv.close()
             metrics.APNS_CONNECTIONS.set(0)
             metrics.APNS_STREAMS.set(0)
+            with trio.CancelScope(shield=True):
+                await self.channels.aclose()
             log.info("apns_sender_stopped", **self._counts, undeliverable=self._undeliverable_count)
         if self._fatal is not None:
             raise self._fatal
@@ -457,10 +471,13 @@ class ApnsSender:
         result = PushResult(push, outcome, status, reason, apns_id, exchange.attempts, latency)
         self._counts[outcome] += 1
         self._latencies.append(latency)
-        counter = self._pushes_metric.get((push.kind, outcome))
-        if counter is None:
-            counter = metrics.PUSHES.labels(kind=push.kind, outcome=outcome)
-        counter.inc()
+        if push.channel_id is not None:
+            metrics.BROADCASTS.labels(kind=push.kind, outcome=outcome).inc()
+        else:
+            counter = self._pushes_metric.get((push.kind, outcome))
+            if counter is None:
+                counter = metrics.PUSHES.labels(kind=push.kind, outcome=outcome)
+            counter.inc()
         metrics.PUSH_LATENCY.observe(latency)
         if push.reply_to is not None:
             self._deliver(push.reply_to, result)
@@ -561,6 +578,10 @@ class ApnsSender:
             else:
                 self._schedule_retry(exchange, 0.0)
             return
+        push = exchange.push
+        if push.resend_payload is not None and exchange.wire is None:
+            # it may have been delivered: a re-send must not show its alert again
+            exchange.wire = dataclasses.replace(push, payload=push.resend_payload, collapse_id=None)
         self._retry(exchange, outcome.cause.capitalize() if outcome.cause != "timeout" else "Timeout", None, 0.0)
 
     def _retry(self, exchange: _Exchange, reason: str, status: int | None, delay: float) -> None:
@@ -609,6 +630,11 @@ class ApnsSender:
         elif action is Action.CONFIGURATION:
             self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
             self._configuration_error(reason, answer.status)
+        elif action is Action.RECREATE_CHANNEL or action is Action.CHANNEL_LIMIT:
+            # final for this channel, like a dead token for a device; the producer (the match's channel
+            # manager) recreates the channel and re-announces it
+            log.warning("apns_broadcast_channel_refused", reason=reason, channel=push.channel_id, kind=push.kind)
+            self._settle(exchange, "rejected", answer.status, reason, answer.apns_id)
         elif action is Action.PAYLOAD_BUG:
             log.error("apns_payload_too_large", kind=push.kind, push_type=push.push_type,
                       payload_bytes=len(push.payload), token=short_token(push.token),
@@ -658,9 +684,10 @@ class ApnsSender:
                 await trio.sleep(backoff_delay(failures, base_s=settings.reconnect_backoff_s,
                                                cap_s=settings.reconnect_backoff_max_s, jitter=0.5, rng=self._rng))
 
-    async def _open_stream(self) -> trio.SSLStream[trio.SocketStream]:
-        tcp = await trio.open_tcp_stream(self._host, self._port)
-        tls = trio.SSLStream(tcp, self._ssl_context, server_hostname=self._host, https_compatible=True)
+    async def _open_stream(self, host: str | None = None, port: int | None = None) -> trio.SSLStream[trio.SocketStream]:
+        host = host or self._host
+        tcp = await trio.open_tcp_stream(host, port or self._port)
+        tls = trio.SSLStream(tcp, self._ssl_context, server_hostname=host, https_compatible=True)
         try:
             await tls.do_handshake()
             if tls.selected_alpn_protocol() != "h2":
@@ -754,7 +781,7 @@ class ApnsSender:
                 if not data:
                     log.info("apns_connection_eof", slot=slot.index, in_flight=conn.in_flight)
                     return
-                data = _drain_decrypted(stream, data)
+                data = drain_decrypted(stream, data, _READ_SIZE)
                 try:
                     outcomes = conn.receive_data(data, trio.current_time())
                 except h2.exceptions.ProtocolError as exc:
@@ -805,7 +832,7 @@ class ApnsSender:
                         self._settle(exchange, "failed", None, "NotAfterPassed", None)
                         continue
                     exchange.attempts += 1
-                    conn.send(push, exchange, now)
+                    conn.send(exchange.wire or push, exchange, now)
                     sent += 1
                 if sent:
                     self._urgent.room.set()

@@ -98,7 +98,23 @@ class MatchActorSettings(BaseModel):
         "and timestamp, for up to this long before it is given up; its state is persisted only after",
     )
     push_retry_backoff_max_s: float = Field(30.0, gt=0, le=600, description="cap of the backoff between such re-sends")
+    alert_chunk_first: int = Field(
+        16,
+        ge=1,
+        description="an alerting tick hands its sessions to the sender in chunks, each after a DynamoDB write "
+        "of its watermark: the first chunk's size (an owner dying mid fan-out leaves at most the chunk in "
+        "flight uncertain; those sessions get the update without its alert from the next owner)",
+    )
+    alert_chunk_max: int = Field(
+        2048, ge=1, description="chunks double from alert_chunk_first up to this size"
+    )
     attributes_type: str = Field("MatchAttributes", description="the app's ActivityAttributes type name")
     stale_after_s: int = Field(
         900, ge=0, description="stale-date on updates: the Lock Screen greys out data older than this (0: none)"
     )
+
+    @model_validator(mode="after")
+    def _chunks_grow(self) -> MatchActorSettings:
+        if self.alert_chunk_max < self.alert_chunk_first:
+            raise ValueError("alert_chunk_max must be at least alert_chunk_first")
+        return self

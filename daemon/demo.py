@@ -7,13 +7,17 @@ On loopback and free ports it starts:
    (or ``--tape FILE``) at ``--speed`` times real time;
 3. the project's APNs server (HTTP/2 over TLS with ``h2``, checking path, headers, topic and the ES256
    provider token's signature), with a CA and a signing key made for this run;
-4. the daemon itself (supervisor, orchestrator, feed, match actor, APNs sender, janitor, admin socket),
-   configured to talk to those three exactly as it would to AWS, SportMonks and Apple.
+4. a local token issuer standing in for Cognito (its own RSA key, its JWKS over HTTP on loopback);
+5. the daemon itself with both roles (supervisor, orchestrator, feed, match actor, APNs sender, janitor,
+   admin socket, and the app's HTTP API verifying the local issuer's tokens), configured to talk to those
+   parts exactly as it would to AWS, SportMonks, Apple and Cognito.
 
-It seeds ``--followers`` users who follow the match, each with a device and a push-to-start token. A small
-simulated iPhone watches what the APNs server accepts: when a push-to-start reaches a device, it registers
-a Live Activity session with a fresh update token (as iOS does through the app's token registration), so
-the rest of the lifecycle (updates, end) runs on real sessions. One line is printed per delivery; with
+It seeds the match and its reference data; ``--followers`` simulated iPhones (``daemon.demo_iphones``) then do
+everything through the API with their own tokens: register a device with a push-to-start token, follow
+the match, and, when a push-to-start reaches them, register their Live Activity session with a fresh
+update token, so the rest of the lifecycle (updates, end) runs on sessions the API stored. The issuer's key
+is written to ``--state-dir`` so ``sightscreen api-token --sub USER`` can mint tokens for curl while the
+demo runs. One line is printed per delivery; with
 ``--exit-at-end`` the demo exits 0 once the ``end`` push is delivered, its last line a JSON summary.
 Ctrl-C or SIGTERM stops everything cleanly at any moment.
 """
@@ -23,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import signal
 import sys
 import tempfile
@@ -56,6 +59,15 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--metrics-listen", default="", metavar="HOST:PORT",
         help="serve Prometheus metrics over HTTP there, as [metrics].listen does (default: admin socket only)",
     )
+    parser.add_argument(
+        "--api-listen", default="127.0.0.1:0", metavar="HOST:PORT",
+        help="where the app's API listens (default: a free port on loopback, printed at start)",
+    )
+    parser.add_argument(
+        "--state-dir", type=Path, default=None,
+        help="where the local issuer's key is left for `sightscreen api-token` (default: "
+        "$SIGHTSCREEN_DEMO_STATE or ~/.local/state/sightscreen/demo)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
     parser.add_argument("--json-lines", action="store_true", help="print deliveries as JSON lines")
     args = parser.parse_args(argv)
@@ -86,8 +98,8 @@ class DemoRun:
         self.match_id: str | None = None
         self.daemon: Any = None
         self.apns: Any = None
-        self._devices_by_pts: dict[str, tuple[str, str]] = {}
-        self._registered: set[str] = set()
+        self.iphones: Any = None
+        self.api_url = ""
 
     # ------------------------------------------------------------------ output
     def _print(self, text: str) -> None:
@@ -167,6 +179,11 @@ class DemoRun:
             replay = ReplayServer([tape], speed=speed, innings_break_s=1200.0, start_delay_s=DEMO_START_DELAY_S * speed)
             replay_port = await nursery.start(replay.serve)
             await self._seed(repos, tape)
+            from daemon.api.issuer import LocalIssuer, default_state_dir
+
+            issuer = LocalIssuer()
+            await trio.to_thread.run_sync(issuer.serve)
+            nursery.start_soon(_stop_issuer_on_exit, issuer)
 
             cadence = min(2.5, max(0.05, 75.0 / speed))
             metrics_listen = getattr(self.args, "metrics_listen", "")
@@ -179,7 +196,15 @@ class DemoRun:
                 league_id=str(tape.league_id),
                 cadence_s=cadence,
                 admin_socket=self.args.admin_socket or str(workdir / "admin.sock"),
-                extra={"metrics": {"listen": metrics_listen}} if metrics_listen else None,
+                extra={
+                    "instance": {"roles": ["engine", "api"]},
+                    # the phones sign up through the API once it runs, after the actor's first read of the
+                    # followers: re-read them often, at the demo's compressed time
+                    "match": {"follower_refresh_s": 1.0},
+                    "api": {"listen": getattr(self.args, "api_listen", "127.0.0.1:0")},
+                    "auth": {"issuer": issuer.issuer, "jwks_url": issuer.jwks_url, "client_ids": [issuer.client_id]},
+                    **({"metrics": {"listen": metrics_listen}} if metrics_listen else {}),
+                },
             )
             self.daemon = daemon = Daemon(config, on_delivery=self.on_delivery, with_jobs=False)
             if not self.args.quiet:
@@ -189,7 +214,25 @@ class DemoRun:
                     f"admin {config.admin.socket_path}"
                 )
             await nursery.start(daemon.run)
-            nursery.start_soon(self._simulate_devices, repos)
+            self.api_url = daemon.api.url
+            saved = ""
+            if hasattr(self.args, "state_dir"):  # the command line's demo; a programmatic run leaves none
+                state_dir = self.args.state_dir or default_state_dir()
+                try:
+                    issuer.save(state_dir, api_url=self.api_url)
+                    saved = f"; tokens: sightscreen api-token --sub USER --state-dir {state_dir}"
+                except OSError as exc:
+                    saved = f"; issuer state not saved ({exc.strerror})"
+            if not self.args.quiet:
+                self._print(f"sightscreen demo: app API {self.api_url}{saved}")
+            from daemon.demo_iphones import SimulatedIphones
+
+            self.iphones = SimulatedIphones(
+                self.api_url, issuer.mint, self.match_id, [str(tape.localteam.id), str(tape.visitorteam.id)],
+                self.args.followers,
+            )
+            await self.iphones.sign_up()
+            nursery.start_soon(self.iphones.start_activities, lambda: list(apns.records))
             if self.args.exit_at_end:
                 await self.ended.wait()
                 await trio.sleep(0.2)  # let the janitor and the end sequence's writes settle
@@ -202,64 +245,14 @@ class DemoRun:
         return 0
 
     async def _seed(self, repos: Any, tape: Any) -> None:
-        match_id = self.match_id
-        assert match_id is not None
-        local, visitor = tape.localteam, tape.visitorteam
-        await repos.leagues.put_league(
-            {"leagueId": str(tape.league_id), "name": "Sightscreen Demo League", "code": "DEMO", "active": True}
-        )
-        await repos.teams.batch_write_teams(
-            [
-                {"teamId": str(t.id), "name": t.name, "code": t.code, "imageUrl": getattr(t, "image_path", None)}
-                for t in (local, visitor)
-            ]
-        )
-        await repos.fixtures.batch_write_fixtures(
-            [
-                {
-                    "matchId": match_id,
-                    "leagueId": str(tape.league_id),
-                    "leagueCode": "DEMO",
-                    "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + DEMO_START_DELAY_S)),
-                    "status": "NS",
-                    "localteamId": str(local.id),
-                    "visitorteamId": str(visitor.id),
-                    "live": False,
-                }
-            ]
-        )
-        expires = int(time.time()) + 48 * 3600
-        for i in range(self.args.followers):
-            user_id = f"demo-user-{i:05d}"
-            device_token = secrets.token_hex(32)
-            pts = secrets.token_hex(32)
-            team = str(local.id if i % 2 == 0 else visitor.id)
-            await repos.follows.follow_match(match_id, user_id, team, expires)
-            await repos.devices.register_device(
-                user_id, device_token, platform="ios", os_version="18.2", app_version="demo",
-                apns_token=device_token, push_to_start_token=pts,
-            )
-            self._devices_by_pts[pts] = (user_id, device_token[:16])
+        """The demo league, both teams and the match, starting in DEMO_START_DELAY_S; its followers come
+        through the API (the simulated iPhones)."""
+        from daemon.seed import seed_match
 
-    async def _simulate_devices(self, repos: Any) -> None:
-        """A stand-in for iOS: a push-to-start that APNs accepted starts an activity, which registers its token."""
-        seen = 0
-        while True:
-            records = list(self.apns.records)
-            for record in records[seen:]:
-                pts = record.get("token")
-                if record.get("status") != 200 or pts not in self._devices_by_pts or pts in self._registered:
-                    continue
-                payload = record.get("payload") or {}
-                if (payload.get("aps") or {}).get("event") != "start":
-                    continue
-                self._registered.add(pts)
-                user_id, device_id = self._devices_by_pts[pts]
-                await repos.live_activities.register_la_session(
-                    self.match_id, user_id, device_id, secrets.token_hex(32)
-                )
-            seen = len(records)
-            await trio.sleep(0.1)
+        await seed_match(
+            repos, tape, starts_at=time.time() + DEMO_START_DELAY_S, followers=0,
+            league_name="Sightscreen Demo League", league_code="DEMO",
+        )
 
     def summary(self) -> dict[str, Any]:
         accepted: Counter[str] = Counter()
@@ -282,10 +275,19 @@ class DemoRun:
             | {k: v for k, v in accepted.items() if k not in ("start", "update", "end")},
             "deliveries": len(self.deliveries),
             "key_events": dict(sorted(self.key_events.items())),
-            "errors": len(self.errors) + rejected,
+            "api_requests": self.iphones.requests if self.iphones else 0,
+            "api_errors": len(self.iphones.errors) if self.iphones else 0,
+            "errors": len(self.errors) + rejected + (len(self.iphones.errors) if self.iphones else 0),
             "error_details": self.errors[:20],
             "ended": self.ended.is_set(),
         }
+
+
+async def _stop_issuer_on_exit(issuer: Any) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        issuer.stop()
 
 
 def demo_config(

@@ -56,6 +56,29 @@ DEAD_TOKENS = Counter(
     "sightscreen_dead_tokens", "Tokens APNs rejected for good, by reason", ["reason"], registry=REGISTRY
 )
 
+BROADCASTS = Counter(
+    "sightscreen_broadcasts",
+    "iOS 18 channel broadcasts by kind (update, end) and outcome (accepted, rejected: channel gone or limit, "
+    "failed)",
+    ["kind", "outcome"],
+    registry=REGISTRY,
+)
+CHANNEL_REQUESTS = Counter(
+    "sightscreen_channel_requests",
+    "Channel-management requests by operation (create, read, delete, list) and outcome (ok, error)",
+    ["op", "outcome"],
+    registry=REGISTRY,
+)
+CHANNELS = Gauge(
+    "sightscreen_broadcast_channels", "Broadcast channels held by each owned match", ["match_id"], registry=REGISTRY
+)
+SESSIONS_BY_PATH = Gauge(
+    "sightscreen_sessions_by_path",
+    "Live Activity sessions of each owned match by delivery path (token: one push per device; channel: broadcast)",
+    ["match_id", "path"],
+    registry=REGISTRY,
+)
+
 # --- Match actors --------------------------------------------------------------------------------------
 TICKS = Counter("sightscreen_ticks", "Match actor ticks", ["match_id"], registry=REGISTRY)
 TICK_DURATION = Histogram(
@@ -142,6 +165,34 @@ SPORTMONKS_BUDGET_DELAYS = Counter(
     "SportMonks calls that waited for room in the hourly budget before going out, per endpoint",
     ["endpoint"],
     registry=REGISTRY,
+)
+
+
+# --- One fleet per region ------------------------------------------------------------------------------
+FEED_LEADER = Gauge(
+    "sightscreen_feed_leader", "1 while this instance leads the region's SportMonks feed, else 0", registry=REGISTRY
+)
+FEED_LEADER_CHANGES = Counter(
+    "sightscreen_feed_leader_changes",
+    "Times this instance took the region's feed lease (summed over the fleet: the region's leader changes)",
+    registry=REGISTRY,
+)
+FIXTURE_CACHE_AGE = Histogram(
+    "sightscreen_fixture_cache_age_seconds",
+    "Age of a changed cached fixture when a non-leading instance read it (from the leader's fetch)",
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0),
+    registry=REGISTRY,
+)
+SPORTMONKS_REGION_CALLS = Gauge(
+    "sightscreen_sportmonks_region_calls_last_hour",
+    "SportMonks calls the region made in the last hour, per endpoint (the leader's count; followers show "
+    "the leader's last heartbeat)",
+    ["endpoint"],
+    registry=REGISTRY,
+)
+LEASED_JOB_RUNS = Counter(
+    "sightscreen_leased_job_runs", "Times this instance took a region-wide job's lease and started it",
+    ["job"], registry=REGISTRY,
 )
 
 # --- DynamoDB ------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import io
 import signal
 import sys
@@ -29,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import trio
 
+from actors.cache_reader import CacheReader
 from actors.feed import FeedActor, check_match_id
+from actors.feed_leader import FeedLeadership, FencedFixtureCache, leader_view
 from actors.janitor import Janitor
 from actors.livework import LiveWork
 from actors.match import Delivery, MatchActor
@@ -43,6 +46,7 @@ from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, render
 from daemon.sportmonks.client import SportMonksClient
 from daemon.store import Repositories
 from daemon.store.dynamo import Dynamo
+from daemon.store.locks import owner_identity
 from daemon.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -61,7 +65,10 @@ class Daemon:
         with_jobs: bool = True,
     ) -> None:
         self.config = config
-        self.instance_id: str = config.instance.id
+        self.instance_id: str = config.instance.id  # for people: logs, status
+        # what this process writes on locks and active-matches: unique per process even where the id is
+        # configured (a restart, or two processes from one configuration, never share a lease)
+        self.owner_id: str = owner_identity(self.instance_id)
         self._on_delivery = on_delivery
         self._notifier = notifier
         self._with_jobs = with_jobs
@@ -69,7 +76,21 @@ class Daemon:
         self.dynamo = Dynamo(config.dynamodb)
         self.repos = Repositories(self.dynamo)
         self.client = SportMonksClient(config.sportmonks)
-        self.feed = FeedActor(self.client, config.feed, fixture_cache=self.repos.fixture_cache)
+        # One fleet per region: the feed polls only while this instance leads the region (the lease
+        # feed:{region}); elsewhere the cache reader serves the match actors from cricket-fixture-cache.
+        self.region = str(getattr(config.instance, "region", "") or "default")
+        orch = config.orchestrator
+        self.feed = FeedActor(self.client, config.feed, leading=False)
+        self.leadership = FeedLeadership(
+            feed=self.feed, repos=self.repos, region=self.region, instance_id=self.owner_id,
+            lease_s=orch.lease_s, renew_every_s=orch.renew_every_s, clock_skew_bound_s=orch.clock_skew_bound_s,
+            marquee_leagues=config.feed.marquee_leagues,
+        )
+        self.feed._cache = FencedFixtureCache(self.leadership, self.repos)
+        self.cache_reader = CacheReader(
+            self.feed, self.repos, config.feed, region=self.region, stale_after_s=2 * orch.lease_s
+        )
+        self.feed.follower_livescores = self.cache_reader.livescores
         # roles: an "api"-only instance takes no match, polls nothing and pushes nothing (no APNs key needed);
         # the API runs where it is listed and [api].listen is set
         self.runs_engine = config.runs("engine")
@@ -92,7 +113,7 @@ class Daemon:
     def _match_actor(self, match_id: str, epoch: int, marquee: bool) -> MatchActor:
         return MatchActor(
             match_id,
-            instance_id=self.instance_id,
+            instance_id=self.owner_id,
             epoch=epoch,
             repos=self.repos,
             feed=self.feed,
@@ -109,11 +130,29 @@ class Daemon:
     def _build_jobs(self) -> dict[str, Any]:
         if not self._with_jobs:
             return {}
+        # prematch keeps its per-match lock (any instance works through a match's followers)
+        return {
+            name: job if name == "prematch" else self._leased(name, job, sportmonks=True)
+            for name, job in self._plain_jobs(self.config.jobs).items()
+        }
+
+    def _leased(self, name: str, job: Any, *, sportmonks: bool) -> Any:
+        """Once per region: the job runs under the lease job:{name}:{region}; a job that calls SportMonks
+        runs only where the feed leader is, so the region's calls share one client and one budget."""
+        from actors.jobs.lease import LeasedJob
+
+        orch = self.config.orchestrator
+        return LeasedJob(
+            name, job, locks=self.repos.locks, region=self.region, owner=self.owner_id,
+            lease_s=orch.lease_s, renew_every_s=orch.renew_every_s, clock_skew_bound_s=orch.clock_skew_bound_s,
+            may_run=(lambda: self.leadership.leading) if sportmonks else (lambda: True),
+        )
+
+    def _plain_jobs(self, jobs_cfg: Any) -> dict[str, Any]:
         from actors.jobs.fixture_sync import FixtureSyncJob
         from actors.jobs.prematch import PrematchNotifier
         from actors.jobs.reference_sync import ReferenceSyncJob
 
-        jobs_cfg = self.config.jobs
         return {
             # the job reads /livescores through the feed (fresh within 30 s), so it costs that budget nothing
             "fixture-sync": FixtureSyncJob(
@@ -125,7 +164,7 @@ class Daemon:
             "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
             "prematch": PrematchNotifier(
                 self.repos, self.sender, jobs_cfg.prematch, topic=self.config.apns.topic,
-                owner=self.instance_id, live=self.live,
+                owner=self.owner_id, live=self.live,
             ),
         }
 
@@ -143,7 +182,7 @@ class Daemon:
                 )
                 if self.runs_engine:
                     self.orchestrator = Orchestrator(
-                        instance_id=self.instance_id,
+                        instance_id=self.owner_id,
                         repos=self.repos,
                         feed=self.feed,
                         supervisor=supervisor,
@@ -156,6 +195,8 @@ class Daemon:
                     sender_guard = _FatalOnConfigError(self, self.sender)
                     await supervisor.start("sender", lambda: sender_guard, kind="sender")
                     await supervisor.start("feed", lambda: self.feed, kind="feed")
+                    await supervisor.start("feed-leader", lambda: self.leadership, kind="feed")
+                    await supervisor.start("cache-reader", lambda: self.cache_reader, kind="feed")
                 if self.config.admin.socket_path:
                     admin = AdminServer(
                         self.config.admin.socket_path,
@@ -180,10 +221,15 @@ class Daemon:
                 if self.runs_engine:
                     self.jobs = self._build_jobs()
                     for name, job in self.jobs.items():
-                        await supervisor.start(name, lambda job=job: job, kind="job")
+                        await supervisor.start(name, functools.partial(_same, job), kind="job")
                     orchestrator = self.orchestrator
+                    assert orchestrator is not None  # built above when the engine runs
                     await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
-                    reconciler = LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s)
+                    reconciler = self._leased(
+                        "reconciler", LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s),
+                        sportmonks=False,
+                    )
+                    self.jobs["reconciler"] = reconciler
                     await supervisor.start("reconciler", lambda: reconciler, kind="job")
                 nursery.start_soon(self._watchdog)
                 nursery.start_soon(self._loop_monitor)
@@ -193,7 +239,7 @@ class Daemon:
                     nursery.start_soon(gctune.sweep, instance.gc_sweep_s, instance.gc_full_every_s)
                 if self._notifier is not None:
                     self._notifier.ready()
-                log.info("daemon_ready", instance_id=self.instance_id, version=__version__)
+                log.info("daemon_ready", instance_id=self.instance_id, owner=self.owner_id, version=__version__)
                 task_status.started(self)
                 await self._shutdown.wait()
                 await self._graceful_stop()
@@ -240,11 +286,11 @@ class Daemon:
     async def _loop_monitor(self, interval_s: float = 1.0) -> None:
         """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
         sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
-        dump_s = self.config.instance.stall_dump_s
         dump_to = sys.__stderr__
+        dump_s = self.config.instance.stall_dump_s
         try:
             while True:
-                if dump_s:
+                if dump_s and dump_to is not None:  # without a stderr there is nowhere to write the stacks
                     try:
                         faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
                     except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
@@ -278,7 +324,7 @@ class Daemon:
     async def _h_health(self, args: list[str]) -> Any:
         """Liveness: the process answers."""
         expect_args("health", args)
-        return {"alive": True, "instance_id": self.instance_id, "stopping": self.stopping}
+        return {"alive": True, "instance_id": self.instance_id, "owner": self.owner_id, "stopping": self.stopping}
 
     async def readiness(self) -> dict[str, Any]:
         """DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: signing keys loaded;
@@ -319,6 +365,7 @@ class Daemon:
         orch = self.orchestrator
         return {
             "instance_id": self.instance_id,
+            "owner": self.owner_id,
             "version": __version__,
             "uptime_s": round(time.time() - self.started_at, 1),
             "owned_matches": sorted(orch.owned) if orch else [],
@@ -380,9 +427,21 @@ class Daemon:
         return self.sender.stats()
 
     async def _h_feed(self, args: list[str]) -> Any:
-        """SportMonks feed: calls per endpoint, budget left, breaker state, subscribers."""
+        """The region's feed: who leads and how fresh the cache is; this instance's SportMonks calls, budget,
+        breaker and subscribers."""
         expect_args("feed", args)
-        return self.feed.stats()
+        out: dict[str, Any] = dict(self.feed.stats())
+        try:
+            with trio.fail_after(3):
+                item = await self.repos.locks.read(self.leadership.key)
+            out["region"] = leader_view(item, self.owner_id, time.time())
+        except Exception as exc:  # noqa: BLE001 - the rest of the answer still helps
+            out["region"] = {"error": f"cricket-locks unreachable: {exc!r}"}
+        out["region"]["name"] = self.region
+        out["leadership"] = self.leadership.describe()
+        out["cache_reader"] = self.cache_reader.describe()
+        out["jobs"] = {name: job.describe() for name, job in self.jobs.items() if hasattr(job, "describe")}
+        return out
 
     async def _h_metrics(self, args: list[str]) -> Any:
         """Prometheus text exposition of every metric."""
@@ -436,6 +495,11 @@ class Daemon:
 
 _NO_SENDER: Any = None
 """The sender of an instance without the engine role: never started, never called."""
+
+
+def _same(actor: Any) -> Any:
+    """The supervisor's factory for an actor built once: every (re)start runs the same object."""
+    return actor
 
 
 class _FatalOnConfigError:

@@ -6,9 +6,7 @@ Every field has a default and a description, so an empty ``[jobs]`` section give
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class FixtureSyncSettings(BaseModel):
@@ -108,7 +106,7 @@ class PrematchSettings(BaseModel):
     window_s: float = Field(
         default=1800.0, gt=0, le=86400, description="followers are told when the match starts within this"
     )
-    window_s_by_league: dict[str, Annotated[float, Field(gt=0, le=86400)]] = Field(
+    window_s_by_league: dict[str, float] = Field(
         default_factory=dict,
         description="per-league window in seconds, keyed by league code (e.g. T20I = 3600)",
     )
@@ -195,6 +193,14 @@ class PrematchSettings(BaseModel):
                 f"claim_lease_s ({self.claim_lease_s}) must exceed result_timeout_s ({self.result_timeout_s})"
             )
         return self
+
+    @field_validator("window_s_by_league")
+    @classmethod
+    def _windows_in_range(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = sorted(k for k, v in value.items() if not 0 < v <= 86400)
+        if bad:
+            raise ValueError(f"a window must be more than 0 and at most 86400 s for {bad}")
+        return value
 
     def window_for(self, league_code: str | None) -> float:
         if league_code is not None and league_code in self.window_s_by_league:

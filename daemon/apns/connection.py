@@ -21,21 +21,22 @@ beyond HPACK choices the RFC leaves to us:
   connection and stream state machines the way ``send_headers``/``send_data`` do. Our headers are built
   from checked values (``rules.check_push``), so h2's outbound validation has nothing left to find.
 - Answers: response HEADERS and DATA frames on our open streams skip h2's frame objects and dispatch and go
-  straight through h2's stream state machines (``_ApnsH2Connection.receive_frames``); every other frame
-  goes through h2 unchanged. We advertise a zero-size HPACK table for responses, so their fields can be
+  straight through h2's stream state machines (``internals.ApnsClientH2Connection.receive_frames``); every
+  other frame goes through h2 unchanged. We advertise a zero-size HPACK table for responses, so their fields can be
   skipped undecoded (``ResponseHeaderDecoder``): hpack spent ~30 µs Huffman-decoding the two UUIDs of each
   APNs answer just to size a table we never use.
 Result: ~20 µs to send and ~20 µs to settle a push (in memory), and GOAWAY handled gracefully (stock h2
 closes its state on GOAWAY and would refuse the answers still owed below ``last_stream_id``).
 
-This relies on h2 4.x internals (``_begin_new_stream``, the state machines, ``_data_to_send``,
-``_closed_streams``); the tests drive it against h2's own server side and hpack's own coder to catch drift.
+The h2 4.x internals this drives (``_begin_new_stream``, the state machines, ``_data_to_send``,
+``_closed_streams``) are reached only from ``daemon.apns.internals``, behind its version check; HPACK
+integers, strings and frame headers come from ``daemon.apns.wire``, shared with the test server. The tests
+drive this against h2's own server side and hpack's own coder to catch drift.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
@@ -47,14 +48,13 @@ import h2.exceptions
 import h2.settings
 import hpack.exceptions
 import hpack.table
-from h2.connection import AllowedStreamIDs, ConnectionInputs, ConnectionState
-from h2.errors import ErrorCodes, _error_code_from_int
-from h2.stream import StreamInputs
-from h2.utilities import guard_increment_window
+from h2.errors import ErrorCodes
 from hpack.huffman_table import decode_huffman
 
+from daemon.apns.internals import ApnsClientH2Connection
 from daemon.apns.token import ProviderToken
 from daemon.apns.types import Push
+from daemon.apns.wire import hpack_int, hpack_str, read_hpack_int
 
 # --- HPACK (RFC 7541) for APNs requests ----------------------------------------------------------------
 
@@ -64,30 +64,12 @@ _DEFAULT_TABLE_SIZE: Final = 4096  # RFC 7541 §4.2 / RFC 9113 §6.5.2 default; 
 _ENTRY_OVERHEAD: Final = 32  # RFC 7541 §4.1
 
 
-def _hpack_int(value: int, prefix_bits: int, flags: int) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((flags | value,))
-    out = bytearray((flags | limit,))
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _hpack_str(data: bytes) -> bytes:
-    # Raw (no Huffman): Huffman would save ~20% of a few bytes at a real CPU cost per request.
-    return _hpack_int(len(data), 7, 0) + data
-
-
 def _literal_not_indexed(name: bytes, value: bytes) -> bytes:
     """RFC 7541 §6.2.2, for per-request values that must not churn the shared table."""
     index = _STATIC_NAME.get(name)
     if index is not None:
-        return _hpack_int(index, 4, 0x00) + _hpack_str(value)
-    return b"\x00" + _hpack_str(name) + _hpack_str(value)
+        return hpack_int(index, 4, 0x00) + hpack_str(value)
+    return b"\x00" + hpack_str(name) + hpack_str(value)
 
 
 class RequestHeaderEncoder:
@@ -143,7 +125,7 @@ class RequestHeaderEncoder:
     def _encode_field(self, field: tuple[bytes, bytes], out: bytearray) -> None:
         index = self._index_of(field)
         if index is not None:
-            out += _hpack_int(index, 7, 0x80)
+            out += hpack_int(index, 7, 0x80)
             return
         name, value = field
         size = len(name) + len(value) + _ENTRY_OVERHEAD
@@ -152,10 +134,10 @@ class RequestHeaderEncoder:
             return
         name_index = _STATIC_NAME.get(name)
         if name_index is not None:
-            out += _hpack_int(name_index, 6, 0x40)
+            out += hpack_int(name_index, 6, 0x40)
         else:
-            out += b"\x40" + _hpack_str(name)
-        out += _hpack_str(value)
+            out += b"\x40" + hpack_str(name)
+        out += hpack_str(value)
         self._evict(size)
         self._entries.append((field, size, self._inserted))
         self._where[field] = self._inserted
@@ -176,7 +158,7 @@ class RequestHeaderEncoder:
             index = self._index_of(field)
             if index is None:
                 return  # some field cannot live in the table: no steady-state encoding to cache
-            steady += _hpack_int(index, 7, 0x80)
+            steady += hpack_int(index, 7, 0x80)
         if len(self._cache) > 64:
             self._cache.clear()  # old tokens' entries; bounded
         self._cache[fields] = (self._generation, bytes(steady))
@@ -185,9 +167,9 @@ class RequestHeaderEncoder:
         """Dynamic table size updates owed to the decoder go first in a header block (RFC 7541 §4.2)."""
         if self._pending_sizes:
             smallest = min(self._pending_sizes)
-            out += _hpack_int(smallest, 5, 0x20)
+            out += hpack_int(smallest, 5, 0x20)
             if self._max != smallest:
-                out += _hpack_int(self._max, 5, 0x20)
+                out += hpack_int(self._max, 5, 0x20)
             self._pending_sizes.clear()
 
     def encode(self, headers: Any, huffman: bool = True) -> bytes:
@@ -197,31 +179,11 @@ class RequestHeaderEncoder:
 
 _STATIC_TABLE: Final = hpack.table.HeaderTable.STATIC_TABLE  # RFC 7541 Appendix A, 1-based
 # The response fields we read: the status, the echoed apns-id, and content-length (h2 checks bodies against it).
-_WANTED_RESPONSE_FIELDS: Final = frozenset({b":status", b"apns-id", b"content-length"})
+_WANTED_RESPONSE_FIELDS: Final = frozenset({b":status", b"apns-id", b"content-length", b"apns-channel-id"})
 # An accepted push's apns-id is not worth its Huffman decoding (the sender reports the one it sent, if any);
 # a rejected push's is decoded for the logs.
-_WANTED_AFTER_200: Final = frozenset({b"content-length"})
+_WANTED_AFTER_200: Final = frozenset({b"content-length", b"apns-channel-id"})
 _STATUS_200: Final = (b":status", b"200")
-
-
-def _read_hpack_int(data: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
-    limit = (1 << prefix_bits) - 1
-    value = data[pos] & limit
-    pos += 1
-    if value < limit:
-        return value, pos
-    shift = 0
-    while True:
-        if pos >= len(data):
-            raise h2.exceptions.ProtocolError("HPACK: truncated integer")
-        byte = data[pos]
-        pos += 1
-        value += (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-        if shift > 28:
-            raise h2.exceptions.ProtocolError("HPACK: integer too large")
 
 
 class ResponseHeaderDecoder:
@@ -243,7 +205,7 @@ class ResponseHeaderDecoder:
             while pos < size:
                 first = block[pos]
                 if first & 0x80:  # indexed field
-                    index, pos = _read_hpack_int(block, pos, 7)
+                    index, pos = read_hpack_int(block, pos, 7)
                     if not 0 < index <= len(_STATIC_TABLE):
                         raise h2.exceptions.ProtocolError(f"HPACK: index {index} outside a zero-size table")
                     field = _STATIC_TABLE[index - 1]
@@ -253,24 +215,24 @@ class ResponseHeaderDecoder:
                             wanted = _WANTED_AFTER_200
                     continue
                 if first & 0xE0 == 0x20:  # dynamic table size update
-                    new_size, pos = _read_hpack_int(block, pos, 5)
+                    new_size, pos = read_hpack_int(block, pos, 5)
                     if new_size:
                         raise h2.exceptions.ProtocolError(f"HPACK: table size update to {new_size} above 0")
                     continue
                 # A literal, with or without indexing (indexing into a zero-size table stores nothing).
-                index, pos = _read_hpack_int(block, pos, 6 if first & 0x40 else 4)
+                index, pos = read_hpack_int(block, pos, 6 if first & 0x40 else 4)
                 if index:
                     if index > len(_STATIC_TABLE):
                         raise h2.exceptions.ProtocolError(f"HPACK: name index {index} outside a zero-size table")
                     name = _STATIC_TABLE[index - 1][0]
                 else:
                     huffman = block[pos] & 0x80
-                    length, pos = _read_hpack_int(block, pos, 7)
+                    length, pos = read_hpack_int(block, pos, 7)
                     raw = block[pos : pos + length]
                     pos += length
                     name = decode_huffman(raw) if huffman else bytes(raw)
                 huffman = block[pos] & 0x80
-                length, pos = _read_hpack_int(block, pos, 7)
+                length, pos = read_hpack_int(block, pos, 7)
                 if pos + length > size:
                     raise h2.exceptions.ProtocolError("HPACK: truncated string")
                 if name in wanted:
@@ -287,258 +249,6 @@ class ResponseHeaderDecoder:
         return fields
 
 
-# --- h2 with APNs-sized bookkeeping --------------------------------------------------------------------
-
-_FRAME_HEADER = struct.Struct(">HBBBL")  # 24-bit length as (high 16, low 8), type, flags, stream id
-_DATA, _HEADERS, _RST_STREAM, _WINDOW_UPDATE, _CONTINUATION = 0x0, 0x1, 0x3, 0x8, 0x9
-_END_STREAM, _END_HEADERS = 0x1, 0x4
-_PADDED_OR_PRIORITY = 0x8 | 0x20
-
-
-def _frame_header(length: int, frame_type: int, flags: int, stream_id: int) -> bytes:
-    return _FRAME_HEADER.pack(length >> 8, length & 0xFF, frame_type, flags, stream_id)
-
-
-class _ApnsH2Connection(h2.connection.H2Connection):
-    """h2's client connection with O(1) stream counting, a direct request path and graceful GOAWAY."""
-
-    def __init__(self, config: h2.config.H2Configuration) -> None:
-        super().__init__(config=config)
-        self.encoder: Any = RequestHeaderEncoder()
-        self.open_requests = 0
-        self._pending_bytes = bytearray()  # a partial frame, until the rest arrives
-        self.response_decoder = ResponseHeaderDecoder()
-        # the server's SETTINGS_MAX_CONCURRENT_STREAMS, kept by ``settings_changed`` (h2's Settings mapping
-        # costs a lookup chain per read, and this is read per request)
-        self.stream_limit: int = self.remote_settings.max_concurrent_streams
-
-    def settings_changed(self) -> None:
-        """The server's SETTINGS were applied: refresh what is kept from them."""
-        self.stream_limit = self.remote_settings.max_concurrent_streams
-
-    @property
-    def open_outbound_streams(self) -> int:
-        # Stock h2 recounts (and garbage-collects) every stream here, on every send_headers: O(n) per
-        # request. ApnsConnection counts its own streams exactly and forgets closed ones as they close.
-        return self.open_requests
-
-    def _connection_input(self, input_: ConnectionInputs) -> None:
-        # In CLIENT_OPEN, h2's connection state machine maps SEND/RECV of HEADERS, DATA and RST_STREAM back to
-        # CLIENT_OPEN with no side effect; only other states need the machine (and its ProtocolError).
-        machine = self.state_machine
-        if machine.state is not ConnectionState.CLIENT_OPEN:
-            machine.process_input(input_)
-
-    def forget_stream(self, stream_id: int) -> None:
-        """Drop a closed stream the way h2's recount would (late frames on it are still recognised)."""
-        stream = self.streams.pop(stream_id, None)
-        if stream is not None:
-            self._closed_streams[stream_id] = stream.closed_by
-            self.open_requests -= 1
-
-    def receive_frames(self, data: bytes | bytearray) -> list[h2.events.Event]:
-        """``receive_data`` with a direct path for the frame APNs sends most: a response's HEADERS.
-
-        Stock h2 turns every frame into a hyperframe object, logs its repr and dispatches it; for a
-        one-frame response that is most of the receive cost. Complete frames are split here; a HEADERS
-        frame that carries a whole header block (END_HEADERS, no padding or priority) on a stream we opened
-        is decoded by ``ResponseHeaderDecoder`` and driven through h2's own connection and stream state
-        machines, producing the same events h2 would; so is an unpadded DATA frame on such a stream (error
-        bodies, empty END_STREAM frames). Every other frame (SETTINGS, WINDOW_UPDATE,
-        RST_STREAM, GOAWAY, PING, CONTINUATION, anything odd) goes through h2 unchanged.
-        """
-        buffer = self._pending_bytes
-        buffer += data
-        events: list[h2.events.Event] = []
-        pos = 0
-        end = len(buffer)
-        slow_from = -1  # start of a run of frames for h2's own parser
-        streams = self.streams
-        frame_buffer = self.incoming_buffer
-        while end - pos >= 9:
-            length = (buffer[pos] << 16) | (buffer[pos + 1] << 8) | buffer[pos + 2]
-            frame_end = pos + 9 + length
-            if frame_end > end:
-                break
-            frame_type = buffer[pos + 3]
-            flags = buffer[pos + 4]
-            stream_id = int.from_bytes(buffer[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-            # the fast path: a whole HEADERS block or a DATA frame, unpadded, on a stream we opened
-            if (
-                (frame_type == _DATA or (frame_type == _HEADERS and flags & _END_HEADERS))
-                and not flags & _PADDED_OR_PRIORITY
-                and length <= self.max_inbound_frame_size
-                and stream_id in streams
-                and not frame_buffer._headers_buffer
-            ):
-                if slow_from >= 0:
-                    events += self.receive_data(bytes(buffer[slow_from:pos]))
-                    slow_from = -1
-                handler = self._fast_data if frame_type == _DATA else self._fast_headers
-                events += handler(streams[stream_id], bytes(buffer[pos + 9 : frame_end]), bool(flags & _END_STREAM))
-            elif (
-                frame_type == _RST_STREAM
-                and length == 4
-                and stream_id not in streams
-                and 0 < stream_id <= self.highest_outbound_stream_id
-            ):
-                # A reset of a stream we already closed (nginx sends one after every answer): h2 would only
-                # look the stream up, find it closed and ignore the frame.
-                if slow_from >= 0:
-                    events += self.receive_data(bytes(buffer[slow_from:pos]))
-                    slow_from = -1
-                self._connection_input(ConnectionInputs.RECV_RST_STREAM)
-            elif (
-                frame_type == _WINDOW_UPDATE
-                and length == 4
-                and (increment := int.from_bytes(buffer[pos + 9 : frame_end], "big") & 0x7FFFFFFF)
-                and (stream_id == 0 or stream_id in streams or self._closed_by_us(stream_id))
-                and not frame_buffer._headers_buffer
-            ):
-                # Flow-control credit (nginx returns some after every request body): h2 would build a frame
-                # object for it and dispatch it. A zero increment (a protocol error) takes h2's path.
-                if slow_from >= 0:
-                    events += self.receive_data(bytes(buffer[slow_from:pos]))
-                    slow_from = -1
-                events += self._fast_window_update(stream_id, increment)
-            elif slow_from < 0:
-                slow_from = pos
-            pos = frame_end
-        if slow_from >= 0:
-            events += self.receive_data(bytes(buffer[slow_from:pos]))
-        del buffer[:pos]
-        return events
-
-    def _closed_by_us(self, stream_id: int) -> bool:
-        """A stream we opened and have since closed and forgotten (odd, at or below the last one we opened)."""
-        return stream_id & 1 == 1 and stream_id <= self.highest_outbound_stream_id and stream_id not in self.streams
-
-    def _fast_window_update(self, stream_id: int, increment: int) -> list[h2.events.Event]:
-        """What ``_receive_window_update_frame`` does: credit the connection or an open stream; a closed
-        stream's credit is ignored, as h2 ignores it."""
-        try:
-            self._connection_input(ConnectionInputs.RECV_WINDOW_UPDATE)
-            if stream_id == 0:
-                self.outbound_flow_control_window = guard_increment_window(
-                    self.outbound_flow_control_window, increment
-                )
-                return [h2.events.WindowUpdated(stream_id=0, delta=increment)]
-            stream = self.streams.get(stream_id)
-            if stream is None:
-                return []
-            frames, events = stream.receive_window_update(increment)
-            if frames:
-                self._prepare_for_sending(frames)
-            return events  # type: ignore[no-any-return]
-        except h2.exceptions.StreamClosedError:
-            return []
-        except h2.exceptions.ProtocolError as exc:
-            self._terminate_connection(exc.error_code)
-            raise
-
-    def _fast_headers(self, stream: Any, block: bytes, end_stream: bool) -> list[h2.events.Event]:
-        """What ``_receive_headers_frame`` + ``H2Stream.receive_headers`` do for a response (no validation)."""
-        try:
-            self._connection_input(ConnectionInputs.RECV_HEADERS)
-            headers = self.response_decoder.decode(block)
-            if self.decoder.header_table_size:
-                # h2's own decoder still gets the odd HEADERS (a late answer on a stream we reset, a
-                # CONTINUATION): it must know the peer's table is empty, which the size update in the first
-                # block we decoded here told us and not it.
-                self.decoder.header_table_size = 0
-            status = headers[0][1] if headers and headers[0][0] == b":status" else b""
-            informational = status[:1] == b"1"
-            if informational and end_stream:
-                raise h2.exceptions.ProtocolError("Cannot set END_STREAM on informational responses")
-            events = stream.state_machine.process_input(
-                StreamInputs.RECV_INFORMATIONAL_HEADERS if informational else StreamInputs.RECV_HEADERS
-            )
-            first = events[0]
-            if end_stream:
-                ended = stream.state_machine.process_input(StreamInputs.RECV_END_STREAM)
-                first.stream_ended = ended[0]
-                events += ended
-                if stream.closed:
-                    # Forget it now, so a RST_STREAM right behind it in this read (nginx sends one) takes
-                    # the closed-stream path instead of h2's.
-                    self.forget_stream(stream.stream_id)
-            elif type(first) is h2.events.TrailersReceived:
-                raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set")
-            stream._initialize_content_length(headers)
-            first.headers = headers
-            return events  # type: ignore[no-any-return]
-        except h2.exceptions.ProtocolError as exc:
-            self._terminate_connection(exc.error_code)
-            raise
-
-    def _fast_data(self, stream: Any, data: bytes, end_stream: bool) -> list[h2.events.Event]:
-        """What ``_receive_data_frame`` does for an unpadded DATA frame on an open stream (an error body, or
-        the empty END_STREAM frame some servers send after a body-less response)."""
-        try:
-            self._connection_input(ConnectionInputs.RECV_DATA)
-            self._inbound_flow_control_window_manager.window_consumed(len(data))
-            _, events = stream.receive_data(data, end_stream, len(data))
-            if end_stream and stream.closed:
-                self.forget_stream(stream.stream_id)
-            return events  # type: ignore[no-any-return]
-        except h2.exceptions.ProtocolError as exc:
-            self._terminate_connection(exc.error_code)
-            raise
-
-    def _receive_goaway_frame(self, frame: Any) -> tuple[list[Any], list[h2.events.Event]]:
-        # Stock h2 closes its state machine on GOAWAY, so the answers the server still owes for streams
-        # at or below last_stream_id (RFC 9113 §6.8) would then be treated as protocol errors and lost.
-        # We keep the connection state open; ApnsConnection opens no new stream after a GOAWAY.
-        event = h2.events.ConnectionTerminated()
-        event.error_code = _error_code_from_int(frame.error_code)
-        event.last_stream_id = frame.last_stream_id
-        event.additional_data = frame.additional_data or None
-        return [], [event]
-
-    def send_request(self, stream_id: int, block: bytes) -> None:
-        """Open ``stream_id`` with the HPACK ``block`` as its request headers (END_STREAM comes with the body)."""
-        if self.open_requests + 1 > self.stream_limit:
-            raise h2.exceptions.TooManyStreamsError("APNs stream limit reached")  # guarded by ApnsConnection
-        self._connection_input(ConnectionInputs.SEND_HEADERS)
-        stream = self._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
-        stream.state_machine.process_input(StreamInputs.SEND_HEADERS)
-        stream.request_method = b"POST"
-        self.open_requests += 1
-        out = self._data_to_send
-        frame_max = self.max_outbound_frame_size
-        if len(block) <= frame_max:
-            out += _frame_header(len(block), _HEADERS, _END_HEADERS, stream_id)
-            out += block
-            return
-        chunks = [block[i : i + frame_max] for i in range(0, len(block), frame_max)]
-        for i, chunk in enumerate(chunks):
-            frame_type = _HEADERS if i == 0 else _CONTINUATION
-            flags = _END_HEADERS if i == len(chunks) - 1 else 0
-            out += _frame_header(len(chunk), frame_type, flags, stream_id)
-            out += chunk
-
-    def send_body(self, stream_id: int, body: bytes, offset: int) -> int:
-        """Send as much of ``body[offset:]`` as the windows allow, END_STREAM on the last byte; new offset."""
-        stream = self.streams[stream_id]
-        allowed = min(self.outbound_flow_control_window, stream.outbound_flow_control_window, len(body) - offset)
-        frame_max = self.max_outbound_frame_size
-        out = self._data_to_send
-        while allowed > 0:
-            size = min(allowed, frame_max)
-            end = offset + size == len(body)
-            self._connection_input(ConnectionInputs.SEND_DATA)
-            stream.state_machine.process_input(StreamInputs.SEND_DATA)
-            if end:
-                stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
-            out += _frame_header(size, _DATA, _END_STREAM if end else 0, stream_id)
-            out += body[offset : offset + size]
-            offset += size
-            allowed -= size
-            stream.outbound_flow_control_window -= size
-            self.outbound_flow_control_window -= size
-        return offset
-
-
 # --- the APNs bookkeeping ------------------------------------------------------------------------------
 
 
@@ -551,6 +261,8 @@ class Answered:
     reason: str | None
     apns_id: str | None
     timestamp_ms: int | None  # 410's "the token became invalid at" (ms since the epoch)
+    channel_id: str | None = None  # channel management: the created channel's id (``apns-channel-id``)
+    body: bytes | None = None  # the answer's body (channel management reads it on success too)
 
 
 @dataclass(frozen=True, slots=True)
@@ -578,6 +290,7 @@ class _Stream:
     status: int | None = None
     apns_id: bytes | None = None
     data: bytearray | None = None
+    channel_id: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -614,7 +327,9 @@ class ApnsConnection:
             validate_inbound_headers=False,
             normalize_inbound_headers=False,
         )
-        self._h2 = _ApnsH2Connection(config)
+        self._h2 = ApnsClientH2Connection(
+            config, encoder=RequestHeaderEncoder(), response_decoder=ResponseHeaderDecoder()
+        )
         self._authority = authority.encode("ascii")
         self._pseudo = ((b":method", b"POST"), (b":scheme", b"https"), (b":authority", self._authority))
         self.request_timeout_s = request_timeout_s
@@ -625,7 +340,7 @@ class ApnsConnection:
         self._blocked: deque[int] = deque()  # streams whose body waits for window
         self._next_stream_id = 1
         self._token: ProviderToken | None = None
-        self._constant_fields: dict[tuple[str, str, int], tuple[tuple[bytes, bytes], ...]] = {}
+        self._constant_fields: dict[tuple[str, str, int, bool], tuple[tuple[bytes, bytes], ...]] = {}
         self.goaway: GoAway | None = None
         self.settings_received = False
         self._max_concurrent = 0  # min(server's MAX_CONCURRENT_STREAMS, local cap), refreshed on its SETTINGS
@@ -721,16 +436,24 @@ class ApnsConnection:
 
     # -- requests -----------------------------------------------------------------------------------------
     def _constant(self, push: Push) -> tuple[tuple[bytes, bytes], ...]:
-        key = (push.wire_topic, push.push_type, push.priority)
+        broadcast = push.channel_id is not None
+        key = (push.topic if broadcast else push.wire_topic, push.push_type, push.priority, broadcast)
         fields = self._constant_fields.get(key)
         if fields is None:
             assert self._token is not None
-            fields = (
-                (b"authorization", self._token.authorization),
-                (b"apns-push-type", push.push_type.encode()),
-                (b"apns-topic", key[0].encode()),
-                (b"apns-priority", str(push.priority).encode()),
-            )
+            if broadcast:  # a broadcast names its bundle in the path and has no apns-topic (apns.md §2.1)
+                fields = (
+                    (b"authorization", self._token.authorization),
+                    (b"apns-push-type", push.push_type.encode()),
+                    (b"apns-priority", str(push.priority).encode()),
+                )
+            else:
+                fields = (
+                    (b"authorization", self._token.authorization),
+                    (b"apns-push-type", push.push_type.encode()),
+                    (b"apns-topic", key[0].encode()),
+                    (b"apns-priority", str(push.priority).encode()),
+                )
             self._constant_fields[key] = fields
         return fields
 
@@ -740,8 +463,14 @@ class ApnsConnection:
         block = bytearray()
         encoder.start_block(block)
         encoder.encode_constant(self._pseudo, block)
-        block += b"\x04" + _hpack_int(10 + len(push.token), 7, 0) + b"/3/device/" + push.token.encode("ascii")
-        encoder.encode_constant(self._constant(push), block)
+        if push.channel_id is not None:
+            path = b"/4/broadcasts/apps/" + push.topic.encode("ascii")
+            block += b"\x04" + hpack_int(len(path), 7, 0) + path
+            encoder.encode_constant(self._constant(push), block)
+            block += _literal_not_indexed(b"apns-channel-id", push.channel_id.encode("ascii"))
+        else:
+            block += b"\x04" + hpack_int(10 + len(push.token), 7, 0) + b"/3/device/" + push.token.encode("ascii")
+            encoder.encode_constant(self._constant(push), block)
         if push.expiration is not None:
             block += _literal_not_indexed(b"apns-expiration", str(push.expiration).encode())
         if push.collapse_id is not None:
@@ -771,6 +500,42 @@ class ApnsConnection:
             self.peak_in_flight = len(self._streams)
         if self._next_stream_id > _LAST_STREAM_ID:
             self.start_draining()
+        return stream_id
+
+    def send_request(
+        self, method: str, path: str, headers: tuple[tuple[str, str], ...], body: bytes, exchange: Any, now: float
+    ) -> int:
+        """Start any other APNs request (channel management): ``method`` and ``path`` as given, the provider
+        token, ``headers`` as literals. Answers come back as ``Answered`` with ``channel_id`` and ``body``."""
+        if not self.can_send():
+            raise RuntimeError(f"ApnsConnection.send_request while it cannot send (state {self.state})")
+        encoder: RequestHeaderEncoder = self._h2.encoder
+        block = bytearray()
+        encoder.start_block(block)
+        if method == "POST":
+            encoder.encode_constant(self._pseudo, block)
+        else:
+            block += _literal_not_indexed(b":method", method.encode("ascii"))
+            encoder.encode_constant(self._pseudo[1:], block)
+        block += _literal_not_indexed(b":path", path.encode("ascii"))
+        assert self._token is not None
+        encoder.encode_constant(((b"authorization", self._token.authorization),), block)
+        for name, value in headers:
+            block += _literal_not_indexed(name.encode("ascii"), value.encode("ascii"))
+        if body:
+            block += _literal_not_indexed(b"content-type", b"application/json")
+        stream_id = self._next_stream_id
+        self._next_stream_id += 2
+        h2c = self._h2
+        h2c.send_request(stream_id, bytes(block), end_stream=not body, method=method.encode("ascii"))
+        sent = h2c.send_body(stream_id, body, 0) if body else 0
+        deadline = now + self.request_timeout_s
+        self._streams[stream_id] = _Stream(exchange, body, sent, deadline)
+        self._deadlines.append((deadline, stream_id))
+        if sent < len(body):
+            self._blocked.append(stream_id)
+        self.requests_sent += 1
+        self.last_activity = now
         return stream_id
 
     def _pump_blocked(self) -> None:
@@ -852,6 +617,8 @@ class ApnsConnection:
                             stream.status = int(value)
                         elif name == b"apns-id":
                             stream.apns_id = value
+                        elif name == b"apns-channel-id":
+                            stream.channel_id = value
             elif type(event) is h2.events.StreamEnded:
                 stream = streams.pop(event.stream_id, None)
                 if event.stream_id in h2c.streams:
@@ -908,8 +675,10 @@ class ApnsConnection:
                 raw_ts = body.get("timestamp")
                 timestamp = raw_ts if isinstance(raw_ts, int) else None
         apns_id = stream.apns_id.decode("ascii", "replace") if stream.apns_id else None
+        channel_id = stream.channel_id.decode("ascii", "replace") if stream.channel_id else None
+        body_bytes = bytes(stream.data) if stream.data else None
         # A response without :status is malformed; 0 sends it down the "bug" path instead of crashing.
-        return Answered(stream.exchange, stream.status or 0, reason, apns_id, timestamp)
+        return Answered(stream.exchange, stream.status or 0, reason, apns_id, timestamp, channel_id, body_bytes)
 
     def _on_goaway(self, event: h2.events.ConnectionTerminated) -> list[Unanswered]:
         reason: str | None = None

@@ -1,18 +1,21 @@
 """Apple's rules for APNs answers, as pure functions: what a status and reason mean for the push.
 
-Owns: the verdict for each (status, reason) pair (apns.md §1.4 and §0.5), the request checks APNs would
-otherwise answer with a 4xx (so our own bugs show up before a request). Must not touch: I/O, connections, the token cache; the sender actor applies the verdicts.
+Owns: the verdict for each (status, reason) pair (apns.md §1.4 and §0.5; broadcasts and channel management:
+§2.6 and §8, in the same table), the request checks APNs would otherwise answer with a 4xx (so our own bugs
+show up before a request). Must not touch: I/O, connections, the token cache; the sender actor applies the verdicts.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import functools
 import re
 from dataclasses import dataclass
 from typing import Final
 
-from daemon.apns.types import KINDS, PUSH_TYPES, Push
+from daemon.apns.types import KINDS, LIVEACTIVITY_TOPIC_SUFFIX, PUSH_TYPES, Push
 
 
 class Action(enum.Enum):
@@ -23,7 +26,9 @@ class Action(enum.Enum):
     REFRESH_PROVIDER_TOKEN = "refresh_provider_token"  # ExpiredProviderToken: new JWT, retry once
     CONFIGURATION = "configuration"  # credentials/topic wrong: stop the sender loudly
     PAYLOAD_BUG = "payload_bug"  # 413: our payload builder produced an oversize body
-    BUG = "bug"  # other 4xx: our request was malformed; retrying cannot help
+    BUG = "bug"  # other 4xx: our request was malformed; retrying cannot help: dropped and logged
+    RECREATE_CHANNEL = "recreate_channel"  # the broadcast's channel is gone: create a new one, re-announce it
+    CHANNEL_LIMIT = "channel_limit"  # 10,000 channels: sweep leaked ones, then fall back to tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,15 +52,56 @@ CONFIGURATION_REASONS: Final = frozenset(
         "BadCertificateEnvironment",
         "TopicDisallowed",
         "BadTopic",
+        "TopicMismatch",  # broadcast/management: the key does not cover the path's bundle id
+        "FeatureNotEnabled",  # the app id's Broadcast Capability is off (switching it off deleted every channel)
     }
 )
+# Broadcast: the channel does not exist (deleted, leaked-then-swept, other environment) or its id is not one.
+CHANNEL_GONE_REASONS: Final = frozenset({"ChannelNotRegistered", "BadChannelId"})
 # Transient, and the connection itself should be replaced (apns.md §1.4: IdleTimeout, Shutdown,
 # TooManyProviderTokenUpdates leaves the connection unusable for a while).
 NEW_CONNECTION_REASONS: Final = frozenset({"IdleTimeout", "Shutdown", "TooManyProviderTokenUpdates"})
 
+# Every reason Apple documents for broadcasts and channel management (apns.md §2.6, §8, plus the undocumented
+# MissingChannelQueueSize), with the outcome ``classify`` decides. The tests hold ``classify`` to it.
+BROADCAST_REASONS: Final[dict[tuple[int, str], Action]] = {
+    (400, "FeatureNotEnabled"): Action.CONFIGURATION,
+    (400, "MissingChannelId"): Action.BUG,
+    (400, "BadChannelId"): Action.RECREATE_CHANNEL,
+    (400, "ChannelNotRegistered"): Action.RECREATE_CHANNEL,
+    (400, "BadRequestParams"): Action.BUG,
+    (400, "BadRequestPayload"): Action.BUG,
+    (400, "PayloadEmpty"): Action.BUG,
+    (400, "BadMessageId"): Action.BUG,
+    (400, "MissingPushType"): Action.BUG,
+    (400, "InvalidPushType"): Action.BUG,
+    (400, "CannotCreateChannelConfig"): Action.CHANNEL_LIMIT,
+    (400, "BadExpirationDate"): Action.BUG,
+    (400, "TopicDisallowed"): Action.CONFIGURATION,
+    (400, "BadPriority"): Action.BUG,
+    (400, "MissingChannelQueueSize"): Action.BUG,
+    (403, "BadCertificate"): Action.CONFIGURATION,
+    (403, "BadCertificateEnvironment"): Action.CONFIGURATION,
+    (403, "TopicMismatch"): Action.CONFIGURATION,
+    (403, "MissingProviderToken"): Action.CONFIGURATION,
+    (403, "ExpiredProviderToken"): Action.REFRESH_PROVIDER_TOKEN,
+    (403, "InvalidProviderToken"): Action.CONFIGURATION,
+    (404, "BadPath"): Action.BUG,
+    (405, "MethodNotAllowed"): Action.BUG,
+    (413, "PayloadTooLarge"): Action.PAYLOAD_BUG,
+    (429, "TooManyRequests"): Action.RETRY,
+    (429, "TooManyProviderTokenUpdates"): Action.RETRY_NEW_CONNECTION,
+    (500, "InternalServerError"): Action.RETRY,
+    (503, "ServiceUnavailable"): Action.RETRY,
+    (503, "Service Unavailable"): Action.RETRY,  # Apple's spelling in one table
+    (503, "Shutdown"): Action.RETRY_NEW_CONNECTION,
+}
+
 MAX_PAYLOAD: Final = 4096
 MAX_PAYLOAD_VOIP: Final = 5120
 MAX_COLLAPSE_ID: Final = 64
+MAX_BROADCAST_PAYLOAD: Final = 5120  # apns.md §8: "5 KB"
+_BASE64: Final = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+")
 # Header values go on the wire without h2's validation (it is switched off for speed), so anything that
@@ -68,6 +114,12 @@ def classify(status: int, reason: str | None) -> Verdict:
     """What to do with APNs's answer ``status`` / ``reason`` for one push."""
     if status == 200:
         return Verdict(Action.ACCEPTED, None)
+    if status in (201, 204):  # channel management: created, deleted
+        return Verdict(Action.ACCEPTED, None)
+    if reason in CHANNEL_GONE_REASONS:
+        return Verdict(Action.RECREATE_CHANNEL, reason)
+    if reason == "CannotCreateChannelConfig":
+        return Verdict(Action.CHANNEL_LIMIT, reason)
     if status == 410 or reason in DEAD_TOKEN_REASONS:
         return Verdict(Action.DEAD_TOKEN, reason or "Unregistered")
     if reason == "ExpiredProviderToken":
@@ -92,8 +144,47 @@ def _topic_is_valid(topic: str) -> bool:
     return _TOPIC.fullmatch(topic) is not None
 
 
+def channel_id_is_valid(channel_id: str) -> bool:
+    """A channel id is base64 (its length is not fixed: only the encoding is checked)."""
+    if not channel_id or len(channel_id) % 4 or _BASE64.fullmatch(channel_id) is None:
+        return False
+    try:
+        base64.b64decode(channel_id, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def check_broadcast(push: Push) -> str | None:
+    """The reason APNs would refuse the broadcast ``push`` outright, or None if it is sendable."""
+    assert push.channel_id is not None
+    if not channel_id_is_valid(push.channel_id):
+        return "BadChannelId"
+    if push.push_type != "liveactivity":
+        return "InvalidPushType"  # broadcasts carry Live Activity updates only
+    if not push.topic:
+        return "BadPath"
+    if push.topic.endswith(LIVEACTIVITY_TOPIC_SUFFIX) or not _topic_is_valid(push.topic):
+        return "TopicDisallowed"  # the path takes the bare bundle id
+    if push.priority not in (10, 5, 1):
+        return "BadPriority"
+    if push.expiration is None or push.expiration < 0:
+        return "BadExpirationDate"  # required on broadcasts (0 on a no-storage channel)
+    if not push.payload:
+        return "PayloadEmpty"
+    if len(push.payload) > MAX_BROADCAST_PAYLOAD:
+        return "PayloadTooLarge"
+    if push.apns_id is not None and not _UUID.fullmatch(push.apns_id):
+        return "BadMessageId"
+    if push.kind not in KINDS or push.kind == "start":
+        return "InvalidKind"  # a channel cannot start an activity
+    return None
+
+
 def check_push(push: Push) -> str | None:
     """The reason APNs would refuse ``push`` outright (named like APNs's own reasons), or None if it is sendable."""
+    if push.channel_id is not None:
+        return check_broadcast(push)
     if not push.token or not _HEX.fullmatch(push.token):
         return "BadDeviceToken"  # a token that is not hex can never be delivered
     if push.push_type not in PUSH_TYPES:

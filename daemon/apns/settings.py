@@ -11,6 +11,19 @@ class ApnsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field("https://api.push.apple.com", description="https://HOST[:PORT] of APNs (sandbox or production)")
+    broadcast_host: str = Field(
+        "",
+        description="HOST[:PORT] for iOS 18 broadcasts (POST /4/broadcasts/apps/...); empty: they ride the push "
+        "connections to url (Apple's prose says the push hosts, its examples show api-broadcast...: configurable)",
+    )
+    management_host: str = Field(
+        "",
+        description="channel management host; empty: Apple's for url's environment "
+        "(api-manage-broadcast.sandbox.push.apple.com or api-manage-broadcast.push.apple.com)",
+    )
+    management_port: int = Field(
+        0, ge=0, le=65535, description="channel management port; 0: Apple's for the environment (2195 sandbox, 2196 production)"
+    )
     ca_file: str | None = Field(None, description="extra CA bundle (the local APNs server's CA in tests/demo)")
     team_id: str = Field("", description="Apple developer team id (10 characters), the JWT's iss")
     key_id: str = Field("", description="id of the .p8 signing key (10 characters), the JWT's kid")
@@ -45,6 +58,15 @@ class ApnsSettings(BaseModel):
     token_refresh_s: float = Field(
         3000.0, ge=1200, lt=3600, description="mint a new provider token once the current one is this old"
     )
+
+    def management_address(self) -> tuple[str, int]:
+        """(host, port) of the channel-management service, Apple's per environment unless set."""
+        production = "api.push.apple.com" in self.url and "sandbox" not in self.url
+        host = self.management_host or (
+            "api-manage-broadcast.push.apple.com" if production else "api-manage-broadcast.sandbox.push.apple.com"
+        )
+        port = self.management_port or (2196 if production else 2195)
+        return host, port
 
     def signing_key_pem(self) -> str:
         """The .p8 PEM from ``private_key`` or ``private_key_file``; the error names the field, never the key."""

@@ -57,11 +57,22 @@ class Push:
     expiration: int | None = None
     collapse_id: str | None = None
     apns_id: str | None = None
+    # set for a broadcast (iOS 18 channel): the request goes to /4/broadcasts/apps/{topic} with this
+    # ``apns-channel-id`` and no device token (``token`` is then empty) and no ``apns-topic``
+    channel_id: str | None = None
     context: Any = None
+    # what to send instead when this push is sent again after a request that may have been delivered (its
+    # deadline passed, or the connection was lost, after it went out): the same update without its alert, so
+    # a device never shows an alert twice; None: the same bytes again
+    resend_payload: bytes | None = field(default=None, compare=False, repr=False)
     # a producer that was paused or cut off past its authority never pushes late: once trio.current_time()
     # is past ``fence.until`` the push fails with reason "NotAfterPassed" (see ``Fence``)
     fence: Fence | None = field(default=None, compare=False)
     reply_to: trio.MemorySendChannel[PushResult] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def is_broadcast(self) -> bool:
+        return self.channel_id is not None
 
     @property
     def wire_topic(self) -> str:

@@ -28,7 +28,8 @@ DEFAULT_CONFIG_PATH = "/etc/sightscreen/sightscreen.toml"
 DEFAULT_ADMIN_SOCKET = "/run/sightscreen/admin.sock"
 ADMIN_MODE_MAX = 0o660  # the admin socket can drain and stop the daemon: never others, never execute
 
-# An instance id is written to DynamoDB (lock owner, instanceId) and printed in every log line.
+# An instance id is printed in every log line and, with a per-process nonce, written to DynamoDB (lock owner,
+# instanceId); '#' separates the two, so it is not allowed here.
 _INSTANCE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
 
@@ -45,9 +46,10 @@ class InstanceSettings(BaseModel):
 
     id: str = Field(
         default_factory=default_instance_id,
-        description="the owner name written on match locks and active-matches records; must be unique across "
-        "the fleet at any moment. Default: <hostname>-<pid>, so a restarted process is a new owner and never "
-        "mistakes a dead predecessor's lease for its own",
+        description="this instance's name, for people: in every log line and in `status`. Match locks and "
+        "active-matches records carry it with a random per-process suffix (<id>#<nonce>), so a restarted "
+        "process, or two started from one configuration, never take each other's lease as their own. "
+        "Default: <hostname>-<pid>",
         examples=["sightscreen-eu-1"],
     )
     roles: list[Literal["engine", "api"]] = Field(

@@ -2,10 +2,11 @@
 
 Owns the pipeline of platform-docs §11 (Tier0 and Tier1 detectors, staleness and cooldown filters,
 ``pick_best_event``), the display per perspective, and the next ``MatchState``. Pure and deterministic: the
-same previous state and snapshot give the same result, which is what makes delivery idempotent (after a
-crash between push and state write, the next owner re-runs the tick and pushes the same thing, with the same
-``timestamp``, which the device de-duplicates). It must not do I/O or read the wall clock; ``now`` is used
-only where the feed gives no time at all.
+same previous state and snapshot give the same result. That alone does not make a repeat harmless: an owner
+that takes over after a crash between push and state write usually sees a later snapshot than its
+predecessor did, so it decides on different data. Alerts are kept to once per device by the match actor's
+alert intents (``daemon.cricket.intent``, docs/delivery.md). It must not do I/O or read the wall clock;
+``now`` is used only where the feed gives no time at all.
 
 Policies the match actor relies on:
 - **First tick** (``prev is None``, a match picked up at start or mid-innings): the engine records the match

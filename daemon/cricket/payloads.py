@@ -41,6 +41,11 @@ def apns_priority(event: KeyEvent | None) -> int:
     return 10 if event is not None and event.alert_worthy else 5
 
 
+def start_collapse_id(match_id: str) -> str:
+    """``apns-collapse-id`` of a match's push-to-start (its alert: "the match is live"), one per match."""
+    return f"{match_id}:start"
+
+
 def _encode(body: Mapping[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 

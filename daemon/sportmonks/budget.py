@@ -13,6 +13,10 @@ between, so concurrent trio tasks cannot overshoot the limit.
 
 A 429 with a long ``Retry-After`` tells us the server's window is full whatever our count says; ``block_until``
 refuses calls to that endpoint until then.
+
+In a fleet the budget is the region's: only the feed leader calls SportMonks, and it hands its record on
+through the lease (``export`` at each renewal, ``seed`` by the next leader), so a leader change neither
+forgets the hour's calls nor counts them twice.
 """
 
 from __future__ import annotations
@@ -136,3 +140,33 @@ class CallBudget:
             }
             for name in sorted(names)
         }
+
+    def export(self, *, to_wall: float, bucket_s: float = 60.0) -> dict[str, list[list[float]]]:
+        """The calls in the window per endpoint, as ``[[wall time of the bucket's last call, count], ...]``
+        (buckets of ``bucket_s``; ``to_wall`` converts this budget's clock to epoch seconds). Small enough
+        to ride on a lease renewal; a bucket keeps its last call's time, so a seeded call leaves the window
+        no earlier than the real one did."""
+        out: dict[str, list[list[float]]] = {}
+        now = self._clock()
+        for endpoint in list(self._calls):
+            buckets: dict[int, list[float]] = {}
+            for t in self._prune(endpoint, now):
+                b = buckets.setdefault(int(t // bucket_s), [0.0, 0.0])
+                b[0] = max(b[0], round(t + to_wall, 3))
+                b[1] += 1
+            if buckets:
+                out[endpoint] = [buckets[k] for k in sorted(buckets)]
+        return out
+
+    def seed(self, record: Mapping[str, list[list[float]]], *, to_wall: float, recorded_at: float) -> None:
+        """Take over a region's record (``export``'s shape, ``recorded_at`` its wall time): the calls it
+        lists replace ours up to then, ours made since are kept."""
+        cutoff = recorded_at - to_wall
+        for endpoint, buckets in record.items():
+            mine = [t for t in self._calls.get(endpoint, ()) if t > cutoff]
+            seeded: list[float] = []
+            for wall, count in buckets:
+                seeded.extend([float(wall) - to_wall] * int(count))
+            self._calls[endpoint] = deque(sorted(seeded + mine))
+            if self._on_change is not None:
+                self._on_change(endpoint, self.remaining(endpoint))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-
+MAX_HOURLY_BUDGET = 1_000_000
 BUDGET_ENDPOINTS: tuple[str, ...] = ("livescores", "fixtures", "teams", "leagues", "seasons")
 """The endpoints the hourly budget is kept for (``client.endpoint_of``: /fixtures/{id} counts as fixtures)."""
 
@@ -36,7 +36,7 @@ class SportMonksSettings(BaseModel):
     breaker_failure_threshold: int = Field(5, ge=1, description="consecutive failed attempts that open the breaker")
     breaker_cooldown_s: float = Field(30.0, gt=0, le=3600, description="time open before one half-open trial call")
     hourly_budget: int = Field(2000, ge=1, description="calls per endpoint per hour, never exceeded")
-    endpoint_budgets: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] = Field(
+    endpoint_budgets: dict[str, int] = Field(
         default_factory=dict,
         description="per-endpoint overrides of hourly_budget, e.g. {fixtures = 1500}; endpoints are livescores, "
         "fixtures, teams, leagues, seasons",
@@ -67,6 +67,9 @@ class SportMonksSettings(BaseModel):
         unknown = sorted(set(value) - set(BUDGET_ENDPOINTS))
         if unknown:
             raise ValueError(f"unknown endpoint(s) {unknown}; known: {list(BUDGET_ENDPOINTS)}")
+        out_of_range = sorted(k for k, v in value.items() if not 0 <= v <= MAX_HOURLY_BUDGET)
+        if out_of_range:
+            raise ValueError(f"a budget must be between 0 and {MAX_HOURLY_BUDGET} calls an hour for {out_of_range}")
         return value
 
 

@@ -6,7 +6,10 @@ re-registration; an ``ended`` record is reopened when the feed shows the match l
 fencing token), ``registeredAt``, ``claimedAt``, ``lastTickAt``, ``endedAt`` (ISO-8601 UTC strings), the
 state the engine diffs against (``previousScore``, ``previousBatting``, ``previousBowling``,
 ``last30Balls``, ``previousBallId``, ``previousStatus``, ``matchPhase``, ...), ``cooldowns`` (event key ->
-expiry, epoch seconds) and ``ttl`` (epoch seconds, set when the match is deactivated).
+expiry, epoch seconds), ``ttl`` (epoch seconds, set when the match is deactivated), and while an alerting
+tick's pushes are going out, its ``alertIntent`` (the payloads, see ``daemon.cricket.intent``) and
+``alertHanded`` (the fan-out's watermark): written with the tick's state before its first push, the watermark
+moved before each chunk, both removed when the fan-out is over.
 
 Fencing: the lock (``locks.py``) decides who *should* own a match; ``ownerEpoch`` makes sure only that
 owner's writes land. Registration writes ownerEpoch 1; a takeover (``claim_active_match``) atomically sets
@@ -23,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from daemon.cricket.intent import HANDED_ATTRIBUTE, INTENT_ATTRIBUTE
 from daemon.store.base import Item, Repository
 from daemon.store.codec import UpdateBuilder, iso, to_attr
 from daemon.store.tables import ACTIVE_MATCHES
@@ -128,6 +132,17 @@ class ActiveMatchRepository(Repository):
                 raise ValueError(f"state.{k}: key, fence and lastTickAt attributes cannot be written as state")
         u = UpdateBuilder().fields(state).set("lastTickAt", iso(t))
         return await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+
+    async def move_alert_watermark(self, match_id: str, instance_id: str, epoch: int, handed: str) -> bool:
+        """Move the alert intent's watermark to ``handed`` (every session key up to it may be pushed next),
+        with the fence. False when the fence failed."""
+        return await self.update_match_state(match_id, instance_id, epoch, {HANDED_ATTRIBUTE: handed})
+
+    async def clear_alert_intent(self, match_id: str, instance_id: str, epoch: int) -> bool:
+        """Remove the finished alert intent and its watermark, with the fence. False when the fence failed."""
+        return await self.update_match_state(
+            match_id, instance_id, epoch, {INTENT_ATTRIBUTE: None, HANDED_ATTRIBUTE: None}
+        )
 
     async def update_cooldowns(
         self, match_id: str, instance_id: str, epoch: int, cooldowns: Mapping[str, float]

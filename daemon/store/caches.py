@@ -12,6 +12,14 @@ and holds floats that DynamoDB's number type would turn into Decimals; compresse
 of the size and gives back exactly the JSON that was stored. A fixture still too large after compression
 is refused with a clear error rather than failing the whole batch.
 
+The region's feed leader writes its fixtures fenced (``put_fixtures_fenced``): one TransactWriteItems per
+batch, a ConditionCheck on its ``feed:{region}`` lease (owner, epoch, not run out) beside the puts, so a
+leader that lost its lease writes nothing. Each such item carries its change stamp: ``feedEpoch`` (the
+leader's lease epoch), ``feedSeq`` (that leader's write counter) and ``fetchedAt`` (epoch seconds when the
+leader received it from SportMonks); readers compare the stamp to know whether anything changed. The item
+``livescores:{region}`` holds the leader's last ``/livescores`` answer in short (id, status, league,
+start per fixture) for the instances that do not lead.
+
 Neither cache owns the data it caches; the Feed and the match engine decide what and when.
 """
 
@@ -19,11 +27,14 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from daemon.store.base import Repository
-from daemon.store.codec import iso
+from daemon.store.codec import from_item, iso, to_item
 from daemon.store.tables import DISPLAY_STATE_CACHE, FIXTURE_CACHE, FIXTURE_CACHE_BY_LEAGUE_INDEX
 
 RAW_ENCODING = "gzip+json"
@@ -81,6 +92,54 @@ class DisplayStateCacheRepository(Repository):
         )
 
 
+def livescores_cache_key(region: str) -> str:
+    """The cache item holding the region leader's last ``/livescores`` answer in short."""
+    return f"livescores:{region}"
+
+
+# TransactWriteItems takes at most 100 actions and 4 MB: one action is the lease's ConditionCheck.
+TRANSACT_MAX_PUTS = 99
+TRANSACT_MAX_BYTES = 3_500_000
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One ``cricket-fixture-cache`` item as a reader sees it: the stamp, and the fixture still encoded (a
+    reader decodes only what changed)."""
+
+    match_id: str
+    epoch: int
+    seq: int
+    fetched_at: float
+    source: str
+    in_livescores: bool
+    item: Mapping[str, Any]
+
+    @property
+    def stamp(self) -> tuple[int, int]:
+        return (self.epoch, self.seq)
+
+    def fixture(self) -> dict[str, Any]:
+        return decode_raw_fixture(self.item)
+
+
+@dataclass(frozen=True)
+class FencedPut:
+    """A fixture the feed leader writes: what, from where, and its change stamp."""
+
+    match_id: str
+    fixture: Mapping[str, Any]
+    ttl_s: float
+    seq: int
+    fetched_at: float
+    source: str = "livescores"
+    in_livescores: bool = True
+
+
+class FenceLost(Exception):
+    """A fenced write was refused: the lease it carried no longer holds (another leader, or run out)."""
+
+
 DEFAULT_FIXTURE_CACHE_TTL_S = 3600.0
 """TTL of a cached fixture when the caller gives none (the Feed passes shorter ones for live matches)."""
 
@@ -134,9 +193,15 @@ class FixtureCacheRepository(Repository):
 
     async def put_single_fixture(
         self, match_id: str, raw_fixture: Mapping[str, Any], *, league_id: str | None, starting_at: str | None,
-        ttl_s: float, now: float | None = None,
+        ttl_s: float, fetched_at: float | None = None, source: str = "livescores", in_livescores: bool = True,
+        now: float | None = None,
     ) -> None:
-        await self._put(self._item(match_id, raw_fixture, league_id, starting_at, ttl_s, self._now(now)))
+        """Cache one fixture, unfenced (a single instance's feed; the fleet's leader uses
+        ``put_fixtures_fenced``)."""
+        t = self._now(now)
+        item = self._item(match_id, raw_fixture, league_id, starting_at, ttl_s, t)
+        item.update(fetchedAt=t if fetched_at is None else fetched_at, source=source, inLivescores=in_livescores)
+        await self._put(item)
 
     async def batch_put_fixtures(
         self,
@@ -175,3 +240,109 @@ class FixtureCacheRepository(Repository):
                 )
             )
         return await self._batch_put(out)
+
+    # --- the region feed leader's fenced writes and the readers' side ----------------------------------------
+
+    def _fenced_item(self, put: FencedPut, epoch: int, t: float) -> dict[str, Any]:
+        league = put.fixture.get("league_id")
+        starting = put.fixture.get("starting_at")
+        item = self._item(
+            put.match_id, put.fixture, None if league is None else str(league),
+            None if starting is None else str(starting), put.ttl_s, t,
+        )
+        item.update(
+            feedEpoch=epoch, feedSeq=put.seq, fetchedAt=put.fetched_at, source=put.source,
+            inLivescores=put.in_livescores,
+        )
+        return item
+
+    async def put_fixtures_fenced(
+        self, puts: Sequence[FencedPut], condition: Callable[[], dict[str, Any]], epoch: int,
+        *, now: float | None = None,
+    ) -> int:
+        """Write ``puts`` in TransactWriteItems of at most 99 puts, each beside ``condition()`` (the lease's
+        ConditionCheck, see ``LockRepository.lease_condition``). Raises ``FenceLost`` when the lease no
+        longer holds: nothing of that transaction is written. Returns how many were written."""
+        t = self._now(now)
+        table = self.dynamo.table(self.logical)
+        chunks: list[list[dict[str, Any]]] = [[]]
+        size = 0
+        for put in puts:
+            item = to_item(self._fenced_item(put, epoch, t))
+            n = len(item["rawFixture"]["B"]) + 512
+            if chunks[-1] and (len(chunks[-1]) >= TRANSACT_MAX_PUTS or size + n > TRANSACT_MAX_BYTES):
+                chunks.append([])
+                size = 0
+            chunks[-1].append({"Put": {"TableName": table, "Item": item}})
+            size += n
+        written = 0
+        for chunk in chunks:
+            if not chunk:
+                continue
+            try:
+                await self.dynamo.call(self.logical, "transact_write_items", TransactItems=[condition(), *chunk])
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
+                    reasons = exc.response.get("CancellationReasons") or [{}]
+                    if reasons[0].get("Code") in ("ConditionalCheckFailed", None):
+                        raise FenceLost(f"the feed lease no longer holds (epoch {epoch})") from None
+                raise
+            written += len(chunk)
+        return written
+
+    async def put_livescores_summary(
+        self, region: str, summary: Sequence[Mapping[str, Any]], fetched_at: float,
+        condition: Callable[[], dict[str, Any]], epoch: int, *, ttl_s: float, now: float | None = None,
+    ) -> None:
+        """The leader's last ``/livescores`` in short, fenced like the fixtures."""
+        t = self._now(now)
+        item = {
+            "matchId": livescores_cache_key(region),
+            "rawFixture": encode_raw_fixture({"data": list(summary)}, livescores_cache_key(region)),
+            "rawEncoding": RAW_ENCODING,
+            "cachedAt": iso(t),
+            "ttl": int(t + ttl_s),
+            "feedEpoch": epoch,
+            "fetchedAt": fetched_at,
+        }
+        put = {"Put": {"TableName": self.dynamo.table(self.logical), "Item": to_item(item)}}
+        try:
+            await self.dynamo.call(self.logical, "transact_write_items", TransactItems=[condition(), put])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
+                raise FenceLost(f"the feed lease no longer holds (epoch {epoch})") from None
+            raise
+
+    async def get_livescores_summary(
+        self, region: str, *, now: float | None = None
+    ) -> tuple[list[dict[str, Any]], float] | None:
+        """(the leader's last ``/livescores`` in short, when it was fetched), or None when absent."""
+        item = await self._get(livescores_cache_key(region), now=now)
+        if item is None:
+            return None
+        data: list[dict[str, Any]] = decode_raw_fixture(item).get("data") or []
+        return data, float(item.get("fetchedAt", 0.0))
+
+    async def batch_get_entries(self, match_ids: Iterable[str], *, now: float | None = None) -> dict[str, CacheEntry]:
+        """The cached items of ``match_ids`` with their change stamps (one BatchGetItem per 100 ids),
+        not decoded: the reader decodes only those whose stamp moved."""
+        unique = list(dict.fromkeys(match_ids))
+        if not unique:
+            return {}
+        raw = await self.dynamo.batch_get(self.logical, [self._key(m) for m in unique])
+        t = self._now(now)
+        out: dict[str, CacheEntry] = {}
+        for r in raw:
+            item = from_item(r)
+            if not self._alive(item, t):
+                continue
+            out[str(item["matchId"])] = CacheEntry(
+                match_id=str(item["matchId"]),
+                epoch=int(item.get("feedEpoch", 0)),
+                seq=int(item.get("feedSeq", 0)),
+                fetched_at=float(item.get("fetchedAt", 0.0)),
+                source=str(item.get("source", "livescores")),
+                in_livescores=bool(item.get("inLivescores", True)),
+                item=item,
+            )
+        return out

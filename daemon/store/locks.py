@@ -13,7 +13,10 @@ Reading of the data model: its conditions name ``lockId`` and ``holder``, but th
 One addition to acquire: ``OR owner = :owner``. botocore retries a PutItem whose response was lost; the
 retry would then fail its own condition and report "held by another instance" for a lock we hold. With
 the owner clause an acquire is idempotent for its owner (it simply renews the lease). Owners must
-therefore be unique per process (an instance id), never shared between instances.
+therefore be unique per process, never shared: ``owner_identity`` makes one from the configured instance id
+(kept for people: logs, ``status``) and a random per-process nonce, so a restarted process, or two processes
+started from one configuration by mistake, never take each other's lease (or ``active-matches`` fence) as
+their own.
 
 Clock skew: ``expiresAt`` is written with the *writer's* clock and compared with the *acquirer's* clock.
 If the acquirer's clock runs ``d`` seconds ahead, it can take a lock ``d`` seconds before the holder's
@@ -21,15 +24,38 @@ lease really ends. Safety therefore assumes NTP-synchronised hosts with skew muc
 and holders renew well before expiry (the match actor renews at a fraction of the lease and stops pushing
 as soon as a renewal fails or its own clock passes ``expiresAt``). Writes made under the lock are fenced
 by ``ownerEpoch`` in ``active-matches``, which does not depend on clocks at all.
+
+Region-wide leases (``feed:{region}``, ``job:{name}:{region}``) carry their fencing token on the lock item
+itself: ``epoch``, incremented by every acquisition (``acquire_fenced``), kept across expiry (only
+DynamoDB's TTL deletion, long after the lease ran out, resets it). What such a lease protects is written in
+one transaction with ``lease_condition``: a ConditionCheck that the lock still names this owner and epoch
+and has not run out by the writer's clock, so a holder paused past its lease writes nothing once it wakes.
 """
 
 from __future__ import annotations
 
+import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from daemon.store.base import Repository
-from daemon.store.codec import to_attr
+from daemon.store.codec import from_item, to_attr
 from daemon.store.tables import LOCKS
+
+OWNER_SEPARATOR = "#"  # not allowed in a configured instance id, so the split below is unambiguous
+
+
+def owner_identity(instance_id: str, nonce: str | None = None) -> str:
+    """The owner this process writes on locks and ``active-matches``: ``{instance_id}#{nonce}``, the nonce
+    random per process (48 bits) unless given."""
+    if not instance_id or OWNER_SEPARATOR in instance_id:
+        raise ValueError(f"instance_id: {instance_id!r} must be non-empty and free of {OWNER_SEPARATOR!r}")
+    return f"{instance_id}{OWNER_SEPARATOR}{nonce or secrets.token_hex(6)}"
+
+
+def instance_of(owner: str) -> str:
+    """The configured instance id inside an owner identity (the owner itself when it carries no nonce)."""
+    return owner.split(OWNER_SEPARATOR, 1)[0]
 
 
 def match_lock_key(match_id: str) -> str:
@@ -40,6 +66,41 @@ def match_lock_key(match_id: str) -> str:
 def prematch_lock_key(match_id: str) -> str:
     """The lock under which one instance at a time works through a match's prematch notifications."""
     return f"prematch:{match_id}"
+
+
+def feed_lock_key(region: str) -> str:
+    """The lease of the region's SportMonks feed leader."""
+    return f"feed:{region}"
+
+
+def job_lock_key(name: str, region: str) -> str:
+    """The lease under which one instance of the region runs the job ``name``."""
+    return f"job:{name}:{region}"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A region-wide lease as acquired or renewed: the fencing token is ``epoch``."""
+
+    key: str
+    owner: str
+    epoch: int
+    expires_at: float  # epoch seconds, the writer's clock
+
+
+def lease_is_free(item: dict[str, Any] | None, now: float) -> bool:
+    """Whether anyone may take the lease described by ``item`` at ``now`` (the acquire condition)."""
+    return item is None or float(item.get("expiresAt", 0)) < now
+
+
+def lease_holds(item: dict[str, Any] | None, lease: Lease, now: float) -> bool:
+    """Whether a write fenced on ``lease`` is allowed at ``now`` (what ``lease_condition`` checks)."""
+    return (
+        item is not None
+        and item.get("owner") == lease.owner
+        and int(item.get("epoch", 0)) == lease.epoch
+        and float(item.get("expiresAt", 0)) > now
+    )
 
 
 class LockRepository(Repository):
@@ -90,3 +151,109 @@ class LockRepository(Repository):
     async def get(self, lock_key: str, *, now: float | None = None) -> dict[str, Any] | None:
         """The lock item (strongly consistent), or None when there is none or its lease has run out."""
         return await self._get(lock_key, consistent=True, now=now)
+
+    # --- fenced region-wide leases -------------------------------------------------------------------------
+
+    async def acquire_fenced(
+        self, lock_key: str, owner: str, lease_s: float, *, now: float | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> tuple[Lease | None, dict[str, Any] | None]:
+        """Take the lease if it is free or run out, with a new epoch. Returns (the lease, the lock item as
+        written: what the last holder left on it survives) on success, else (None, the lock item as it
+        stands) so a follower learns who leads without a second call.
+
+        A lost-response retry of our own successful acquire fails the condition and finds the lock ours:
+        that is reported as success with the epoch the lock holds, never as a second bump."""
+        t = self._now(now)
+        if not owner:
+            raise ValueError("owner: must be a non-empty string")
+        if lease_s <= 0:
+            raise ValueError(f"lease_s: must be positive, got {lease_s!r}")
+        names = {"#k": "lockKey", "#exp": "expiresAt", "#owner": "owner", "#acq": "acquiredAt", "#ep": "epoch"}
+        values: dict[str, Any] = {
+            ":now": to_attr(t), ":owner": to_attr(owner), ":exp": to_attr(t + lease_s), ":one": to_attr(1),
+        }
+        sets = ["#owner = :owner", "#exp = :exp", "#acq = :now"]
+        for i, (name, value) in enumerate((fields or {}).items()):
+            names[f"#f{i}"] = name
+            values[f":f{i}"] = to_attr(value, name)
+            sets.append(f"#f{i} = :f{i}")
+        resp = await self._update(
+            self._key(lock_key),
+            {
+                "UpdateExpression": "SET " + ", ".join(sets) + " ADD #ep :one",
+                "ConditionExpression": "attribute_not_exists(#k) OR #exp < :now",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+                "ReturnValues": "ALL_NEW",
+            },
+        )
+        if resp is not None:
+            item = from_item(resp["Attributes"])
+            return Lease(lock_key, owner, int(item["epoch"]), float(item["expiresAt"])), item
+        current = await self._get(lock_key, consistent=True, now=t)
+        if current is not None and current.get("owner") == owner:
+            return Lease(lock_key, owner, int(current.get("epoch", 0)), float(current["expiresAt"])), current
+        return None, current
+
+    async def extend_fenced(
+        self, lease: Lease, lease_s: float, *, now: float | None = None, fields: dict[str, Any] | None = None
+    ) -> Lease | None:
+        """Renew ``lease`` to ``now + lease_s`` (and set ``fields`` on the lock item: a leader's heartbeat);
+        None when the lock has another owner or epoch (the lease is lost)."""
+        t = self._now(now)
+        if lease_s <= 0:
+            raise ValueError(f"lease_s: must be positive, got {lease_s!r}")
+        names = {"#exp": "expiresAt", "#owner": "owner", "#ep": "epoch"}
+        values: dict[str, Any] = {
+            ":exp": to_attr(t + lease_s), ":owner": to_attr(lease.owner), ":ep": to_attr(lease.epoch),
+        }
+        sets = ["#exp = :exp"]
+        for i, (name, value) in enumerate((fields or {}).items()):
+            names[f"#f{i}"] = name
+            values[f":f{i}"] = to_attr(value, name)
+            sets.append(f"#f{i} = :f{i}")
+        resp = await self._update(
+            self._key(lease.key),
+            {
+                "UpdateExpression": "SET " + ", ".join(sets),
+                "ConditionExpression": "#owner = :owner AND #ep = :ep",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            },
+        )
+        return None if resp is None else Lease(lease.key, lease.owner, lease.epoch, t + lease_s)
+
+    async def release_fenced(self, lease: Lease) -> bool:
+        """Give the lease up at once (``expiresAt = 0``) but keep the item, so the next holder's epoch is
+        still higher. False when it was no longer ours."""
+        resp = await self._update(
+            self._key(lease.key),
+            {
+                "UpdateExpression": "SET #exp = :zero",
+                "ConditionExpression": "#owner = :owner AND #ep = :ep",
+                "ExpressionAttributeNames": {"#exp": "expiresAt", "#owner": "owner", "#ep": "epoch"},
+                "ExpressionAttributeValues": {
+                    ":zero": to_attr(0), ":owner": to_attr(lease.owner), ":ep": to_attr(lease.epoch),
+                },
+            },
+        )
+        return resp is not None
+
+    async def read(self, lock_key: str) -> dict[str, Any] | None:
+        """The lock item whether or not its lease has run out (strongly consistent): who led last."""
+        return await self._get(lock_key, consistent=True, now=float("-inf"))
+
+    def lease_condition(self, lease: Lease, *, now: float | None = None) -> dict[str, Any]:
+        """A TransactWriteItems ConditionCheck: ``lease`` still holds (owner, epoch, not run out at ``now``)."""
+        return {
+            "ConditionCheck": {
+                "TableName": self.dynamo.table(self.logical),
+                "Key": self._key(lease.key),
+                "ConditionExpression": "#owner = :owner AND #ep = :ep AND #exp > :now",
+                "ExpressionAttributeNames": {"#owner": "owner", "#ep": "epoch", "#exp": "expiresAt"},
+                "ExpressionAttributeValues": {
+                    ":owner": to_attr(lease.owner), ":ep": to_attr(lease.epoch), ":now": to_attr(self._now(now)),
+                },
+            }
+        }

@@ -527,7 +527,8 @@ class RecordingCache:
         self.fail = fail
 
     async def put_single_fixture(self, match_id: str, raw_fixture: Any, *, league_id: str | None,
-                                 starting_at: str | None, ttl_s: float) -> None:
+                                 starting_at: str | None, ttl_s: float, fetched_at: float | None = None,
+                                 source: str = "livescores", in_livescores: bool = True) -> None:
         await trio.lowlevel.checkpoint()
         if self.fail(match_id):
             raise RuntimeError("dynamodb is down")

@@ -11,15 +11,15 @@ import h2.settings
 import pytest
 from hyperframe.frame import DataFrame, HeadersFrame, PingFrame, PriorityFrame
 
-from daemon.apns.server import _LeanH2Connection
+from daemon.apns.server import LeanH2Connection
 
 REQUEST = [(":method", "POST"), (":path", "/3/device/abcd"), (":scheme", "https"), (":authority", "localhost")]
 
 
-def pair(settings: dict[int, int] | None = None) -> tuple[h2.connection.H2Connection, _LeanH2Connection, list]:
+def pair(settings: dict[int, int] | None = None) -> tuple[h2.connection.H2Connection, LeanH2Connection, list]:
     """An h2 client and a lean server, SETTINGS exchanged; returns them and the server's events so far."""
     client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    server = _LeanH2Connection()
+    server = LeanH2Connection()
     values = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 10, **(settings or {})}
     server.local_settings = h2.settings.Settings(client=False, initial_values=values)
     server.initiate_connection()
@@ -125,7 +125,7 @@ def test_malformed_traffic_is_a_protocol_error(raw, error):
 
 
 def test_bad_preface_is_refused():
-    server = _LeanH2Connection()
+    server = LeanH2Connection()
     with pytest.raises(h2.exceptions.ProtocolError):
         server.receive_data(b"GET / HTTP/1.1\r\n\r\n")
 

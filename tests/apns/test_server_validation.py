@@ -309,9 +309,9 @@ class TestResponseEncoder:
     def test_blocks_decode_with_a_standard_hpack_decoder_and_leave_its_table_empty(self):
         import hpack
 
-        from daemon.apns.server import _ResponseEncoder
+        from daemon.apns.server import ResponseEncoder
 
-        encoder, decoder = _ResponseEncoder(), hpack.Decoder()
+        encoder, decoder = ResponseEncoder(), hpack.Decoder()
         answers = [
             [(b":status", b"200"), (b"apns-id", b"6f1c5f43-0d3e-4c77-a1a8-000000000001"),
              (b"apns-unique-id", b"6f1c5f43-0d3e-4c77-a1a8-000000000002")],
@@ -326,9 +326,9 @@ class TestResponseEncoder:
     def test_table_size_change_is_signalled_in_the_next_block(self):
         import hpack
 
-        from daemon.apns.server import _ResponseEncoder
+        from daemon.apns.server import ResponseEncoder
 
-        encoder, decoder = _ResponseEncoder(), hpack.Decoder()
+        encoder, decoder = ResponseEncoder(), hpack.Decoder()
         encoder.header_table_size = 0
         decoder.max_allowed_table_size = 0
         headers = [(b":status", b"200"), (b"apns-id", b"abc")]
@@ -341,9 +341,9 @@ class TestResponseEncoder:
 def test_generated_apns_ids_are_unique_canonical_uuids():
     import re
 
-    from daemon.apns.server import _ApnsIds
+    from daemon.apns.server import ApnsIds
 
-    ids = _ApnsIds()
+    ids = ApnsIds()
     values = [ids.next() for _ in range(1000)]
     assert len(set(values)) == 1000
     assert all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-a[0-9a-f]{3}-[0-9a-f]{12}", v) for v in values)

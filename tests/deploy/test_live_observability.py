@@ -205,7 +205,7 @@ def live() -> Iterator[Live]:
         def ready() -> bool:
             try:
                 with urllib.request.urlopen(f"{state.prometheus_url}/-/ready", timeout=2) as resp:
-                    return resp.status == 200
+                    return bool(resp.status == 200)
             except OSError:
                 return False
 
@@ -271,7 +271,8 @@ def test_every_dashboard_panel_evaluates_in_prometheus_and_the_live_ones_have_da
 
 def test_every_rule_evaluates_without_error_and_no_alert_fires_on_a_healthy_match(live: Live) -> None:
     rules = yaml.safe_load(RULES.read_text())["groups"]
-    records, alerts = [], []
+    records: list[str] = []
+    alerts: list[str] = []
     for group in rules:
         for rule in group["rules"]:
             live.series(rule["expr"])  # parses and evaluates through the HTTP API

@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from daemon.replay.synth import synthesise
+from daemon.store.locks import instance_of
 from tests.harness.cluster import Cluster, record_kid
 
 pytestmark = pytest.mark.slow
@@ -184,7 +185,7 @@ async def test_a_paused_instance_pushes_nothing_after_waking(tmp_path: Path, mot
             with trio.fail_after(120):
                 while True:
                     item = await cluster.repos.active_matches.get_active_match_state(match_id)
-                    if item and item.get("instanceId") != paused.instance_id:
+                    if item and instance_of(str(item.get("instanceId"))) != paused.instance_id:
                         break
                     await trio.sleep(0.2)
             await trio.sleep(2.0)
@@ -197,9 +198,9 @@ async def test_a_paused_instance_pushes_nothing_after_waking(tmp_path: Path, mot
             ]
             assert not late, f"the paused instance pushed {len(late)} times after waking"
             item = await cluster.repos.active_matches.get_active_match_state(match_id)
-            assert item is not None and item["instanceId"] != paused.instance_id
+            assert item is not None and instance_of(item["instanceId"]) != paused.instance_id
             lock = await cluster.repos.locks.get(f"match:{match_id}")
-            assert lock is None or lock["owner"] != paused.instance_id
+            assert lock is None or instance_of(lock["owner"]) != paused.instance_id
             assert stopped_at < woke_at
         finally:
             await cluster.stop_all()
@@ -227,12 +228,12 @@ async def test_sigterm_releases_every_lock_at_once_and_the_match_continues_elsew
                     await trio.sleep(0.05)
             assert owner.proc.returncode == 0
             lock = await cluster.repos.locks.get(f"match:{match_id}")
-            assert lock is None or lock["owner"] != owner.instance_id, "SIGTERM left the lock held"
+            assert lock is None or instance_of(lock["owner"]) != owner.instance_id, "SIGTERM left the lock held"
             # the other instance takes the match long before the 30 s lease could have run out
             with trio.fail_after(25):
                 while True:
                     item = await cluster.repos.active_matches.get_active_match_state(match_id)
-                    if item and item["instanceId"] == cluster.instances[1].instance_id:
+                    if item and instance_of(item["instanceId"]) == cluster.instances[1].instance_id:
                         break
                     await trio.sleep(0.2)
             assert await cluster.wait_all_ended(240)

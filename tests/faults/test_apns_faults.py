@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import trio
 
-from tests.harness.fault_rig import SECOND_KEY_ID, FaultRig
 from tests.faults.checks import assert_nothing_lost, first_updates
+from tests.harness.fault_rig import SECOND_KEY_ID, FaultRig
 
 pytestmark = pytest.mark.slow
 
@@ -191,5 +191,5 @@ async def test_an_owner_stopped_before_its_first_display_went_out_leaves_a_basel
                     await rig.stop_daemon()
                 nursery.cancel_scope.cancel()
         item = await rig.match_item()
-        assert item is not None and item["instanceId"] == "fault-i2" and int(item["ownerEpoch"]) == 2
+        assert item is not None and item["instanceId"] == rig.daemon.owner_id and int(item["ownerEpoch"]) == 2
         assert {rig.record_kid(r) for r in rig.apns.records if r["status"] == 200} == {SECOND_KEY_ID}

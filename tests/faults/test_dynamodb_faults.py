@@ -15,9 +15,10 @@ import pytest
 import trio
 
 from daemon import metrics
+from daemon.store.locks import instance_of
+from tests.faults.checks import assert_nothing_lost, first_updates
 from tests.harness.dynamo_throttle import DynamoThrottle
 from tests.harness.fault_rig import KEY_ID, SECOND_KEY_ID, FaultRig, aps
-from tests.faults.checks import assert_nothing_lost, first_updates
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,7 @@ async def test_intermittent_throttling_is_absorbed_by_botocore_retries(make_rig:
         item = await rig.match_item()
         # A renewal that botocore retries with backoff may outlast the short test lease; then the same
         # instance takes the match back (a new epoch) and carries on, as the checks above showed.
-        assert item is not None and item["instanceId"] == rig.daemon.instance_id
+        assert item is not None and item["instanceId"] == rig.daemon.owner_id
 
 
 async def test_throttling_past_the_retry_budget_and_the_lease_then_the_owner_resumes_without_a_gap(
@@ -61,7 +62,7 @@ async def test_throttling_past_the_retry_budget_and_the_lease_then_the_owner_res
         await assert_nothing_lost(rig)
         item = await rig.match_item()
         assert item is not None and int(item["ownerEpoch"]) >= 2, "the same instance took the match back"
-        assert item["instanceId"] == rig.daemon.instance_id
+        assert item["instanceId"] == rig.daemon.owner_id
 
 
 async def test_a_slow_and_resetting_link_to_dynamodb_loses_nothing(make_rig: Any) -> None:
@@ -92,7 +93,7 @@ async def test_dynamodb_unreachable_past_a_lease_the_owner_stops_and_another_ins
 
                 async def owner() -> str | None:
                     item = await rig.match_item()
-                    return None if item is None else str(item.get("instanceId"))
+                    return None if item is None else instance_of(str(item.get("instanceId")))
 
                 with trio.fail_after(60):
                     while await owner() != "fault-i2":
@@ -139,5 +140,5 @@ def _check_one_owner_at_a_time(rig: FaultRig, item: dict[str, Any]) -> None:
     epochs = int(item["ownerEpoch"])
     assert len(runs) <= epochs, f"pushes from interleaved owners: {runs} in {epochs} epochs"
     assert SECOND_KEY_ID in runs, f"the second instance never pushed: {runs}"
-    final_key = {"fault-i1": KEY_ID, "fault-i2": SECOND_KEY_ID}[str(item["instanceId"])]
+    final_key = {"fault-i1": KEY_ID, "fault-i2": SECOND_KEY_ID}[instance_of(str(item["instanceId"]))]
     assert runs[-1] == final_key, f"the last pushes {runs} are not the final owner's ({item['instanceId']})"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from typing import Any
 
 import trio
 
+from daemon.seed import SeededMatch, seed_match
 from daemon.store.local import die_with_parent
 
 TEAM_ID = "CLUSTER001"
@@ -65,13 +65,6 @@ class Instance:
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
-
-
-@dataclass
-class SeededMatch:
-    match_id: str
-    league_id: str
-    tokens: dict[str, str]  # update token -> visitor key
 
 
 class Cluster:
@@ -183,54 +176,13 @@ class Cluster:
         return self.start_delay_wall_s + i * self.stagger_wall_s
 
     async def seed(self) -> None:
-        repos = self.repos
+        """Each tape's match, starting at its offset, with ``followers_per_match`` running sessions."""
         for i, tape in enumerate(self.tapes):
-            match_id = str(tape.fixture_id)
-            starts = time.time() + self._start_offset_s(i)
-            league = str(tape.league_id)
-            await repos.leagues.put_league({"leagueId": league, "name": "Cluster", "code": "CL", "active": True})
-            await repos.fixtures.batch_write_fixtures(
-                [
-                    {
-                        "matchId": match_id,
-                        "leagueId": league,
-                        "leagueCode": "CL",
-                        "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(starts)),
-                        "status": "NS",
-                        "localteamId": str(tape.localteam.id),
-                        "visitorteamId": str(tape.visitorteam.id),
-                        "live": False,
-                    }
-                ]
+            seeded = await seed_match(
+                self.repos, tape, starts_at=time.time() + self._start_offset_s(i),
+                followers=self.followers_per_match, league_name="Cluster", league_code="CL", sessions=True,
             )
-            tokens: dict[str, str] = {}
-            expires = int(time.time()) + 48 * 3600
-            follows: list[dict[str, Any]] = []
-            sessions: list[dict[str, Any]] = []
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            for i in range(self.followers_per_match):
-                user = f"u{match_id}-{i:06d}"
-                team = str(tape.localteam.id if i % 2 == 0 else tape.visitorteam.id)
-                token = secrets.token_hex(32)
-                follows.append(
-                    {"matchId": match_id, "userId": user, "teamId": team, "expiresAt": expires, "createdAt": now}
-                )
-                sessions.append(
-                    {
-                        "matchId": match_id,
-                        "visitorKey": f"{user}#d{i}",
-                        "userId": user,
-                        "deviceId": f"d{i}",
-                        "updateToken": token,
-                        "status": "active",
-                        "sessionStartedAt": now,
-                    }
-                )
-                tokens[token] = f"{user}#d{i}"
-            # BatchWriteItem, 25 a call: seeding 200,000 sessions one UpdateItem at a time would take an hour
-            await repos.follows.import_items(follows)
-            await repos.live_activities.import_items(sessions)
-            self.matches[match_id] = SeededMatch(match_id, league, tokens)
+            self.matches[seeded.match_id] = seeded
 
     # ------------------------------------------------------------------ instances
     def _config(self, instance_id: str, kid: str) -> dict[str, dict[str, Any]]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from daemon.seed import seed_match
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.lazy_proxy import LazyFaultProxy
 
@@ -74,6 +75,9 @@ class RigOptions:
     # the APNs server answers every push with this 5xx status from the start, before the daemon's first
     # push (0: no storm); lift it with ``rig.apns.reset()``
     apns_storm_at_start: int = 0
+    # followers with a device that has a push-to-start token but no Live Activity session: the match's owner
+    # sends them a push-to-start (``start_tokens``)
+    start_followers: int = 0
     # per-section config overrides, merged over the rig's defaults (e.g. {"sportmonks": {"timeout_s": 1}})
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -88,6 +92,7 @@ class FaultRig:
         self.options = options
         self.proxies: dict[str, FaultProxy] = {}
         self.tokens: dict[str, str] = {}  # update token -> visitor key
+        self.start_tokens: dict[str, str] = {}  # push-to-start token -> user id
         self.deliveries: list[Any] = []
         self.apns: Any = None
         self.replay: Any = None
@@ -149,8 +154,17 @@ class FaultRig:
     def start_match(self) -> None:
         self.replay.add_tape(self.tape)
 
-    def config(self, instance_id: str = "fault-i1", *, key_id: str = KEY_ID, dynamo_direct: bool = False) -> Any:
-        """The daemon's configuration: every peer through its proxy (DynamoDB directly with ``dynamo_direct``)."""
+    def config(
+        self,
+        instance_id: str = "fault-i1",
+        *,
+        key_id: str = KEY_ID,
+        dynamo_direct: bool = False,
+        apns_direct: bool = False,
+        admin_name: str | None = None,
+    ) -> Any:
+        """The daemon's configuration: every peer through its proxy (DynamoDB directly with ``dynamo_direct``,
+        APNs with ``apns_direct``); the admin socket is named after ``admin_name`` (default: the instance id)."""
         from daemon.demo import demo_config
 
         opts = self.options
@@ -165,12 +179,12 @@ class FaultRig:
         return demo_config(
             dynamo_url=self.moto_url if dynamo_direct else f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
             replay_url=f"http://127.0.0.1:{self.proxies['sportmonks'].port}",
-            apns_url=f"https://127.0.0.1:{self.proxies['apns'].port}",
+            apns_url=self.apns.url if apns_direct else f"https://127.0.0.1:{self.proxies['apns'].port}",
             ca_file=self.apns.ca_file,
             private_key=self._keys[key_id].private_pem,
             league_id=str(self.tape.league_id),
             cadence_s=opts.cadence_s,
-            admin_socket=str(self.workdir / f"{instance_id}.sock"),
+            admin_socket=str(self.workdir / f"{admin_name or instance_id}.sock"),
             instance_id=instance_id,
             table_prefix=self.prefix,
             lease_s=opts.lease_s,
@@ -183,13 +197,27 @@ class FaultRig:
         *,
         key_id: str = KEY_ID,
         dynamo_direct: bool = False,
+        apns_direct: bool = False,
+        admin_name: str | None = None,
         on_delivery: Callable[[Any], None] | None = None,
     ) -> Any:
         """A daemon on this rig's peers (not started: ``await nursery.start(daemon.run)``)."""
         from daemon.run import Daemon
 
-        config = self.config(instance_id, key_id=key_id, dynamo_direct=dynamo_direct)
+        config = self.config(
+            instance_id, key_id=key_id, dynamo_direct=dynamo_direct, apns_direct=apns_direct, admin_name=admin_name
+        )
         return Daemon(config, on_delivery=on_delivery or self.deliveries.append, with_jobs=False)
+
+    def sever(self) -> None:
+        """Cut whatever talks through the proxies off from DynamoDB and APNs at once, as ``kill -9`` would: the
+        requests already delivered are answered into the void, nothing more leaves, nothing comes back. Call
+        it from ``apns.on_answer`` to stop an owner at an exact request; its successor must then be a daemon
+        with ``dynamo_direct`` and ``apns_direct``."""
+        for name in ("dynamodb", "apns"):
+            proxy = self.proxies[name]
+            proxy.set(blackhole=True, refuse=True)
+            proxy.reset()
 
     async def stop_daemon(self, daemon: Any | None = None, *, timeout: float = 20.0) -> None:
         daemon = daemon or self.daemon
@@ -198,51 +226,26 @@ class FaultRig:
             await daemon.finished.wait()
 
     async def seed(self) -> None:
+        """The match, starting after ``start_delay_wall_s``, with ``followers`` running sessions."""
+        seeded = await seed_match(
+            self.repos, self.tape, starts_at=time.time() + self.options.start_delay_wall_s,
+            followers=self.options.followers, league_name="Faults", league_code="FLT", sessions=True,
+        )
+        self.tokens.update(seeded.tokens)
+        await self._seed_start_followers()
+
+    async def _seed_start_followers(self) -> None:
+        """``start_followers`` followers with a push-to-start token and no session (``start_tokens``)."""
         import secrets
 
-        tape, repos, match_id = self.tape, self.repos, self.match_id
-        league = str(tape.league_id)
-        await repos.leagues.put_league({"leagueId": league, "name": "Faults", "code": "FLT", "active": True})
-        await repos.fixtures.batch_write_fixtures(
-            [
-                {
-                    "matchId": match_id,
-                    "leagueId": league,
-                    "leagueCode": "FLT",
-                    "startTime": time.strftime(
-                        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + self.options.start_delay_wall_s)
-                    ),
-                    "status": "NS",
-                    "localteamId": str(tape.localteam.id),
-                    "visitorteamId": str(tape.visitorteam.id),
-                    "live": False,
-                }
-            ]
-        )
+        match_id, team = self.match_id, str(self.tape.localteam.id)
         expires = int(time.time()) + 48 * 3600
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        follows: list[dict[str, Any]] = []
-        sessions: list[dict[str, Any]] = []
-        for i in range(self.options.followers):
-            user = f"u{match_id}-{i:04d}"
-            team = str(tape.localteam.id if i % 2 == 0 else tape.visitorteam.id)
+        for i in range(self.options.start_followers):
+            user = f"u{match_id}-s{i:04d}"
             token = secrets.token_hex(32)
-            visitor = f"{user}#d{i}"
-            follows.append({"matchId": match_id, "userId": user, "teamId": team, "expiresAt": expires, "createdAt": now})
-            sessions.append(
-                {
-                    "matchId": match_id,
-                    "visitorKey": visitor,
-                    "userId": user,
-                    "deviceId": f"d{i}",
-                    "updateToken": token,
-                    "status": "active",
-                    "sessionStartedAt": now,
-                }
-            )
-            self.tokens[token] = visitor
-        await repos.follows.import_items(follows)
-        await repos.live_activities.import_items(sessions)
+            await self.repos.follows.follow_match(match_id, user, team, expires)
+            await self.repos.devices.register_device(user, secrets.token_hex(32), push_to_start_token=token)
+            self.start_tokens[token] = user
 
     def close(self) -> None:
         if self._dynamo is not None:

@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from actors.jobs.convert import fixture_item
+from daemon import seed
 from daemon.apns.types import Push, PushResult
 from tests.jobs.fake_sportmonks import make_fixture
 
@@ -42,14 +43,9 @@ class Clock:
 
 
 async def seed_reference(repos: Any) -> None:
-    await repos.leagues.put_league(
-        {"leagueId": "3", "name": "Twenty20 International", "code": "T20I", "active": True}
-    )
-    await repos.teams.batch_write_teams(
-        [
-            {"teamId": "1", "name": "Pakistan", "code": "PAK"},
-            {"teamId": "39", "name": "Sri Lanka", "code": "SL"},
-        ]
+    await seed.seed_reference(
+        repos, league_id="3", league_name="Twenty20 International", league_code="T20I",
+        teams=[("1", "Pakistan", "PAK", None), ("39", "Sri Lanka", "SL", None)],
     )
 
 
@@ -60,13 +56,16 @@ async def put_fixture(repos: Any, match_id: int, start: float, **kwargs: Any) ->
 
 
 async def follow(repos: Any, match_id: int, user: str, *, start: float, team_id: str | None = "1") -> None:
-    await repos.follows.follow_match(str(match_id), user, team_id, start + 48 * 3600)
+    await seed.seed_followers(
+        repos, str(match_id), [seed.Follower(user, team_id, "d0")], expires_at=start + seed.FOLLOW_TTL_S
+    )
 
 
 async def register(repos: Any, user: str, *, push_to_start: bool = True) -> None:
-    await repos.devices.register_device(
-        user, token(user), push_to_start_token=token(user, "start") if push_to_start else None
+    device = seed.Follower(
+        user, None, "d0", device_token=token(user), push_to_start_token=token(user, "start") if push_to_start else None
     )
+    await seed.seed_devices(repos, [device])
 
 
 @dataclass

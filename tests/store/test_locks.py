@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
+import pytest
 import trio
 
 from daemon.store import Dynamo, DynamoSettings, LockRepository, Repositories, match_lock_key
@@ -98,3 +100,24 @@ async def test_sixteen_clients_racing_for_one_lock_have_exactly_one_winner_each_
         previous = winner
     for c in clients:
         c.close()
+
+
+def test_an_owner_identity_keeps_the_configured_id_for_people_and_is_unique_per_process() -> None:
+    from daemon.store.locks import instance_of, owner_identity
+
+    a, b = owner_identity("sightscreen-eu-1"), owner_identity("sightscreen-eu-1")
+    assert a != b and instance_of(a) == instance_of(b) == "sightscreen-eu-1"
+    assert owner_identity("i1", "abc") == "i1#abc" and instance_of("legacy-owner") == "legacy-owner"
+    with pytest.raises(ValueError):
+        owner_identity("bad#id")
+
+
+async def test_two_processes_from_one_configuration_never_share_a_lease(repos: Any) -> None:
+    from daemon.store.locks import owner_identity
+
+    first, restarted = owner_identity("sightscreen-eu-1"), owner_identity("sightscreen-eu-1")
+    assert await repos.locks.acquire("match:9", first, 30.0)
+    assert not await repos.locks.acquire("match:9", restarted, 30.0), "not the same owner: refused"
+    assert not await repos.locks.extend("match:9", restarted, 30.0)
+    assert not await repos.locks.release("match:9", restarted)
+    assert (await repos.locks.get("match:9") or {})["owner"] == first

@@ -265,6 +265,26 @@ async def test_request_deadline_fires_and_the_push_is_retried(
     assert harness.sender.stats()["retries"] == 1
 
 
+async def test_a_request_that_may_have_been_delivered_is_re_sent_with_its_resend_payload(
+    start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
+) -> None:
+    server = await start_apns_server()
+    harness = await start_sender(server, request_timeout_s=0.3)
+    await harness.send_all([la_push(0)])
+    loud = json.loads(payload(1))
+    loud["aps"]["alert"] = {"title": "WICKET!", "body": "29/2", "sound": "default"}
+    push = la_push(1, payload=json.dumps(loud).encode(), collapse_id="500:wicket:S1:914",
+                   resend_payload=payload(1))
+    server.delay(30.0, count=1)  # its first request hangs past the deadline: APNs may have delivered it
+    (result,) = await harness.send_all([push])
+    assert (result.outcome, result.attempts) == ("accepted", 2)
+    assert result.push.payload == push.payload, "the result names the push as its producer made it"
+    (accepted,) = [r for r in server.records if r["token"] == push.token and r["status"] == 200]
+    assert "alert" not in accepted["payload"]["aps"], "the re-send does not show the alert again"
+    assert accepted["payload"]["aps"]["timestamp"] == loud["aps"]["timestamp"]
+    assert "apns-collapse-id" not in accepted["headers"]
+
+
 async def test_deadline_on_every_attempt_ends_in_failed(
     start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
 ) -> None:

@@ -93,7 +93,7 @@ def test_the_admin_socket_mode_is_at_most_0660(tmp_path: Path) -> None:
 def test_endpoint_budgets_refuse_negative_and_unknown_endpoints(tmp_path: Path) -> None:
     ok = load_config(write(tmp_path, "[sportmonks]\nendpoint_budgets = { fixtures = 1500, livescores = 0 }\n"), {})
     assert ok.sportmonks.endpoint_budgets == {"fixtures": 1500, "livescores": 0}
-    with pytest.raises(ConfigError, match="greater than or equal to 0"):
+    with pytest.raises(ConfigError, match=r"between 0 and 1000000 calls an hour for \['fixtures'\]"):
         load_config(write(tmp_path, "[sportmonks]\nendpoint_budgets = { fixtures = -5 }\n"), {})
     with pytest.raises(ConfigError, match=r"unknown endpoint\(s\) \['fixturez'\]"):
         load_config(write(tmp_path, "[sportmonks]\nendpoint_budgets = { fixturez = 100 }\n"), {})

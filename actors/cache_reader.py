@@ -1,0 +1,158 @@
+"""The cache reader: how an instance that does not lead the region's feed gets its matches' fixtures.
+
+One per instance. While another instance leads, it reads ``cricket-fixture-cache`` for every match this
+instance's match actors subscribe to, in **one BatchGetItem per read** whatever the number of matches, and
+hands each fixture whose change stamp (``feedEpoch``, ``feedSeq``) moved to the Feed's subscription
+(``FeedActor.offer_cached``), so a match actor sees the same ``FeedUpdate`` stream as on the leader, with
+the leader's ``fetched_at``. Only changed items are decoded (gunzip + JSON).
+
+When it reads: the leader writes once per cadence, so the reader aims just after the next write
+(``next_read_in``: newest fetch + cadence + a margin), and reads every half cadence while nothing new comes
+(the match is between balls, or the leader is late or changing). On the leader it only waits: the feed
+serves the subscribers in process.
+
+It also answers the orchestrator's and reconciler's ``livescores()`` on a follower, from the leader's
+summary item, refusing (``SportMonksError``) one that is older than the caller accepts plus two leases:
+then no leader has polled for that long and a stale list must not start or archive matches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from actors.feed import FeedUpdate
+from daemon.logs import get_logger
+from daemon.metrics import FIXTURE_CACHE_AGE
+from daemon.sportmonks.errors import SportMonksError
+from daemon.sportmonks.settings import FeedSettings
+
+log = get_logger("actors.cache_reader")
+
+READ_MARGIN_S = 0.25  # after the leader's expected write: its transaction takes a moment
+
+
+def next_read_in(cadence_s: float, newest_fetched_at: float | None, now_wall: float,
+                 margin_s: float = READ_MARGIN_S) -> float:
+    """Seconds to the next read: just after the leader's next write when the newest fixture is recent,
+    else half a cadence (never less than a tenth of one)."""
+    floor = cadence_s / 10
+    if newest_fetched_at is None:
+        return cadence_s / 2
+    behind = now_wall - newest_fetched_at
+    if behind < cadence_s + margin_s:
+        return max(floor, cadence_s + margin_s - behind)
+    return max(floor, cadence_s / 2)
+
+
+def reader_cadence(settings: FeedSettings, marquee: bool) -> float:
+    """The leader's polling period for what this instance follows."""
+    if marquee:
+        return min(settings.marquee_cadence_s, settings.livescores_cadence_s)
+    return settings.livescores_cadence_s
+
+
+class CacheReader:
+    def __init__(
+        self,
+        feed: Any,
+        repos: Any,
+        settings: FeedSettings,
+        *,
+        region: str,
+        stale_after_s: float,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._feed = feed
+        self._cache = repos.fixture_cache
+        self.settings = settings
+        self.region = region
+        self._stale_after_s = stale_after_s
+        self._wall = wall_clock
+        self.seen: dict[str, tuple[int, int]] = {}
+        self.newest_fetched_at: float | None = None
+        self.reads = 0
+        self.delivered = 0
+        self.errors = 0
+        self.last_read_at: float | None = None
+        self._summary: tuple[list[dict[str, Any]], float, float] | None = None  # (fixtures, fetchedAt, read at)
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            subs = self._feed.local_subscriptions()
+            cadence = reader_cadence(self.settings, any(subs.values()))
+            if self._feed.leading or not subs:
+                self.seen.clear()  # on taking over again later, deliver what the cache holds then
+                await trio.sleep(cadence / 2)
+                continue
+            await self.read_once(subs)
+            await trio.sleep(next_read_in(cadence, self.newest_fetched_at, self._wall()))
+
+    async def read_once(self, subs: dict[str, bool] | None = None) -> int:
+        """One BatchGetItem for every subscribed match; returns how many changed fixtures were handed on."""
+        subs = self._feed.local_subscriptions() if subs is None else subs
+        try:
+            entries = await self._cache.batch_get_entries(list(subs))
+        except Exception as exc:  # DynamoDB trouble: the match actors keep their last state; read again soon
+            self.errors += 1
+            log.warning("fixture_cache_read_failed", error=repr(exc), matches=len(subs))
+            return 0
+        self.reads += 1
+        now = self._wall()
+        self.last_read_at = now
+        handed = 0
+        for match_id, entry in entries.items():
+            if self.newest_fetched_at is None or entry.fetched_at > self.newest_fetched_at:
+                self.newest_fetched_at = entry.fetched_at
+            if self.seen.get(match_id) == entry.stamp:
+                continue
+            try:
+                fixture = entry.fixture()
+            except ValueError as exc:
+                log.warning("fixture_cache_item_unreadable", match_id=match_id, error=str(exc))
+                self.seen[match_id] = entry.stamp
+                continue
+            update = FeedUpdate(match_id, fixture, entry.fetched_at, entry.source, entry.in_livescores)
+            if self._feed.offer_cached(update):
+                FIXTURE_CACHE_AGE.observe(max(0.0, now - entry.fetched_at))
+                self.seen[match_id] = entry.stamp
+                self.delivered += 1
+                handed += 1
+        for gone in set(self.seen) - set(subs):
+            del self.seen[gone]
+        return handed
+
+    async def livescores(self, max_age_s: float) -> list[dict[str, Any]]:
+        """The leader's last ``/livescores`` in short (id, status, league, start), for a follower."""
+        now = self._wall()
+        cached = self._summary
+        if cached is None or now - cached[2] > min(max_age_s, self.settings.livescores_cadence_s):
+            got = await self._cache.get_livescores_summary(self.region)
+            if got is None:
+                raise SportMonksError(f"no feed leader has published /livescores for region {self.region!r}")
+            cached = self._summary = (got[0], got[1], now)
+        age = now - cached[1]
+        if age > max_age_s + self._stale_after_s:
+            raise SportMonksError(
+                f"the region's /livescores in the cache is {age:.0f} s old: no feed leader is polling"
+            )
+        return list(cached[0])
+
+    def describe(self) -> dict[str, Any]:
+        now = self._wall()
+        return {
+            "reads": self.reads,
+            "delivered": self.delivered,
+            "errors": self.errors,
+            "last_read_age_s": None if self.last_read_at is None else round(now - self.last_read_at, 3),
+            "newest_fixture_age_s": (
+                None if self.newest_fetched_at is None else round(now - self.newest_fetched_at, 3)
+            ),
+            "livescores_age_s": None if self._summary is None else round(now - self._summary[1], 3),
+            "stale_after_s": self._stale_after_s if math.isfinite(self._stale_after_s) else None,
+        }

@@ -1,0 +1,328 @@
+"""The region's feed leader: one instance at a time polls SportMonks for the whole region.
+
+``FeedLeadership`` contends for the lease ``feed:{region}`` in ``cricket-locks`` every ``renew_every_s``:
+an instance that takes it (a new ``epoch``, the fencing token) switches its ``FeedActor`` to polling
+(``set_leading(True)``), hands it every active match of the region (``active-matches``: the matches other
+instances own are polled for the cache only) and renews the lease, each renewal carrying a heartbeat
+(``lastPollAt``) and the region's SportMonks call record (``budget``: the budget is the region's, one counter
+kept by the leader and handed on with the lease). An instance that does not lead learns who does from the
+failed acquire (the lock item comes back with the refusal: no second call) and leaves its subscribers to
+``actors.cache_reader``.
+
+Stepping down: the leader stops polling as soon as a renewal is refused, or as soon as its own monotonic
+clock says the lease (less the clock-skew bound) ran out before a renewal succeeded, exactly as a match actor
+does. What it writes to ``cricket-fixture-cache`` goes through ``FencedFixtureCache``: each write is a
+transaction whose ConditionCheck says the lease still names this owner and epoch and has not run out by the
+writer's clock, so a leader paused past its lease (SIGSTOP, a long GC, a VM freeze) writes nothing on
+waking, even a write it had already prepared. When the leader dies, another instance takes the lease at
+its next attempt after the lease ran out: within one lease plus one renewal period.
+
+The decisions (when the lease is lost, what the region's call count is, which matches the leader polls) are
+the pure functions at the top; the actor is the shell that calls DynamoDB.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from daemon.logs import get_logger
+from daemon.metrics import FEED_LEADER, FEED_LEADER_CHANGES, SPORTMONKS_REGION_CALLS
+from daemon.store.caches import FencedPut, FenceLost
+from daemon.store.locks import Lease, feed_lock_key
+
+log = get_logger("actors.feed_leader")
+
+WINDOW_S = 3600.0
+
+
+# ------------------------------------------------------------------------------------------------ pure decisions
+
+
+def lease_deadline(sent_at: float, lease_s: float, clock_skew_bound_s: float) -> float:
+    """Until when (this process's monotonic clock) a lease renewed by a request sent at ``sent_at`` may be
+    relied on: counted from when the request left, less the skew bound between hosts' clocks."""
+    return sent_at + lease_s - clock_skew_bound_s
+
+
+def may_write(lease: Lease | None, lease_until: float, now: float) -> bool:
+    """Whether the leader may still write under ``lease`` at monotonic ``now`` (the local half of the fence;
+    the transaction's ConditionCheck is the other)."""
+    return lease is not None and now < lease_until
+
+
+def region_calls(record: Mapping[str, Sequence[Sequence[float]]], now_wall: float) -> dict[str, int]:
+    """Calls per endpoint in the hour before ``now_wall``, from a budget record (``CallBudget.export``)."""
+    return {
+        endpoint: int(sum(count for at, count in buckets if at > now_wall - WINDOW_S))
+        for endpoint, buckets in record.items()
+    }
+
+
+def parse_budget(item: Mapping[str, Any] | None) -> tuple[dict[str, list[list[float]]], float] | None:
+    """The budget record a leader left on the lock item, and when; None when there is none or it is unreadable
+    (a bad record is ignored: the next leader then counts from zero, logged)."""
+    if not item or not item.get("budget"):
+        return None
+    try:
+        record = json.loads(str(item["budget"]))
+        at = float(item.get("budgetAt", 0.0))
+    except (ValueError, TypeError):
+        log.warning("feed_budget_record_unreadable", lock=item.get("lockKey"))
+        return None
+    if not isinstance(record, dict):
+        return None
+    return record, at
+
+
+def wanted_matches(active: Iterable[Mapping[str, Any]], marquee_leagues: Collection[int | str]) -> dict[str, bool]:
+    """The region's matches the leader polls for: every active record, marquee by its league."""
+    marquee = {str(x) for x in marquee_leagues}
+    out: dict[str, bool] = {}
+    for item in active:
+        if item.get("status") == "active" and item.get("matchId"):
+            out[str(item["matchId"])] = str(item.get("leagueId", "")) in marquee
+    return out
+
+
+def leader_view(item: Mapping[str, Any] | None, me: str, now_wall: float) -> dict[str, Any]:
+    """Who leads, as the admin socket shows it, from the lock item."""
+    if not item:
+        return {"leader": None, "me": me, "leading": False}
+    expires = float(item.get("expiresAt", 0.0))
+    last_poll = item.get("lastPollAt")
+    budget = parse_budget(item)
+    return {
+        "leader": item.get("owner") if expires > now_wall else None,
+        "last_leader": item.get("owner"),
+        "epoch": item.get("epoch"),
+        "me": me,
+        "leading": item.get("owner") == me and expires > now_wall,
+        "lease_left_s": round(expires - now_wall, 3),
+        "leader_since": item.get("acquiredAt"),
+        "last_poll_age_s": None if last_poll is None else round(now_wall - float(last_poll), 3),
+        "region_calls_last_hour": region_calls(budget[0], now_wall) if budget else {},
+    }
+
+
+# ------------------------------------------------------------------------------------------------ the actor
+
+
+class FeedLeadership:
+    def __init__(
+        self,
+        *,
+        feed: Any,
+        repos: Any,
+        region: str,
+        instance_id: str,
+        lease_s: float,
+        renew_every_s: float,
+        clock_skew_bound_s: float,
+        marquee_leagues: Collection[int | str] = (),
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.feed = feed
+        self._repos = repos
+        self.region = region
+        self.key = feed_lock_key(region)
+        self.instance_id = instance_id
+        self.lease_s = lease_s
+        self.renew_every_s = renew_every_s
+        self.skew = clock_skew_bound_s
+        self._marquee = marquee_leagues
+        self._wall = wall_clock
+        self.lease: Lease | None = None
+        self.lease_until = -math.inf
+        self.last_seen: dict[str, Any] | None = None  # the lock item as last seen (a follower's view)
+        self.became_leader = 0
+        self.stepped_down = 0
+        self.last_poll_wall: float | None = None
+        self._kick = trio.Event()
+        self._last_attempt = -math.inf
+
+    @property
+    def leading(self) -> bool:
+        return may_write(self.lease, self.lease_until, trio.current_time())
+
+    def write_lease(self) -> Lease:
+        """The lease a cache write must carry; ``FenceLost`` when this instance may not write now."""
+        lease = self.lease
+        if lease is None or not may_write(lease, self.lease_until, trio.current_time()):
+            self.step_down("lease ran out before it was renewed" if lease is not None else None)
+            raise FenceLost("this instance does not lead the region's feed")
+        return lease
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self._attempt()  # a lone instance leads before the orchestrator's first cycle asks for livescores
+            if self.lease is not None:
+                await self._refresh_region_safely()
+            task_status.started()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._region_loop)
+                while True:
+                    # a renewal is due renew_every_s after the last one was sent, whatever it cost
+                    with trio.move_on_at(self._last_attempt + self.renew_every_s):
+                        await self._kick.wait()
+                    self._kick = trio.Event()
+                    await self._attempt()
+        finally:
+            was = self.lease
+            self.step_down("stopping" if was is not None else None)
+            if was is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(3):
+                    try:
+                        await self._repos.locks.release_fenced(was)
+                    except Exception as exc:  # noqa: BLE001 - it runs out on its own
+                        log.warning("feed_lease_release_failed", error=repr(exc))
+
+    async def _region_loop(self) -> None:
+        """While leading, the region's active matches every renewal period (apart from the renewals, so a
+        slow Scan never delays one)."""
+        while True:
+            await trio.sleep(self.renew_every_s)
+            if self.lease is not None:
+                await self._refresh_region_safely()
+
+    async def _refresh_region_safely(self) -> None:
+        try:
+            await self._refresh_region()
+        except Exception as exc:  # noqa: BLE001 - the last known set stays; next period tries again
+            log.warning("feed_region_matches_unavailable", error=repr(exc))
+
+    async def _attempt(self) -> None:
+        self._last_attempt = trio.current_time()
+        try:
+            if self.lease is None:
+                await self._acquire()
+            else:
+                await self._renew()
+        except Exception as exc:  # DynamoDB unreachable: keep leading until the local lease runs out
+            log.warning("feed_lease_attempt_failed", error=repr(exc), leading=self.lease is not None)
+            if self.lease is not None and not self.leading:
+                self.step_down("could not renew the lease before it ran out")
+
+    async def _acquire(self) -> None:
+        sent = trio.current_time()
+        lease, item = await self._repos.locks.acquire_fenced(self.key, self.instance_id, self.lease_s)
+        if lease is None:
+            self.last_seen = item
+            budget = parse_budget(item)
+            if budget is not None:
+                for endpoint, n in region_calls(budget[0], self._wall()).items():
+                    SPORTMONKS_REGION_CALLS.labels(endpoint).set(n)
+            return
+        self.lease, self.lease_until = lease, lease_deadline(sent, self.lease_s, self.skew)
+        budget = parse_budget(item)
+        if budget is not None:
+            record, at = budget
+            self.feed.client.budget.seed(record, to_wall=self._wall() - trio.current_time(), recorded_at=at)
+        self.became_leader += 1
+        FEED_LEADER.set(1)
+        FEED_LEADER_CHANGES.inc()
+        log.info("feed_leader", region=self.region, epoch=lease.epoch,
+                 previous=(item or {}).get("previousOwner"), budget_seeded=budget is not None)
+        self.feed.set_leading(True)
+
+    async def _renew(self) -> None:
+        assert self.lease is not None
+        remaining = self.lease_until - trio.current_time()
+        if remaining <= 0:
+            self.step_down("lease ran out before it was renewed")
+            return
+        budget = self.feed.client.budget
+        wall = self._wall()
+        fields: dict[str, Any] = {
+            "budget": json.dumps(budget.export(to_wall=wall - trio.current_time()), separators=(",", ":")),
+            "budgetAt": wall,
+            "previousOwner": self.instance_id,
+        }
+        if self.last_poll_wall is not None:
+            fields["lastPollAt"] = self.last_poll_wall
+        sent = trio.current_time()
+        with trio.fail_after(remaining):
+            renewed = await self._repos.locks.extend_fenced(self.lease, self.lease_s, fields=fields)
+        if renewed is None:
+            self.step_down("the lease was taken over")
+            return
+        self.lease, self.lease_until = renewed, lease_deadline(sent, self.lease_s, self.skew)
+        for endpoint, n in region_calls(budget.export(to_wall=wall - trio.current_time()), wall).items():
+            SPORTMONKS_REGION_CALLS.labels(endpoint).set(n)
+
+    async def _refresh_region(self) -> None:
+        active = await self._repos.active_matches.get_all_active_matches()
+        if self.lease is not None:
+            self.feed.set_region_matches(wanted_matches(active, self._marquee))
+
+    def step_down(self, reason: str | None) -> None:
+        if self.lease is None:
+            return
+        log.warning("feed_leader_stepped_down", region=self.region, epoch=self.lease.epoch, reason=reason)
+        self.lease, self.lease_until = None, -math.inf
+        self.stepped_down += 1
+        FEED_LEADER.set(0)
+        self.feed.set_leading(False)
+        self._kick.set()  # contend again at once: nobody else may have taken it
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "lease_key": self.key,
+            "leading": self.leading,
+            "epoch": None if self.lease is None else self.lease.epoch,
+            "lease_left_s": None if self.lease is None else round(self.lease_until - trio.current_time(), 3),
+            "became_leader": self.became_leader,
+            "stepped_down": self.stepped_down,
+        }
+
+
+class FencedFixtureCache:
+    """The feed's cache sink on a fleet member: every write carries the feed lease (see the module doc)."""
+
+    def __init__(self, leadership: FeedLeadership, repos: Any, *, summary_ttl_s: float = 600.0) -> None:
+        self._leadership = leadership
+        self._repo = repos.fixture_cache
+        self._locks = repos.locks
+        self._summary_ttl_s = summary_ttl_s
+        self.seq = 0
+        self.refused = 0
+
+    async def put_single_fixture(
+        self,
+        match_id: str,
+        raw_fixture: Mapping[str, Any],
+        *,
+        league_id: str | None,
+        starting_at: str | None,
+        ttl_s: float,
+        fetched_at: float | None = None,
+        source: str = "livescores",
+        in_livescores: bool = True,
+    ) -> None:
+        lease = self._leadership.write_lease()
+        self.seq += 1
+        put = FencedPut(match_id, raw_fixture, ttl_s, self.seq, time.time() if fetched_at is None else fetched_at,
+                        source, in_livescores)
+        await self._fenced(lambda: self._repo.put_fixtures_fenced(
+            [put], lambda: self._locks.lease_condition(lease), lease.epoch))
+
+    async def publish_livescores(self, summary: Sequence[Mapping[str, Any]], fetched_at: float) -> None:
+        lease = self._leadership.write_lease()
+        await self._fenced(lambda: self._repo.put_livescores_summary(
+            self._leadership.region, summary, fetched_at, lambda: self._locks.lease_condition(lease), lease.epoch,
+            ttl_s=self._summary_ttl_s))
+        self._leadership.last_poll_wall = fetched_at
+
+    async def _fenced(self, write: Callable[[], Any]) -> None:
+        try:
+            await write()
+        except FenceLost:
+            self.refused += 1
+            self._leadership.step_down("a fenced cache write was refused")
+            raise

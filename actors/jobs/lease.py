@@ -1,0 +1,130 @@
+"""Region-wide jobs: one instance of the region at a time runs a job, under the lease ``job:{name}:{region}``.
+
+``LeasedJob`` wraps a job actor (fixture sync, reference sync, the reconciler). Every ``renew_every_s`` it
+contends for the job's lease in ``cricket-locks`` (fenced like the feed's: a new ``epoch`` per holder); the
+instance that takes it runs the job and renews the lease; the others wait. The job stops at once when a
+renewal is refused, when the lease runs out by this process's monotonic clock (less the clock-skew bound)
+before a renewal succeeded, or when ``may_run`` turns false; the lease is then released so another
+instance takes the job at its next attempt. When the holder dies, the lease runs out and another instance
+takes the job within one lease plus one renewal period.
+
+``may_run`` lets the daemon tie a job to the region's feed leader: the jobs that call SportMonks run where
+the feed leader is, so the region's calls go through one client and one budget (the region's).
+
+The decision (whether to keep running) is ``keep_running``, pure; the rest is the shell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from daemon.logs import get_logger
+from daemon.metrics import LEASED_JOB_RUNS
+from daemon.store.locks import Lease, job_lock_key
+
+log = get_logger("actors.jobs.lease")
+
+
+def keep_running(lease: Lease | None, lease_until: float, now: float, may_run: bool) -> bool:
+    """Whether the job may go on at monotonic ``now``: its lease is held and has not run out, and the
+    instance may run it (e.g. it still leads the feed)."""
+    return lease is not None and now < lease_until and may_run
+
+
+class LeasedJob:
+    def __init__(
+        self,
+        name: str,
+        job: Any,
+        *,
+        locks: Any,
+        region: str,
+        owner: str,
+        lease_s: float,
+        renew_every_s: float,
+        clock_skew_bound_s: float,
+        may_run: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.name = name
+        self.job = job
+        self._locks = locks
+        self.key = job_lock_key(name, region)
+        self.owner = owner
+        self.lease_s = lease_s
+        self.renew_every_s = renew_every_s
+        self.skew = clock_skew_bound_s
+        self.may_run = may_run
+        self.lease: Lease | None = None
+        self.lease_until = -math.inf
+        self.runs = 0
+        self.holder: str | None = None  # who holds it, as last seen
+
+    @property
+    def running(self) -> bool:
+        return keep_running(self.lease, self.lease_until, trio.current_time(), self.may_run())
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            if self.may_run():
+                try:
+                    await self._acquire()
+                except Exception as exc:  # noqa: BLE001 - DynamoDB trouble: try again at the next period
+                    log.warning("job_lease_attempt_failed", job=self.name, error=repr(exc))
+            if self.lease is not None:
+                await self._hold()
+            await trio.sleep(self.renew_every_s)
+
+    async def _acquire(self) -> None:
+        sent = trio.current_time()
+        lease, item = await self._locks.acquire_fenced(self.key, self.owner, self.lease_s)
+        if lease is None:
+            self.holder = (item or {}).get("owner")
+            return
+        self.lease, self.lease_until = lease, sent + self.lease_s - self.skew
+        self.holder = self.owner
+
+    async def _hold(self) -> None:
+        """Run the job while the lease holds; stop it the moment it does not, then release the lease."""
+        self.runs += 1
+        LEASED_JOB_RUNS.labels(self.name).inc()
+        log.info("job_lease_taken", job=self.name, epoch=self.lease.epoch if self.lease else None)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.job.run)
+                await self._renew_loop()
+                nursery.cancel_scope.cancel()
+        finally:
+            was, self.lease, self.lease_until = self.lease, None, -math.inf
+            if was is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(3):
+                    try:
+                        await self._locks.release_fenced(was)
+                    except Exception as exc:  # noqa: BLE001 - it runs out on its own
+                        log.warning("job_lease_release_failed", job=self.name, error=repr(exc))
+            log.info("job_lease_given_up", job=self.name)
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await trio.sleep(min(self.renew_every_s, max(0.0, self.lease_until - trio.current_time())))
+            if not keep_running(self.lease, self.lease_until, trio.current_time(), self.may_run()):
+                return
+            assert self.lease is not None
+            sent = trio.current_time()
+            try:
+                with trio.fail_after(max(0.01, self.lease_until - sent)):
+                    renewed = await self._locks.extend_fenced(self.lease, self.lease_s)
+            except Exception as exc:  # noqa: BLE001 - retried until the lease runs out
+                log.warning("job_lease_renewal_failed", job=self.name, error=repr(exc))
+                continue
+            if renewed is None:
+                log.warning("job_lease_lost", job=self.name)
+                return
+            self.lease, self.lease_until = renewed, sent + self.lease_s - self.skew
+
+    def describe(self) -> dict[str, Any]:
+        return {"lease_key": self.key, "running": self.running, "holder": self.holder, "runs": self.runs}

@@ -1,0 +1,129 @@
+"""The demo's simulated iPhones: app users that do everything through the app's HTTP API.
+
+Each simulated user holds an access token from the demo's local issuer and, as the real app does:
+registers its device with a push-to-start token (``POST /user/device``), follows the match supporting one
+of its teams (``POST /user/follow/{matchId}``), and, when a push-to-start reaches the device (the APNs
+server accepted it), starts the Live Activity and registers its session with a fresh update token
+(``POST /user/activity/{matchId}``), as iOS hands the app the activity's token. Nothing here writes
+DynamoDB: the engine sees these users only through what the API stored.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import trio
+
+from daemon.logs import get_logger
+
+log = get_logger("daemon.demo")
+
+
+@dataclass
+class SimulatedIphone:
+    user_id: str
+    team_id: str
+    device_token: str = field(default_factory=lambda: secrets.token_hex(32))
+    push_to_start_token: str = field(default_factory=lambda: secrets.token_hex(32))
+    device_id: str = field(default_factory=lambda: f"iphone-{secrets.token_hex(4)}")
+    activity_started: bool = False
+    update_token: str = ""
+
+
+class SimulatedIphones:
+    """``count`` app users of one match, talking to the API at ``api_url`` with tokens from ``mint``."""
+
+    def __init__(
+        self,
+        api_url: str,
+        mint: Callable[[str], str],
+        match_id: str,
+        team_ids: Sequence[str],
+        count: int,
+        *,
+        concurrency: int = 16,
+    ) -> None:
+        self.api_url = api_url
+        self.mint = mint
+        self.match_id = match_id
+        self.phones = [
+            SimulatedIphone(f"demo-user-{i:05d}", str(team_ids[i % len(team_ids)])) for i in range(count)
+        ]
+        self._by_pts = {p.push_to_start_token: p for p in self.phones}
+        self._tokens: dict[str, str] = {}
+        self._limit = trio.CapacityLimiter(concurrency)
+        self.errors: list[str] = []
+        self.requests = 0
+
+    def _auth(self, phone: SimulatedIphone) -> dict[str, str]:
+        token = self._tokens.get(phone.user_id)
+        if token is None:
+            token = self._tokens[phone.user_id] = self.mint(phone.user_id)
+        return {"Authorization": f"Bearer {token}"}
+
+    async def _call(self, http: httpx.AsyncClient, phone: SimulatedIphone, method: str, path: str, body: Any) -> bool:
+        async with self._limit:
+            self.requests += 1
+            for attempt in range(5):
+                try:
+                    resp = await http.request(method, path, json=body, headers=self._auth(phone))
+                except httpx.HTTPError as exc:
+                    error = f"{method} {path}: {exc!r}"
+                else:
+                    if resp.status_code < 300:
+                        return True
+                    error = f"{method} {path}: {resp.status_code} {resp.text[:200]}"
+                    if resp.status_code not in (429, 503):
+                        break
+                await trio.sleep(0.2 * (attempt + 1))
+            self.errors.append(error)
+            log.warning("demo_iphone_request_failed", user=phone.user_id, error=error)
+            return False
+
+    async def sign_up(self) -> None:
+        """Every phone registers its device and follows the match (concurrently, as a crowd does)."""
+        async with httpx.AsyncClient(base_url=self.api_url, timeout=10) as http:
+
+            async def one(phone: SimulatedIphone) -> None:
+                await self._call(
+                    http, phone, "POST", "/user/device",
+                    {
+                        "deviceToken": phone.device_token,
+                        "platform": "ios",
+                        "osVersion": "18.2",
+                        "appVersion": "demo",
+                        "apnsToken": phone.device_token,
+                        "pushToStartToken": phone.push_to_start_token,
+                    },
+                )
+                await self._call(http, phone, "POST", f"/user/follow/{self.match_id}", {"teamId": phone.team_id})
+
+            async with trio.open_nursery() as nursery:
+                for phone in self.phones:
+                    nursery.start_soon(one, phone)
+
+    async def start_activities(self, records: Callable[[], list[dict[str, Any]]], *, poll_s: float = 0.1) -> None:
+        """Watch what APNs accepted; a push-to-start reaching a phone starts its Live Activity, which the app
+        registers through the API. Runs until cancelled."""
+        seen = 0
+        async with httpx.AsyncClient(base_url=self.api_url, timeout=10) as http, trio.open_nursery() as nursery:
+            while True:
+                batch = records()
+                for record in batch[seen:]:
+                    phone = self._by_pts.get(str(record.get("token")))
+                    if phone is None or phone.activity_started or record.get("status") != 200:
+                        continue
+                    if ((record.get("payload") or {}).get("aps") or {}).get("event") != "start":
+                        continue
+                    phone.activity_started = True
+                    phone.update_token = secrets.token_hex(32)
+                    nursery.start_soon(
+                        self._call, http, phone, "POST", f"/user/activity/{self.match_id}",
+                        {"deviceId": phone.device_id, "updateToken": phone.update_token},
+                    )
+                seen = len(batch)
+                await trio.sleep(poll_s)

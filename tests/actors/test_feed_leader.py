@@ -1,0 +1,310 @@
+"""One fleet per region, in one process: the feed leader, its fenced cache writes, the followers' cache reader
+and the region-wide job leases. Pure decisions first; then instances on moto's DynamoDB server (real clock,
+short leases) with the in-memory SportMonks fake, one per instance so each instance's calls are counted."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+
+from actors.cache_reader import CacheReader, next_read_in, reader_cadence
+from actors.feed import FeedActor, FeedUpdate
+from actors.feed_leader import (
+    FeedLeadership,
+    FencedFixtureCache,
+    leader_view,
+    lease_deadline,
+    may_write,
+    parse_budget,
+    region_calls,
+    wanted_matches,
+)
+from actors.jobs.lease import LeasedJob, keep_running
+from daemon.sportmonks.budget import CallBudget
+from daemon.sportmonks.client import SportMonksClient
+from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
+from daemon.store.locks import Lease
+from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
+
+LEASE_S = 1.5
+RENEW_S = 0.4
+SKEW_S = 0.2
+
+# ------------------------------------------------------------------------------------------------ pure
+
+
+def test_a_lease_is_relied_on_from_when_the_request_left_less_the_skew_bound() -> None:
+    until = lease_deadline(100.0, 10.0, 1.0)
+    assert until == 109.0
+    lease = Lease("feed:eu", "a", 1, 0.0)
+    assert may_write(lease, until, 108.9)
+    assert not may_write(lease, until, 109.0)  # a leader waking from a pause past it writes nothing
+    assert not may_write(None, until, 100.0)
+
+
+def test_a_job_stops_when_its_lease_runs_out_or_it_may_no_longer_run() -> None:
+    lease = Lease("job:x:eu", "a", 2, 0.0)
+    assert keep_running(lease, 10.0, 9.0, True)
+    assert not keep_running(lease, 10.0, 10.0, True)
+    assert not keep_running(lease, 10.0, 9.0, False)  # e.g. the instance no longer leads the feed
+    assert not keep_running(None, 10.0, 9.0, True)
+
+
+def test_the_reader_aims_just_after_the_leaders_next_write() -> None:
+    assert next_read_in(2.0, 100.0, 100.5, margin_s=0.25) == 1.75
+    assert next_read_in(2.0, 100.0, 103.0, margin_s=0.25) == 1.0  # nothing new: every half cadence
+    assert next_read_in(2.0, None, 100.0) == 1.0
+    assert next_read_in(2.0, 100.0, 102.2, margin_s=0.25) == 0.2  # never faster than a tenth of a cadence
+    settings = FeedSettings(livescores_cadence_s=5.0, marquee_cadence_s=2.5)
+    assert reader_cadence(settings, True) == 2.5 and reader_cadence(settings, False) == 5.0
+
+
+def test_the_region_budget_is_handed_on_without_counting_twice() -> None:
+    clock = [1000.0]
+    old = CallBudget(default_limit=10, clock=lambda: clock[0])
+    for _ in range(4):
+        assert old.try_take("livescores")
+        clock[0] += 30
+    to_wall = 5000.0  # this process's clock + 5000 = epoch seconds
+    record = old.export(to_wall=to_wall)
+    assert sum(c for _, c in record["livescores"]) == 4
+    assert region_calls(record, clock[0] + to_wall) == {"livescores": 4}
+    assert region_calls(record, clock[0] + to_wall + 3600) == {"livescores": 0}
+    # the next leader, on another clock, takes the record over; handed back later it does not double
+    other = [50.0]
+    new = CallBudget(default_limit=10, clock=lambda: other[0])
+    new_to_wall = clock[0] + to_wall - other[0]
+    new.seed(record, to_wall=new_to_wall, recorded_at=clock[0] + to_wall)
+    assert new.used("livescores") == 4 and new.remaining("livescores") == 6
+    assert new.try_take("livescores")
+    again = new.export(to_wall=new_to_wall)
+    old.seed(again, to_wall=to_wall, recorded_at=other[0] + new_to_wall)
+    assert old.used("livescores") == 5
+    other[0] += 3601
+    assert new.used("livescores") == 0  # seeded calls leave the window like real ones
+
+
+def test_parse_budget_and_leader_view() -> None:
+    assert parse_budget(None) is None
+    assert parse_budget({"budget": "not json"}) is None
+    item = {"lockKey": "feed:eu", "owner": "a", "epoch": 3, "expiresAt": 110.0, "acquiredAt": 90.0,
+            "lastPollAt": 99.0, "budget": '{"livescores": [[95.0, 7]]}', "budgetAt": 99.0}
+    view = leader_view(item, "b", 100.0)
+    assert view["leader"] == "a" and view["epoch"] == 3 and not view["leading"]
+    assert view["last_poll_age_s"] == 1.0 and view["region_calls_last_hour"] == {"livescores": 7}
+    assert leader_view(item, "a", 111.0)["leader"] is None  # run out: nobody leads now
+    assert leader_view(None, "a", 0.0)["leader"] is None
+
+
+def test_the_leader_polls_every_active_match_of_the_region() -> None:
+    active = [
+        {"matchId": "1", "status": "active", "leagueId": "5"},
+        {"matchId": "2", "status": "active", "leagueId": "3"},
+        {"matchId": "3", "status": "ended", "leagueId": "5"},
+    ]
+    assert wanted_matches(active, [5]) == {"1": True, "2": False}
+
+
+# ------------------------------------------------------------------------------------------------ on moto
+
+
+@dataclass
+class Member:
+    name: str
+    fake: FakeSportMonks
+    feed: FeedActor
+    leadership: FeedLeadership
+    reader: CacheReader
+    scope: trio.CancelScope
+
+
+def _member(name: str, repos: Any, live: list[dict[str, Any]]) -> tuple[FakeSportMonks, FeedActor, FeedLeadership,
+                                                                        CacheReader]:
+    fake = FakeSportMonks()
+    fake.live = live  # the same list object: both fakes serve the same live matches
+    client = SportMonksClient(
+        SportMonksSettings(api_token="secret-token", base_url=fake.base_url, max_retries=0),
+        http=httpx.AsyncClient(transport=fake.transport()), rng=random.Random(1),
+    )
+    settings = FeedSettings(livescores_cadence_s=0.2, marquee_cadence_s=0.2)
+    feed = FeedActor(client, settings, leading=False)
+    leadership = FeedLeadership(feed=feed, repos=repos, region="eu", instance_id=name, lease_s=LEASE_S,
+                                renew_every_s=RENEW_S, clock_skew_bound_s=SKEW_S)
+    feed._cache = FencedFixtureCache(leadership, repos)
+    reader = CacheReader(feed, repos, settings, region="eu", stale_after_s=2 * LEASE_S)
+    feed.follower_livescores = reader.livescores
+    return fake, feed, leadership, reader
+
+
+@asynccontextmanager
+async def member(nursery: trio.Nursery, name: str, repos: Any, live: list[dict[str, Any]]) -> AsyncIterator[Member]:
+    fake, feed, leadership, reader = _member(name, repos, live)
+    scope = trio.CancelScope()
+
+    async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        with scope:
+            async with trio.open_nursery() as inner:
+                await inner.start(feed.run)
+                await inner.start(leadership.run)
+                await inner.start(reader.run)
+                task_status.started()
+
+    await nursery.start(run)
+    yield Member(name, fake, feed, leadership, reader, scope)
+    scope.cancel()
+
+
+async def _next_good(channel: trio.MemoryReceiveChannel[FeedUpdate]) -> FeedUpdate:
+    while True:
+        update = await channel.receive()
+        if update.fixture is not None:
+            return update
+
+
+async def test_a_follower_gets_its_fixtures_from_the_leaders_cache_and_calls_sportmonks_never(repos: Any) -> None:
+    live = [minimal_fixture(11, score=1), minimal_fixture(12, score=5)]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            async with member(nursery, "a", repos, live) as a, member(nursery, "b", repos, live) as b:
+                assert a.leadership.leading and not b.leadership.leading
+                # the leader polls for the region's matches (active-matches) even though none runs on it
+                for match_id in ("11", "12"):
+                    assert await repos.active_matches.register_active_match(match_id, "b", fields={"leagueId": "3"})
+                u11 = b.feed.subscribe("11", marquee=False)
+                u12 = b.feed.subscribe("12", marquee=False)
+                first = await _next_good(u11)
+                assert first.fixture is not None and first.fixture["runs"][0]["score"] == 1
+                assert (await _next_good(u12)).fixture is not None
+                live[0] = minimal_fixture(11, score=4)
+                while (update := await _next_good(u11)).fixture["runs"][0]["score"] != 4:  # type: ignore[index]
+                    pass
+                assert update.fetched_at <= time.time()
+                assert b.fake.requests == []  # the follower never called SportMonks
+                assert a.fake.calls("/livescores")
+                # one BatchGetItem per read for both matches: reads, not reads per match
+                assert b.reader.reads >= 1 and b.reader.delivered >= 3
+                assert await b.feed.livescores(max_age_s=5) == [
+                    {"id": 11, "status": "1st Innings", "league_id": 3, "starting_at": live[0]["starting_at"],
+                     "localteam_id": 1, "visitorteam_id": 39},
+                    {"id": 12, "status": "1st Innings", "league_id": 3, "starting_at": live[1]["starting_at"],
+                     "localteam_id": 1, "visitorteam_id": 39},
+                ]
+                # the leader goes away: the follower takes the lease and polls on, its subscriber served
+                # in process now
+                a.scope.cancel()
+                with trio.fail_after(LEASE_S + 2 * RENEW_S + 2):
+                    while not b.leadership.leading:
+                        await trio.sleep(0.05)
+                live[0] = minimal_fixture(11, score=9)
+                while (update := await _next_good(u11)).fixture["runs"][0]["score"] != 9:  # type: ignore[index]
+                    pass
+                assert update.source == "livescores" and b.fake.calls("/livescores")
+                item = await repos.locks.read("feed:eu")
+                assert item["owner"] == "b" and item["epoch"] == 2
+                assert parse_budget(item) is not None or b.leadership.lease is not None
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_leader_whose_lease_ran_out_writes_nothing_and_the_next_takes_over(repos: Any) -> None:
+    live = [minimal_fixture(21, score=1)]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            assert await repos.active_matches.register_active_match("21", "x", fields={"leagueId": "3"})
+            async with member(nursery, "a", repos, live) as a:
+                with trio.fail_after(5):
+                    while not (await repos.fixture_cache.batch_get_entries(["21"])):
+                        await trio.sleep(0.05)
+                # a stops renewing (as if paused): by its own clock the lease runs out, and it stops writing
+                lease = a.leadership.lease
+                assert lease is not None
+                a.leadership.renew_every_s = 3600.0
+                a.leadership._last_attempt = trio.current_time()
+                with trio.fail_after(LEASE_S + 1):
+                    while a.leadership.leading:
+                        await trio.sleep(0.05)
+                before = (await repos.fixture_cache.batch_get_entries(["21"]))["21"].stamp
+                live[0] = minimal_fixture(21, score=7)
+                await trio.sleep(0.5)
+                after = (await repos.fixture_cache.batch_get_entries(["21"]))["21"]
+                assert after.stamp == before and after.fixture()["runs"][0]["score"] == 1
+                # another instance takes the lease with a higher epoch; the old lease's writes are refused
+                async with member(nursery, "b", repos, live) as b:
+                    with trio.fail_after(LEASE_S + 2):
+                        while not b.leadership.leading:
+                            await trio.sleep(0.05)
+                    assert b.leadership.lease is not None and b.leadership.lease.epoch == lease.epoch + 1
+                    with trio.fail_after(5):
+                        while (await repos.fixture_cache.batch_get_entries(["21"]))["21"].epoch != lease.epoch + 1:
+                            await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+
+
+class CountingJob:
+    def __init__(self) -> None:
+        self.starts = 0
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        self.starts += 1
+        await trio.sleep_forever()
+
+
+async def test_a_region_job_runs_on_one_instance_at_a_time_and_moves_when_its_holder_stops(repos: Any) -> None:
+    jobs = {name: CountingJob() for name in ("a", "b", "c")}
+    leased = {
+        name: LeasedJob("fixture-sync", job, locks=repos.locks, region="eu", owner=name, lease_s=LEASE_S,
+                        renew_every_s=RENEW_S, clock_skew_bound_s=SKEW_S)
+        for name, job in jobs.items()
+    }
+    scopes = {name: trio.CancelScope() for name in leased}
+
+    async def run(name: str) -> None:
+        with scopes[name]:
+            await leased[name].run()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for name in leased:
+                nursery.start_soon(run, name)
+            overlap = 0
+            deadline = trio.current_time() + 4 * LEASE_S
+            holders_seen: list[str] = []
+            while trio.current_time() < deadline:
+                running = [n for n, job in leased.items() if job.running]
+                overlap = max(overlap, len(running))
+                if running and (not holders_seen or holders_seen[-1] != running[0]):
+                    holders_seen.append(running[0])
+                if len(holders_seen) == 1 and trio.current_time() > deadline - 3 * LEASE_S:
+                    scopes[holders_seen[0]].cancel()  # the holder stops: another takes the job
+                await trio.sleep(0.02)
+            assert overlap == 1
+            assert len(holders_seen) >= 2
+            assert sum(j.starts for j in jobs.values()) == len(holders_seen)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_job_tied_to_the_feed_leader_runs_only_there(repos: Any) -> None:
+    job = CountingJob()
+    leads = [False]
+    leased = LeasedJob("reference-sync", job, locks=repos.locks, region="eu", owner="a", lease_s=LEASE_S,
+                       renew_every_s=RENEW_S, clock_skew_bound_s=SKEW_S, may_run=lambda: leads[0])
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(leased.run)
+            await trio.sleep(3 * RENEW_S)
+            assert job.starts == 0
+            leads[0] = True
+            while not leased.running:
+                await trio.sleep(0.05)
+            leads[0] = False
+            while leased.lease is not None:
+                await trio.sleep(0.05)
+            assert await repos.locks.get("job:reference-sync:eu") is None  # released for the next leader
+            nursery.cancel_scope.cancel()

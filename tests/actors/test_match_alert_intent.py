@@ -1,0 +1,245 @@
+"""A match actor's alerting ticks go through an alert intent; the next owner completes an unfinished one.
+
+Real repositories on moto's server; the feed is a synthesised match's tape, handed to the actor tick by tick;
+the sender is a recorder that accepts every push (or, for a dying owner, cancels the actor after ``n``).
+
+- DynamoDB calls: a routine tick costs what it did (its state write and the display's publication); an
+  alerting tick costs ``watermark_writes(sessions)`` more (measured here with ``count_calls``).
+- An owner that dies after any number of an alerting tick's pushes: its successor completes the intent
+  first, and no token gets the alert twice while every token gets the event (the wicket, the match's end).
+- Push-to-start is claimed per follower in DynamoDB before it is sent: a successor does not start (and
+  alert) a follower its predecessor already reached.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import trio
+
+from actors.feed import FeedUpdate
+from actors.match import MatchActor
+from daemon.apns.types import Push, PushResult
+from daemon.cricket.intent import watermark_writes
+from daemon.replay.synth import synthesise
+from daemon.store.dynamo import count_calls
+from daemon.store.locks import match_lock_key
+from tests.actors.match_helpers import make_match_actor
+
+SESSIONS = 40
+CHUNKS = {"alert_chunk_first": 4, "alert_chunk_max": 8}
+
+
+class Recorder:
+    """Accepts every push. With ``die_after`` set, the owner dies (``scope`` is cancelled) when it hands over
+    one more alerting push of ``die_on`` ("update" or "end") than ``die_after``: the rest of that fan-out is
+    never sent and its end (the intent's removal) never written."""
+
+    def __init__(self, die_after: int | None = None, die_on: str = "update") -> None:
+        self.pushes: list[Push] = []
+        self.die_after = die_after
+        self.die_on = die_on
+        self.alerting = 0
+        self.scope: trio.CancelScope | None = None
+
+    async def send_many(self, pushes: list[Push]) -> None:
+        for push in pushes:
+            aps = _aps(push)
+            if self.die_after is not None and "alert" in aps and aps.get("event") == self.die_on:
+                if self.alerting >= self.die_after:
+                    assert self.scope is not None
+                    self.scope.cancel()
+                    await trio.sleep_forever()
+                self.alerting += 1
+            self.pushes.append(push)
+            assert push.reply_to is not None
+            await push.reply_to.send(PushResult(push, "accepted", 200, None, None, 1, 0.0))
+
+
+class SilentFeed:
+    def subscribe(self, match_id: str, *, marquee: bool) -> Any:
+        self._send, receive = trio.open_memory_channel[Any](1)
+        return receive
+
+    def unsubscribe(self, match_id: str) -> None:
+        pass
+
+
+def _aps(push: Push) -> dict[str, Any]:
+    return dict(json.loads(push.payload)["aps"])
+
+
+def _events(push: Push) -> set[tuple[str, str]]:
+    return {(e["type"], e["subject"]) for e in _aps(push)["content-state"].get("events") or []}
+
+
+async def _world(repos: Any) -> tuple[Any, str]:
+    tape = synthesise("T10", seed=3)
+    match_id = str(tape.fixture_id)
+    assert await repos.active_matches.register_active_match(match_id, "owner-a#1")
+    await repos.live_activities.import_items([
+        {"matchId": match_id, "visitorKey": f"u{i:03d}#d", "userId": f"u{i:03d}", "deviceId": "d",
+         "updateToken": f"{i:064x}", "status": "active"}
+        for i in range(SESSIONS)
+    ])
+    return tape, match_id
+
+
+def _actor(match_id: str, repos: Any, sender: Recorder, owner: str, epoch: int) -> MatchActor:
+    actor = make_match_actor(match_id, repos, sender, **CHUNKS)
+    actor.instance_id, actor.epoch = owner, epoch
+    actor._lease_until = trio.current_time() + 3600  # as if the lease had just been renewed
+    actor._fence.until = actor._lease_until
+    return actor
+
+
+def _entries(tape: Any, kind: str) -> range:
+    """The tape entries an owner is run over: from a few before the first wicket (an update's alert) or the
+    last entry (the end's), so the owner's first tick is a baseline and the alerting tick comes soon."""
+    if kind == "end":
+        return range(len(tape) - 3, len(tape) + 1)  # fixture_at(len(tape)) is the finished match
+    for entry in range(len(tape)):
+        if any((b.get("score") or {}).get("is_wicket") for b in tape.fixture_at(entry).get("balls") or []):
+            return range(max(entry - 3, 0), len(tape) + 1)
+    raise AssertionError("the tape has no wicket")
+
+
+def _update(match_id: str, fixture: dict[str, Any]) -> FeedUpdate:
+    return FeedUpdate(match_id, fixture, time.time(), "fixture", True)
+
+
+def _alerting(pushes: list[Push]) -> bool:
+    return any("alert" in _aps(p) for p in pushes)
+
+
+async def test_a_routine_tick_costs_what_it_did_and_an_alerting_tick_pays_for_its_watermarks(repos: Any) -> None:
+    tape, match_id = await _world(repos)
+    sender = Recorder()
+    actor = _actor(match_id, repos, sender, "owner-a#1", 1)
+    await actor.refresh_sessions()
+    routine: Counter[int] = Counter()
+    alerting: list[int] = []
+    for entry in _entries(tape, "update"):
+        before, first = len(sender.pushes), actor.state is None
+        with count_calls() as calls:
+            await actor._on_update(_update(match_id, tape.fixture_at(entry)))
+        pushed = sender.pushes[before:]
+        if first:
+            continue  # the baseline is written before the first display goes out: one write more
+        if _alerting(pushed):
+            alerting.append(calls.n)
+        elif pushed:
+            routine[calls.n] += 1
+        if alerting and sum(routine.values()) >= 3:
+            break
+    # a routine tick that pushed: its state write + the fixture's live fields + one display cache per team
+    assert set(routine) == {4}, routine
+    extra = watermark_writes(SESSIONS, **{"first": 4, "most": 8})
+    assert extra == 6  # chunks 4, 8, 8, 8, 8, 4: five later watermarks and the removal
+    assert alerting and set(alerting) == {4 + extra}, alerting
+    item = await repos.active_matches.get_active_match_state(match_id)
+    assert item is not None and "alertIntent" not in item and "alertHanded" not in item
+
+
+async def _run_to_first_alert(repos: Any, tape: Any, match_id: str, die_after: int,
+                              *, kind: str = "update") -> Recorder:
+    """Tick the first owner until it dies in the first alerting fan-out of ``kind``, after ``die_after`` pushes."""
+    sender = Recorder(die_after, kind)
+    actor = _actor(match_id, repos, sender, "owner-a#1", 1)
+    await actor.refresh_sessions()
+    for entry in _entries(tape, kind):
+        with trio.CancelScope() as scope:
+            sender.scope = scope
+            await actor._on_update(_update(match_id, tape.fixture_at(entry)))
+        if scope.cancelled_caught:
+            return sender
+    raise AssertionError(f"no alerting {kind} tick on the tape")
+
+
+async def _successor(repos: Any, match_id: str, *, to_the_end: bool = False) -> Recorder:
+    """A second owner takes the match (lock, claim) and runs until the intent it found is completed (with
+    ``to_the_end``: until its actor returns, the match wound up)."""
+    assert await repos.locks.acquire(match_lock_key(match_id), "owner-b#2", 30.0)
+    epoch = await repos.active_matches.claim_active_match(match_id, "owner-b#2")
+    assert epoch == 2
+    sender = Recorder()
+    actor = _actor(match_id, repos, sender, "owner-b#2", epoch)
+    actor._feed = SilentFeed()
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.run)
+            if not to_the_end:
+                while True:
+                    item = await repos.active_matches.get_active_match_state(match_id)
+                    if item is None or "alertIntent" not in item:
+                        break
+                    await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+    return sender
+
+
+@pytest.mark.parametrize("die_after", [0, 1, 13])
+async def test_an_owner_dying_mid_wicket_leaves_no_double_alert_and_no_token_without_the_wicket(
+    repos: Any, die_after: int
+) -> None:
+    tape, match_id = await _world(repos)
+    first = await _run_to_first_alert(repos, tape, match_id, die_after)
+    alert_pushes = [p for p in first.pushes if "alert" in _aps(p)]
+    wicket = next(iter({e for p in alert_pushes for e in _events(p) if e[0] == "wicket"}), None)
+    item = await repos.active_matches.get_active_match_state(match_id)
+    assert item is not None and "alertIntent" in item, "the intent was recorded before the first push"
+    wicket = wicket or next(e for e in _events_of_intent(item) if e[0] == "wicket")
+    second = await _successor(repos, match_id)
+
+    shown: Counter[str] = Counter(p.token for p in [*first.pushes, *second.pushes] if "alert" in _aps(p))
+    assert max(shown.values()) == 1, "no token got the wicket's alert twice"
+    got = {p.token for p in [*first.pushes, *second.pushes] if wicket in _events(p)}
+    assert got == {f"{i:064x}" for i in range(SESSIONS)}, "every token got the wicket"
+    timestamps = {_aps(p)["timestamp"] for p in [*first.pushes, *second.pushes] if wicket in _events(p)}
+    assert len(timestamps) == 1, "the successor completed the same update, same timestamp"
+    assert all(p.collapse_id for p in second.pushes if "alert" in _aps(p))
+    assert all(p.collapse_id is None for p in second.pushes if "alert" not in _aps(p))
+    # the next owner diffs against the alerting tick's state: it does not detect the wicket again
+    assert wicket[1] in (item.get("reportedWickets") or [])
+
+
+def _events_of_intent(item: dict[str, Any]) -> set[tuple[str, str]]:
+    payload = next(iter(item["alertIntent"]["payloads"].values()))
+    return {(e["type"], e["subject"]) for e in json.loads(payload)["aps"]["content-state"]["events"]}
+
+
+async def test_an_owner_dying_mid_end_leaves_one_end_alert_per_token_and_the_match_wound_up(repos: Any) -> None:
+    tape, match_id = await _world(repos)
+    first = await _run_to_first_alert(repos, tape, match_id, 7, kind="end")
+    item = await repos.active_matches.get_active_match_state(match_id)
+    assert item is not None and item["alertIntent"]["kind"] == "end"
+    second = await _successor(repos, match_id, to_the_end=True)
+    pushes = [*first.pushes, *second.pushes]
+    ends = [p for p in pushes if _aps(p)["event"] == "end"]
+    assert {p.token for p in ends} == {f"{i:064x}" for i in range(SESSIONS)}, "every token got the end"
+    shown = Counter(p.token for p in ends if "alert" in _aps(p))
+    assert shown and max(shown.values()) == 1
+    item = await repos.active_matches.get_active_match_state(match_id)
+    assert item is not None and item["status"] == "ended", "the successor wound the match up"
+    assert await repos.locks.get(match_lock_key(match_id)) is None, "and released the lock"
+
+
+async def test_a_successor_does_not_push_to_start_a_follower_its_predecessor_reached(repos: Any) -> None:
+    match_id = "500"
+    for user in ("u1", "u2"):
+        await repos.follows.follow_match(match_id, user, "7", 4_000_000_000)
+        await repos.devices.register_device(user, f"{user}-device", push_to_start_token=f"{user}-start")
+    predecessor, successor = Recorder(), Recorder()
+    for sender, owner in ((predecessor, "owner-a#1"), (successor, "owner-b#2")):
+        actor = _actor(match_id, repos, sender, owner, 1)
+        actor.phase = "live"
+        actor._last_display = {"neutral": {"title": "A v B", "subtitle": "A need 10", "score": "1/0"}}
+        await actor.refresh_sessions()
+        await actor.heal()
+    assert sorted(p.token for p in predecessor.pushes) == ["u1-start", "u2-start"]
+    assert successor.pushes == [], "the claims outlive their owner"
+    assert {p.collapse_id for p in predecessor.pushes} == {f"{match_id}:start"}
