@@ -53,7 +53,7 @@ class InstanceSettings(BaseModel):
         examples=["sightscreen-eu-1"],
     )
     roles: list[Literal["engine", "api"]] = Field(
-        default_factory=lambda: ["engine"],
+        default_factory=lambda: list[Literal["engine", "api"]](["engine"]),
         min_length=1,
         description='what this instance runs: "engine" (matches, feed, pushes, jobs) and/or "api" (the app\'s '
         "HTTP API, on [api].listen); one binary and one image, the role is configuration",
