@@ -117,6 +117,37 @@ class LiveActivityRepository(Repository):
             u.set("ttl", int(ttl))
         await self._update(self._key(match_id, visitor_key(user_id, device_id)), u.kwargs())
 
+    async def register_la_sessions(
+        self,
+        sessions: Sequence[tuple[str, str, str, str, int | None]],
+        *,
+        now: float | None = None,
+    ) -> int:
+        """Register many sessions at once (``(matchId, userId, deviceId, updateToken, ttl)`` each): the same
+        upsert as ``register_la_session``, written as whole items 25 per BatchWriteItem. The item a register
+        leaves is fully determined by its arguments (it sets every attribute a session has and removes
+        ``suspendedAt``/``endedAt``/``endReason``/``ttl`` otherwise), so a put of that item is the same
+        write; only ``tokenUpdatedAt``, which describes a token the registration replaces, is not kept. A key
+        given twice keeps the last. Returns how many items were written."""
+        t = self._now(now)
+        items = []
+        for match_id, user_id, device_id, update_token, ttl in sessions:
+            if not update_token:
+                raise ValueError("updateToken: must be non-empty")
+            item: dict[str, Any] = {
+                "matchId": match_id,
+                "visitorKey": visitor_key(user_id, device_id),
+                "userId": user_id,
+                "deviceId": device_id,
+                "updateToken": update_token,
+                "status": STATUS_ACTIVE,
+                "sessionStartedAt": iso(t),
+            }
+            if ttl is not None:
+                item["ttl"] = int(ttl)
+            items.append(item)
+        return await self._batch_put(items) if items else 0
+
     async def update_token(self, match_id: str, user_id: str, device_id: str, update_token: str) -> bool:
         """Store a rotated update token. False when there is no such session."""
         if not update_token:

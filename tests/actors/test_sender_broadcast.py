@@ -16,8 +16,8 @@ from daemon.apns.certs import SigningKeyPair
 from daemon.apns.rules import Action
 from daemon.apns.server import ApnsTestServer
 from daemon.apns.types import ApnsConfigurationError, Push
-from tests.apns.conftest import BUNDLE_ID
 from tests.actors.test_sender import sender_settings
+from tests.apns.conftest import BUNDLE_ID
 
 StartServer = Callable[..., Awaitable[ApnsTestServer]]
 
