@@ -3,7 +3,8 @@
 Owns the session items: ``matchId`` (partition key), ``visitorKey`` (sort key, ``{userId}#{deviceId}`` -
 the seed's composite ``userId#deviceId`` sort key, stored in a named attribute), ``userId`` and
 ``deviceId`` (stored separately so the ``userId-index`` GSI can find a user's sessions), ``updateToken``
-(the APNs token of this one activity), ``status`` (``active`` | ``suspended`` | ``ended``),
+(the APNs token of this one activity) or, for an activity started on an iOS 18 broadcast channel,
+``channelId`` (the session is counted and ended like the others, and updated by the channel's broadcasts), ``status`` (``active`` | ``suspended`` | ``ended``),
 ``sessionStartedAt``, ``tokenUpdatedAt``, ``suspendedAt``, ``endedAt`` (ISO-8601 UTC), ``endReason``,
 ``ttl`` (epoch seconds).
 
@@ -86,20 +87,24 @@ class LiveActivityRepository(Repository):
         match_id: str,
         user_id: str,
         device_id: str,
-        update_token: str,
+        update_token: str | None,
         *,
         now: float | None = None,
         ttl: int | None = None,
+        channel_id: str | None = None,
     ) -> None:
-        """Upsert an active session with its update token (UpdateItem). ``ttl`` is absolute epoch seconds."""
-        if not update_token:
-            raise ValueError("updateToken: must be non-empty")
+        """Upsert an active session with its update token, or with the broadcast channel its activity listens
+        on (exactly one of the two) (UpdateItem). ``ttl`` is absolute epoch seconds."""
+        if bool(update_token) == bool(channel_id):
+            raise ValueError("updateToken or channelId: exactly one must be given")
         t = self._now(now)
+        u = UpdateBuilder().set("userId", user_id).set("deviceId", device_id)
+        if update_token:
+            u.set("updateToken", update_token).remove("channelId")
+        else:
+            u.set("channelId", channel_id).remove("updateToken")
         u = (
-            UpdateBuilder()
-            .set("userId", user_id)
-            .set("deviceId", device_id)
-            .set("updateToken", update_token)
+            u
             .set("status", STATUS_ACTIVE)
             .set("sessionStartedAt", iso(t))
             .remove("suspendedAt")
