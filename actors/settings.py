@@ -109,6 +109,20 @@ class MatchActorSettings(BaseModel):
         2048, ge=1, description="chunks double from alert_chunk_first up to this size"
     )
     attributes_type: str = Field("MatchAttributes", description="the app's ActivityAttributes type name")
+    broadcast_channels: bool = Field(
+        True,
+        description="iOS 18 broadcast channels: followers on iOS 18 or later are started on their perspective's "
+        "channel (one broadcast per perspective and tick instead of one push per device); older ones stay on "
+        "update tokens",
+    )
+    channel_sweep_s: float = Field(
+        300.0, gt=0, description="how often one instance of the region compares APNs's channels with those the "
+        "active matches record and deletes leaks (a channel unrecorded at two sweeps in a row)",
+    )
+    channel_retry_s: float = Field(
+        60.0, gt=0, description="after channels could not be had (limit reached, management host down), wait "
+        "this long before trying again; meanwhile iOS 18 followers are started on update tokens",
+    )
     stale_after_s: int = Field(
         900, ge=0, description="stale-date on updates: the Lock Screen greys out data older than this (0: none)"
     )

@@ -87,3 +87,22 @@ def test_bad_parameters_are_refused() -> None:
 
     with pytest.raises(ValueError):
         Coalescer(write, max_batch=0)
+
+
+async def test_batched_registrations_leave_the_same_items_as_the_single_upsert(repos) -> None:  # type: ignore[no-untyped-def]
+    await repos.live_activities.register_la_session("m1", "u1", "d1", "aa" * 32, now=1000.0, ttl=5000)
+    await repos.live_activities.register_la_session("m1", "u2", "d1", "aa" * 32, now=1000.0, ttl=5000)
+    await repos.live_activities.suspend_la_session("m1", "u2#d1", now=1001.0)
+    await repos.live_activities.register_la_session("m1", "u2", "d1", "bb" * 32, now=1002.0, ttl=5000)
+    single = await repos.live_activities.get_la_session("m1", "u2", "d1", now=1003.0)
+    await repos.live_activities.suspend_la_session("m1", "u1#d1", now=1001.0)
+    written = await repos.live_activities.register_la_sessions(
+        [("m1", "u1", "d1", "bb" * 32, 5000), ("m1", "u3", "d9", "cc" * 32, None)], now=1002.0
+    )
+    assert written == 2
+    batched = await repos.live_activities.get_la_session("m1", "u1", "d1", now=1003.0)
+    assert {k: v for k, v in batched.items() if k not in ("visitorKey", "userId")} == {
+        k: v for k, v in single.items() if k not in ("visitorKey", "userId")
+    }
+    fresh = await repos.live_activities.get_la_session("m1", "u3", "d9", now=1003.0)
+    assert fresh["status"] == "active" and "ttl" not in fresh

@@ -143,3 +143,19 @@ async def test_an_api_only_daemon_serves_the_api_and_takes_no_match(
         with trio.fail_after(15):
             await daemon.finished.wait()
     assert await repos.active_matches.get_all_active_matches() == []
+
+
+def test_the_engine_never_imports_the_api() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys, daemon.run, actors.orchestrator, actors.match, actors.jobs.prematch; "
+        "print(sorted(m for m in sys.modules if m.startswith('daemon.api') and m != 'daemon.api.settings' "
+        "and m != 'daemon.api'))"
+    )
+    env_path = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+                         env={**__import__("os").environ, "PYTHONPATH": env_path})
+    assert out.stdout.strip() == "[]"
