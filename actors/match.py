@@ -19,7 +19,7 @@ The actor owns, for its match:
   deleted at the end. A follower on iOS 18 or later is started with ``input-push-channel`` (its activity
   then listens on its perspective's channel: a *channel session*, stored for counts and the lifecycle, never
   pushed per device); older ones with ``input-push-token`` (a *token session*). Each tick is one broadcast
-  per perspective that has channel sessions (before the token fan-out; priority 10 for key events, 5 for
+  per perspective that has channel sessions or was announced in a push-to-start (before the token fan-out; priority 10 for key events, 5 for
   routine updates, expiration 0) plus the per-token pushes. A broadcast APNs answers ``ChannelNotRegistered``
   or ``BadChannelId`` gets its channel recreated, recorded and re-announced with a push-to-start to the
   followers whose activities were on it. An alerting tick's broadcasts carry the alert when the tick is
@@ -229,6 +229,7 @@ class MatchActor:
             if settings.broadcast_channels and request is not None else None
         )
         self._channels_gone: dict[str, str] = {}  # perspective -> channel APNs no longer knows
+        self._announced: set[str] = set()  # channels named in a push-to-start this actor sent
         self._channels_retry_at = -math.inf
         self._last_broadcasts = 0
         self.broadcasts: dict[str, int] = {"update": 0, "end": 0}
@@ -905,6 +906,8 @@ class MatchActor:
             channel = None
             if supports_channels(device):
                 channel = (await self._start_channels()).get(self._perspective(user_id, self._last_display))
+                if channel:
+                    self._announced.add(channel)
             payload = payloads.start_payload(
                 content,
                 attributes_type=self._settings.attributes_type,
@@ -971,10 +974,12 @@ class MatchActor:
         return channels.channels
 
     def _broadcast_targets(self) -> list[tuple[str, str]]:
-        """(perspective, channel) for each recorded channel that has channel sessions on it."""
-        if self.channels is None or not self.channel_sessions:
+        """(perspective, channel) for each recorded channel that has channel sessions on it, or that a
+        push-to-start of ours announced: an activity listens from its start, before its session is
+        registered and read back, and a broadcast costs one request whoever listens."""
+        if self.channels is None or not (self.channel_sessions or self._announced):
             return []
-        listening = {s.channel for s in self.channel_sessions.values()}
+        listening = {s.channel for s in self.channel_sessions.values()} | self._announced
         return [(p, c) for p, c in self.channels.channels.items() if c in listening]
 
     def _broadcast_pushes(
@@ -1007,6 +1012,7 @@ class MatchActor:
             self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
             self.log.warning("broadcast_channels_unavailable", error=str(exc))
         dead = set(gone.values())
+        self._announced -= dead
         users = set()
         for key, session in list(self.channel_sessions.items()):
             if session.channel in dead:
