@@ -127,4 +127,10 @@ class LeasedJob:
             self.lease, self.lease_until = renewed, sent + self.lease_s - self.skew
 
     def describe(self) -> dict[str, Any]:
-        return {"lease_key": self.key, "running": self.running, "holder": self.holder, "runs": self.runs}
+        out: dict[str, Any] = {
+            "lease_key": self.key, "running": self.running, "holder": self.holder, "runs": self.runs,
+        }
+        stats = getattr(self.job, "stats", None)
+        if callable(stats):
+            out["job"] = stats()
+        return out

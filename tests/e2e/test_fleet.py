@@ -104,6 +104,15 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
                 text = await admin_request(cluster.admin_socket(inst), "metrics")
                 runs[inst.slot] = _metric(text, "sightscreen_job_cycles_total", job="fixture_sync_near")
             assert runs[leader.slot] >= 1 and all(n == 0 for s, n in runs.items() if s != leader.slot), runs
+            # the admin socket: every instance names the same leader; a follower's cache is fresh
+            for inst in cluster.instances.values():
+                feed = await _feed(cluster, inst)
+                assert instance_of(str(feed["region"]["leader"])) == leader.instance_id
+                assert feed["region"]["epoch"] == epoch and feed["region"]["last_poll_age_s"] is not None
+                jobs = await admin_request(cluster.admin_socket(inst), "jobs")
+                assert jobs["fixture-sync"]["running"] is (inst.slot == leader.slot)
+                if inst.slot != leader.slot:
+                    assert feed["cache_reader"]["reads"] > 0 and feed["leading"] is False
             # kill -9 the leader mid-match: another instance takes the lease and polls on
             cluster.kill(leader.slot)
             with trio.fail_after(60):
