@@ -470,8 +470,8 @@ class FeedActor:
 
     def _distribute(self, result: LiveScores, *, fetched_at: float) -> None:
         by_id = {str(fixture["id"]): fixture for fixture in result.fixtures}
-        for key, problem in result.invalid.items():
-            log.warning("feed_malformed_fixture", match_id=key, error=str(problem))
+        for key, invalid in result.invalid.items():
+            log.warning("feed_malformed_fixture", match_id=key, error=str(invalid))
         now = trio.current_time()
         for sub in list(self._subs.values()):
             problem = result.invalid.get(sub.match_id)

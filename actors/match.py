@@ -776,12 +776,17 @@ class MatchActor:
             await trio.sleep(self._settings.heal_every_s)
 
     async def heal(self) -> int:
-        """Push-to-start to followers without an active session; returns how many were sent."""
+        """Push-to-start to followers without an active session; returns how many were sent.
+
+        Each follower is claimed in DynamoDB just before its push is built, and the pushes go out in chunks
+        of ``alert_chunk_first``, each waited for before the next is claimed: an owner that dies leaves at
+        most one chunk claimed and perhaps unsent (sent again after ``push_to_start_min_interval_s``)."""
         if self._last_display is None or self.phase not in ("live", "innings_break"):
             return 0  # push-to-start when the match goes live (pre-match is the prematch job's)
         with_session = {s.user_id for s in self.sessions.values()}
         now = trio.current_time()
         pushes: list[Push] = []
+        sent = 0
         for user_id in list(self.follower_team):
             if user_id in with_session:
                 continue
@@ -821,19 +826,26 @@ class MatchActor:
                     ),
                 )
             )
+            if len(pushes) >= self._settings.alert_chunk_first:
+                sent += await self._send_starts(pushes)
+                pushes = []
         if pushes:
-            _, counts = await self._push_all(
-                lambda reply_to, fence: [replace(p, reply_to=reply_to, fence=fence) for p in pushes]
-            )
-            self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
-            if self._on_delivery is not None:
-                neutral = (self._last_display or {}).get("neutral") or {}
-                self._on_delivery(
-                    Delivery(
-                        self.match_id, "start", str(neutral.get("overs", "")), str(neutral.get("score", "")),
-                        None, (), 10, len(pushes), **counts,
-                    )
+            sent += await self._send_starts(pushes)
+        return sent
+
+    async def _send_starts(self, pushes: list[Push]) -> int:
+        _, counts = await self._push_all(
+            lambda reply_to, fence: [replace(p, reply_to=reply_to, fence=fence) for p in pushes]
+        )
+        self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
+        if self._on_delivery is not None:
+            neutral = (self._last_display or {}).get("neutral") or {}
+            self._on_delivery(
+                Delivery(
+                    self.match_id, "start", str(neutral.get("overs", "")), str(neutral.get("score", "")),
+                    None, (), 10, len(pushes), **counts,
                 )
+            )
         return len(pushes)
 
     def _attributes(self) -> dict[str, Any]:

@@ -19,6 +19,9 @@ and quarantined here for ``quarantine_s`` so another instance may try it.
 shows in play (a live status) is reopened (``reopen_ended_match``: a new epoch, the engine's state kept) and
 taken like any other. An id the feed released after repeated 404s (``feed.is_released``) is not taken.
 
+``instance_id`` here is the process's owner identity (``daemon.store.locks.owner_identity``: the configured
+instance id and a per-process nonce), so two processes never take each other's lock or fence as their own.
+
 The lock arbitrates; the fence protects: a paused owner that wakes after losing its lease finds its lease
 expired by its own monotonic clock (minus the skew bound) and stops, and any write it still attempts fails the
 ``instanceId``/``ownerEpoch`` condition.
@@ -187,16 +190,22 @@ class Orchestrator:
             item = await self._repos.active_matches.get_active_match_state(match_id)
             league = league_id or _str_or_none((item or {}).get("leagueId"))
             marquee = league is not None and league in self._marquee
-            await self._supervisor.start(
-                f"match:{match_id}",
-                lambda: self._factory(match_id, epoch, marquee),
-                kind="match",
-                normal_exits=(LeaseLost,),
-                on_give_up=self._give_up,
-                on_exit=self._on_exit,
-            )
-            started = True
+            # Owned before the actor starts: an actor that ends before start() returns (it crashed past its
+            # restarts at once) has already run _on_exit, which must find it here to remove it.
             self.owned.add(match_id)
+            try:
+                await self._supervisor.start(
+                    f"match:{match_id}",
+                    lambda: self._factory(match_id, epoch, marquee),
+                    kind="match",
+                    normal_exits=(LeaseLost,),
+                    on_give_up=self._give_up,
+                    on_exit=self._on_exit,
+                )
+            except BaseException:
+                self.owned.discard(match_id)
+                raise
+            started = True
             OWNED_MATCHES.set(len(self.owned))
             MATCH_OWNER_EPOCH.labels(match_id).set(epoch)
             log.info("match_taken", match_id=match_id, epoch=epoch, marquee=marquee)

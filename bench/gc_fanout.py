@@ -65,7 +65,7 @@ def model(matches: int, sessions_per_match: int, fanouts: int, tuned: bool) -> d
     return {
         "cpu_s": round(cpu, 3),
         "gc_pause_s": round(sum(monitor.pause_s) - sum(before[1]), 3),
-        "collections": [a - b for a, b in zip(monitor.collections, before[0])],
+        "collections": [a - b for a, b in zip(monitor.collections, before[0], strict=True)],
         "thresholds": list(gc.get_threshold()),
         "frozen_objects": gc.get_freeze_count(),
     }

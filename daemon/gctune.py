@@ -67,9 +67,9 @@ class GcMonitor:
         return {
             "thresholds": list(gc.get_threshold()),
             "frozen_objects": gc.get_freeze_count(),
-            "collections": dict(zip(_GENERATIONS, self.collections)),
-            "collected": dict(zip(_GENERATIONS, self.collected)),
-            "pause_s": {g: round(s, 3) for g, s in zip(_GENERATIONS, self.pause_s)},
+            "collections": dict(zip(_GENERATIONS, self.collections, strict=True)),
+            "collected": dict(zip(_GENERATIONS, self.collected, strict=True)),
+            "pause_s": {g: round(s, 3) for g, s in zip(_GENERATIONS, self.pause_s, strict=True)},
             "longest_pause_s": round(self.longest_s, 4),
         }
 

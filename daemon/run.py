@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import io
 import signal
 import sys
@@ -219,8 +220,9 @@ class Daemon:
                 if self.runs_engine:
                     self.jobs = self._build_jobs()
                     for name, job in self.jobs.items():
-                        await supervisor.start(name, lambda job=job: job, kind="job")
+                        await supervisor.start(name, functools.partial(_same, job), kind="job")
                     orchestrator = self.orchestrator
+                    assert orchestrator is not None  # built above when the engine runs
                     await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
                     reconciler = self._leased(
                         "reconciler", LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s),
@@ -283,11 +285,11 @@ class Daemon:
     async def _loop_monitor(self, interval_s: float = 1.0) -> None:
         """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
         sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
-        dump_s = self.config.instance.stall_dump_s
         dump_to = sys.__stderr__
+        dump_s = self.config.instance.stall_dump_s
         try:
             while True:
-                if dump_s:
+                if dump_s and dump_to is not None:  # without a stderr there is nowhere to write the stacks
                     try:
                         faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
                     except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
@@ -492,6 +494,11 @@ class Daemon:
 
 _NO_SENDER: Any = None
 """The sender of an instance without the engine role: never started, never called."""
+
+
+def _same(actor: Any) -> Any:
+    """The supervisor's factory for an actor built once: every (re)start runs the same object."""
+    return actor
 
 
 class _FatalOnConfigError:

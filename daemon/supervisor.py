@@ -148,10 +148,12 @@ class Supervisor:
                         await trio.sleep(self.backoff_s)
         finally:
             self.children.pop(child.name, None)
-            child.done.set()
-            if child.on_exit is not None:
-                with trio.CancelScope(shield=True):
-                    await child.on_exit(child.name)
+            try:
+                if child.on_exit is not None:
+                    with trio.CancelScope(shield=True):
+                        await child.on_exit(child.name)
+            finally:
+                child.done.set()  # after on_exit, so stop_and_wait returns once the exit is fully handled
 
     def _may_restart(self, child: Child) -> bool:
         now = trio.current_time()

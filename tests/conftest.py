@@ -1,21 +1,39 @@
 """Fixtures shared by the whole suite.
 
+Layout: a module's unit tests sit in ``tests/<package>/``, named for the package one level below the top-level
+packages (``daemon/apns/...`` -> ``tests/apns/``, ``daemon/config/...`` -> ``tests/config/``, ``actors/jobs/...``
+-> ``tests/jobs/``); modules directly in a top-level package go to ``tests/daemon/`` and ``tests/actors/``
+(``daemon/supervisor.py`` -> ``tests/daemon/test_supervisor.py``, ``actors/sender.py`` ->
+``tests/actors/test_sender.py``), and ``bench/*.py`` to ``tests/bench/``. Tests that span packages by running
+the daemon as processes live in ``tests/e2e/`` (end to end), ``tests/faults/`` (the fault matrix) and
+``tests/deploy/`` (the shipped unit, image, wheel and observability files); the rigs they use, and those
+rigs' own tests, in ``tests/harness/``. Multi-process end-to-end, fault, soak and benchmark tests are marked
+``slow``; ``pytest -m "not slow"`` is the edit loop.
+
 - ``moto_server``: one single-threaded moto DynamoDB server on loopback for the session (a real server,
   not in-process patching). Tests isolate themselves with a unique table prefix (``table_prefix``), so no
   reset is needed between tests and tests may run in any order.
 - ``shared_data``: the folder of real SportMonks responses beside the project; tests that need it skip,
   saying why, where it is absent.
+- ``sock_dir``: a short directory for Unix sockets; ``log_stream``: the daemon's JSON logs captured for the
+  test (``log_lines`` parses them).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from daemon import logs
 from daemon.store.local import MotoServer
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -88,3 +106,31 @@ async def repos(dynamo):  # type: ignore[no-untyped-def]
     from daemon.store import Repositories
 
     return Repositories(dynamo)
+
+
+# --- sockets and logs ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short directory for sockets: AF_UNIX paths are limited to 107 bytes, pytest's tmp_path can exceed it."""
+    path = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """Logs configured as JSON into a buffer for the test; reset afterwards so no test inherits the stream."""
+    stream = io.StringIO()
+    logs.configure("debug", json=True, stream=stream, instance_id="test-instance")
+    try:
+        yield stream
+    finally:
+        logs.reset()
+
+
+def log_lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]

@@ -17,6 +17,7 @@ saves). Those internals are not h2's API, so they sit here, behind one check mad
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 import h2.config
@@ -228,7 +229,7 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
             frames, events = stream.receive_window_update(increment)
             if frames:
                 self._prepare_for_sending(frames)
-            return events  # type: ignore[no-any-return]
+            return events
         except h2.exceptions.StreamClosedError:
             return []
         except h2.exceptions.ProtocolError as exc:
@@ -416,7 +417,7 @@ def install_huffman_cache() -> None:
     the largest single cost of a request in pure-Python hpack. ``decode_huffman`` is a pure function of its
     input, so caching it changes nothing but the time.
     """
-    original = getattr(hpack.hpack, "decode_huffman", None)
+    original: Callable[[bytes], bytes] | None = getattr(hpack.hpack, "decode_huffman", None)
     if original is None or getattr(original, "_sightscreen_cached", False):
         return  # an hpack without this function: decoding stays uncached
     cache: dict[bytes, bytes] = {}

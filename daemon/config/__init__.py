@@ -9,6 +9,8 @@
 The names below are the package's public surface; ``from daemon.config import ...`` is the way to use them.
 """
 
+from actors.jobs.settings import JobsSettings
+from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.config.check import check_main
 from daemon.config.example import render_example
 from daemon.config.loading import ConfigError, ConfigProblem, load_config, register_secrets
@@ -19,11 +21,8 @@ from daemon.config.models import (
     AdminSettings,
     Config,
     InstanceSettings,
-    JobsSettings,
     LoggingSettings,
-    MatchActorSettings,
     MetricsSettings,
-    OrchestratorSettings,
     default_instance_id,
 )
 

@@ -496,8 +496,10 @@ def _error_message(content: bytes) -> str:
 def _decode_sync(body: bytes, source: str, check: Callable[[Any, str], Any]) -> Any:
     try:
         payload = json.loads(body)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise MalformedPayload([f"body: not JSON ({exc.msg} at char {exc.pos})"], source=source) from None
+    except UnicodeDecodeError as exc:  # json.loads decodes bytes first
+        raise MalformedPayload([f"body: not JSON (not UTF-8 at byte {exc.start})"], source=source) from None
     if not isinstance(payload, dict):
         raise MalformedPayload([f"body: expected a JSON object, got {type(payload).__name__}"], source=source)
     if "data" not in payload:

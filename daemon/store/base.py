@@ -108,7 +108,7 @@ class Repository:
         except ClientError as exc:
             if is_condition_failed(exc):
                 old = exc.response.get("Item")
-                if old is None:
+                if not isinstance(old, dict):
                     # a peer that ignores ReturnValuesOnConditionCheckFailure (dynalite): read it instead
                     return False, await self._get(*self._key_of(item), consistent=True)
                 return False, from_item(old)

@@ -186,12 +186,17 @@ class Dynamo:
             max_pool_connections=settings.max_threads,
         )
         session = _shared_session()
-        creds: dict[str, str] = {}
+        key_id = secret = None  # None: boto3's own credential chain
         if settings.endpoint_url and session.get_credentials() is None:
             # a local peer (moto, dynalite) accepts any key; AWS's own endpoint never gets here
-            creds = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+            key_id = secret = "local"
         self.client: Any = session.client(
-            "dynamodb", endpoint_url=settings.endpoint_url, region_name=settings.region, config=config, **creds
+            "dynamodb",
+            endpoint_url=settings.endpoint_url,
+            region_name=settings.region,
+            config=config,
+            aws_access_key_id=key_id,
+            aws_secret_access_key=secret,
         )
         for operation in RAW_PAGE_OPERATIONS:
             self.client.meta.events.register(f"before-parse.dynamodb.{operation}", _items_as_sent)

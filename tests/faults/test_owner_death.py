@@ -55,7 +55,8 @@ def _kill_on(rig: FaultRig, wanted: Callable[[dict[str, Any]], bool]) -> tuple[t
     at: list[dict[str, Any]] = []
 
     def on_answer(record: dict[str, Any]) -> None:
-        if killed.is_set() or record.get("status") != 200 or record.get("token") not in rig.tokens:
+        token = record.get("token")
+        if killed.is_set() or record.get("status") != 200 or (token not in rig.tokens and token not in rig.start_tokens):
             return
         if wanted(record):
             rig.sever()
@@ -112,6 +113,23 @@ async def test_an_owner_killed_after_a_wickets_first_accepted_push_leaves_no_dou
 async def test_an_owner_killed_after_the_first_display_went_out_loses_nothing(make_rig: Any) -> None:
     async with make_rig(seed=2, followers=FOLLOWERS, lease_s=3.0, extra=CHUNKS) as rig:
         await _die_and_be_succeeded(rig, lambda r: aps(r).get("event") == "update", "the first tick")
+
+
+async def test_an_owner_killed_after_its_first_accepted_push_to_start_starts_nobody_twice(make_rig: Any) -> None:
+    starters = 12
+    async with make_rig(seed=5, followers=4, start_followers=starters, lease_s=3.0, extra=CHUNKS) as rig:
+        at = await _die_and_be_succeeded(
+            rig, lambda r: aps(r).get("event") == "start" and r["token"] in rig.start_tokens, "the push-to-starts"
+        )
+        starts = [r for r in rig.apns.records
+                  if r["status"] == 200 and aps(r).get("event") == "start" and r["token"] in rig.start_tokens]
+        per_token = Counter(r["token"] for r in starts)
+        assert set(per_token.values()) == {1}, "no follower was started (and alerted) twice"
+        assert at["token"] in per_token
+        # the dead owner's chunk was claimed (reached or not, it is not sent again within the interval); every
+        # other follower gets its push-to-start from the successor
+        assert len(per_token) >= starters - CHUNKS["match"]["alert_chunk_first"] + 1, sorted(per_token)
+        assert all(r["headers"].get("apns-collapse-id") == f"{rig.match_id}:start" for r in starts)
 
 
 async def test_an_owner_killed_after_the_ends_first_accepted_push_leaves_one_end_alert(make_rig: Any) -> None:

@@ -75,6 +75,9 @@ class RigOptions:
     # the APNs server answers every push with this 5xx status from the start, before the daemon's first
     # push (0: no storm); lift it with ``rig.apns.reset()``
     apns_storm_at_start: int = 0
+    # followers with a device that has a push-to-start token but no Live Activity session: the match's owner
+    # sends them a push-to-start (``start_tokens``)
+    start_followers: int = 0
     # per-section config overrides, merged over the rig's defaults (e.g. {"sportmonks": {"timeout_s": 1}})
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -89,6 +92,7 @@ class FaultRig:
         self.options = options
         self.proxies: dict[str, FaultProxy] = {}
         self.tokens: dict[str, str] = {}  # update token -> visitor key
+        self.start_tokens: dict[str, str] = {}  # push-to-start token -> user id
         self.deliveries: list[Any] = []
         self.apns: Any = None
         self.replay: Any = None
@@ -228,6 +232,20 @@ class FaultRig:
             followers=self.options.followers, league_name="Faults", league_code="FLT", sessions=True,
         )
         self.tokens.update(seeded.tokens)
+        await self._seed_start_followers()
+
+    async def _seed_start_followers(self) -> None:
+        """``start_followers`` followers with a push-to-start token and no session (``start_tokens``)."""
+        import secrets
+
+        match_id, team = self.match_id, str(self.tape.localteam.id)
+        expires = int(time.time()) + 48 * 3600
+        for i in range(self.options.start_followers):
+            user = f"u{match_id}-s{i:04d}"
+            token = secrets.token_hex(32)
+            await self.repos.follows.follow_match(match_id, user, team, expires)
+            await self.repos.devices.register_device(user, secrets.token_hex(32), push_to_start_token=token)
+            self.start_tokens[token] = user
 
     def close(self) -> None:
         if self._dynamo is not None:

@@ -247,7 +247,7 @@ async def test_a_match_whose_prematch_lock_another_instance_holds_is_skipped_unt
 
 
 async def test_a_prematch_lock_taken_over_mid_match_stops_this_instance_after_its_batch(repos: Any) -> None:
-    users = await _match_7_followed_by(repos, 6)
+    await _match_7_followed_by(repos, 6)
     lock = prematch_lock_key("7")
 
     class StealingSender(RecordingSender):

@@ -155,6 +155,7 @@ async def test_livescores_checked_isolates_a_malformed_fixture() -> None:
     ("body", "expected"),
     [
         (b"<html>oops</html>", "body: not JSON"),
+        (b'{"data": "\xff"}', r"body: not JSON \(not UTF-8 at byte 10\)"),
         (b"[1, 2]", "body: expected a JSON object"),
         (b'{"message": "hi"}', "data: required field is missing"),
     ],

@@ -1,45 +1,18 @@
-"""Fixtures for the operations tests: short socket paths, an admin server on a real Unix socket, log capture."""
+"""Fixtures of the daemon's top-level modules' tests: an admin server on a real Unix socket and its handlers.
+(Short socket directories and log capture are shared by the whole suite: tests/conftest.py.)"""
 
 from __future__ import annotations
 
 import io
 import json
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from daemon import logs
 from daemon.admin import AdminError, AdminServer, expect_args
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    """A short directory for sockets: AF_UNIX paths are limited to 107 bytes, pytest's tmp_path can exceed it."""
-    path = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    """Logs configured as JSON into a buffer for the test; reset afterwards so no test inherits the stream."""
-    stream = io.StringIO()
-    logs.configure("debug", json=True, stream=stream, instance_id="test-instance")
-    try:
-        yield stream
-    finally:
-        logs.reset()
-
-
-def log_lines(stream: io.StringIO) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
 
 
 class Calls:

@@ -13,8 +13,7 @@ import trio
 
 from daemon import ctl
 from daemon.admin import AdminServer
-
-from .conftest import Calls
+from tests.daemon.conftest import Calls
 
 
 async def run_ctl(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

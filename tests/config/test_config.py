@@ -12,8 +12,7 @@ import pytest
 
 from daemon import logs
 from daemon.config import Config, ConfigError, check_main, load_config, render_example
-
-from .conftest import log_lines
+from tests.conftest import log_lines
 
 PROJECT = Path(__file__).resolve().parents[2]
 EXAMPLE = PROJECT / "config" / "sightscreen.example.toml"

@@ -12,7 +12,7 @@ import trio
 
 from daemon.metrics import REGISTRY
 from daemon.run import Daemon
-from tests.ops.conftest import log_lines
+from tests.conftest import log_lines
 
 
 def _lag_count() -> float:

@@ -18,6 +18,8 @@ import pytest
 
 from tests.harness.nginx_apns import NginxApns
 
+pytestmark = pytest.mark.slow  # starts the soak benchmark's peers (nginx, dynalite on node) as child processes
+
 HAS_NGINX = shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
 HAS_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 

@@ -132,6 +132,7 @@ MDWE_PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # starts the daemon stack in a child process
 def test_the_daemon_stack_runs_without_writable_executable_memory() -> None:
     result = subprocess.run([sys.executable, "-c", MDWE_PROBE], capture_output=True, text=True, timeout=120,
                             cwd=PROJECT, env={"PATH": "/usr/bin:/bin", "AWS_ACCESS_KEY_ID": "x",

@@ -23,8 +23,8 @@ from daemon.admin import (
     parse_listen,
     parse_request,
 )
-
-from .conftest import Calls, Client, log_lines, make_handlers
+from tests.conftest import log_lines
+from tests.daemon.conftest import Calls, Client, make_handlers
 
 # --- the pure parts ------------------------------------------------------------------------------------
 

@@ -10,8 +10,7 @@ import trio
 
 from daemon import logs
 from daemon.config import LoggingSettings
-
-from .conftest import log_lines
+from tests.conftest import log_lines
 
 DEVICE_TOKEN = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"
 

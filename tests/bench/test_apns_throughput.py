@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a benchmark run end to end
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "apns_throughput.py"
 FIELDS = {"pushes", "seconds", "pushes_per_s", "p50_ms", "p99_ms", "failed"}
