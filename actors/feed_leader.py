@@ -209,8 +209,13 @@ class FeedLeadership:
                 self.step_down("could not renew the lease before it ran out")
 
     async def _acquire(self) -> None:
-        sent = trio.current_time()
+        sent, sent_wall = trio.current_time(), self._wall()
         lease, item = await self._repos.locks.acquire_fenced(self.key, self.instance_id, self.lease_s)
+        if lease is not None and lease.expires_at < sent_wall + self.lease_s - self.skew:
+            # the lease was already ours (a lost answer, or a step-down that raced a renewal): its expiry was
+            # set by an earlier request whose send time is not known here, so renew it before relying on it
+            sent = trio.current_time()
+            lease = await self._repos.locks.extend_fenced(lease, self.lease_s)
         if lease is None:
             self.last_seen = item
             budget = parse_budget(item)
