@@ -13,7 +13,18 @@ The actor owns, for its match:
 - the match's Live Activity sessions and followers, held in memory and refreshed every ``session_refresh_s``
   (sessions; longer for a big match, see ``refresh_interval``) and ``follower_refresh_s`` (followers),
   so a tick costs a bounded number of DynamoDB calls whatever the number of followers;
-- self-healing: followers without an active session get a push-to-start, rate-limited per device.
+- self-healing: followers without an active session get a push-to-start, rate-limited per device;
+- its iOS 18 broadcast channels (``actors.channels``), one per display perspective: created (policy 0) before
+  the first push-to-start that needs one, recorded on the fixture, reused by a restarted or new owner,
+  deleted at the end. A follower on iOS 18 or later is started with ``input-push-channel`` (its activity
+  then listens on its perspective's channel: a *channel session*, stored for counts and the lifecycle, never
+  pushed per device); older ones with ``input-push-token`` (a *token session*). Each tick is one broadcast
+  per perspective that has channel sessions (before the token fan-out; priority 10 for key events, 5 for
+  routine updates, expiration 0) plus the per-token pushes. A broadcast APNs answers ``ChannelNotRegistered``
+  or ``BadChannelId`` gets its channel recreated, recorded and re-announced with a push-to-start to the
+  followers whose activities were on it. An alerting tick's broadcasts carry the alert when the tick is
+  fresh and go without it when a successor completes the tick's intent: on channels an alert is shown at
+  most once, and the content (the key events) always arrives.
 
 Each tick: the Feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> one payload per
 perspective team -> pushes to the shared sender over its bounded inbox -> wait for APNs's results -> persist the
@@ -70,11 +81,13 @@ from typing import Any
 import trio
 from botocore.exceptions import BotoCoreError, ClientError
 
+from actors.channels import ChannelsUnavailable, MatchChannels
 from actors.feed import FixtureSource
 from actors.janitor import TokenRef
 from actors.livework import LiveWork
 from actors.settings import MatchActorSettings, OrchestratorSettings
-from daemon.apns.types import Fence, Push
+from daemon.apns.broadcast import ChannelError
+from daemon.apns.types import LIVEACTIVITY_TOPIC_SUFFIX, Fence, Push
 from daemon.cricket import intent as intents
 from daemon.cricket import payloads
 from daemon.cricket.engine import TickResult, process_tick
@@ -89,6 +102,7 @@ from daemon.metrics import (
     KEY_EVENTS,
     LOCK_LOSSES,
     LOCK_RENEWALS,
+    SESSIONS_BY_PATH,
     TICK_DURATION,
     TICKS,
 )
@@ -97,6 +111,13 @@ from daemon.store.dynamo import StoreError, count_calls
 from daemon.store.locks import match_lock_key
 
 TERMINAL_PHASES = frozenset({"completed", "abandoned"})
+
+
+def supports_channels(device: Mapping[str, Any] | None) -> bool:
+    """A device on iOS 18 or later can start an activity on a broadcast channel (``osVersion`` "18.0"+)."""
+    version = str((device or {}).get("osVersion") or "")
+    head = version.split(".", 1)[0]
+    return head.isdigit() and int(head) >= 18
 
 
 class LeaseLost(Exception):
@@ -127,6 +148,8 @@ class Delivery:
     rejected: int
     failed: int
     at: float = field(default_factory=time.time)
+    broadcasts: int = 0  # one per perspective with channel sessions (``tokens`` counts the per-device pushes)
+    channel_sessions: int = 0  # devices the broadcasts were for
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,11 +158,20 @@ class Session:
     user_id: str
     token: str
     ref: TokenRef  # what its pushes carry back (built once, not once per push)
+    channel: str = ""  # a channel session's broadcast channel (then ``token`` is empty)
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelRef:
+    """What a broadcast carries back: the perspective and the channel it went to."""
+
+    perspective: str
+    channel_id: str
 
 
 # What a refresh reads: only these attributes come back (a match can have 100,000 sessions and followers,
 # held in memory for the whole match; the rest of each item is not needed here).
-SESSION_FIELDS = ("visitorKey", "userId", "updateToken", "status")
+SESSION_FIELDS = ("visitorKey", "userId", "updateToken", "channelId", "status")
 FOLLOWER_FIELDS = ("userId", "teamId")
 
 
@@ -188,6 +220,18 @@ class MatchActor:
         self._push_to_start_sent: dict[str, float] = {}
         self._sessions_loaded = trio.Event()
         self._first_display = trio.Event()
+        # iOS 18 broadcast channels (None: off, or a sender without channel management)
+        self.channel_sessions: dict[str, Session] = {}
+        self._bundle = topic.removesuffix(LIVEACTIVITY_TOPIC_SUFFIX)
+        request = getattr(getattr(sender, "channels", None), "request", None)
+        self.channels: MatchChannels | None = (
+            MatchChannels(match_id, bundle=self._bundle, request=request, fixtures=repos.fixtures)
+            if settings.broadcast_channels and request is not None else None
+        )
+        self._channels_gone: dict[str, str] = {}  # perspective -> channel APNs no longer knows
+        self._channels_retry_at = -math.inf
+        self._last_broadcasts = 0
+        self.broadcasts: dict[str, int] = {"update": 0, "end": 0}
         # introspection for the admin socket
         self.last_tick_at: float | None = None
         self.last_tick_lag_s: float | None = None
@@ -226,6 +270,11 @@ class MatchActor:
         self.log.info(
             "match_actor_started", epoch=self.epoch, resumed=self.state is not None, unfinished_alert=bool(intent)
         )
+        if self.channels is not None:
+            try:  # a restarted or new owner reuses the recorded channels
+                await self.channels.load()
+            except Exception as exc:
+                self.log.warning("broadcast_channels_load_failed", error=repr(exc))
 
         updates = self._feed.subscribe(self.match_id, marquee=self.marquee)
         try:
@@ -304,10 +353,24 @@ class MatchActor:
             self.match_id, fields=SESSION_FIELDS
         )
         old = self.sessions
+        old_channel = self.channel_sessions
         fresh: dict[str, Session] = {}
+        fresh_channel: dict[str, Session] = {}
         for item in sessions:
             token = item.get("updateToken")
-            if item.get("status", "active") != "active" or not token:
+            if item.get("status", "active") != "active":
+                continue
+            if not token:
+                channel = item.get("channelId")
+                if channel:  # started on a broadcast channel: counted, never pushed per device
+                    key = str(item["visitorKey"])
+                    known = old_channel.get(key)
+                    if known is not None and known.channel == channel:
+                        fresh_channel[key] = known
+                    else:
+                        user = sys.intern(str(item.get("userId") or key.split("#", 1)[0]))
+                        ref = TokenRef("la", self.match_id, visitor_key=key, user_id=user)
+                        fresh_channel[key] = Session(key, user, "", ref, str(channel))
                 continue
             key = str(item["visitorKey"])
             known = old.get(key)
@@ -327,6 +390,9 @@ class MatchActor:
                 follower_team[sys.intern(str(f["userId"]))] = teams.setdefault(team, team)
             self.follower_team = follower_team
         self.sessions = fresh
+        self.channel_sessions = fresh_channel
+        SESSIONS_BY_PATH.labels(self.match_id, "token").set(len(fresh))
+        SESSIONS_BY_PATH.labels(self.match_id, "channel").set(len(fresh_channel))
         self._sessions_loaded.set()
 
     def refresh_interval(self) -> float:
@@ -466,9 +532,13 @@ class MatchActor:
         else:
             sessions = list(self.sessions.values())
             topic = self._topic
+            casts = self._broadcast_targets()
 
             def pushes(reply_to: Any, fence: Fence) -> list[Push]:
-                return [
+                return self._broadcast_pushes(
+                    casts, lambda p: by_perspective.get(p) or by_perspective["neutral"], priority, kind,
+                    reply_to, fence,
+                ) + [
                     Push(
                         s.token, "liveactivity", topic, by_perspective[self._perspective(s.user_id, display)],
                         priority, kind, context=s.ref, fence=fence, reply_to=reply_to,
@@ -487,12 +557,17 @@ class MatchActor:
             kind, display, result.best.text if result.best else None, tuple(e.type for e in result.events),
             priority, total, counts,
         )
+        if self._channels_gone:
+            await self._recover_channels()
         return persisted
 
     def _report(
         self, kind: str, display: Any, event: str | None, event_types: tuple[str, ...], priority: int, total: int,
         counts: dict[str, int],
     ) -> None:
+        casts = self._last_broadcasts
+        self._last_broadcasts = 0
+        total -= casts
         neutral = (display or {}).get("neutral") or {}
         delivery = Delivery(
             match_id=self.match_id,
@@ -504,6 +579,8 @@ class MatchActor:
             priority=priority,
             tokens=total,
             **counts,
+            broadcasts=casts,
+            channel_sessions=len(self.channel_sessions) if casts else 0,
         )
         if self._on_delivery is not None:
             self._on_delivery(delivery)
@@ -533,7 +610,8 @@ class MatchActor:
         else:
             ungated = len(plan.quiet)
         gates: dict[int, Callable[[], Awaitable[None]]] = {}
-        at = ungated
+        casts = self._broadcast_targets()
+        at = ungated + len(casts)  # the broadcasts go first, ungated
         for chunk in gated:
             async def move(mark: str = chunk.watermark) -> None:
                 if not await repo.move_alert_watermark(self.match_id, self.instance_id, self.epoch, mark):
@@ -545,8 +623,16 @@ class MatchActor:
         topic = self._topic
         perspective = {k: self._perspective(v.user_id, intent.payloads) for k, v in sessions.items()}
 
+        fresh = state is not None  # a successor completing the intent broadcasts without the alert
+
+        def cast_payload(p: str, alert: bool = fresh) -> bytes:
+            return intent.payload_for(p if p in intent.payloads else "neutral", alert=alert)
+
         def pushes(reply_to: Any, fence: Fence) -> list[Push]:
-            return [
+            return self._broadcast_pushes(
+                casts, cast_payload, intent.priority, intent.kind, reply_to, fence,
+                quiet=(lambda p: cast_payload(p, False)) if fresh else None,
+            ) + [
                 Push(
                     sessions[key].token, "liveactivity", topic, intent.payload_for(perspective[key], alert=alert),
                     intent.priority, intent.kind, collapse_id=intent.collapse_id if alert else None,
@@ -575,6 +661,8 @@ class MatchActor:
         total, counts = await self._fan_out(intent, state=None)
         self.log.info("alert_intent_completed", kind=intent.kind, tokens=total, **counts)
         self._report(intent.kind, self._last_display, None, (), intent.priority, total, counts)
+        if self._channels_gone:
+            await self._recover_channels()
 
     async def _push_all(
         self,
@@ -684,6 +772,8 @@ class MatchActor:
             ref = push.context
             if result.outcome == "rejected" and isinstance(ref, TokenRef) and ref.kind == "la":
                 self.sessions.pop(ref.visitor_key or "", None)
+            elif result.outcome == "rejected" and isinstance(ref, ChannelRef):
+                self._channels_gone[ref.perspective] = ref.channel_id
         if stalled:
             self.log.warning(
                 "push_results_timed_out", pending=len(waiting), total=len(pushes),
@@ -742,6 +832,11 @@ class MatchActor:
         """The end's last steps, each idempotent: sessions ended, follows removed, the match deactivated, the
         lock released."""
         reason = "match_abandoned" if phase == "abandoned" else "match_end"
+        if self.channels is not None:  # after the end broadcast: the channels are of no more use
+            try:
+                await self.channels.delete_all()
+            except Exception as exc:  # the sweep deletes what is left
+                self.log.warning("broadcast_channels_delete_failed", error=repr(exc))
         sessions = await self._repos.live_activities.get_all_la_sessions_for_match(self.match_id)
         await self._repos.live_activities.end_la_sessions(
             self.match_id, sessions, reason, ttl_s=self._settings.session_ttl_after_end_s
@@ -775,7 +870,7 @@ class MatchActor:
                 self.log.warning("heal_failed", error=repr(exc))
             await trio.sleep(self._settings.heal_every_s)
 
-    async def heal(self) -> int:
+    async def heal(self, *, again: set[str] | None = None) -> int:
         """Push-to-start to followers without an active session; returns how many were sent.
 
         Each follower is claimed in DynamoDB just before its push is built, and the pushes go out in chunks
@@ -784,6 +879,7 @@ class MatchActor:
         if self._last_display is None or self.phase not in ("live", "innings_break"):
             return 0  # push-to-start when the match goes live (pre-match is the prematch job's)
         with_session = {s.user_id for s in self.sessions.values()}
+        with_session.update(s.user_id for s in self.channel_sessions.values())
         now = trio.current_time()
         pushes: list[Push] = []
         sent = 0
@@ -800,17 +896,23 @@ class MatchActor:
                 continue
             # The durable twin of the rate limit above, taken before the send: a successor owner does not
             # start (and alert) a follower this owner may already have reached.
+            interval = 0.0 if again and user_id in again else self._settings.push_to_start_min_interval_s
             if not await self._repos.follows.claim_push_to_start(
-                self.match_id, user_id, now=self._now(), min_interval_s=self._settings.push_to_start_min_interval_s
+                self.match_id, user_id, now=self._now(), min_interval_s=interval
             ):
                 continue
             content = self._content_for(self._last_display, user_id)
+            channel = None
+            if supports_channels(device):
+                channel = (await self._start_channels()).get(self._perspective(user_id, self._last_display))
             payload = payloads.start_payload(
                 content,
                 attributes_type=self._settings.attributes_type,
                 attributes=self._attributes(),
                 timestamp=int(self._now()),
                 alert=(content.get("title") or "Match live", content.get("subtitle") or "Follow it live"),
+                input_push_channel=channel,
+                input_push_token=channel is None,
             )
             pushes.append(
                 Push(
@@ -848,6 +950,73 @@ class MatchActor:
             )
         return len(pushes)
 
+    # ------------------------------------------------------------------ broadcast channels
+    async def _start_channels(self) -> dict[str, str]:
+        """The match's channels for a push-to-start, created (under the lease) if some perspective has none;
+        {} while they cannot be had (then iOS 18 followers are started on update tokens)."""
+        channels = self.channels
+        if channels is None or self._last_display is None:
+            return {}
+        perspectives = list(self._last_display)
+        if all(p in channels.channels for p in perspectives) or trio.current_time() < self._channels_retry_at:
+            return channels.channels
+        self._assert_lease()
+        try:
+            with trio.fail_after(self._settings.channel_retry_s):
+                await channels.ensure(perspectives)
+        except (ChannelsUnavailable, ChannelError, trio.TooSlowError) as exc:
+            self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
+            self.log.warning("broadcast_channels_unavailable", error=str(exc) or type(exc).__name__,
+                             retry_in_s=self._settings.channel_retry_s)
+        return channels.channels
+
+    def _broadcast_targets(self) -> list[tuple[str, str]]:
+        """(perspective, channel) for each recorded channel that has channel sessions on it."""
+        if self.channels is None or not self.channel_sessions:
+            return []
+        listening = {s.channel for s in self.channel_sessions.values()}
+        return [(p, c) for p, c in self.channels.channels.items() if c in listening]
+
+    def _broadcast_pushes(
+        self, casts: list[tuple[str, str]], payload_for: Callable[[str], bytes], priority: int, kind: str,
+        reply_to: Any, fence: Fence, *, quiet: Callable[[str], bytes] | None = None,
+    ) -> list[Push]:
+        self._last_broadcasts = len(casts)
+        if kind in self.broadcasts:
+            self.broadcasts[kind] += len(casts)
+        return [
+            Push(
+                "", "liveactivity", self._bundle, payload_for(perspective), priority, kind, expiration=0,
+                channel_id=channel, context=ChannelRef(perspective, channel), fence=fence, reply_to=reply_to,
+                resend_payload=quiet(perspective) if quiet is not None else None,
+            )
+            for perspective, channel in casts
+        ]
+
+    async def _recover_channels(self) -> None:
+        """Broadcasts found channels APNs no longer knows: recreate and record them, and re-announce them with
+        a push-to-start to the followers whose activities were on them."""
+        gone, self._channels_gone = self._channels_gone, {}
+        if self.channels is None:
+            return
+        self.log.warning("broadcast_channels_gone", channels=gone)
+        self._assert_lease()
+        try:
+            await self.channels.ensure(list(self.channels.channels) or list(gone), replace=gone)
+        except (ChannelsUnavailable, ChannelError) as exc:
+            self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
+            self.log.warning("broadcast_channels_unavailable", error=str(exc))
+        dead = set(gone.values())
+        users = set()
+        for key, session in list(self.channel_sessions.items()):
+            if session.channel in dead:
+                users.add(session.user_id)
+                del self.channel_sessions[key]
+        for user_id in users:
+            self._push_to_start_sent.pop(user_id, None)
+        if users:
+            await self.heal(again=users)
+
     def _attributes(self) -> dict[str, Any]:
         snap = self._last_snapshot
         attrs: dict[str, Any] = {"matchId": self.match_id}
@@ -874,6 +1043,9 @@ class MatchActor:
             "last_tick_at": self.last_tick_at,
             "lag_s": self.last_tick_lag_s,
             "tokens": len(self.sessions),
+            "channel_sessions": len(self.channel_sessions),
+            "channels": dict(self.channels.channels) if self.channels is not None else {},
+            "broadcasts": dict(self.broadcasts),
             "followers": len(self.follower_team),
             "cooldowns": dict(getattr(self.state, "cooldowns", {}) or {}),
             "last_events": self.last_events,

@@ -8,33 +8,33 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class OrchestratorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    cycle_s: float = Field(30.0, gt=0, description="how often live matches are reconciled (and at start-up)")
-    lease_s: float = Field(10.0, gt=0, description="lock lease on a match; a dead owner's match moves after it")
+    cycle_s: float = Field(30.0, gt=0, le=3600, description="how often live matches are reconciled (and at start-up)")
+    lease_s: float = Field(10.0, gt=0, le=600, description="lock lease on a match; a dead owner's match moves after it")
     renew_fraction: float = Field(
         1 / 3, gt=0, le=0.5, description="renew the lease every lease_s * renew_fraction (at most every third)"
     )
     clock_skew_bound_s: float = Field(
         1.0,
-        ge=0,
+        ge=0, le=60,
         description="the most two instances' clocks may disagree; an owner stops pushing this long before "
         "its lease ends by its own clock, so a new owner (whose clock may be ahead) never overlaps it",
     )
     max_restarts: int = Field(5, ge=0, description="restarts of one match actor allowed within restart_window_s")
-    restart_window_s: float = Field(60.0, gt=0)
+    restart_window_s: float = Field(60.0, gt=0, le=86400)
     quarantine_s: float = Field(
         120.0,
-        ge=0,
+        ge=0, le=86400,
         description="a match whose actor exhausted its restarts is left alone this long by this instance, so "
         "another instance may try it (a crash loop here is a bug, logged loudly; not an outage)",
     )
-    restart_backoff_s: float = Field(1.0, ge=0, description="pause before restarting a crashed match actor")
+    restart_backoff_s: float = Field(1.0, ge=0, le=600, description="pause before restarting a crashed match actor")
     max_matches: int = Field(64, ge=1, description="matches one instance takes at most")
     fixture_lookback_s: float = Field(
-        12 * 3600, ge=0, description="cricket-fixtures: matches that started this long ago may still be live"
+        12 * 3600, ge=0, le=7 * 86400, description="cricket-fixtures: matches that started this long ago may still be live"
     )
     prestart_s: float = Field(
         900.0,
-        ge=0,
+        ge=0, le=86400,
         description="a fixture starting within this many seconds is taken before it goes live, so its first "
         "balls are diffed against the pre-match state (a match picked up mid-way reports no history)",
     )
@@ -60,25 +60,25 @@ class MatchActorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     session_refresh_s: float = Field(
-        15.0, gt=0, description="how often the actor re-reads the match's Live Activity sessions (at least)"
+        15.0, gt=0, le=3600, description="how often the actor re-reads the match's Live Activity sessions (at least)"
     )
     session_refresh_items_per_s: float = Field(
         250.0,
-        gt=0,
+        gt=0, le=10_000_000,
         description="a big match re-reads its sessions no faster than this many per second on average "
         "(10,000 sessions: every 40 s); reading and decoding a session costs ~50 us of CPU",
     )
     follower_refresh_s: float = Field(
         60.0,
-        gt=0,
+        gt=0, le=3600,
         description="how often the actor re-reads the match's followers (their team picks the perspective; "
         "a follower without a session gets a push-to-start)",
     )
     heal_every_s: float = Field(
-        30.0, gt=0, description="how often followers without an active session get a push-to-start"
+        30.0, gt=0, le=3600, description="how often followers without an active session get a push-to-start"
     )
     push_to_start_min_interval_s: float = Field(
-        600.0, ge=0, description="per device: at most one push-to-start per this interval (self-healing)"
+        600.0, ge=0, le=86400, description="per device: at most one push-to-start per this interval (self-healing)"
     )
     dismissal_after_s: int = Field(
         900, ge=0, description="after match end the Live Activity stays on the Lock Screen this long"
@@ -87,17 +87,17 @@ class MatchActorSettings(BaseModel):
     session_ttl_after_end_s: int = Field(48 * 3600, gt=0, description="TTL of ended live-activities records")
     push_result_timeout_s: float = Field(
         60.0,
-        gt=0,
+        gt=0, le=600,
         description="a tick's pushes still unanswered when no result at all has come back for this long are "
         "sent again (the sender lost them, e.g. it was restarted); a queue that is moving is waited for",
     )
     push_retry_max_s: float = Field(
         900.0,
-        gt=0,
+        gt=0, le=3600,
         description="a tick whose pushes failed (APNs down past the sender's retries) is re-sent, same payload "
         "and timestamp, for up to this long before it is given up; its state is persisted only after",
     )
-    push_retry_backoff_max_s: float = Field(30.0, gt=0, description="cap of the backoff between such re-sends")
+    push_retry_backoff_max_s: float = Field(30.0, gt=0, le=600, description="cap of the backoff between such re-sends")
     alert_chunk_first: int = Field(
         16,
         ge=1,
@@ -109,6 +109,16 @@ class MatchActorSettings(BaseModel):
         2048, ge=1, description="chunks double from alert_chunk_first up to this size"
     )
     attributes_type: str = Field("MatchAttributes", description="the app's ActivityAttributes type name")
+    broadcast_channels: bool = Field(
+        True,
+        description="iOS 18 broadcast channels: followers on iOS 18 or later are started on their perspective's "
+        "channel (one broadcast per perspective and tick instead of one push per device); older ones stay on "
+        "update tokens",
+    )
+    channel_retry_s: float = Field(
+        60.0, gt=0, description="after channels could not be had (limit reached, management host down), wait "
+        "this long before trying again; meanwhile iOS 18 followers are started on update tokens",
+    )
     stale_after_s: int = Field(
         900, ge=0, description="stale-date on updates: the Lock Screen greys out data older than this (0: none)"
     )

@@ -12,7 +12,7 @@
 Start-up: every actor is started with ``nursery.start`` so the process is ready (``READY=1``) only once each
 said so. Shutdown (SIGTERM/SIGINT, or the admin ``drain``): stop taking matches, stop every match actor and
 release its lock (another instance takes over at once), let the sender finish in-flight pushes within the
-grace period, ``STOPPING=1``, exit 0.
+grace period, ``STOPPING=1``, exit 0. SIGHUP stops the same way (there is no reload).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import httpx
 import trio
 
 from actors.cache_reader import CacheReader
-from actors.feed import FeedActor
+from actors.feed import FeedActor, check_match_id
 from actors.feed_leader import FeedLeadership, FencedFixtureCache, leader_view
 from actors.janitor import Janitor
 from actors.livework import LiveWork
@@ -40,6 +40,7 @@ from actors.orchestrator import Orchestrator
 from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
 from daemon import __version__, gctune
+from daemon.admin import expect_args
 from daemon.logs import get_logger
 from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, render
 from daemon.sportmonks.client import SportMonksClient
@@ -323,6 +324,7 @@ class Daemon:
 
     async def _h_health(self, args: list[str]) -> Any:
         """Liveness: the process answers."""
+        expect_args("health", args)
         return {"alive": True, "instance_id": self.instance_id, "owner": self.owner_id, "stopping": self.stopping}
 
     async def readiness(self) -> dict[str, Any]:
@@ -355,10 +357,12 @@ class Daemon:
 
     async def _h_ready(self, args: list[str]) -> Any:
         """Readiness: DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: keys."""
+        expect_args("ready", args)
         return await self.readiness()
 
     async def _h_status(self, args: list[str]) -> Any:
         """Instance id, version, uptime and the matches this instance owns."""
+        expect_args("status", args)
         orch = self.orchestrator
         return {
             "instance_id": self.instance_id,
@@ -378,6 +382,7 @@ class Daemon:
 
     async def _h_matches(self, args: list[str]) -> Any:
         """Every active match: owner, epoch, phase, last tick (lag and tokens for ours)."""
+        expect_args("matches", args)
         mine = self.orchestrator.actors() if self.orchestrator else {}
         rows = []
         for item in await self.repos.active_matches.get_all_active_matches():
@@ -400,9 +405,11 @@ class Daemon:
         """One match: its state, cooldowns and last key events. Usage: match ID"""
         from daemon.admin import AdminError
 
-        if len(args) != 1:
-            raise AdminError("usage: match MATCH_ID")
-        match_id = args[0]
+        (raw,) = expect_args("match", args, "MATCH_ID")
+        try:
+            match_id = check_match_id(raw)
+        except ValueError:
+            raise AdminError(f"match: expected a numeric SportMonks fixture id, got {raw!r}") from None
         actor = (self.orchestrator.actors() if self.orchestrator else {}).get(match_id)
         if actor is not None:
             return actor.describe()
@@ -413,6 +420,7 @@ class Daemon:
 
     async def _h_apns(self, args: list[str]) -> Any:
         """APNs sender: connections, streams, pushes by outcome, latency percentiles."""
+        expect_args("apns", args)
         if not self.runs_engine:
             from daemon.admin import AdminError
 
@@ -422,6 +430,7 @@ class Daemon:
     async def _h_feed(self, args: list[str]) -> Any:
         """The region's feed: who leads and how fresh the cache is; this instance's SportMonks calls, budget,
         breaker and subscribers."""
+        expect_args("feed", args)
         out: dict[str, Any] = dict(self.feed.stats())
         try:
             with trio.fail_after(3):
@@ -450,10 +459,12 @@ class Daemon:
 
     async def _h_metrics(self, args: list[str]) -> Any:
         """Prometheus text exposition of every metric."""
+        expect_args("metrics", args)
         return render().decode()
 
     async def _h_drain(self, args: list[str]) -> Any:
         """Stop taking matches, hand owned matches over (locks released), then exit."""
+        expect_args("drain", args)
         self.shutdown()
         return {"draining": True, "owned_matches": sorted(self.orchestrator.owned) if self.orchestrator else []}
 
@@ -475,8 +486,12 @@ class Daemon:
             if len(rest) != 1:
                 raise AdminError("usage: replay speed X")
             params = {"x": rest[0]}
-        elif rest:
-            params = {"fixture_id": rest[0]}
+        elif action in ("status", "stop"):
+            expect_args(f"replay {action}", rest)
+        else:
+            fixture = expect_args(f"replay {action}", rest, optional=("FIXTURE_ID",))
+            if fixture:
+                params = {"fixture_id": fixture[0]}
         async with httpx.AsyncClient(timeout=5) as http:
             try:
                 if action == "status":
@@ -526,8 +541,12 @@ class _FatalOnConfigError:
 
 
 async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Run ``daemon`` until SIGTERM/SIGINT (or an admin drain), then stop gracefully."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    """Run ``daemon`` until SIGTERM, SIGINT or SIGHUP (or an admin drain), then stop gracefully.
+
+    SIGHUP is a graceful stop like SIGTERM, not a reload: the configuration is read once, at start. Its
+    default action would end the process at once with its match locks held (other instances would wait out
+    each lease); a closed terminal or ``systemctl kill -s HUP`` instead hands every match over."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
 
             async def watch_signals() -> None:
@@ -561,7 +580,12 @@ def main(argv: list[str]) -> int:
         return 2
     configure_from(config.logging, instance_id=config.instance.id)
     gctune.configure(config.instance.gc_young_threshold)
-    daemon = Daemon(config, notifier=SdNotifier())
+    try:
+        daemon = Daemon(config, notifier=SdNotifier())
+    except Exception as exc:  # a part that cannot be built (a key that is not P-256 PEM): say which, no traceback
+        print(f"sightscreen: cannot start with {args.config}: {exc}\n"
+              f"(sightscreen check-config {args.config} lists every problem)", file=sys.stderr)
+        return 2
     try:
         trio.run(serve, daemon)
     except KeyboardInterrupt:

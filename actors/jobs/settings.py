@@ -6,7 +6,7 @@ Every field has a default and a description, so an empty ``[jobs]`` section give
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class FixtureSyncSettings(BaseModel):
@@ -14,14 +14,14 @@ class FixtureSyncSettings(BaseModel):
 
     enabled: bool = Field(default=True, description="run the fixture sync job at all")
     near_interval_s: float = Field(
-        default=60.0, gt=0, description="cadence of the near-window sync (live + upcoming)"
+        default=60.0, gt=0, le=86400, description="cadence of the near-window sync (live + upcoming)"
     )
     near_ahead_h: float = Field(
-        default=48.0, gt=0, description="the near window reaches this many hours ahead of now"
+        default=48.0, gt=0, le=720, description="the near window reaches this many hours ahead of now"
     )
     near_behind_h: float = Field(
         default=12.0,
-        ge=0,
+        ge=0, le=720,
         description="and this many hours back, so a match that just left /livescores gets its final status",
     )
     include_livescores: bool = Field(
@@ -34,7 +34,7 @@ class FixtureSyncSettings(BaseModel):
         "(the feed needs that endpoint; the daemon may hand the job the feed's cached view instead)",
     )
     full_interval_s: float = Field(
-        default=6 * 3600.0, gt=0, description="cadence of the full sync through /fixtures"
+        default=6 * 3600.0, gt=0, le=7 * 86400, description="cadence of the full sync through /fixtures"
     )
     full_behind_days: int = Field(default=7, ge=0, description="the full sync reaches this many days back")
     full_ahead_days: int = Field(default=90, ge=1, description="and this many days ahead")
@@ -50,14 +50,14 @@ class FixtureSyncSettings(BaseModel):
     )
     retention_days: float = Field(
         default=0.0,
-        ge=0,
+        ge=0, le=3650,
         description="set the fixture item's ttl to startTime + this many days; 0 means no ttl",
     )
     backoff_base_s: float = Field(
-        default=5.0, gt=0, description="first retry delay after a failed cycle or chunk"
+        default=5.0, gt=0, le=600, description="first retry delay after a failed cycle or chunk"
     )
     backoff_max_s: float = Field(
-        default=600.0, gt=0, description="longest retry delay after repeated failures"
+        default=600.0, gt=0, le=86400, description="longest retry delay after repeated failures"
     )
     max_chunk_failures: int = Field(
         default=8,
@@ -78,17 +78,17 @@ class ReferenceSyncSettings(BaseModel):
     enabled: bool = Field(
         default=True, description="run the reference sync job (teams, leagues, team-seasons)"
     )
-    interval_s: float = Field(default=86400.0, gt=0, description="cadence of the reference sync (daily)")
+    interval_s: float = Field(default=86400.0, gt=0, le=30 * 86400, description="cadence of the reference sync (daily)")
     active_leagues_cache_s: float = Field(
-        default=600.0, gt=0, description="how long the list of active leagues read from DynamoDB is reused"
+        default=600.0, gt=0, le=86400, description="how long the list of active leagues read from DynamoDB is reused"
     )
     active_league_ids: list[int] = Field(
         default_factory=list,
         description="leagues created active=true when first synced (admins set `active` afterwards; never overwritten)",
     )
-    backoff_base_s: float = Field(default=30.0, gt=0, description="first retry delay after a failed step")
+    backoff_base_s: float = Field(default=30.0, gt=0, le=600, description="first retry delay after a failed step")
     backoff_max_s: float = Field(
-        default=3600.0, gt=0, description="longest retry delay after repeated failures"
+        default=3600.0, gt=0, le=86400, description="longest retry delay after repeated failures"
     )
     max_step_failures: int = Field(
         default=8,
@@ -102,9 +102,9 @@ class PrematchSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=True, description="run the prematch notifier")
-    interval_s: float = Field(default=60.0, gt=0, description="cadence of the prematch check")
+    interval_s: float = Field(default=60.0, gt=0, le=30 * 86400, description="cadence of the prematch check")
     window_s: float = Field(
-        default=1800.0, gt=0, description="followers are told when the match starts within this"
+        default=1800.0, gt=0, le=86400, description="followers are told when the match starts within this"
     )
     window_s_by_league: dict[str, float] = Field(
         default_factory=dict,
@@ -112,25 +112,25 @@ class PrematchSettings(BaseModel):
     )
     catch_up_s: float = Field(
         default=600.0,
-        ge=0,
+        ge=0, le=86400,
         description="a match that started at most this long ago still gets its notification (downtime catch-up)",
     )
     restart_notify_threshold_s: float = Field(
-        default=900.0, gt=0, description="a start time moved by more than this notifies the followers again"
+        default=900.0, gt=0, le=86400, description="a start time moved by more than this notifies the followers again"
     )
     marker_grace_s: float = Field(
         default=3600.0,
-        ge=0,
+        ge=0, le=86400,
         description="a prematch marker is ignored once startTime + catch_up_s + this has passed",
     )
     claim_lease_s: float = Field(
         default=120.0,
-        gt=0,
+        gt=0, le=3600,
         description="a claim not confirmed within this is taken as a crash, and the alert is sent again "
         "(same apns-collapse-id, so the device shows one)",
     )
     result_timeout_s: float = Field(
-        default=30.0, gt=0, description="how long to wait for the sender's results"
+        default=30.0, gt=0, le=600, description="how long to wait for the sender's results"
     )
     send_concurrency: int = Field(
         default=8, ge=1, le=64, description="followers handled at once (DynamoDB + sender)"
@@ -140,13 +140,13 @@ class PrematchSettings(BaseModel):
     )
     give_way_s: float = Field(
         default=2.0,
-        ge=0,
+        ge=0, le=600,
         description="before each follower, wait while a live fan-out is in progress on this instance, at most "
         "this long (0: never); a wicket's updates go first, and the job still moves under continuous live load",
     )
     match_lock_s: float = Field(
         default=120.0,
-        gt=0,
+        gt=0, le=3600,
         description="one instance at a time works through a match's followers: it holds the cricket-locks "
         "lock prematch:{matchId} this long, renewed after every batch; the other instances skip the match "
         "that cycle instead of racing it claim by claim (the claims keep it correct if two ever overlap)",
@@ -168,21 +168,21 @@ class PrematchSettings(BaseModel):
     )
     unfollowed_recheck_s: float = Field(
         default=300.0,
-        gt=0,
+        gt=0, le=86400,
         description="a match nobody followed is looked at again after this long, then after twice as long "
         "each time, but before the start never after half the time left (a late follower is still notified, "
         "and one who follows inside the window before the start)",
     )
     active_leagues_cache_s: float = Field(
-        default=600.0, gt=0, description="how long the list of active leagues is reused"
+        default=600.0, gt=0, le=86400, description="how long the list of active leagues is reused"
     )
     league_codes: list[str] = Field(
         default_factory=list,
         description="league codes to watch; empty means the active leagues of cricket-leagues",
     )
-    backoff_base_s: float = Field(default=5.0, gt=0, description="first retry delay after a failed cycle")
+    backoff_base_s: float = Field(default=5.0, gt=0, le=600, description="first retry delay after a failed cycle")
     backoff_max_s: float = Field(
-        default=300.0, gt=0, description="longest retry delay after repeated failures"
+        default=300.0, gt=0, le=86400, description="longest retry delay after repeated failures"
     )
 
     @model_validator(mode="after")
@@ -194,6 +194,14 @@ class PrematchSettings(BaseModel):
                 f"claim_lease_s ({self.claim_lease_s}) must exceed result_timeout_s ({self.result_timeout_s})"
             )
         return self
+
+    @field_validator("window_s_by_league")
+    @classmethod
+    def _windows_in_range(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = sorted(k for k, v in value.items() if not 0 < v <= 86400)
+        if bad:
+            raise ValueError(f"a window must be more than 0 and at most 86400 s for {bad}")
+        return value
 
     def window_for(self, league_code: str | None) -> float:
         if league_code is not None and league_code in self.window_s_by_league:

@@ -55,7 +55,7 @@ class TtlCache(Generic[V]):
             await pending.done.wait()
             if pending.ok:
                 self.hits += 1
-                return pending.value  # type: ignore[no-any-return]
+                return pending.value
             self.loads += 1
             return await load()
         pending = self._pending[key] = _Pending()

@@ -107,6 +107,7 @@ class LocalIssuer:
     def base_url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address
         return f"http://{host}:{port}"
 
     @property

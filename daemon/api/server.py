@@ -79,7 +79,14 @@ class ApiServer:
         async def serving(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
             try:
                 # returns once the trigger fired and requests in flight finished (or the grace ran out)
-                await serve(self.app, config, shutdown_trigger=self._stop.wait, task_status=task_status)
+                # hypercorn types the ASGI scope as its own TypedDicts, the app (FastAPI's, wrapped) as a plain
+                # mapping: the same protocol declared two ways, so the check is waived for this one argument
+                await serve(
+                    self.app,  # type: ignore[arg-type]
+                    config,
+                    shutdown_trigger=self._stop.wait,
+                    task_status=task_status,
+                )
             finally:
                 served.set()
 

@@ -45,6 +45,14 @@ class ApiSettings(BaseModel):
         3 * 86400.0, gt=0, le=30 * 86400,
         description="a Live Activity session registered through the API expires this long after registration",
     )
+    write_batch_max: int = Field(
+        25, ge=1, le=25,
+        description="Live Activity registrations arriving together are written up to this many per "
+        "BatchWriteItem (25 is DynamoDB's limit)",
+    )
+    write_parallel: int = Field(
+        4, ge=1, le=64, description="registration batches in flight at once; further requests queue and batch"
+    )
     shutdown_grace_s: float = Field(
         10.0, gt=0, le=600, description="on shutdown, in-flight requests get this long to finish"
     )

@@ -33,7 +33,8 @@ def make_ca() -> trustme.CA:
 
     trustme comes with the demo extra; without it this raises ``extras.MissingExtra``.
     """
-    return extras.require("trustme", purpose="the APNs test server's certificate authority").CA()
+    ca: trustme.CA = extras.require("trustme", purpose="the APNs test server's certificate authority").CA()
+    return ca
 
 
 def server_ssl_context(ca: trustme.CA, hostnames: Iterable[str] = DEFAULT_HOSTNAMES) -> ssl.SSLContext:

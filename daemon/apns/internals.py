@@ -433,8 +433,9 @@ def install_huffman_cache() -> None:
             cache[bytes(data)] = decoded
         return decoded
 
-    decode_huffman._sightscreen_cached = True  # type: ignore[attr-defined]
-    hpack.hpack.decode_huffman = decode_huffman  # type: ignore[attr-defined,assignment]
+    # both are monkeypatches of hpack's module (read back through getattr above), set the same way
+    setattr(decode_huffman, "_sightscreen_cached", True)  # noqa: B010
+    setattr(hpack.hpack, "decode_huffman", decode_huffman)  # noqa: B010
 
 
 # --- trio ------------------------------------------------------------------------------------------------

@@ -36,17 +36,17 @@ class ApnsSettings(BaseModel):
         description="capacity of each of the sender's two inboxes (priority 10 and 5) and of the queue behind each; "
         "a full inbox blocks its producers",
     )
-    request_timeout_s: float = Field(10.0, gt=0, description="deadline for one request, from send to answer")
+    request_timeout_s: float = Field(10.0, gt=0, le=120, description="deadline for one request, from send to answer")
     max_retries: int = Field(5, ge=0, description="retries of a transient failure (429, 5xx, lost connection, deadline)")
-    retry_backoff_s: float = Field(1.0, gt=0, description="first retry delay; doubles per attempt (with jitter)")
-    retry_backoff_max_s: float = Field(60.0, gt=0, description="cap of the retry delay")
-    connect_timeout_s: float = Field(10.0, gt=0, description="deadline for TCP+TLS+SETTINGS of a new connection")
-    reconnect_backoff_s: float = Field(0.5, gt=0, description="first delay before reconnecting; doubles per failure")
-    reconnect_backoff_max_s: float = Field(30.0, gt=0, description="cap of the reconnect delay")
+    retry_backoff_s: float = Field(1.0, gt=0, le=60, description="first retry delay; doubles per attempt (with jitter)")
+    retry_backoff_max_s: float = Field(60.0, gt=0, le=3600, description="cap of the retry delay")
+    connect_timeout_s: float = Field(10.0, gt=0, le=120, description="deadline for TCP+TLS+SETTINGS of a new connection")
+    reconnect_backoff_s: float = Field(0.5, gt=0, le=60, description="first delay before reconnecting; doubles per failure")
+    reconnect_backoff_max_s: float = Field(30.0, gt=0, le=3600, description="cap of the reconnect delay")
     ping_idle_s: float = Field(
-        600.0, gt=0, description="send a PING after this long without traffic (APNs: fine after an hour idle)"
+        600.0, gt=0, le=3600, description="send a PING after this long without traffic (APNs: fine after an hour idle)"
     )
-    ping_timeout_s: float = Field(20.0, gt=0, description="a PING unanswered this long means the connection is dead")
+    ping_timeout_s: float = Field(20.0, gt=0, le=300, description="a PING unanswered this long means the connection is dead")
     max_streams_per_connection: int = Field(
         1000, ge=1, description="local cap on concurrent streams, below the server's MAX_CONCURRENT_STREAMS"
     )

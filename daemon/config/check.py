@@ -9,10 +9,13 @@ import sys
 
 from daemon.config.example import render_example
 from daemon.config.loading import ConfigError, load_config
+from daemon.config.preflight import preflight
 
 
 def check_main(argv: list[str]) -> int:
-    """``sightscreen check-config FILE``: exit 0 with one line, or exit 2 naming each wrong key and why."""
+    """``sightscreen check-config FILE``: exit 0 with one line, or exit 2 naming each wrong key and why.
+
+    Beyond the models, every part ``run`` builds is built (``preflight``): OK means ``run`` starts."""
     parser = argparse.ArgumentParser(
         prog="sightscreen check-config",
         description="Validate a configuration file (with the SIGHTSCREEN_* environment overrides applied).",
@@ -28,6 +31,9 @@ def check_main(argv: list[str]) -> int:
         parser.error("FILE is required (or --example)")
     try:
         config = load_config(args.file, os.environ)
+        problems = preflight(config, os.environ)
+        if problems:
+            raise ConfigError(args.file, problems)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -169,15 +170,59 @@ def _resolve_secret_files(model: BaseModel, path: list[str], problems: list[Conf
             continue
         secret_path = Path(file_value)
         try:
-            text = secret_path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
-            problems.append(ConfigProblem(dotted, f"cannot read {secret_path}: {reason}"))
+            text = read_secret_file(secret_path).strip()
+        except ValueError as exc:
+            problems.append(ConfigProblem(dotted, str(exc)))
             continue
         if not text:
             problems.append(ConfigProblem(dotted, f"{secret_path} is empty"))
             continue
         setattr(model, name, SecretStr(text))
+
+
+MAX_SECRET_FILE_BYTES = 64 * 1024
+"""A key, token or CA bundle is a few KB; more means the path names something else (a log, /dev/zero)."""
+
+
+def read_secret_file(path: str | os.PathLike[str]) -> str:
+    """The text of a small regular file; ValueError saying why not (never blocks, never reads past the cap).
+
+    Opened non-blocking and checked on the open descriptor: a FIFO with no writer or a device answers at once
+    with a clear error instead of hanging start-up or exhausting memory.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path} is not a regular file (it is {_file_kind(info.st_mode)})")
+        if info.st_size > MAX_SECRET_FILE_BYTES:
+            raise ValueError(f"{path} is {info.st_size} bytes; a secret file holds at most {MAX_SECRET_FILE_BYTES}")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, MAX_SECRET_FILE_BYTES + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_SECRET_FILE_BYTES:
+                raise ValueError(f"{path} holds more than {MAX_SECRET_FILE_BYTES} bytes")
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"cannot read {path}: not UTF-8 text") from None
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def register_secrets(model: BaseModel) -> None:

@@ -26,6 +26,7 @@ from daemon.store.settings import DynamoSettings
 ENV_PREFIX = "SIGHTSCREEN_"
 DEFAULT_CONFIG_PATH = "/etc/sightscreen/sightscreen.toml"
 DEFAULT_ADMIN_SOCKET = "/run/sightscreen/admin.sock"
+ADMIN_MODE_MAX = 0o660  # the admin socket can drain and stop the daemon: never others, never execute
 
 # An instance id is printed in every log line and, with a per-process nonce, written to DynamoDB (lock owner,
 # instanceId); '#' separates the two, so it is not allowed here.
@@ -52,7 +53,7 @@ class InstanceSettings(BaseModel):
         examples=["sightscreen-eu-1"],
     )
     roles: list[Literal["engine", "api"]] = Field(
-        default_factory=lambda: ["engine"],
+        default_factory=lambda: list[Literal["engine", "api"]](["engine"]),
         min_length=1,
         description='what this instance runs: "engine" (matches, feed, pushes, jobs) and/or "api" (the app\'s '
         "HTTP API, on [api].listen); one binary and one image, the role is configuration",
@@ -143,7 +144,8 @@ class AdminSettings(BaseModel):
         ge=0,
         le=0o777,
         description="permissions set on the socket after bind: owner and group may connect, others may not "
-        "(add operators to the daemon's group). TOML takes 0o660; the environment also takes \"0660\"",
+        "(add operators to the daemon's group). At most 0o660: the socket drains and stops the daemon, so "
+        "others and execute bits are refused. TOML takes 0o660; the environment also takes \"0660\"",
     )
     max_line_bytes: int = Field(
         default=65536,
@@ -175,6 +177,16 @@ class AdminSettings(BaseModel):
             if not re.fullmatch(r"[0-7]{1,4}", text):
                 raise ValueError("must be an octal file mode such as 0o660 or \"0660\"")
             return int(text, 8)
+        return value
+
+    @field_validator("mode")
+    @classmethod
+    def _at_most_0660(cls, value: int) -> int:
+        extra = value & ~ADMIN_MODE_MAX
+        if extra:
+            raise ValueError(
+                f"must grant at most 0o660 (owner and group read/write); {oct(value)} also grants {oct(extra)}"
+            )
         return value
 
 

@@ -151,7 +151,10 @@ def update_payload(content_state: Mapping[str, Any], *, timestamp: int, event: K
 
 
 def start_payload(content_state: Mapping[str, Any], *, attributes_type: str, attributes: Mapping[str, Any],
-                  timestamp: int, alert: tuple[str, str] | None) -> bytes:
+                  timestamp: int, alert: tuple[str, str] | None, input_push_channel: str | None = None,
+                  input_push_token: bool = False) -> bytes:
+    """A push-to-start. ``input_push_channel`` (iOS 18+): the started activity listens on that broadcast
+    channel; else ``input_push_token`` asks the device for the activity's update token (``input-push-token: 1``)."""
     if not attributes_type:
         raise ValueError("attributes_type: required for a push-to-start")
     state = _state_copy(content_state)
@@ -166,6 +169,10 @@ def start_payload(content_state: Mapping[str, Any], *, attributes_type: str, att
         "attributes": json.loads(json.dumps(dict(attributes))),
         "alert": _alert(*alert),
     }
+    if input_push_channel:
+        aps["input-push-channel"] = input_push_channel
+    elif input_push_token:
+        aps["input-push-token"] = 1
     return _fit({"aps": aps})
 
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+MAX_HOURLY_BUDGET = 1_000_000
+BUDGET_ENDPOINTS: tuple[str, ...] = ("livescores", "fixtures", "teams", "leagues", "seasons")
+"""The endpoints the hourly budget is kept for (``client.endpoint_of``: /fixtures/{id} counts as fixtures)."""
 
 
 class SportMonksSettings(BaseModel):
@@ -19,18 +23,18 @@ class SportMonksSettings(BaseModel):
     api_token_env: str = Field(
         "SPORTMONKS_API_TOKEN", description="environment variable read for the token when no token or file is set"
     )
-    timeout_s: float = Field(10.0, gt=0, description="deadline of one HTTP attempt (connect + full body)")
+    timeout_s: float = Field(10.0, gt=0, le=120, description="deadline of one HTTP attempt (connect + full body)")
     max_retries: int = Field(3, ge=0, le=10, description="retries after the first attempt, on 429, 5xx and timeouts")
-    backoff_base_s: float = Field(0.5, gt=0, description="first retry delay; doubles per retry, with jitter")
-    backoff_max_s: float = Field(30.0, gt=0, description="cap on one retry delay")
+    backoff_base_s: float = Field(0.5, gt=0, le=60, description="first retry delay; doubles per retry, with jitter")
+    backoff_max_s: float = Field(30.0, gt=0, le=600, description="cap on one retry delay")
     retry_after_max_s: float = Field(
         60.0,
-        ge=0,
+        ge=0, le=3600,
         description="longest Retry-After honoured by sleeping inside a call; a longer one fails the call at once "
         "and blocks the endpoint's budget until then",
     )
     breaker_failure_threshold: int = Field(5, ge=1, description="consecutive failed attempts that open the breaker")
-    breaker_cooldown_s: float = Field(30.0, gt=0, description="time open before one half-open trial call")
+    breaker_cooldown_s: float = Field(30.0, gt=0, le=3600, description="time open before one half-open trial call")
     hourly_budget: int = Field(
         2000,
         ge=1,
@@ -45,7 +49,7 @@ class SportMonksSettings(BaseModel):
     )
     budget_max_wait_s: float = Field(
         10.0,
-        ge=0,
+        ge=0, le=3600,
         description="how long a call may wait for budget before BudgetExhausted (the feed passes 0: it skips)",
     )
     max_pages: int = Field(100, ge=1, le=10_000, description="safety cap on pages followed for one paginated list")
@@ -63,12 +67,24 @@ class SportMonksSettings(BaseModel):
     )
 
 
+    @field_validator("endpoint_budgets")
+    @classmethod
+    def _known_endpoints(cls, value: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(value) - set(BUDGET_ENDPOINTS))
+        if unknown:
+            raise ValueError(f"unknown endpoint(s) {unknown}; known: {list(BUDGET_ENDPOINTS)}")
+        out_of_range = sorted(k for k, v in value.items() if not 0 <= v <= MAX_HOURLY_BUDGET)
+        if out_of_range:
+            raise ValueError(f"a budget must be between 0 and {MAX_HOURLY_BUDGET} calls an hour for {out_of_range}")
+        return value
+
+
 class FeedSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    livescores_cadence_s: float = Field(5.0, gt=0, description="one /livescores call per this period")
+    livescores_cadence_s: float = Field(5.0, gt=0, le=300, description="one /livescores call per this period")
     marquee_cadence_s: float = Field(
-        2.5, gt=0, description="period of ball-by-ball data while any marquee match is subscribed"
+        2.5, gt=0, le=300, description="period of ball-by-ball data while any marquee match is subscribed"
     )
     marquee_leagues: list[int] = Field(default_factory=list, description="league ids whose matches get ball-by-ball")
     marquee_source: Literal["livescores", "fixture"] = Field(
@@ -81,7 +97,7 @@ class FeedSettings(BaseModel):
         True, description="non-marquee subscribers get fixtures without balls[] even when the call carried them"
     )
     off_livescores_cadence_s: float = Field(
-        30.0, gt=0, description="refetch period of /fixtures/{id} for a subscribed match absent from /livescores"
+        30.0, gt=0, le=3600, description="refetch period of /fixtures/{id} for a subscribed match absent from /livescores"
     )
     not_found_max_tries: int = Field(
         3, ge=1, le=20,

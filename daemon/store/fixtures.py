@@ -2,7 +2,9 @@
 
 Owns the fixture items: ``matchId`` (key), ``leagueCode`` + ``startTime`` (the ``leagueCode-startTime-index``
 GSI keys: strings, ``startTime`` ISO-8601 so it sorts), ``live``, ``displayState``, ``liveUpdatedAt``,
-``archivedAt``, ``ttl`` (optional; an item without it never expires) and whatever else FixtureSync writes.
+``archivedAt``, ``ttl`` (optional; an item without it never expires), ``broadcastChannels`` (display
+perspective -> iOS 18 broadcast channel id, written by the match's owner only through
+``swap_broadcast_channels``) and whatever else FixtureSync writes.
 GSI key attributes must be strings when present: a non-string is refused with the field named, instead of
 DynamoDB's batch-wide ValidationException.
 """
@@ -67,4 +69,22 @@ class FixtureRepository(Repository):
         """The match left /livescores: SET ``archivedAt``, REMOVE ``liveUpdatedAt``. False if absent."""
         u = UpdateBuilder().set("archivedAt", iso(self._now(now))).remove("liveUpdatedAt")
         cond = f"attribute_exists({u.name('matchId')})"
+        return await self._update(self._key(match_id), u.kwargs(cond)) is not None
+
+    async def swap_broadcast_channels(
+        self, match_id: str, old: Mapping[str, str] | None, new: Mapping[str, str] | None
+    ) -> bool:
+        """Replace ``broadcastChannels`` with ``new`` (None or empty removes it) only if it is still ``old``
+        (None: absent). False when it changed meanwhile or the fixture does not exist: the caller re-reads."""
+        u = UpdateBuilder()
+        if new:
+            u.set("broadcastChannels", dict(new))
+        else:
+            u.remove("broadcastChannels")
+        field_name = u.name("broadcastChannels")
+        cond = f"attribute_exists({u.name('matchId')}) AND "
+        if old:
+            cond += f"{field_name} = {u.value(dict(old), 'broadcastChannels')}"
+        else:
+            cond += f"attribute_not_exists({field_name})"
         return await self._update(self._key(match_id), u.kwargs(cond)) is not None

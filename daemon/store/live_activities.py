@@ -3,7 +3,8 @@
 Owns the session items: ``matchId`` (partition key), ``visitorKey`` (sort key, ``{userId}#{deviceId}`` -
 the seed's composite ``userId#deviceId`` sort key, stored in a named attribute), ``userId`` and
 ``deviceId`` (stored separately so the ``userId-index`` GSI can find a user's sessions), ``updateToken``
-(the APNs token of this one activity), ``status`` (``active`` | ``suspended`` | ``ended``),
+(the APNs token of this one activity) or, for an activity started on an iOS 18 broadcast channel,
+``channelId`` (the session is counted and ended like the others, and updated by the channel's broadcasts), ``status`` (``active`` | ``suspended`` | ``ended``),
 ``sessionStartedAt``, ``tokenUpdatedAt``, ``suspendedAt``, ``endedAt`` (ISO-8601 UTC), ``endReason``,
 ``ttl`` (epoch seconds).
 
@@ -86,20 +87,24 @@ class LiveActivityRepository(Repository):
         match_id: str,
         user_id: str,
         device_id: str,
-        update_token: str,
+        update_token: str | None,
         *,
         now: float | None = None,
         ttl: int | None = None,
+        channel_id: str | None = None,
     ) -> None:
-        """Upsert an active session with its update token (UpdateItem). ``ttl`` is absolute epoch seconds."""
-        if not update_token:
-            raise ValueError("updateToken: must be non-empty")
+        """Upsert an active session with its update token, or with the broadcast channel its activity listens
+        on (exactly one of the two) (UpdateItem). ``ttl`` is absolute epoch seconds."""
+        if bool(update_token) == bool(channel_id):
+            raise ValueError("updateToken or channelId: exactly one must be given")
         t = self._now(now)
+        u = UpdateBuilder().set("userId", user_id).set("deviceId", device_id)
+        if update_token:
+            u.set("updateToken", update_token).remove("channelId")
+        else:
+            u.set("channelId", channel_id).remove("updateToken")
         u = (
-            UpdateBuilder()
-            .set("userId", user_id)
-            .set("deviceId", device_id)
-            .set("updateToken", update_token)
+            u
             .set("status", STATUS_ACTIVE)
             .set("sessionStartedAt", iso(t))
             .remove("suspendedAt")
@@ -111,6 +116,37 @@ class LiveActivityRepository(Repository):
         else:
             u.set("ttl", int(ttl))
         await self._update(self._key(match_id, visitor_key(user_id, device_id)), u.kwargs())
+
+    async def register_la_sessions(
+        self,
+        sessions: Sequence[tuple[str, str, str, str, int | None]],
+        *,
+        now: float | None = None,
+    ) -> int:
+        """Register many sessions at once (``(matchId, userId, deviceId, updateToken, ttl)`` each): the same
+        upsert as ``register_la_session``, written as whole items 25 per BatchWriteItem. The item a register
+        leaves is fully determined by its arguments (it sets every attribute a session has and removes
+        ``suspendedAt``/``endedAt``/``endReason``/``ttl`` otherwise), so a put of that item is the same
+        write; only ``tokenUpdatedAt``, which describes a token the registration replaces, is not kept. A key
+        given twice keeps the last. Returns how many items were written."""
+        t = self._now(now)
+        items = []
+        for match_id, user_id, device_id, update_token, ttl in sessions:
+            if not update_token:
+                raise ValueError("updateToken: must be non-empty")
+            item: dict[str, Any] = {
+                "matchId": match_id,
+                "visitorKey": visitor_key(user_id, device_id),
+                "userId": user_id,
+                "deviceId": device_id,
+                "updateToken": update_token,
+                "status": STATUS_ACTIVE,
+                "sessionStartedAt": iso(t),
+            }
+            if ttl is not None:
+                item["ttl"] = int(ttl)
+            items.append(item)
+        return await self._batch_put(items) if items else 0
 
     async def update_token(self, match_id: str, user_id: str, device_id: str, update_token: str) -> bool:
         """Store a rotated update token. False when there is no such session."""

@@ -341,3 +341,46 @@ async def test_users_cannot_see_or_change_each_others_items(api: Api, client: ht
     assert (await api.repos.follows.check_if_user_follows_match("1001", A))["teamId"] == "10"
     session = await api.repos.live_activities.get_la_session("1001", A, "iphone-a")
     assert session["status"] == "active" and session["updateToken"] == UPD
+
+
+async def test_display_refusals_have_the_same_shape_on_every_path(api: Api, client: httpx.AsyncClient) -> None:
+    await api.repos.display_cache.set_cached_display_state("1001", "neutral", {"score": "1/0"}, ttl_s=60)
+    resp = await client.get("/matches/1001/display")
+    assert resp.status_code == 401 and resp.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+    h = api.headers(A)
+    bad_team = await client.get("/matches/1001/display", params={"team": "a#b"}, headers=h)
+    assert bad_team.status_code == 422 and bad_team.json()["error"]["fields"][0]["field"] == "query.team"
+    bad_id = await client.get("/matches/" + "9" * 65 + "/display", headers=h)
+    assert bad_id.status_code == 422 and bad_id.json()["error"]["fields"][0]["field"] == "path.matchId"
+    extra = await client.get("/matches/1001/display", params={"team": "10", "x": "1"}, headers=h)
+    assert extra.status_code == 404  # an unknown query parameter is ignored, as on every route; no state for 10
+    ok = await client.get("/matches/1001/display", params={}, headers=h)
+    assert ok.status_code == 200 and ok.json()["displayState"] == {"score": "1/0"}
+
+
+async def test_a_registration_burst_is_written_in_batches_and_loses_nothing(make_api: Any, repos: Any) -> None:
+    api: Api = await make_api(api={"write_parallel": 2})
+    await repos.live_activities.register_la_session("1001", "user-00000", "iphone", "aa" * 32)
+    await repos.live_activities.suspend_la_session("1001", "user-00000#iphone")
+    async with api.client() as client:
+        codes: list[int] = []
+
+        async def register(i: int) -> None:
+            resp = await client.post(
+                "/user/activity/1001", json={"deviceId": "iphone", "updateToken": f"{i:064x}"},
+                headers=api.headers(f"user-{i:05d}"),
+            )
+            codes.append(resp.status_code)
+
+        import trio
+
+        async with trio.open_nursery() as n:
+            for i in range(60):
+                n.start_soon(register, i)
+    assert codes == [201] * 60
+    sessions = await repos.live_activities.get_all_la_sessions_for_match("1001")
+    assert len(sessions) == 60
+    assert all(s["status"] == "active" and s["updateToken"] == f"{int(s['userId'][5:]):064x}" for s in sessions)
+    again = next(s for s in sessions if s["userId"] == "user-00000")
+    assert "suspendedAt" not in again  # a re-registration reactivates, as the single upsert does
+    assert api.state.registrations.batches < 60

@@ -140,6 +140,8 @@ async def test_the_rate_limit_answers_429_with_retry_after_per_user(make_api: An
         assert refused.status_code == 429
         assert int(refused.headers["retry-after"]) >= 1
         assert refused.json()["error"]["code"] == "rate_limited"
+        display = await client.get("/matches/1001/display", headers=h)  # the display's fast path counts too
+        assert display.status_code == 429 and int(display.headers["retry-after"]) >= 1
         assert (await client.get("/user/activities", headers=other)).status_code == 200
 
 

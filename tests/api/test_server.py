@@ -30,7 +30,10 @@ async def test_served_over_http_with_a_graceful_stop(repos: Any, issuer: LocalIs
         await release.wait()
         return {"finished": "yes"}
 
-    server.app.app.app.add_api_route("/test-slow", slow)  # type: ignore[attr-defined]
+    inner: Any = server.app
+    while not hasattr(inner, "add_api_route"):  # through the ASGI middlewares to the FastAPI app
+        inner = inner.app
+    inner.add_api_route("/test-slow", slow)
     token = issuer.mint("served-user")
     async with trio.open_nursery() as nursery:
         await nursery.start(server.run)
@@ -140,3 +143,19 @@ async def test_an_api_only_daemon_serves_the_api_and_takes_no_match(
         with trio.fail_after(15):
             await daemon.finished.wait()
     assert await repos.active_matches.get_all_active_matches() == []
+
+
+def test_the_engine_never_imports_the_api() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys, daemon.run, actors.orchestrator, actors.match, actors.jobs.prematch; "
+        "print(sorted(m for m in sys.modules if m.startswith('daemon.api') and m != 'daemon.api.settings' "
+        "and m != 'daemon.api'))"
+    )
+    env_path = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+                         env={**__import__("os").environ, "PYTHONPATH": env_path})
+    assert out.stdout.strip() == "[]"

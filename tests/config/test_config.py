@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from daemon import logs
 from daemon.config import Config, ConfigError, check_main, load_config, render_example
@@ -20,6 +22,19 @@ DEMO = PROJECT / "config" / "demo.toml"
 # Long enough to be scrubbed from logs by value, and distinctive enough to find anywhere it leaks.
 TOKEN = "smk-Tq93nX2pL7vR4wZ8yB1cD6eF"
 PEM = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgSeCrEtSeCrEt\n-----END PRIVATE KEY-----"
+# A real P-256 key, for files check-config must accept (PEM above only looks like one).
+REAL_PEM = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+).decode()
+APNS_IDS = '[apns]\nteam_id = "TEAM123456"\nkey_id = "KEY1234567"\ntopic = "com.example.app"\n'
+
+
+def complete(folder: Path, extra: str = "", name: str = "sightscreen.toml") -> Path:
+    """A file ``run`` starts with: an APNs key file, Apple ids, a topic and a SportMonks token file."""
+    (folder / "apns.p8").write_text(REAL_PEM)
+    (folder / "token").write_text(TOKEN)
+    return write(folder, extra + APNS_IDS + 'private_key_file = "apns.p8"\n[sportmonks]\napi_token_file = "token"\n',
+                 name)
 
 
 def write(folder: Path, text: str, name: str = "sightscreen.toml") -> Path:
@@ -186,7 +201,7 @@ def test_check_config_exits_2_and_lists_problems(tmp_path: Path, capsys: pytest.
 
 
 def test_check_config_exits_0_with_one_line_on_a_good_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, '[instance]\nid = "ok-1"\n')
+    path = complete(tmp_path, '[instance]\nid = "ok-1"\n')
     assert check_main([str(path)]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith(f"OK: {path} is valid (instance ok-1")
@@ -207,9 +222,9 @@ def test_a_missing_file_is_reported(tmp_path: Path) -> None:
     assert problems_of(tmp_path / "absent.toml") == [f"{tmp_path / 'absent.toml'}: file not found"]
 
 
-def test_check_config_is_wired_into_the_cli() -> None:
-    result = subprocess.run([sys.executable, "-m", "daemon", "check-config", str(EXAMPLE)], capture_output=True,
-                            text=True, timeout=60, cwd=PROJECT)
+def test_check_config_is_wired_into_the_cli(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "daemon", "check-config", str(complete(tmp_path))],
+                            capture_output=True, text=True, timeout=60, cwd=PROJECT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("OK: ")
 
@@ -258,8 +273,8 @@ def test_unreadable_empty_or_doubled_secrets_are_errors(tmp_path: Path) -> None:
 def test_a_secret_never_appears_in_check_config_output(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "token").write_text(TOKEN)
-    good = write(tmp_path, '[sportmonks]\napi_token_file = "token"\n', "good.toml")
-    monkeypatch.setenv("SIGHTSCREEN_APNS__PRIVATE_KEY", PEM)
+    good = write(tmp_path, APNS_IDS + '[sportmonks]\napi_token_file = "token"\n', "good.toml")
+    monkeypatch.setenv("SIGHTSCREEN_APNS__PRIVATE_KEY", REAL_PEM)
     assert check_main([str(good), "--show"]) == 0
     out = capsys.readouterr().out
     shown = json.loads(out.split("\n", 1)[1])
@@ -273,6 +288,7 @@ def test_a_secret_never_appears_in_check_config_output(tmp_path: Path, capsys: p
     assert "sportmonks.api_token: wrong type" in captured.err and "apns.private_key: wrong type" in captured.err
     for text in (out, captured.out, captured.err):
         assert TOKEN not in text and "MIGHAgEAMBMG" not in text and "123456789" not in captured.err
+        assert REAL_PEM.splitlines()[1] not in text
 
 
 def test_a_loaded_secret_never_reaches_the_logs(tmp_path: Path, log_stream: io.StringIO) -> None:

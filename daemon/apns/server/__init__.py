@@ -16,7 +16,13 @@ shell:
 - ``http2``: the server's HTTP/2 settings and the HPACK encoding of its answers.
 - ``lean``: a lean HTTP/2 engine for benchmarks (same events and faults as h2, about half the CPU).
 - ``connection``: one client connection, moving bytes between a TLS stream and an HTTP/2 engine.
-- ``app``: ``ApnsTestServer``, which accepts connections and holds records, statistics and faults.
+- ``channels``: iOS 18 channels: the channel store, management and broadcast validation, and the simulated
+  devices subscribed to channels (what each saw).
+- ``app``: ``ApnsTestServer``, which accepts connections and holds records, statistics and faults. Its
+  ``serve_management`` is the channel-management host (its own listener); broadcasts
+  (``POST /4/broadcasts/apps/{bundle}``) are answered on the push listener(s), recorded with ``channel_id``
+  and ``devices`` (how many subscribed devices it reached), and fanned out to ``subscribe``-d devices
+  (``seen_by``; ``POST /ctl/subscribe``, ``GET /ctl/seen``, ``GET /ctl/channels`` over the control plane).
 
 HPACK and frame helpers shared with the sender's connection are in ``daemon.apns.wire``; the h2, hpack
 and trio internals both sides reach into are in ``daemon.apns.internals``.

@@ -29,6 +29,15 @@ if TYPE_CHECKING:
 
 from daemon.apns.internals import install_huffman_cache
 from daemon.apns.server.auth import ProviderTokenVerifier, TokenCheck, redact_authorization
+from daemon.apns.server.channels import (
+    MAX_CHANNELS,
+    ChannelStore,
+    Subscriptions,
+    decide_broadcast,
+    decide_management,
+    is_broadcast_path,
+    is_management_path,
+)
 from daemon.apns.server.connection import Answer, ApnsIds, Request, ServerConnection
 from daemon.apns.server.http2 import GOAWAY_LINGER_S, TLS_HANDSHAKE_TIMEOUT_S
 from daemon.apns.server.script import FaultScript, FaultState
@@ -74,6 +83,7 @@ class ApnsTestServer:
         hostnames: Collection[str] = certs.DEFAULT_HOSTNAMES,
         keep_records: int | None = None,
         engine: Literal["h2", "lean"] = "h2",
+        channel_limit: int = MAX_CHANNELS,
     ) -> None:
         if not topics:
             raise ValueError("topics: at least one bundle id is required")
@@ -110,6 +120,12 @@ class ApnsTestServer:
         # How long a connection stays open after its GOAWAY once every stream it kept was answered.
         self.goaway_linger_s = GOAWAY_LINGER_S
         self._ids = ApnsIds()
+        # iOS 18 broadcast: the channels APNs holds, the management requests answered (op, channel, status),
+        # and the simulated devices subscribed to channels with what each saw
+        self.channels = ChannelStore(limit=channel_limit)
+        self.channel_log: list[dict[str, Any]] = []
+        self.subscriptions = Subscriptions()
+        self.management_port = 0
         install_huffman_cache()
 
     # ---- public API --------------------------------------------------------------------------------
@@ -149,7 +165,7 @@ class ApnsTestServer:
                 task_status.started(self.port)
 
                 async def handler(tcp: trio.SocketStream) -> None:
-                    await self._handle_tcp(tcp, server_ctx)
+                    await self._handle_tcp(tcp, server_ctx, "push")
 
                 await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
         finally:
@@ -160,6 +176,35 @@ class ApnsTestServer:
                 # The CA file written for this run's clients goes with the run.
                 shutil.rmtree(Path(self._ca_file).parent, ignore_errors=True)
                 self._ca_file = None
+
+    @property
+    def management_url(self) -> str:
+        return f"https://{self.host}:{self.management_port}"
+
+    async def serve_management(
+        self, host: str = "127.0.0.1", port: int = 0, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The channel-management host (Apple's api-manage-broadcast...), its own listener: it answers
+        ``/1/apps/...`` only, as the push listener answers everything but them. ``started(port)`` once bound."""
+        server_ctx = certs.server_ssl_context(self.ca, (*self._hostnames, host))
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.management_port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            log.info("apns_management_listening", host=host, port=self.management_port)
+            task_status.started(self.management_port)
+
+            async def handler(tcp: trio.SocketStream) -> None:
+                await self._handle_tcp(tcp, server_ctx, "management")
+
+            await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+
+    def subscribe(self, device: str, channel_id: str) -> None:
+        """A simulated iOS 18 device starts an activity on ``channel_id``: it sees that channel's broadcasts."""
+        self.subscriptions.subscribe(device, channel_id)
+
+    def seen_by(self, device: str) -> list[dict[str, Any]]:
+        """The ``aps`` of every broadcast that reached ``device`` through a channel, in order."""
+        return list(self.subscriptions.seen.get(device, ()))
 
     def script(self, **faults: Any) -> None:
         """Apply a fault script (the fields of ``FaultScript``); raises ``ValueError`` naming bad fields."""
@@ -226,6 +271,8 @@ class ApnsTestServer:
                 + [c.max_open for c in self._connections.values()]
             ),
             "protocol_errors": list(self.protocol_errors),
+            "channels": {"open": self.channels.count(), "created": self.channels.created,
+                         "deleted": self.channels.deleted},
         }
 
     def flush_records(self) -> None:
@@ -264,7 +311,7 @@ class ApnsTestServer:
             return []
         return [(b"apns-unique-id", self._ids.next().encode())]
 
-    async def _handle_tcp(self, tcp: trio.SocketStream, server_ctx: ssl.SSLContext) -> None:
+    async def _handle_tcp(self, tcp: trio.SocketStream, server_ctx: ssl.SSLContext, role: str = "push") -> None:
         tls = trio.SSLStream(tcp, server_ctx, server_side=True, https_compatible=True)
         try:
             with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
@@ -280,6 +327,7 @@ class ApnsTestServer:
             await trio.aclose_forcefully(tls)
             return
         conn = ServerConnection(self, next(self._conn_ids), tls)
+        conn.role = role
         self._connections[conn.id] = conn
         self._stats_inc("connections_total")
         log.debug("apns_server_connection_open", connection_id=conn.id)
@@ -316,6 +364,9 @@ class ApnsTestServer:
     def _decide(self, conn: ServerConnection, req: Request) -> tuple[Answer, float]:
         """Validate one request and apply the script; returns the answer and how long to hold it."""
         headers, duplicate = headers_to_dict(req.headers)
+        path = headers.get(":path", "")
+        if conn.role == "management" or is_management_path(path) or is_broadcast_path(path):
+            return self._decide_channel(conn, req, headers, duplicate)
         apns_id = headers.get("apns-id") or self._ids.next()
         faults = self.faults
         now_wall = time.time()
@@ -361,6 +412,64 @@ class ApnsTestServer:
             record["timestamp_ms"] = json.loads(body)["timestamp"]
         answer = Answer(req.stream_id, verdict.status, verdict.reason, apns_id, record, body)
         return answer, faults.take_delay() + extra_delay
+
+    def _decide_channel(
+        self, conn: ServerConnection, req: Request, headers: dict[str, str], duplicate: str | None
+    ) -> tuple[Answer, float]:
+        """A channel-management request (management listener) or a broadcast (push listener)."""
+        method, path = headers.get(":method", ""), headers.get(":path", "")
+        request_id = headers.get("apns-request-id") or self._ids.next()
+        body = bytes(req.body)
+        management = conn.role == "management"
+        verdict: Verdict | None = None
+        check: TokenCheck | None = None
+        if management != is_management_path(path):
+            verdict = Verdict(404, "BadPath", f"{path!r} is not served on the {conn.role} host")
+        elif duplicate is not None:
+            verdict = Verdict(400, "DuplicateHeaders", f"header {duplicate!r} appears twice")
+        else:
+            check = self.verifier.check(headers.get("authorization"), time.time())
+            auth = conn.auth
+            if check.token != auth.token or auth.poisoned or check.reason is not None:
+                verdict = auth.admit(
+                    check, time.monotonic(), min_interval_s=self.faults.token_update_interval_s,
+                    pin_key=self.faults.pin_key_id,
+                )
+        if verdict is not None:
+            outcome = None
+        elif management:
+            outcome = decide_management(method, path, headers, body, self.channels, self.topics)
+            verdict = outcome.verdict
+        else:
+            outcome = decide_broadcast(method, path, headers, body, self.channels, self.topics)
+            verdict = outcome.verdict
+            if verdict.accepted and self.faults.storm_status:
+                verdict = self.faults.storm_verdict(time.monotonic()) or verdict
+        extra: tuple[tuple[bytes, bytes], ...] = ()
+        answer_body = b""
+        record: dict[str, Any] | None = None
+        if 200 <= verdict.status < 300 and outcome is not None:
+            extra, answer_body = outcome.headers, outcome.body
+        elif verdict.status >= 300:
+            answer_body = error_body(verdict)
+        channel_id = outcome.channel_id if outcome is not None else headers.get("apns-channel-id", "")
+        if management:
+            entry = {"time": time.time(), "op": outcome.op if outcome else "", "channel_id": channel_id,
+                     "status": verdict.status, "reason": verdict.reason}
+            if verdict.detail:
+                entry["detail"] = verdict.detail
+            self.channel_log.append(entry)
+        else:
+            payload = outcome.payload if outcome is not None else _try_json(body)
+            record = self._make_record(conn, req.stream_id, "", headers, check, payload, verdict, request_id,
+                                       len(body))
+            record["channel_id"] = channel_id
+            if verdict.accepted and outcome is not None:
+                extra = ((b"apns-unique-id", self._ids.next().encode()),)
+                record["devices"] = self.subscriptions.deliver(channel_id, outcome.payload["aps"])
+        answer = Answer(req.stream_id, verdict.status, verdict.reason, request_id, record, answer_body, extra,
+                        b"apns-request-id")
+        return answer, self.faults.take_delay()
 
     def _make_record(
         self, conn: ServerConnection, stream_id: int, token: str, headers: dict[str, str],
@@ -465,6 +574,22 @@ class ApnsTestServer:
             with trio.move_on_after(timeout):
                 await self.wait_for_records(n)
             return 200, {"total": self.records_total, "reached": self.records_total >= n}
+        if path == "/ctl/subscribe" and method == "POST":
+            try:
+                spec = json.loads(body or b"{}")
+                pairs = spec["subscriptions"] if "subscriptions" in spec else [spec]
+                for pair in pairs:
+                    self.subscribe(str(pair["device"]), str(pair["channel"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                return 400, {"reason": "BadSubscription", "detail": f"expected {{device, channel}}: {exc!r}"}
+            return 200, {"ok": True, "subscribed": len(pairs)}
+        if path == "/ctl/seen" and method == "GET":
+            device = params.get("device")
+            if device:
+                return 200, {"device": device, "seen": self.seen_by(device)}
+            return 200, {"seen": {d: len(v) for d, v in self.subscriptions.seen.items()}}
+        if path == "/ctl/channels" and method == "GET":
+            return 200, {"channels": self.channels.channels, "log": self.channel_log[-1000:]}
         if path == "/ctl/stats" and method == "GET":
             return 200, self.stats()
         return 404, {"reason": "BadPath", "detail": f"no control endpoint {method} {path}"}

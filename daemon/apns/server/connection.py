@@ -67,6 +67,10 @@ class Answer:
     apns_id: str
     record: dict[str, Any] | None
     body: bytes = b""
+    # broadcasts and channel management: extra success headers (apns-channel-id, apns-unique-id), and the id
+    # header's name (Apple echoes ``apns-request-id`` there rather than ``apns-id``)
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    id_header: bytes = b"apns-id"
 
 
 class ServerConnection:
@@ -87,6 +91,7 @@ class ServerConnection:
         self.advertised_streams = faults.initial_streams or faults.max_concurrent_streams
         self.window = faults.window
         self.auth = ConnectionAuth()
+        self.role = "push"  # or "management": the channel-management listener
         self.requests: dict[int, Request] = {}
         self.unanswered: set[int] = set()  # complete requests not yet answered (delays, ctl tasks)
         self.highest_stream = 0  # highest stream whose request was complete (processed or pending)
@@ -322,7 +327,16 @@ class ServerConnection:
             return
         status = answer.status
         try:
-            if status == 200:
+            if 200 <= status < 300 and (answer.headers or answer.body or answer.id_header != b"apns-id"):
+                self.h2.send_headers(
+                    sid,
+                    [(b":status", str(status).encode()), (answer.id_header, answer.apns_id.encode()),
+                     *answer.headers],
+                    end_stream=not answer.body,
+                )
+                if answer.body:
+                    self._send_body(sid, answer.body)
+            elif status == 200:
                 self.h2.send_headers(
                     sid,
                     [
@@ -338,7 +352,7 @@ class ServerConnection:
                     [
                         (b":status", str(status).encode()),
                         (b"content-type", b"application/json"),
-                        (b"apns-id", answer.apns_id.encode()),
+                        (answer.id_header, answer.apns_id.encode()),
                     ],
                     end_stream=not answer.body,
                 )

@@ -38,6 +38,9 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 GOAWAY_LINGER_S = 1.0
 
 
+_FRESH_PER_ANSWER = frozenset({b"apns-id", b"apns-unique-id", b"apns-request-id", b"apns-channel-id"})
+
+
 class ResponseEncoder:
     """HPACK for the server's answers, built from the static table and literals *without indexing*.
 
@@ -68,7 +71,7 @@ class ResponseEncoder:
             return self._inner.encode(headers, huffman)
         out = []
         for name, value in headers:
-            if name == b"apns-id" or name == b"apns-unique-id":
+            if name in _FRESH_PER_ANSWER:
                 out.append(self._name(name) + hpack_str(value))
                 continue
             fixed = self._fixed.get((name, value))

@@ -247,7 +247,7 @@ class ReplayServer:
     ) -> int:
         """Add a fault (see the package docstring); returns its id. Feed changes apply at once."""
         try:
-            spec = FaultSpec(mode=mode, endpoint=endpoint, count=count, duration_s=duration_s, **params)  # type: ignore[arg-type]
+            spec = FaultSpec(mode=mode, endpoint=endpoint, count=count, duration_s=duration_s, **params)
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ReplayRequestError(f"fault {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc

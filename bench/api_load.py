@@ -1,0 +1,405 @@
+"""Load on the app's API: a registration burst and display reads during a live match, against dynalite.
+
+    python bench/api_load.py [--users 2000] [--display-s 10] [--clients 2] [--concurrency 32]
+                             [--bare-s 5] [--dynamodb dynalite|moto]
+
+What runs, all on loopback:
+
+- dynalite (``tests/harness/dynalite.py``, as ``bench/soak.py --dynamodb dynalite`` starts it) with the
+  tables created;
+- the local issuer (``daemon.api.issuer``), its JWKS over HTTP;
+- the API as production runs it: ``python -m daemon run --config FILE`` with ``roles = ["api"]`` in its own
+  process (hypercorn on trio, default settings: 1 s display cache, the per-user rate limit, access log
+  lines at info level written to /dev/null);
+- ``--clients`` load processes (a minimal HTTP/1.1 client on trio sockets, ``--concurrency`` keep-alive
+  connections each, one request in flight per connection).
+
+Phases, each printed as requests/s, p50/p99 latency and errors (any non-2xx answer or transport error):
+
+(a) registration burst: ``--users`` app users (each its own token) register a Live Activity session for one
+    match at once (``POST /user/activity/{id}``), as when push-to-start reaches every follower; afterwards
+    the match's sessions are counted in the table (no request lost);
+(b) display reads during a live match: the same users poll ``GET /matches/{id}/display`` (neutral and
+    both teams) for ``--display-s`` seconds while a writer in this process replaces the three display states
+    every second, as the match engine does per tick.
+
+Beside them, measured in the same run on the same peer: bare boto3 ``UpdateItem`` (the registration's write)
+and ``GetItem`` (the display read) calls per second from one process, one call after another. Targets:
+registrations >= 2/3 of the bare UpdateItem rate; display reads >= 2x the bare GetItem rate; no request
+lost or answered 5xx. The script prints the verdicts; it never fails on them (figures, not a test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MATCH = "777001"
+TEAMS = ("7101", "7102")
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# --- load client process --------------------------------------------------------------------------------
+
+
+def _client(base: str, jobs: list[dict[str, Any]], concurrency: int, duration_s: float, out: Any) -> None:
+    """Run ``jobs`` (once each, or round-robin for ``duration_s`` when > 0) over ``concurrency`` keep-alive
+    HTTP/1.1 connections; put (latencies, statuses, seconds). A minimal client on trio sockets (requests
+    encoded up front, answers read by Content-Length), so the load generator costs tens of microseconds a
+    request and the API, not the client, is what is measured."""
+    import trio
+
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    encoded = []
+    for job in jobs:
+        body = job.get("body") or b""
+        head = [f"{job['method']} {job['path']} HTTP/1.1", f"Host: {host}:{port}"]
+        head += [f"{k}: {v}" for k, v in job["headers"].items()]
+        if body or job["method"] in ("POST", "PUT", "PATCH"):
+            head.append(f"Content-Length: {len(body)}")
+        encoded.append(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+
+    async def main() -> None:
+        latencies: list[float] = []
+        statuses: dict[str, int] = {}
+        next_job = 0
+        deadline = trio.current_time() + duration_s
+
+        async def exchange(stream: trio.SocketStream, request: bytes, buf: bytearray) -> str:
+            await stream.send_all(request)
+            while True:
+                end = buf.find(b"\r\n\r\n")
+                if end >= 0:
+                    head = bytes(buf[:end]).decode("latin-1")
+                    length = 0
+                    for line in head.split("\r\n")[1:]:
+                        name, _, value = line.partition(":")
+                        if name.strip().lower() == "content-length":
+                            length = int(value)
+                    while len(buf) < end + 4 + length:
+                        chunk = await stream.receive_some(65536)
+                        if not chunk:
+                            raise ConnectionError("closed mid-answer")
+                        buf.extend(chunk)
+                    del buf[: end + 4 + length]
+                    return head.split(" ", 2)[1]
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    raise ConnectionError("closed")
+                buf.extend(chunk)
+
+        async def worker() -> None:
+            nonlocal next_job
+            stream = await trio.open_tcp_stream(host, int(port))
+            buf = bytearray()
+            while True:
+                if duration_s > 0:
+                    if trio.current_time() >= deadline:
+                        break
+                    request = encoded[next_job % len(encoded)]
+                elif next_job < len(encoded):
+                    request = encoded[next_job]
+                else:
+                    break
+                next_job += 1
+                t0 = time.perf_counter()
+                try:
+                    key = await exchange(stream, request, buf)
+                except (OSError, ConnectionError, trio.BrokenResourceError) as exc:
+                    key = type(exc).__name__
+                    await stream.aclose()
+                    stream = await trio.open_tcp_stream(host, int(port))
+                    buf = bytearray()
+                latencies.append(time.perf_counter() - t0)
+                statuses[key] = statuses.get(key, 0) + 1
+            await stream.aclose()
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as n:
+            for _ in range(concurrency):
+                n.start_soon(worker)
+        out.put((latencies, statuses, time.perf_counter() - started))
+
+    trio.run(main)
+
+
+def run_load(base: str, jobs: list[dict[str, Any]], clients: int, concurrency: int, duration_s: float = 0.0) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    shares = [jobs[i::clients] for i in range(clients)] if duration_s <= 0 else [jobs[i::clients] or jobs for i in range(clients)]
+    procs = [ctx.Process(target=_client, args=(base, share, concurrency, duration_s, q)) for share in shares]
+    t0 = time.perf_counter()
+    for p in procs:
+        p.start()
+    results = [q.get() for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    lat = [x for r in results for x in r[0]]
+    statuses: dict[str, int] = {}
+    for _, st, _took in results:
+        for k, v in st.items():
+            statuses[k] = statuses.get(k, 0) + v
+    n = len(lat)
+    ok = sum(v for k, v in statuses.items() if k.startswith("2"))
+    # the wall time includes starting the client processes: the rate is over the clients' own load time
+    busy = max((r[2] for r in results), default=wall)
+    return {
+        "requests": n,
+        "rps": n / busy if n and busy > 0 else 0.0,
+        "p50_ms": _pct(lat, 0.50) * 1000,
+        "p99_ms": _pct(lat, 0.99) * 1000,
+        "errors": n - ok,
+        "statuses": statuses,
+    }
+
+
+# --- bare boto3 from one process --------------------------------------------------------------------------
+
+
+def bare_calls(endpoint: str, prefix: str, op: str, seconds: float) -> tuple[int, float, float]:
+    """``op`` ("update" or "get") called one after another for ``seconds``: (calls, seconds, CPU seconds)."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "dynamodb", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x",
+        config=Config(retries={"mode": "standard", "max_attempts": 5}),
+    )
+    la_table, cache_table = f"{prefix}live-activities", f"{prefix}DisplayStateCache"
+    client.describe_table(TableName=la_table)  # connection and endpoint set up outside the measurement
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - t0 < seconds:
+        if op == "update":
+            client.update_item(
+                TableName=la_table,
+                Key={"matchId": {"S": "bare-match"}, "visitorKey": {"S": f"bare-user-{n}#dev"}},
+                UpdateExpression="SET #u = :u, #d = :d, #t = :t, #s = :s, #st = :st REMOVE #sa, #ea, #er",
+                ExpressionAttributeNames={"#u": "userId", "#d": "deviceId", "#t": "updateToken", "#s": "status",
+                                          "#st": "sessionStartedAt", "#sa": "suspendedAt", "#ea": "endedAt",
+                                          "#er": "endReason"},
+                ExpressionAttributeValues={":u": {"S": f"bare-user-{n}"}, ":d": {"S": "dev"}, ":t": {"S": "ab" * 32},
+                                           ":s": {"S": "active"}, ":st": {"S": "2026-01-01T00:00:00.000Z"}},
+            )
+        else:
+            client.get_item(TableName=cache_table, Key={"matchId": {"S": f"DISPLAY#{MATCH}#neutral"}})
+        n += 1
+    return n, time.perf_counter() - t0, time.process_time() - c0
+
+
+# --- the run ----------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=2000, help="app users in the registration burst")
+    parser.add_argument("--display-s", type=float, default=10.0, help="seconds of display polling")
+    parser.add_argument("--bare-s", type=float, default=5.0, help="seconds of each bare boto3 measurement")
+    parser.add_argument("--clients", type=int, default=2, help="load-generating processes")
+    parser.add_argument("--concurrency", type=int, default=32, help="requests in flight per load process")
+    parser.add_argument("--dynamodb", choices=["dynalite", "moto"], default="dynalite")
+    args = parser.parse_args()
+
+    import trio
+
+    from daemon.api.issuer import LocalIssuer
+    from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
+    from daemon.store.local import MotoServer, free_port, stop_child
+    from tests.harness.dynalite import DynaliteServer
+
+    workdir = Path(tempfile.mkdtemp(prefix="sightscreen-api-load-"))
+    store: Any = DynaliteServer(log_path=workdir / "dynalite.log") if args.dynamodb == "dynalite" else MotoServer()
+    store.start()
+    issuer = LocalIssuer().serve()
+    prefix = "apiload-"
+    api_proc = None
+    try:
+        settings = DynamoSettings(endpoint_url=store.url, table_prefix=prefix)
+
+        async def setup() -> None:
+            dynamo = Dynamo(settings)
+            await create_tables(dynamo)
+            repos = Repositories(dynamo)
+            await repos.fixtures.batch_write_fixtures([{"matchId": MATCH, "leagueCode": "LOAD", "live": True,
+                                                        "localteamId": TEAMS[0], "visitorteamId": TEAMS[1]}])
+            for team in ("neutral", *TEAMS):
+                await repos.display_cache.set_cached_display_state(MATCH, team, {"score": "0/0", "team": team}, ttl_s=3600)
+            dynamo.close()
+
+        trio.run(setup)
+        port = free_port()
+        config = workdir / "api.toml"
+        config.write_text(
+            "\n".join(
+                [
+                    "[instance]", 'id = "api-load-1"', 'roles = ["api"]',
+                    "[dynamodb]", f'endpoint_url = "{store.url}"', f'table_prefix = "{prefix}"', "max_threads = 16",
+                    "[admin]", 'socket_path = ""',
+                    "[api]", f'listen = "127.0.0.1:{port}"',
+                    "[auth]", f'issuer = "{issuer.issuer}"', f'jwks_url = "{issuer.jwks_url}"',
+                    f'client_ids = ["{issuer.client_id}"]',
+                ]
+            )
+            + "\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+               "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+        api_proc = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--config", str(config)],
+                                    stdout=subprocess.DEVNULL, stderr=open(workdir / "api.err", "wb"), env=env)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/readyz", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or api_proc.poll() is not None:
+                raise RuntimeError(f"the API did not become ready; see {workdir / 'api.err'}")
+            time.sleep(0.2)
+
+        print(f"api_load: {args.users} users, {args.clients} clients x {args.concurrency} in flight, "
+              f"DynamoDB peer {args.dynamodb}, API {base}", flush=True)
+        tokens = [issuer.mint(f"load-user-{i:06d}") for i in range(args.users)]
+
+
+        body = lambda i: json.dumps({"deviceId": "iphone", "updateToken": f"{i:064x}"}).encode()  # noqa: E731
+        reg_jobs = [
+            {"method": "POST", "path": f"/user/activity/{MATCH}", "body": body(i),
+             "headers": {"Authorization": f"Bearer {tokens[i]}", "Content-Type": "application/json"}}
+            for i in range(args.users)
+        ]
+        # the machine's other load moves both figures: each bare measurement is taken right beside the API
+        # phase it is compared with (before and after it), and their totals are compared
+        bare_update = [bare_calls(store.url, prefix, "update", args.bare_s / 2)]
+        c0 = cpu_s(api_proc.pid)
+        registration = run_load(base, reg_jobs, args.clients, args.concurrency)
+        registration["api_cpu_ms"] = 1000 * (cpu_s(api_proc.pid) - c0) / max(1, registration["requests"])
+        bare_update.append(bare_calls(store.url, prefix, "update", args.bare_s / 2))
+
+        async def count_sessions() -> int:
+            dynamo = Dynamo(settings)
+            try:
+                return len(await Repositories(dynamo).live_activities.get_all_la_sessions_for_match(MATCH, fields=("visitorKey",)))
+            finally:
+                dynamo.close()
+
+        stored = trio.run(count_sessions)
+
+        disp_jobs = [
+            {"method": "GET", "path": f"/matches/{MATCH}/display" + ("" if i % 3 == 0 else f"?team={TEAMS[i % 2]}"),
+             "headers": {"Authorization": f"Bearer {tokens[i]}"}}
+            for i in range(args.users)
+        ]
+
+        async def live_writer(stop_after: float) -> int:
+            dynamo = Dynamo(settings)
+            repos = Repositories(dynamo)
+            ticks = 0
+            with trio.move_on_after(stop_after):
+                while True:
+                    ticks += 1
+                    for team in ("neutral", *TEAMS):
+                        await repos.display_cache.set_cached_display_state(
+                            MATCH, team, {"score": f"{ticks}/0", "team": team}, ttl_s=3600)
+                    await trio.sleep(1.0)
+            dynamo.close()
+            return ticks
+
+        import threading
+
+        ticks: list[int] = []
+        writer = threading.Thread(target=lambda: ticks.append(trio.run(live_writer, args.display_s + 5)))
+        writer.start()
+        rounds = 3
+        bare_get = []
+        parts = []
+        c0 = cpu_s(api_proc.pid)
+        for _ in range(rounds):
+            bare_get.append(bare_calls(store.url, prefix, "get", args.bare_s / rounds))
+            parts.append(run_load(base, disp_jobs, args.clients, args.concurrency, duration_s=args.display_s / rounds))
+        api_cpu = cpu_s(api_proc.pid) - c0
+        writer.join()
+        display = {
+            "requests": sum(p["requests"] for p in parts),
+            "rps": sum(p["requests"] for p in parts) / sum(p["requests"] / p["rps"] for p in parts if p["rps"]),
+            "p50_ms": statistics.median([p["p50_ms"] for p in parts]),
+            "p99_ms": max(p["p99_ms"] for p in parts),
+            "errors": sum(p["errors"] for p in parts),
+            "statuses": {k: sum(p["statuses"].get(k, 0) for p in parts) for k in {k for p in parts for k in p["statuses"]}},
+        }
+        display["api_cpu_ms"] = 1000 * api_cpu / max(1, display["requests"])
+
+        def rate(samples: list[tuple[int, float, float]]) -> tuple[float, float]:
+            n = sum(x[0] for x in samples)
+            return n / sum(x[1] for x in samples), 1000 * sum(x[2] for x in samples) / max(1, n)
+
+        bare = {}
+        bare["update_item_per_s"], bare["update_item_cpu_ms"] = rate(bare_update)
+        bare["get_item_per_s"], bare["get_item_cpu_ms"] = rate(bare_get)
+
+        def row(name: str, r: dict[str, Any]) -> None:
+            print(f"{name:<34} {r['requests']:>7} req  {r['rps']:>8.0f} req/s  p50 {r['p50_ms']:>6.1f} ms  "
+                  f"p99 {r['p99_ms']:>7.1f} ms  API CPU {r['api_cpu_ms']:.2f} ms/req  errors {r['errors']}  "
+                  f"{r['statuses']}")
+
+        print()
+        row("POST /user/activity/{id} (burst)", registration)
+        row("GET /matches/{id}/display (live)", display)
+        print(f"{'bare boto3 UpdateItem (1 process)':<34} {bare['update_item_per_s']:>22.0f} calls/s  "
+              f"client CPU {bare['update_item_cpu_ms']:.2f} ms/call")
+        print(f"{'bare boto3 GetItem (1 process)':<34} {bare['get_item_per_s']:>22.0f} calls/s  "
+              f"client CPU {bare['get_item_cpu_ms']:.2f} ms/call")
+        print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        print(f"sessions stored after the burst: {stored} of {args.users}; display writer ticks: {ticks[0] if ticks else 0}")
+        five_xx = sum(v for k, v in {**registration['statuses']}.items() if k.startswith("5")) + sum(
+            v for k, v in display["statuses"].items() if k.startswith("5"))
+        reg_ratio = registration["rps"] / bare["update_item_per_s"]
+        disp_ratio = display["rps"] / bare["get_item_per_s"]
+        verdict = {
+            "registrations_vs_bare_update": round(reg_ratio, 2),
+            "registrations_target_met": reg_ratio >= 2 / 3,
+            "display_vs_bare_get": round(disp_ratio, 2),
+            "display_target_met": disp_ratio >= 2,
+            "lost": args.users - stored,
+            "answered_5xx": five_xx,
+        }
+        print(json.dumps({"verdict": verdict}))
+        return 0
+    finally:
+        if api_proc is not None:
+            stop_child(api_proc)
+        issuer.stop()
+        store.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Valid but wrong data from SportMonks, served by the replay server while the real daemon follows a match.
+
+A final status for a few seconds, a corrupted fixture id, implausible totals and an enormous body: each is
+injected while the match is under way, and each test checks the whole outcome once it clears (the daemon
+stayed up, the match ran to its real end, every seeded session got every standing wicket and one end), plus
+what the fault must not have done. The admin socket's argument checks and the replay server's speed bound
+are driven the same way, through the daemon's own admin socket.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from daemon.admin import AdminError
+from tests.faults.checks import assert_nothing_lost, assert_state_whole, first_updates
+from tests.harness.fault_rig import aps
+
+pytestmark = pytest.mark.slow
+
+# Wall seconds before the first ball: the daemon's first look must be pre-match even on a loaded machine, or a
+# first-over wicket is taken as history (what these tests check is the glitch, not the start-up race).
+START_DELAY_S = 8.0
+
+
+async def ask(socket_path: str, line: bytes) -> dict[str, Any]:
+    """One request line over the daemon's admin socket; its answer."""
+    with trio.fail_after(10):
+        stream = await trio.open_unix_socket(socket_path)
+        async with stream:
+            await stream.send_all(line)
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = await stream.receive_some(1 << 16)
+                assert chunk, "the admin socket closed without an answer"
+                buf += chunk
+    return json.loads(buf)
+
+
+def ends(rig: Any) -> list[Any]:
+    return [d for d in rig.deliveries if d.kind == "end"]
+
+
+async def test_a_final_status_for_a_few_seconds_ends_nothing_and_costs_nothing(make_rig: Any) -> None:
+    async with make_rig(seed=11, start_delay_wall_s=START_DELAY_S) as rig:
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        before = len(rig.deliveries)
+        for status in ("Finished", "Aban."):
+            rig.replay.inject("wrong_status", value=status, duration_s=2.0)
+            await trio.sleep(2.5)
+        assert ends(rig) == [], "a final status the fixture did not corroborate ended the match"
+        assert len(rig.deliveries) > before, "the match went on while the feed said it was over"
+        assert not await rig.is_ended()
+        await assert_nothing_lost(rig)
+        assert len(ends(rig)) == 1  # the real end, once
+        for token, records in rig.accepted_by_token().items():
+            assert sum(aps(r).get("event") == "end" for r in records) == 1, token
+
+
+async def test_a_match_ended_wrongly_is_taken_again_while_the_feed_shows_it_live(make_rig: Any) -> None:
+    # The doubt is confirmed quickly here (3 polls over 1 s) so that a 4-s glitch does end the match.
+    extra = {"engine": {"confirm_polls": 3, "confirm_s": 1.0}}
+    async with make_rig(seed=12, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        rig.replay.inject("wrong_status", value="Finished", duration_s=4.0)
+        await rig.wait_for(lambda: bool(ends(rig)), 30, "the glitch confirmed as an end")
+        wrong_end = len(rig.deliveries)
+        item = await rig.match_item()
+        epoch = int(item["ownerEpoch"])
+        await rig.wait_for(lambda: any(d.kind == "update" for d in rig.deliveries[wrong_end:]), 60,
+                           "the match taken again and updated")
+        item = await rig.match_item()
+        assert int(item["ownerEpoch"]) > epoch and item["status"] in ("active", "ended")
+        assert await rig.wait_ended(120), "the real end never came"
+        await assert_state_whole(rig)  # the final record is the tape's end, not the glitch's
+        real_end = ends(rig)[-1]
+        assert len(ends(rig)) == 2 and real_end.event_types and "match_end" in real_end.event_types
+
+
+async def test_a_corrupted_fixture_id_is_released_after_bounded_tries(make_rig: Any) -> None:
+    extra = {"feed": {"not_found_max_tries": 3, "not_found_backoff_s": 0.2, "off_livescores_cadence_s": 0.2}}
+    async with make_rig(seed=13, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        fixtures_before = rig.daemon.client.calls.get("fixtures", {}).get("error", 0)
+        rig.replay.inject("changed_id", value=123, endpoint="livescores", duration_s=1.5)
+        await rig.wait_for(lambda: rig.daemon.feed.is_released("123"), 30, "fixture 123 released")
+        await rig.wait_for(lambda: "123" not in rig.daemon.orchestrator.owned, 10, "its actor gone")
+        record = await rig.repos.active_matches.get_active_match_state("123")
+        assert record is not None and record["status"] == "idle"
+        await assert_nothing_lost(rig)  # the real match went on under its own id
+        errors = rig.daemon.client.calls.get("fixtures", {}).get("error", 0) - fixtures_before
+        assert errors == 3, f"/fixtures/123 was asked {errors} times"
+        assert "123" not in rig.daemon.orchestrator.owned
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("runs.score", -5), ("runs.score", 10**40), ("runs.overs", 1e300), ("runs.wickets", 11)],
+    ids=["negative-score", "score-10e40", "overs-1e300", "eleven-wickets"],
+)
+async def test_implausible_totals_are_skipped_and_never_shown(make_rig: Any, field: str, value: Any) -> None:
+    async with make_rig(seed=14, start_delay_wall_s=START_DELAY_S) as rig:
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        rig.replay.inject("implausible", field=field, value=value, duration_s=1.5)
+        await trio.sleep(2.0)
+        await assert_nothing_lost(rig)
+        shown = {d.score for d in rig.deliveries}
+        assert not any(s.startswith("-") or len(s) > 9 for s in shown), sorted(shown)
+        for records in rig.accepted_by_token().values():
+            for record in records:
+                state = aps(record).get("content-state") or {}
+                assert "-" not in str(state.get("score", "")) and "e+" not in str(state.get("overs", ""))
+
+
+async def test_an_enormous_body_is_cut_off_and_nothing_is_lost(make_rig: Any) -> None:
+    extra = {"sportmonks": {"max_body_bytes": 4 * 1024 * 1024, "breaker_failure_threshold": 50}}
+    async with make_rig(seed=15, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        rig.replay.inject("huge_body", size_bytes=16 * 1024 * 1024, endpoint="livescores", count=3)
+        await rig.wait_for(lambda: rig.daemon.client.calls["livescores"].get("error", 0) >= 3, 30,
+                           "the three huge bodies cut off")
+        assert not rig.replay.faults()
+        await assert_nothing_lost(rig)
+
+
+async def test_admin_commands_refuse_wrong_arguments_and_the_replay_refuses_an_overflowing_speed(
+    make_rig: Any,
+) -> None:
+    async with make_rig(seed=16, start_delay_wall_s=START_DELAY_S) as rig:
+        await rig.wait_for(first_updates(rig, 3), 60, "the match under way")
+        socket_path = rig.daemon.config.admin.socket_path
+        for line, error in [
+            (b"drain now\n", "usage: drain"),
+            (b'{"cmd": "match", "args": [""]}\n', "expected a numeric SportMonks fixture id"),
+            (b"match 1 2\n", "usage: match MATCH_ID"),
+            (b"status extra\n", "usage: status"),
+            (b"replay stop now\n", "usage: replay stop"),
+            (b"replay speed 1e308\n", "at most"),
+        ]:
+            answer = await ask(socket_path, line)
+            assert answer["ok"] is False and error in answer["error"], (line, answer)
+        assert not rig.daemon.stopping, "a drain with arguments drained the instance"
+        with pytest.raises(AdminError, match="replay server answered 400"):
+            await rig.daemon._h_replay(["speed", "inf"])
+        await assert_nothing_lost(rig)  # the replay clock still runs: the match reaches its end
