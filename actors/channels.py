@@ -16,7 +16,6 @@ never recorded (its creator died in between) is the sweep's to delete.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -178,14 +177,12 @@ class ChannelSweeper:
                      suspects=len(self._suspects))
         return deleted
 
-    async def run(self, *, hold: Callable[[], Awaitable[bool]] | None = None) -> None:
-        """Sweep every ``interval_s``; ``hold()`` (a lease) decides whether this instance sweeps this round."""
-        next_at = -math.inf
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Sweep every ``interval_s`` (run under the region's job lease: one instance sweeps)."""
+        task_status.started()
         while True:
-            await trio.sleep_until(max(next_at, trio.current_time()))
-            next_at = trio.current_time() + self.interval_s
             try:
-                if hold is None or await hold():
-                    await self.sweep_once()
+                await self.sweep_once()
             except Exception as exc:  # the next round tries again
                 log.warning("broadcast_channel_sweep_failed", error=repr(exc))
+            await trio.sleep(self.interval_s)

@@ -172,7 +172,6 @@ class _Subscription:
     last_error: str | None = None
     last_update_at: float | None = None
     had_fixture: bool = False  # a good fixture was offered at least once
-    not_found: int = 0  # 404 answers to /fixtures/{id} in a row
     remote: bool = False  # owned by another instance: polled by this leader for the cache, no channel
 
     def offer(self, update: FeedUpdate) -> None:
@@ -229,6 +228,7 @@ class FeedActor:
         self.cache_writes = 0
         self.cache_errors = 0
         self._released: dict[str, float] = {}  # match id -> trio time until which it is not taken again
+        self._not_found_tries: dict[str, int] = {}  # match id -> 404 answers to /fixtures/{id} in a row
 
     # ------------------------------------------------------------------------------------------ public API
 
@@ -543,7 +543,7 @@ class FeedActor:
                 return
         if self._subs.get(sub.match_id) is not sub:
             return  # unsubscribed while the call was out
-        sub.not_found = 0
+        self._not_found_tries.pop(sub.match_id, None)
         sub.had_fixture = True
         update = FeedUpdate(sub.match_id, fixture, time.time(), "fixture", in_livescores)
         sub.offer(update)
@@ -557,22 +557,24 @@ class FeedActor:
 
     def _not_found(self, sub: _Subscription, exc: SportMonksHTTPError) -> None:
         """A 404 for a subscribed fixture: try again after a doubling backoff, and after
-        ``not_found_max_tries`` in a row release it (an id /livescores showed that SportMonks does not know)."""
+        ``not_found_max_tries`` in a row release it (an id /livescores showed that SportMonks does not know).
+        The count is kept per match id, so a match actor that subscribes again does not start it over."""
         s = self.settings
-        sub.not_found += 1
+        tries = self._not_found_tries[sub.match_id] = self._not_found_tries.get(sub.match_id, 0) + 1
         if self._subs.get(sub.match_id) is not sub:
             return
-        if sub.not_found < s.not_found_max_tries:
-            delay = s.not_found_backoff_s * 2 ** (sub.not_found - 1)
+        if tries < s.not_found_max_tries:
+            delay = s.not_found_backoff_s * 2 ** (tries - 1)
             sub.next_fixture_at = trio.current_time() + delay
-            log.warning("feed_fixture_not_found", match_id=sub.match_id, tries=sub.not_found, retry_in_s=delay)
+            log.warning("feed_fixture_not_found", match_id=sub.match_id, tries=tries, retry_in_s=delay)
             sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=str(exc)))
             return
+        del self._not_found_tries[sub.match_id]
         self._released[sub.match_id] = trio.current_time() + s.not_found_release_s
         sub.next_fixture_at = math.inf  # no more calls for it, whatever the subscriber does next
-        log.warning("feed_fixture_released", match_id=sub.match_id, tries=sub.not_found,
+        log.warning("feed_fixture_released", match_id=sub.match_id, tries=tries,
                     not_taken_again_for_s=s.not_found_release_s)
-        message = f"fixture {sub.match_id} answered 404 {sub.not_found} times in a row: released"
+        message = f"fixture {sub.match_id} answered 404 {tries} times in a row: released"
         sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=message, released=True))
 
     def _retry_first_fixture_soon(self, sub: _Subscription) -> None:

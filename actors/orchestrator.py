@@ -17,7 +17,8 @@ and quarantined here for ``quarantine_s`` so another instance may try it.
 
 ``ended`` is not final while SportMonks says otherwise: an ended record whose match the latest ``/livescores``
 shows in play (a live status) is reopened (``reopen_ended_match``: a new epoch, the engine's state kept) and
-taken like any other. An id the feed released after repeated 404s (``feed.is_released``) is not taken.
+taken like any other. An id the feed released after repeated 404s (``feed.is_released``) is not taken, from
+any source, while the feed holds it released.
 
 ``instance_id`` here is the process's owner identity (``daemon.store.locks.owner_identity``: the configured
 instance id and a per-process nonce), so two processes never take each other's lock or fence as their own.
@@ -124,7 +125,7 @@ class Orchestrator:
         for match_id, league_id in candidates.items():
             if self.draining or len(self.owned) >= self.settings.max_matches:
                 break
-            if match_id in self.owned or self._is_quarantined(match_id):
+            if match_id in self.owned or self._is_quarantined(match_id) or self._released(match_id):
                 continue
             try:
                 await self.try_take(match_id, league_id)
@@ -139,13 +140,12 @@ class Orchestrator:
         except Exception as exc:
             log.warning("livescores_unavailable", error=repr(exc))
             return
-        released = getattr(self._feed, "is_released", None)
         live_now: set[str] = set()
         for fixture in live:
             if fixture.get("status") in NOT_LIVE_STATUSES:
                 continue
             match_id = str(fixture["id"])
-            if released is not None and released(match_id):
+            if self._released(match_id):
                 continue  # answered 404 on every try: an id SportMonks does not know
             live_now.add(match_id)
             candidates.setdefault(match_id, _str_or_none(fixture.get("league_id")))
@@ -256,6 +256,11 @@ class Orchestrator:
         match_id = name.split(":", 1)[1]
         self._quarantined[match_id] = trio.current_time() + self._quarantine_s
         log.error("match_released_after_repeated_crashes", match_id=match_id, error=repr(exc))
+
+    def _released(self, match_id: str) -> bool:
+        """The feed released it after repeated 404s: not taken from any source until the feed says so."""
+        released = getattr(self._feed, "is_released", None)
+        return bool(released is not None and released(match_id))
 
     def _is_quarantined(self, match_id: str) -> bool:
         until = self._quarantined.get(match_id)

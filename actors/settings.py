@@ -115,6 +115,10 @@ class MatchActorSettings(BaseModel):
         "channel (one broadcast per perspective and tick instead of one push per device); older ones stay on "
         "update tokens",
     )
+    channel_sweep_s: float = Field(
+        300.0, gt=0, description="how often one instance of the region compares APNs's channels with those the "
+        "active matches record and deletes leaks (a channel unrecorded at two sweeps in a row)",
+    )
     channel_retry_s: float = Field(
         60.0, gt=0, description="after channels could not be had (limit reached, management host down), wait "
         "this long before trying again; meanwhile iOS 18 followers are started on update tokens",

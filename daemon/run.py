@@ -127,6 +127,20 @@ class Daemon:
             live=self.live,
         )
 
+    def _channel_sweeper(self) -> Any:
+        """Deletes broadcast channels no active match records (see ``actors.channels.ChannelSweeper``)."""
+        from actors.channels import ChannelSweeper
+
+        async def active() -> list[str]:
+            items = await self.repos.active_matches.get_all_active_matches()
+            return [str(i["matchId"]) for i in items if i.get("status") != "ended"]
+
+        return ChannelSweeper(
+            bundle=self.config.apns.topic.removesuffix(".push-type.liveactivity"),
+            request=self.sender.channels.request, fixtures=self.repos.fixtures, active_matches=active,
+            interval_s=self.config.match.channel_sweep_s,
+        )
+
     def _build_jobs(self) -> dict[str, Any]:
         if not self._with_jobs:
             return {}
@@ -231,6 +245,10 @@ class Daemon:
                     )
                     self.jobs["reconciler"] = reconciler
                     await supervisor.start("reconciler", lambda: reconciler, kind="job")
+                    if self.config.match.broadcast_channels:
+                        sweeper = self._leased("channel-sweep", self._channel_sweeper(), sportmonks=False)
+                        self.jobs["channel-sweep"] = sweeper
+                        await supervisor.start("channel-sweep", lambda: sweeper, kind="job")
                 nursery.start_soon(self._watchdog)
                 nursery.start_soon(self._loop_monitor)
                 nursery.start_soon(self._readiness_monitor)
@@ -397,7 +415,9 @@ class Daemon:
             }
             actor = mine.get(match_id)
             if actor is not None:
-                row.update(lag_s=actor.last_tick_lag_s, tokens=len(actor.sessions), ticks=actor.ticks)
+                row.update(lag_s=actor.last_tick_lag_s, tokens=len(actor.sessions), ticks=actor.ticks,
+                           channel_sessions=len(actor.channel_sessions),
+                           channels=dict(actor.channels.channels) if actor.channels is not None else {})
             rows.append(row)
         return rows
 

@@ -148,7 +148,7 @@ class ApiState:
     limiter: RateLimiter = field(init=False)
     display_cache: TtlCache[bytes | None] = field(init=False)
     scan_cache: TtlCache[list[dict[str, Any]]] = field(init=False)
-    registrations: Coalescer[tuple[str, str, str, str, int | None]] = field(init=False)
+    registrations: Coalescer[tuple[str, str, str, str | None, int | None, str | None]] = field(init=False)
     in_flight: int = 0
 
     def __post_init__(self) -> None:
@@ -550,14 +550,17 @@ def _add_routes(app: FastAPI) -> None:
         api = _state(request)
         # registrations arriving together (a match's start) leave together: see daemon.api.coalesce
         ttl = int(time.time() + api.settings.session_ttl_s)
-        await api.registrations.submit((matchId, user.sub, body.deviceId, body.updateToken, ttl))
+        await api.registrations.submit((matchId, user.sub, body.deviceId, body.updateToken, ttl, body.channelId))
+        path = {"channelId": body.channelId} if body.channelId else {}
         return json_response(
-            {"matchId": matchId, "userId": user.sub, "deviceId": body.deviceId, "status": "active"}, 201
+            {"matchId": matchId, "userId": user.sub, "deviceId": body.deviceId, "status": "active", **path}, 201
         )
 
     @app.patch("/user/activity/{matchId}", tags=["activities"], response_model=Activity, responses=ERRORS,
                summary="store a rotated update token of your Live Activity")
     async def rotate_activity_token(request: Request, user: User, matchId: MatchId, body: ActivityIn) -> Response:
+        if body.updateToken is None:
+            raise _invalid("updateToken", "required: only a token-based activity rotates its token")
         if not await _state(request).repos.live_activities.update_token(
             matchId, user.sub, body.deviceId, body.updateToken
         ):

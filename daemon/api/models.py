@@ -20,6 +20,9 @@ TOKEN_PATTERN = r"^(?:[0-9a-fA-F]{2}){8,200}$"
 
 Id = Annotated[str, Field(pattern=ID_PATTERN, description="an id: letters, digits, '_', '.', ':', '-'")]
 Token = Annotated[str, Field(pattern=TOKEN_PATTERN, description="an APNs token in hex")]
+ChannelId = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9+/]+={0,2}$", max_length=256, description="an APNs broadcast channel id (base64)")
+]
 Version = Annotated[str, Field(pattern=r"^[0-9A-Za-z._ ()+-]{1,40}$")]
 
 
@@ -53,7 +56,16 @@ class FollowPatchIn(Body):
 
 class ActivityIn(Body):
     deviceId: Id
-    updateToken: Token
+    updateToken: Token | None = None
+    channelId: ChannelId | None = Field(
+        None, description="instead of updateToken: the broadcast channel the activity was started on (iOS 18)"
+    )
+
+    @model_validator(mode="after")
+    def _one_path(self) -> ActivityIn:
+        if (self.updateToken is None) == (self.channelId is None):
+            raise ValueError("exactly one of updateToken and channelId is required")
+        return self
 
 
 class TeamPatch(Body):
@@ -88,6 +100,9 @@ class Fixture(Item):
     startTime: str | None = None
     live: bool | None = None
     displayState: dict[str, Any] | None = None
+    broadcastChannels: dict[str, str] | None = Field(
+        None, description="iOS 18 broadcast channel per display perspective (neutral, team ids) while the match has them"
+    )
     rawFixture: dict[str, Any] | None = Field(None, description="the cached SportMonks fixture, where one exists")
 
 
@@ -158,6 +173,7 @@ class Activity(Item):
     deviceId: str
     status: str
     updateToken: str | None = None
+    channelId: str | None = None
     sessionStartedAt: str | None = None
     endedAt: str | None = None
     endReason: str | None = None

@@ -119,11 +119,12 @@ class LiveActivityRepository(Repository):
 
     async def register_la_sessions(
         self,
-        sessions: Sequence[tuple[str, str, str, str, int | None]],
+        sessions: Sequence[tuple[Any, ...]],
         *,
         now: float | None = None,
     ) -> int:
-        """Register many sessions at once (``(matchId, userId, deviceId, updateToken, ttl)`` each): the same
+        """Register many sessions at once (``(matchId, userId, deviceId, updateToken, ttl[, channelId])`` each,
+        exactly one of updateToken and channelId): the same
         upsert as ``register_la_session``, written as whole items 25 per BatchWriteItem. The item a register
         leaves is fully determined by its arguments (it sets every attribute a session has and removes
         ``suspendedAt``/``endedAt``/``endReason``/``ttl`` otherwise), so a put of that item is the same
@@ -131,18 +132,23 @@ class LiveActivityRepository(Repository):
         given twice keeps the last. Returns how many items were written."""
         t = self._now(now)
         items = []
-        for match_id, user_id, device_id, update_token, ttl in sessions:
-            if not update_token:
-                raise ValueError("updateToken: must be non-empty")
+        for entry in sessions:
+            match_id, user_id, device_id, update_token, ttl = entry[:5]
+            channel_id = entry[5] if len(entry) > 5 else None
+            if bool(update_token) == bool(channel_id):
+                raise ValueError("updateToken or channelId: exactly one must be given")
             item: dict[str, Any] = {
                 "matchId": match_id,
                 "visitorKey": visitor_key(user_id, device_id),
                 "userId": user_id,
                 "deviceId": device_id,
-                "updateToken": update_token,
                 "status": STATUS_ACTIVE,
                 "sessionStartedAt": iso(t),
             }
+            if update_token:
+                item["updateToken"] = update_token
+            else:
+                item["channelId"] = channel_id
             if ttl is not None:
                 item["ttl"] = int(ttl)
             items.append(item)

@@ -628,3 +628,16 @@ async def test_a_404_then_a_good_answer_starts_the_count_again(autojump_clock: t
         errors = [u for u in collector.updates["12"] if u.error]
         assert len(errors) == 2 and not feed.is_released("12")
         assert not any(u.released for u in collector.updates["12"])
+
+
+async def test_subscribing_again_does_not_start_the_404_count_over(autojump_clock: trio.testing.MockClock) -> None:
+    fake = FakeSportMonks()
+    feed = make_feed(fake, feed={"not_found_max_tries": 3, "not_found_backoff_s": 5.0})
+    async with running(feed) as nursery:
+        await trio.sleep(1)
+        collector = Collector(nursery)
+        for _ in range(3):  # a match actor restarted between tries subscribes again each time
+            collector.drain("123", feed.subscribe("123", marquee=False))
+            await trio.sleep(2)
+        await trio.sleep(300)
+        assert len(fake.calls("/fixtures/123")) == 3 and feed.is_released("123")

@@ -109,3 +109,14 @@ async def test_a_released_match_is_idled_and_may_be_registered_again(repos: Any)
     assert item["status"] == "idle" and item["ttl"] > 0
     assert await repo.reopen_ended_match("74", "me") is None  # idle is not ended
     assert await repo.register_active_match("74", "someone")
+
+
+async def test_a_released_id_is_not_taken_from_any_source(repos: Any) -> None:
+    assert await repos.active_matches.register_active_match("124", "someone-gone")  # an active record
+    feed = FakeFeed()
+    feed.released = {"124"}
+    async with trio.open_nursery() as nursery:
+        orch, started = await _orchestrator(nursery, repos, feed)
+        await orch.cycle(full=True)
+        assert orch.owned == set() and started == []
+        nursery.cancel_scope.cancel()

@@ -50,7 +50,7 @@ async def test_healthz_readyz_and_openapi_need_no_token(client: httpx.AsyncClien
                  "/user/device/push-to-start", "/user/follow/{matchId}", "/user/activity/{matchId}",
                  "/user/activities"):
         assert path in doc["paths"], path
-    assert set(doc["components"]["schemas"]["ActivityIn"]["properties"]) == {"deviceId", "updateToken"}
+    assert set(doc["components"]["schemas"]["ActivityIn"]["properties"]) == {"deviceId", "updateToken", "channelId"}
 
 
 async def test_readyz_is_503_without_keys(api: Api, client: httpx.AsyncClient) -> None:

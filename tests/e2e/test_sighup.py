@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from daemon.replay.synth import synthesise
-from daemon.store.locks import match_lock_key
+from daemon.store.locks import instance_of, match_lock_key
 from tests.harness.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ async def test_sighup_stops_gracefully_and_releases_the_match_lock(sock_dir: Pat
             with trio.fail_after(120):
                 while True:
                     lock = await cluster.repos.locks.get(match_lock_key(match_id))
-                    if lock is not None and lock.get("owner") == instance.instance_id:
+                    if lock is not None and instance_of(str(lock.get("owner"))) == instance.instance_id:
                         break
                     assert instance.alive, (await trio.Path(instance.log_path).read_text())[-3000:]
                     await trio.sleep(0.2)
