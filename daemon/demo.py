@@ -54,6 +54,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--speed", type=float, default=50.0, help="tape speed multiplier (default 50)")
     parser.add_argument("--tape", type=Path, default=None, help="tape file (default: the shipped T20 tape)")
     parser.add_argument("--exit-at-end", action="store_true", help="exit once the match's end push is delivered")
+    parser.add_argument(
+        "--ios18-share", type=float, default=0.5, metavar="F",
+        help="share of the simulated iPhones on iOS 18, started on broadcast channels (default 0.5)",
+    )
     parser.add_argument("--admin-socket", default=None, help="admin socket path (default: in a temp dir)")
     parser.add_argument(
         "--metrics-listen", default="", metavar="HOST:PORT",
@@ -75,6 +79,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--followers must be >= 0")
     if args.speed <= 0:
         parser.error("--speed must be > 0")
+    if not 0.0 <= args.ios18_share <= 1.0:
+        parser.error("--ios18-share must be between 0 and 1")
     if args.metrics_listen:
         from daemon.admin import parse_listen
 
@@ -122,7 +128,8 @@ class DemoRun:
                         "delivery": {
                             "kind": d.kind, "over": d.over, "score": d.score, "event": d.event,
                             "events": list(d.event_types), "priority": d.priority, "tokens": d.tokens,
-                            "accepted": d.accepted,
+                            "accepted": d.accepted, "broadcasts": getattr(d, "broadcasts", 0),
+                            "channel_devices": getattr(d, "channel_sessions", 0),
                         }
                     }
                 )
@@ -130,8 +137,11 @@ class DemoRun:
             return
         event = f"  {d.event}" if d.event else ""
         over = f"{d.over} ov" if d.over else "-"
+        casts = getattr(d, "broadcasts", 0)
+        channel = f", {casts} broadcasts for {d.channel_sessions} devices" if casts else ""
         self._print(
-            f"{d.kind:<6} {over:>9}  {d.score:<8}{event}  [prio {d.priority}, {d.accepted}/{d.tokens} tokens]"
+            f"{d.kind:<6} {over:>9}  {d.score:<8}{event}  "
+            f"[prio {d.priority}, {d.accepted - casts}/{d.tokens} tokens{channel}]"
         )
 
     # ------------------------------------------------------------------ the run
@@ -176,6 +186,7 @@ class DemoRun:
                 team_id=DEMO_TEAM_ID, keys={DEMO_KEY_ID: key.public_pem}, topics=[DEMO_TOPIC], ca=ca
             )
             apns_port = await nursery.start(apns.serve)
+            management_port = await nursery.start(apns.serve_management)
             replay = ReplayServer([tape], speed=speed, innings_break_s=1200.0, start_delay_s=DEMO_START_DELAY_S * speed)
             replay_port = await nursery.start(replay.serve)
             await self._seed(repos, tape)
@@ -201,6 +212,7 @@ class DemoRun:
                     # the phones sign up through the API once it runs, after the actor's first read of the
                     # followers: re-read them often, at the demo's compressed time
                     "match": {"follower_refresh_s": 1.0},
+                    "apns": {"management_host": "127.0.0.1", "management_port": management_port},
                     "api": {"listen": getattr(self.args, "api_listen", "127.0.0.1:0")},
                     "auth": {"issuer": issuer.issuer, "jwks_url": issuer.jwks_url, "client_ids": [issuer.client_id]},
                     **({"metrics": {"listen": metrics_listen}} if metrics_listen else {}),
@@ -229,7 +241,7 @@ class DemoRun:
 
             self.iphones = SimulatedIphones(
                 self.api_url, issuer.mint, self.match_id, [str(tape.localteam.id), str(tape.visitorteam.id)],
-                self.args.followers,
+                self.args.followers, ios18_share=getattr(self.args, "ios18_share", 0.0), subscribe=apns.subscribe,
             )
             await self.iphones.sign_up()
             nursery.start_soon(self.iphones.start_activities, lambda: list(apns.records))
@@ -280,7 +292,66 @@ class DemoRun:
             "errors": len(self.errors) + rejected + (len(self.iphones.errors) if self.iphones else 0),
             "error_details": self.errors[:20],
             "ended": self.ended.is_set(),
+            **self.channel_summary(),
         }
+
+    def channel_summary(self) -> dict[str, Any]:
+        """Broadcasts and per-token pushes apart, the channels' lifecycle, the devices each kind reached, and
+        whether every simulated device, on either path, saw every key event sent while its activity ran."""
+        records = [r for r in (list(self.apns.records) if self.apns else []) if r.get("status") == 200]
+        broadcasts: Counter[str] = Counter()
+        reached: dict[str, Counter[str]] = {}
+        key_events: dict[int, set[tuple[str, str]]] = {}  # push timestamp -> the key events it carried
+        by_token: dict[str, list[dict[str, Any]]] = {}
+        for record in records:
+            aps = (record.get("payload") or {}).get("aps") or {}
+            kind = str(aps.get("event", "alert"))
+            if record.get("channel_id"):
+                broadcasts[kind] += 1
+                reached.setdefault(kind, Counter())["channel"] += int(record.get("devices") or 0)
+            else:
+                reached.setdefault(kind, Counter())["token"] += 1
+                by_token.setdefault(str(record.get("token")), []).append(aps)
+                if kind == "start" and aps.get("input-push-channel"):
+                    broadcasts["start"] += 1  # a channel announced to a device: channels cannot start one
+            events = _key_events(aps)
+            if events and kind != "start":
+                key_events.setdefault(int(aps.get("timestamp", 0)), set()).update(events)
+        phones = self.iphones.phones if self.iphones else []
+        missing: dict[str, int] = {}
+        for phone in phones:
+            if not phone.activity_started:
+                continue
+            seen = self.apns.seen_by(phone.device_id) + by_token.get(phone.update_token, [])
+            updates = [a for a in seen if a.get("event") in ("update", "end")]
+            if not updates:
+                continue
+            first = min(int(a.get("timestamp", 0)) for a in updates)
+            got: set[tuple[str, str]] = set()
+            for aps in updates:
+                got.update(_key_events(aps))
+            due = set().union(*(e for t, e in key_events.items() if t >= first)) if key_events else set()
+            if due - got:
+                missing[phone.device_id] = len(due - got)
+        stats = self.apns.channels if self.apns else None
+        return {
+            "broadcasts": {k: broadcasts.get(k, 0) for k in ("start", "update", "end")},
+            "channels": {"created": stats.created if stats else 0, "deleted": stats.deleted if stats else 0},
+            "devices_reached": {k: {"token": v.get("token", 0), "channel": v.get("channel", 0)}
+                                for k, v in sorted(reached.items())},
+            "devices": {
+                "ios18": sum(1 for p in phones if p.os_version.startswith("18")),
+                "on_channels": sum(1 for p in phones if p.channel_id),
+                "on_tokens": sum(1 for p in phones if p.activity_started and not p.channel_id),
+            },
+            "devices_missing_key_events": len(missing),
+            "every_device_saw_every_key_event": not missing,
+        }
+
+
+def _key_events(aps: dict[str, Any]) -> set[tuple[str, str]]:
+    state = aps.get("content-state") or {}
+    return {(str(e.get("type")), str(e.get("ballId"))) for e in state.get("events") or [] if isinstance(e, dict)}
 
 
 async def _stop_issuer_on_exit(issuer: Any) -> None:

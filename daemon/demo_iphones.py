@@ -4,7 +4,10 @@ Each simulated user holds an access token from the demo's local issuer and, as t
 registers its device with a push-to-start token (``POST /user/device``), follows the match supporting one
 of its teams (``POST /user/follow/{matchId}``), and, when a push-to-start reaches the device (the APNs
 server accepted it), starts the Live Activity and registers its session with a fresh update token
-(``POST /user/activity/{matchId}``), as iOS hands the app the activity's token. Nothing here writes
+(``POST /user/activity/{matchId}``), as iOS hands the app the activity's token. A share of the phones run
+iOS 18 (``ios18_share``): a push-to-start naming a broadcast channel (``input-push-channel``) starts their
+activity on that channel instead, so they subscribe to it (``subscribe``: the APNs server then fans the
+channel's broadcasts out to them) and register the session with ``channelId``. Nothing here writes
 DynamoDB: the engine sees these users only through what the API stored.
 """
 
@@ -32,6 +35,12 @@ class SimulatedIphone:
     device_id: str = field(default_factory=lambda: f"iphone-{secrets.token_hex(4)}")
     activity_started: bool = False
     update_token: str = ""
+    os_version: str = "18.2"
+    channel_id: str = ""  # the broadcast channel its activity listens on (iOS 18), else ""
+
+
+def _ios18(k: int, share: float) -> bool:
+    return int((k + 1) * share) > int(k * share)
 
 
 class SimulatedIphones:
@@ -46,13 +55,22 @@ class SimulatedIphones:
         count: int,
         *,
         concurrency: int = 16,
+        ios18_share: float = 1.0,
+        subscribe: Callable[[str, str], None] | None = None,
     ) -> None:
         self.api_url = api_url
         self.mint = mint
         self.match_id = match_id
         self.phones = [
-            SimulatedIphone(f"demo-user-{i:05d}", str(team_ids[i % len(team_ids)])) for i in range(count)
+            SimulatedIphone(
+                f"demo-user-{i:05d}", str(team_ids[i % len(team_ids)]),
+                # spread evenly within each team: the k-th supporter of a team runs iOS 18 when the running
+                # share of them falls behind ios18_share
+                os_version="18.2" if _ios18(i // max(1, len(team_ids)), ios18_share) else "17.5",
+            )
+            for i in range(count)
         ]
+        self._subscribe = subscribe
         self._by_pts = {p.push_to_start_token: p for p in self.phones}
         self._tokens: dict[str, str] = {}
         self._limit = trio.CapacityLimiter(concurrency)
@@ -94,7 +112,7 @@ class SimulatedIphones:
                     {
                         "deviceToken": phone.device_token,
                         "platform": "ios",
-                        "osVersion": "18.2",
+                        "osVersion": phone.os_version,
                         "appVersion": "demo",
                         "apnsToken": phone.device_token,
                         "pushToStartToken": phone.push_to_start_token,
@@ -115,15 +133,22 @@ class SimulatedIphones:
                 batch = records()
                 for record in batch[seen:]:
                     phone = self._by_pts.get(str(record.get("token")))
-                    if phone is None or phone.activity_started or record.get("status") != 200:
+                    if phone is None or record.get("status") != 200:
                         continue
-                    if ((record.get("payload") or {}).get("aps") or {}).get("event") != "start":
+                    aps = (record.get("payload") or {}).get("aps") or {}
+                    if aps.get("event") != "start":
                         continue
+                    channel = str(aps.get("input-push-channel") or "")
+                    if phone.activity_started and (not channel or channel == phone.channel_id):
+                        continue  # a start on a running activity (a channel re-announced starts it again)
                     phone.activity_started = True
-                    phone.update_token = secrets.token_hex(32)
-                    nursery.start_soon(
-                        self._call, http, phone, "POST", f"/user/activity/{self.match_id}",
-                        {"deviceId": phone.device_id, "updateToken": phone.update_token},
-                    )
+                    if channel and self._subscribe is not None:
+                        phone.channel_id = channel
+                        self._subscribe(phone.device_id, channel)
+                        body = {"deviceId": phone.device_id, "channelId": channel}
+                    else:
+                        phone.update_token = secrets.token_hex(32)
+                        body = {"deviceId": phone.device_id, "updateToken": phone.update_token}
+                    nursery.start_soon(self._call, http, phone, "POST", f"/user/activity/{self.match_id}", body)
                 seen = len(batch)
                 await trio.sleep(poll_s)
