@@ -116,11 +116,11 @@ class MatchActorSettings(BaseModel):
         "update tokens",
     )
     channel_sweep_s: float = Field(
-        300.0, gt=0, description="how often one instance of the region compares APNs's channels with those the "
+        300.0, gt=0, le=86400, description="how often one instance of the region compares APNs's channels with those the "
         "active matches record and deletes leaks (a channel unrecorded at two sweeps in a row)",
     )
     channel_retry_s: float = Field(
-        60.0, gt=0, description="after channels could not be had (limit reached, management host down), wait "
+        60.0, gt=0, le=3600, description="after channels could not be had (limit reached, management host down), wait "
         "this long before trying again; meanwhile iOS 18 followers are started on update tokens",
     )
     stale_after_s: int = Field(
