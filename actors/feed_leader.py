@@ -209,8 +209,13 @@ class FeedLeadership:
                 self.step_down("could not renew the lease before it ran out")
 
     async def _acquire(self) -> None:
-        sent = trio.current_time()
+        sent, sent_wall = trio.current_time(), self._wall()
         lease, item = await self._repos.locks.acquire_fenced(self.key, self.instance_id, self.lease_s)
+        if lease is not None and lease.expires_at < sent_wall + self.lease_s - self.skew:
+            # the lease was already ours (a lost answer, or a step-down that raced a renewal): its expiry was
+            # set by an earlier request whose send time is not known here, so renew it before relying on it
+            sent = trio.current_time()
+            lease = await self._repos.locks.extend_fenced(lease, self.lease_s)
         if lease is None:
             self.last_seen = item
             budget = parse_budget(item)
@@ -231,7 +236,8 @@ class FeedLeadership:
         self.feed.set_leading(True)
 
     async def _renew(self) -> None:
-        assert self.lease is not None
+        lease = self.lease
+        assert lease is not None
         remaining = self.lease_until - trio.current_time()
         if remaining <= 0:
             self.step_down("lease ran out before it was renewed")
@@ -247,7 +253,9 @@ class FeedLeadership:
             fields["lastPollAt"] = self.last_poll_wall
         sent = trio.current_time()
         with trio.fail_after(remaining):
-            renewed = await self._repos.locks.extend_fenced(self.lease, self.lease_s, fields=fields)
+            renewed = await self._repos.locks.extend_fenced(lease, self.lease_s, fields=fields)
+        if self.lease is not lease:
+            return  # stepped down meanwhile (a refused write): the renewed lease runs out, or is taken again
         if renewed is None:
             self.step_down("the lease was taken over")
             return
@@ -309,20 +317,22 @@ class FencedFixtureCache:
         self.seq += 1
         put = FencedPut(match_id, raw_fixture, ttl_s, self.seq, time.time() if fetched_at is None else fetched_at,
                         source, in_livescores)
-        await self._fenced(lambda: self._repo.put_fixtures_fenced(
+        await self._fenced(lease, lambda: self._repo.put_fixtures_fenced(
             [put], lambda: self._locks.lease_condition(lease), lease.epoch))
 
     async def publish_livescores(self, summary: Sequence[Mapping[str, Any]], fetched_at: float) -> None:
         lease = self._leadership.write_lease()
-        await self._fenced(lambda: self._repo.put_livescores_summary(
+        await self._fenced(lease, lambda: self._repo.put_livescores_summary(
             self._leadership.region, summary, fetched_at, lambda: self._locks.lease_condition(lease), lease.epoch,
             ttl_s=self._summary_ttl_s))
         self._leadership.last_poll_wall = fetched_at
 
-    async def _fenced(self, write: Callable[[], Any]) -> None:
+    async def _fenced(self, lease: Lease, write: Callable[[], Any]) -> None:
         try:
             await write()
         except FenceLost:
             self.refused += 1
-            self._leadership.step_down("a fenced cache write was refused")
+            current = self._leadership.lease
+            if current is not None and current.epoch == lease.epoch:  # not a newer lease taken meanwhile
+                self._leadership.step_down("a fenced cache write was refused")
             raise

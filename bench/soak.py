@@ -35,7 +35,10 @@ Definitions (what the figures mean):
   kills, the highest peak of the slot's processes and the sum of their CPU (up to a second of a killed
   process's last CPU is not seen);
 - DynamoDB calls per tick: the daemons' own histogram (sum / count), read over their admin sockets;
-- SportMonks calls per hour: requests the replay server answered, per hour of wall time;
+- SportMonks calls per hour: requests the replay server answered, per hour of wall time: the region's calls
+  (one feed leader polls for every instance); beside them each instance's own calls per hour (from its
+  ``sightscreen_sportmonks_calls`` counter, summed over the slot's processes) and what one instance alone
+  polls at this cadence (``3600 / cadence``), with the region's figure as a ratio of it;
 - slowest events: the five key events whose last token got them latest, with the lag of their first token
   (the wait for the owner's poll and the tick), their median and their last (last minus first is the
   fan-out), and how long after the last kill their ball came (a match whose owner was just killed waits for
@@ -167,6 +170,17 @@ def _calls_per_tick(metrics_text: str) -> tuple[float, float, float]:
     return total, count, idle
 
 
+def _sportmonks_calls(metrics_text: str) -> float:
+    """Requests this daemon sent to SportMonks (every attempt: ok, error, retry; skipped calls sent none)."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("sightscreen_sportmonks_calls_total{") and any(
+            f'outcome="{o}"' in line for o in ("ok", "error", "retry")
+        ):
+            total += float(line.split()[-1])
+    return total
+
+
 def _start_store(kind: str, workdir: Path) -> MotoServer | DynaliteServer:
     if kind == "dynalite":
         return DynaliteServer(log_path=workdir / "dynalite.log").start()
@@ -185,6 +199,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     samples: dict[tuple[str, int], tuple[int, float]] = {}  # (instance slot, pid): last (VmHWM, CPU) seen
     tick_calls: dict[tuple[str, int], tuple[float, float, float]] = {}  # per process: a kill loses none
+    sm_calls: dict[tuple[str, int], float] = {}  # (instance slot, pid): SportMonks requests it sent
     kills = 0
     kill_times: list[float] = []
     tally: Tally | None = None
@@ -233,6 +248,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                             text = await admin_request(cluster.admin_socket(inst), "metrics")
                             if isinstance(text, str):
                                 tick_calls[(inst.instance_id, inst.proc.pid)] = _calls_per_tick(text)
+                                sm_calls[(f"i{inst.slot}", inst.proc.pid)] = _sportmonks_calls(text)
                         await trio.sleep(1.0)
 
                 nursery.start_soon(sample_loop)
@@ -372,9 +388,24 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "sportmonks_calls_per_hour": (
             round(requests / (elapsed / 3600.0)) if isinstance(requests, int) and elapsed else None
         ),
-        # the same per instance, scaled to the production marquee cadence (2.5 s): what the budget sees
-        "sportmonks_calls_per_hour_per_instance_at_2_5s": (
-            round(requests / (elapsed / 3600.0) * args.cadence / 2.5 / max(1, args.instances))
+        # the region's (the replay server's count), each instance's own, and one instance polling alone
+        "sportmonks_calls_per_hour_region": (
+            round(requests / (elapsed / 3600.0)) if isinstance(requests, int) and elapsed else None
+        ),
+        "sportmonks_calls_per_hour_by_instance": {
+            slot: round(sum(n for (s, _), n in sm_calls.items() if s == slot) / (elapsed / 3600.0))
+            for slot in sorted({s for s, _ in sm_calls})
+        } if elapsed else None,
+        "sportmonks_calls_per_hour_one_instance": round(3600.0 / args.cadence),
+        "sportmonks_requests_by_endpoint": {k: v for k, v in served.items() if k != "control" and v},
+        "sportmonks_region_vs_one_instance": (
+            round(requests / (elapsed / 3600.0) / (3600.0 / args.cadence), 3)
+            if isinstance(requests, int) and elapsed
+            else None
+        ),
+        # the region's, scaled to the production marquee cadence (2.5 s): what the region's budget sees
+        "sportmonks_calls_per_hour_region_at_2_5s": (
+            round(requests / (elapsed / 3600.0) * args.cadence / 2.5)
             if isinstance(requests, int) and elapsed
             else None
         ),

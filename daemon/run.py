@@ -334,6 +334,7 @@ class Daemon:
             "match": self._h_match,
             "apns": self._h_apns,
             "feed": self._h_feed,
+            "jobs": self._h_jobs,
             "metrics": self._h_metrics,
             "drain": self._h_drain,
             "replay": self._h_replay,
@@ -461,6 +462,19 @@ class Daemon:
         out["leadership"] = self.leadership.describe()
         out["cache_reader"] = self.cache_reader.describe()
         out["jobs"] = {name: job.describe() for name, job in self.jobs.items() if hasattr(job, "describe")}
+        return out
+
+    async def _h_jobs(self, args: list[str]) -> Any:
+        """Background jobs: the region-wide ones' leases (who runs them) and each job's progress; prematch's
+        cycle in progress shows claims, sent, confirmed and time given way to live fan-outs."""
+        out: dict[str, Any] = {}
+        for name, job in self.jobs.items():
+            if hasattr(job, "describe"):
+                out[name] = job.describe()
+            elif hasattr(job, "stats"):
+                out[name] = job.stats()
+            else:
+                out[name] = {}
         return out
 
     async def _h_metrics(self, args: list[str]) -> Any:

@@ -153,6 +153,7 @@ class FixtureSyncJob:
         self.last_full: SyncReport | None = None
         self._full_report: SyncReport | None = None
         self.full_syncs_completed = 0
+        self._next_full: float | None = None  # trio time of the next full sync, kept across runs
 
     # -- actor --
 
@@ -162,7 +163,11 @@ class FixtureSyncJob:
             log.info("fixture_sync_disabled")
             await trio.sleep_forever()
         s = self.settings
-        next_near = next_full = trio.current_time()  # both at start-up: a restart may have missed changes
+        # The near window at every start (a restart may have missed changes); the full sync on its own
+        # schedule, kept across runs of this object: a region-wide job stopped and restarted as its lease
+        # comes and goes resumes the plan in progress instead of starting a full sync again.
+        next_near = trio.current_time()
+        next_full = trio.current_time() if self._next_full is None else self._next_full
         chunk_retry_at = -float("inf")
         while True:
             now = trio.current_time()
@@ -178,7 +183,7 @@ class FixtureSyncJob:
             elif self.plan is None and now >= next_full:
                 self.plan = plan_full_sync(self._clock(), s)
                 self._full_report = SyncReport("cricket-fixtures")
-                next_full = now + s.full_interval_s
+                next_full = self._next_full = now + s.full_interval_s
                 log.info("full_sync_started", chunks=len(self.plan.chunks))
             elif self.plan is not None and now >= chunk_retry_at:
                 ok = await self.full_sync_step()

@@ -17,6 +17,7 @@ The decision (whether to keep running) is ``keep_running``, pure; the rest is th
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -80,8 +81,12 @@ class LeasedJob:
             await trio.sleep(self.renew_every_s)
 
     async def _acquire(self) -> None:
-        sent = trio.current_time()
+        sent, sent_wall = trio.current_time(), time.time()
         lease, item = await self._locks.acquire_fenced(self.key, self.owner, self.lease_s)
+        if lease is not None and lease.expires_at < sent_wall + self.lease_s - self.skew:
+            # already ours, from an earlier request of unknown send time: renew it before relying on it
+            sent = trio.current_time()
+            lease = await self._locks.extend_fenced(lease, self.lease_s)
         if lease is None:
             self.holder = (item or {}).get("owner")
             return
@@ -127,4 +132,10 @@ class LeasedJob:
             self.lease, self.lease_until = renewed, sent + self.lease_s - self.skew
 
     def describe(self) -> dict[str, Any]:
-        return {"lease_key": self.key, "running": self.running, "holder": self.holder, "runs": self.runs}
+        out: dict[str, Any] = {
+            "lease_key": self.key, "running": self.running, "holder": self.holder, "runs": self.runs,
+        }
+        stats = getattr(self.job, "stats", None)
+        if callable(stats):
+            out["job"] = stats()
+        return out

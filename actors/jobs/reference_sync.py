@@ -174,6 +174,7 @@ class ReferenceSyncJob:
         self.last_reports: dict[str, SyncReport] = {}
         self.skipped_steps: list[Step] = []
         self.cycles_completed = 0
+        self._next_cycle_at: float | None = None  # trio time of the next cycle, kept across runs
 
     # -- actor --
 
@@ -182,9 +183,14 @@ class ReferenceSyncJob:
         if not self.settings.enabled:
             log.info("reference_sync_disabled")
             await trio.sleep_forever()
+        # Kept across runs of this object: a region-wide job stopped and restarted as its lease comes and
+        # goes finishes the cycle in progress, then waits for the next one, instead of starting over.
         while True:
-            started = trio.current_time()
-            self.start_cycle()
+            if not self._pending and self._next_cycle_at is not None:
+                await trio.sleep_until(self._next_cycle_at)
+            if not self._pending:
+                self.start_cycle()
+                self._next_cycle_at = trio.current_time() + self.settings.interval_s
             while self._pending:
                 if await self.step():
                     continue
@@ -193,7 +199,6 @@ class ReferenceSyncJob:
                         self._failures, base_s=self.settings.backoff_base_s, cap_s=self.settings.backoff_max_s
                     )
                 )
-            await trio.sleep_until(started + self.settings.interval_s)
 
     def start_cycle(self) -> None:
         """Queue a full cycle (leagues first: team-seasons depend on which leagues are active)."""

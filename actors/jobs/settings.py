@@ -170,7 +170,8 @@ class PrematchSettings(BaseModel):
         default=300.0,
         gt=0, le=86400,
         description="a match nobody followed is looked at again after this long, then after twice as long "
-        "each time (a late follower is still notified)",
+        "each time, but before the start never after half the time left (a late follower is still notified, "
+        "and one who follows inside the window before the start)",
     )
     active_leagues_cache_s: float = Field(
         default=600.0, gt=0, le=86400, description="how long the list of active leagues is reused"

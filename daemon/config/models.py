@@ -60,8 +60,10 @@ class InstanceSettings(BaseModel):
     )
     region: str = Field(
         default="",
-        description="a label for where this instance runs (e.g. eu-west-1); reported by `status` and in "
-        "logs, informational only (DynamoDB's own region is [dynamodb].region)",
+        description="the fleet this instance belongs to (e.g. eu-west-1): instances of one region share one "
+        "SportMonks feed leader (lease feed:{region}) and run the sync jobs once (job:{name}:{region}); they "
+        "find each other through DynamoDB only. Empty means \"default\". DynamoDB's own region is "
+        "[dynamodb].region",
     )
     shutdown_grace_s: float = Field(
         default=8.0,

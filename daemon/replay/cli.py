@@ -17,6 +17,8 @@ import argparse
 import json
 import signal
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +145,21 @@ def tape_main(argv: list[str]) -> int:
     return 0
 
 
+def parse_start_at(text: str) -> datetime:
+    """``--start-at``: an ISO 8601 date-time (``Z`` or an offset; none means UTC), or ValueError naming it."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--start-at: not an ISO 8601 date-time: {text!r} (e.g. 2026-12-04T00:15:00Z)") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def start_delay_for(start_at: datetime, now: float, speed: float) -> float:
+    """The server's start delay (match seconds) that puts the first ball at ``start_at`` on the wall clock;
+    0 for a start in the past (the match is then under way from its first ball now)."""
+    return max(0.0, start_at.timestamp() - now) * speed
+
+
 def replay_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="sightscreen replay", description="serve tapes like SportMonks")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -154,6 +171,12 @@ def replay_main(argv: list[str]) -> int:
     p.add_argument("--ms-per-ball", type=float, default=None, help="default: each tape's own")
     p.add_argument("--innings-break-s", type=float, default=1200.0, help="match seconds (scaled by speed)")
     p.add_argument("--start-delay-s", type=float, default=0.0, help="match seconds before the first ball")
+    p.add_argument(
+        "--start-at",
+        default=None,
+        help="wall-clock start of every tape served (ISO 8601, e.g. 2026-12-04T00:15:00Z): the fixtures say "
+        "so in starting_at and the first ball comes then; replaces --start-delay-s",
+    )
     p.add_argument("--api-token-file", default=None, help="if given, requests must carry this api_token")
     args = parser.parse_args(argv)
     _logs()
@@ -162,13 +185,18 @@ def replay_main(argv: list[str]) -> int:
 
     try:
         tapes = [resolve_tape(name) for name in args.tape]
+        start_delay_s = args.start_delay_s
+        if args.start_at is not None:
+            start_at = parse_start_at(args.start_at)
+            tapes = [tape.model_copy(update={"starting_at": start_at}) for tape in tapes]
+            start_delay_s = start_delay_for(start_at, time.time(), args.speed)
         token = Path(args.api_token_file).read_text().strip() if args.api_token_file else None
         server = ReplayServer(
             tapes,
             speed=args.speed,
             ms_per_ball=args.ms_per_ball,
             innings_break_s=args.innings_break_s,
-            start_delay_s=args.start_delay_s,
+            start_delay_s=start_delay_s,
             api_token=token,
         )
     except (TapeError, ValueError) as exc:

@@ -35,7 +35,13 @@ class SportMonksSettings(BaseModel):
     )
     breaker_failure_threshold: int = Field(5, ge=1, description="consecutive failed attempts that open the breaker")
     breaker_cooldown_s: float = Field(30.0, gt=0, le=3600, description="time open before one half-open trial call")
-    hourly_budget: int = Field(2000, ge=1, description="calls per endpoint per hour, never exceeded")
+    hourly_budget: int = Field(
+        2000,
+        ge=1,
+        description="the region's calls per endpoint per hour, never exceeded: only the region's feed leader "
+        "calls SportMonks (the feed and the sync jobs run there) and the count moves with the lease, so set it "
+        "to the plan's limit for the token, not split between instances",
+    )
     endpoint_budgets: dict[str, int] = Field(
         default_factory=dict,
         description="per-endpoint overrides of hourly_budget, e.g. {fixtures = 1500}; endpoints are livescores, "

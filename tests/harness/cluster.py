@@ -81,7 +81,7 @@ class Cluster:
         cadence_s: float = 0.2,
         cycle_s: float = 1.0,
         innings_break_s: float = 1200.0,
-        start_delay_wall_s: float = 8.0,
+        start_delay_wall_s: float = 3.0,
         keep_records: int | None = None,
         extra_config: dict[str, dict[str, Any]] | None = None,
         apns_peer: tuple[str, str] | None = None,
@@ -97,8 +97,9 @@ class Cluster:
         self.cadence_s = cadence_s
         self.cycle_s = cycle_s
         self.innings_break_s = innings_break_s
-        # wall seconds before the first ball: long enough for every daemon process to be up, so the first
-        # tick sees the match from its start (a match picked up mid-way does not replay its history)
+        # wall seconds from the instances being up (``start`` waits for that) to the first ball: time for the
+        # owner's first tick to see the match before it starts (a match picked up mid-way does not replay its
+        # history)
         self.start_delay_wall_s = start_delay_wall_s
         self.keep_records = keep_records
         self.extra_config = extra_config or {}

@@ -367,3 +367,17 @@ async def test_a_livescores_provider_replaces_the_call(
     assert (await stored(repos, ["77"]))["77"][
         "leagueCode"
     ] == "T20I"  # no league include: code from the table
+
+
+async def test_a_restarted_run_resumes_the_full_sync_schedule_instead_of_starting_another(
+    repos: Any, sm_client: Any, sportmonks: FakeSportMonks
+) -> None:
+    # a region-wide job is stopped and run again as its lease comes and goes: the full sync (many calls)
+    # must not start over each time
+    sportmonks.fixtures = schedule(3)
+    settings = FixtureSyncSettings(include_livescores=False, near_interval_s=3600.0)
+    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock())
+    for _ in range(3):
+        with trio.move_on_after(3.0):
+            await job.run()
+    assert job.full_syncs_completed == 1

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 
 from daemon import logs
 from daemon.cli import main
+from daemon.replay.cli import parse_start_at, start_delay_for
 from daemon.replay.synth import synthesise
 from daemon.replay.tape import load_tape, tape_to_json
 
@@ -94,3 +96,41 @@ def test_replay_serve_prints_its_port_as_one_json_line_and_stops_on_request(tmp_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_replay_serve_starts_the_tape_at_the_time_given_on_its_command_line(tmp_path: Path) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=14)
+    stamp = start.strftime("%Y-%m-%dT%H:%M:%SZ")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli", "replay", "serve", "--tape", "t20-demo", "--port", "0",
+         "--start-at", stamp],
+        cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())["replay"]
+        base = f"http://127.0.0.1:{info['port']}"
+        fixture_id = info["fixtures"][0]
+        fixture = httpx.get(f"{base}/fixtures/{fixture_id}", timeout=5).json()["data"]
+        assert fixture["starting_at"].startswith(start.strftime("%Y-%m-%dT%H:%M:%S"))
+        assert fixture["status"] == "NS"  # not started: the first ball is 14 minutes away
+        status = httpx.get(f"{base}/replay/status", timeout=5).json()
+        served = status["fixtures"][0] if isinstance(status.get("fixtures"), list) else status
+        assert stamp[:16] in json.dumps(served)  # the server's own view of when it starts
+        assert httpx.post(f"{base}/replay/stop", timeout=5).json()["stopping"] is True
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_start_at_is_parsed_strictly_and_turned_into_the_servers_start_delay() -> None:
+    when = parse_start_at("2026-12-04T00:15:00Z")
+    assert when == datetime(2026, 12, 4, 0, 15, tzinfo=UTC)
+    assert parse_start_at("2026-12-04T00:15:00") == when  # no offset means UTC
+    assert start_delay_for(when, when.timestamp() - 60, speed=10) == 600.0  # match seconds
+    assert start_delay_for(when, when.timestamp() + 5, speed=1) == 0.0
+    with pytest.raises(ValueError, match="--start-at"):
+        parse_start_at("tomorrow")
+    assert main(["replay", "serve", "--tape", "t20-demo", "--start-at", "tomorrow"]) == 2

@@ -1,0 +1,181 @@
+"""One fleet per region, as separate daemon processes on one moto server, one replay server and one APNs
+server: SportMonks is polled by one instance for the region (the replay server counts the calls), a feed
+leader killed with SIGKILL hands the feed on and every wicket still reaches every token, a leader paused
+past its lease writes nothing to the cache once it wakes, and the region-wide jobs run on one instance."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from daemon.replay.synth import synthesise
+from daemon.store.locks import instance_of
+from tests.e2e.test_multi_instance import _check_deliveries, _check_exclusive_ownership
+from tests.harness.cluster import Cluster, Instance, admin_request
+
+pytestmark = pytest.mark.slow
+
+FEED_KEY = "feed:default"
+
+
+def _cluster(tmp_path: Path, moto_url: str, *, matches: int, seed: int, speed: float, lease_s: float) -> tuple[
+    Cluster, list[Any]
+]:
+    tapes = [synthesise("T20", seed=seed + i) for i in range(matches)]
+    cluster = Cluster(
+        tmp_path,
+        moto_url=moto_url,
+        tapes=tapes,
+        table_prefix=f"fl{seed}-",
+        speed=speed,
+        followers_per_match=3,
+        lease_s=lease_s,
+        cadence_s=0.25,
+        cycle_s=1.0,
+        innings_break_s=600.0,
+    )
+    return cluster, tapes
+
+
+async def _leader(cluster: Cluster) -> tuple[Instance, int]:
+    """The live instance holding the feed lease, and its epoch."""
+    with trio.fail_after(60):
+        while True:
+            item = await cluster.repos.locks.get(FEED_KEY)
+            if item is not None:
+                for inst in cluster.instances.values():
+                    if inst.alive and instance_of(str(item["owner"])) == inst.instance_id:
+                        return inst, int(item["epoch"])
+            await trio.sleep(0.1)
+
+
+async def _feed(cluster: Cluster, inst: Instance) -> dict[str, Any]:
+    with trio.fail_after(30):
+        while (answer := await admin_request(cluster.admin_socket(inst), "feed")) is None:
+            await trio.sleep(0.2)
+    return dict(answer)
+
+
+def _calls(feed: dict[str, Any]) -> int:
+    return sum(per.get("ok", 0) + per.get("error", 0) + per.get("retry", 0) for per in feed["calls"].values())
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_the_feed_on(
+    tmp_path: Path, moto_server: Any
+) -> None:
+    cluster, tapes = _cluster(tmp_path, moto_server.url, matches=2, seed=61, speed=300.0, lease_s=3.0)
+    async with trio.open_nursery() as nursery:
+        await cluster.start(nursery, instances=3)
+        try:
+            with trio.fail_after(60):
+                while not cluster.apns.records:
+                    await trio.sleep(0.2)
+            leader, epoch = await _leader(cluster)
+            # a window with a stable leader: the replay server sees exactly the leader's calls
+            served0 = sum(cluster.replay.requests_served.values()) - cluster.replay.requests_served["control"]
+            before = {i.slot: _calls(await _feed(cluster, i)) for i in cluster.instances.values()}
+            await trio.sleep(4.0)
+            after = {i.slot: _calls(await _feed(cluster, i)) for i in cluster.instances.values()}
+            served1 = sum(cluster.replay.requests_served.values()) - cluster.replay.requests_served["control"]
+            assert (await _leader(cluster))[1] == epoch, "the leader changed during the window"
+            made = {slot: after[slot] - before[slot] for slot in after}
+            assert made[leader.slot] > 0
+            assert all(n == 0 for slot, n in made.items() if slot != leader.slot), made
+            # requests in flight at either end of the window are counted on one side only
+            assert abs((served1 - served0) - made[leader.slot]) <= 3, (served1 - served0, made)
+            # the region's jobs run on one instance: the leader (they call SportMonks)
+            runs = {}
+            for inst in cluster.instances.values():
+                text = await admin_request(cluster.admin_socket(inst), "metrics")
+                runs[inst.slot] = _metric(text, "sightscreen_job_cycles_total", job="fixture_sync_near")
+            assert runs[leader.slot] >= 1 and all(n == 0 for s, n in runs.items() if s != leader.slot), runs
+            # the admin socket: every instance names the same leader; a follower's cache is fresh
+            for inst in cluster.instances.values():
+                feed = await _feed(cluster, inst)
+                assert instance_of(str(feed["region"]["leader"])) == leader.instance_id
+                assert feed["region"]["epoch"] == epoch and feed["region"]["last_poll_age_s"] is not None
+                jobs = await admin_request(cluster.admin_socket(inst), "jobs")
+                assert jobs["fixture-sync"]["running"] is (inst.slot == leader.slot)
+                if inst.slot != leader.slot:
+                    assert feed["leading"] is False
+                    if feed["subscribers"]:  # a follower that owns a match reads it from the cache
+                        assert feed["cache_reader"]["reads"] > 0
+                        assert feed["cache_reader"]["newest_fixture_age_s"] is not None
+            # kill -9 the leader mid-match: another instance takes the lease and polls on
+            cluster.kill(leader.slot)
+            with trio.fail_after(60):
+                while True:
+                    item = await cluster.repos.locks.get(FEED_KEY)
+                    if item is not None and int(item["epoch"]) > epoch:
+                        break
+                    await trio.sleep(0.1)
+            assert instance_of(str(item["owner"])) != leader.instance_id
+            cluster.spawn(leader.slot)
+            with trio.fail_after(400):
+                while not await cluster.wait_all_ended(1.0):
+                    pass
+        finally:
+            await cluster.stop_all()
+            nursery.cancel_scope.cancel()
+    _check_exclusive_ownership(cluster)
+    _check_deliveries(cluster, tapes)
+
+
+async def test_a_feed_leader_paused_past_its_lease_writes_nothing_to_the_cache_after_waking(
+    tmp_path: Path, moto_server: Any
+) -> None:
+    cluster, tapes = _cluster(tmp_path, moto_server.url, matches=1, seed=71, speed=150.0, lease_s=3.0)
+    match_id = str(tapes[0].fixture_id)
+    async with trio.open_nursery() as nursery:
+        await cluster.start(nursery, instances=2)
+        cache = cluster.repos.fixture_cache
+        try:
+            with trio.fail_after(60):
+                while not (await cache.batch_get_entries([match_id])):
+                    await trio.sleep(0.2)
+            paused, epoch = await _leader(cluster)
+            paused.proc.send_signal(signal.SIGSTOP)
+            with trio.fail_after(60):
+                while True:
+                    item = await cluster.repos.locks.get(FEED_KEY)
+                    if item is not None and int(item["epoch"]) > epoch:
+                        break
+                    await trio.sleep(0.1)
+            new_epoch = int(item["epoch"])
+            with trio.fail_after(30):
+                while (await cache.batch_get_entries([match_id]))[match_id].epoch != new_epoch:
+                    await trio.sleep(0.1)
+            paused.proc.send_signal(signal.SIGCONT)
+            # watch the cached item while the woken leader finds out: its epoch never goes back
+            seen_epochs: list[int] = []
+            end = trio.current_time() + 4.0
+            while trio.current_time() < end:
+                entries = await cache.batch_get_entries([match_id])
+                seen_epochs.append(entries[match_id].epoch)
+                await trio.sleep(0.03)
+            assert set(seen_epochs) == {new_epoch}, sorted(set(seen_epochs))
+            woke = await _feed(cluster, paused)
+            assert woke["leading"] is False and woke["leadership"]["stepped_down"] >= 1
+            writes = woke["cache"]["writes"]
+            await trio.sleep(2.0)
+            assert (await _feed(cluster, paused))["cache"]["writes"] == writes
+        finally:
+            await cluster.stop_all()
+            nursery.cancel_scope.cancel()
+    log = paused.log_path.read_text()
+    assert re.findall(r'"event": "feed_leader_stepped_down"', log), "the woken leader said it stepped down"
