@@ -92,6 +92,7 @@ from daemon.cricket import intent as intents
 from daemon.cricket import payloads
 from daemon.cricket.engine import TickResult, process_tick
 from daemon.cricket.intent import HANDED_ATTRIBUTE, INTENT_ATTRIBUTE, AlertIntent
+from daemon.cricket.payloads import supports_channels
 from daemon.cricket.settings import EngineSettings
 from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, snapshot_from_fixture
 from daemon.cricket.state import MatchState
@@ -112,12 +113,6 @@ from daemon.store.locks import match_lock_key
 
 TERMINAL_PHASES = frozenset({"completed", "abandoned"})
 
-
-def supports_channels(device: Mapping[str, Any] | None) -> bool:
-    """A device on iOS 18 or later can start an activity on a broadcast channel (``osVersion`` "18.0"+)."""
-    version = str((device or {}).get("osVersion") or "")
-    head = version.split(".", 1)[0]
-    return head.isdigit() and int(head) >= 18
 
 
 class LeaseLost(Exception):
@@ -283,6 +278,7 @@ class MatchActor:
                 nursery.start_soon(self._renew_loop)
                 nursery.start_soon(self._refresh_loop)
                 nursery.start_soon(self._heal_loop)
+                nursery.start_soon(self._prepare_channels)
                 await self._sessions_loaded.wait()
                 task_status.started()
                 if intent is not None:
@@ -954,6 +950,26 @@ class MatchActor:
         return len(pushes)
 
     # ------------------------------------------------------------------ broadcast channels
+    async def _prepare_channels(self) -> None:
+        """As the owner takes the match: its channels (neutral and both teams, from the fixture) created and
+        recorded if they are not yet, so that push-to-starts sent before the first tick (the prematch job's)
+        can name them too. In the background: a slow or failing management host delays nothing else."""
+        if self.channels is None:
+            return
+        try:
+            fixture = await self._repos.fixtures.get_fixture(self.match_id) or {}
+            teams = [str(fixture[k]) for k in ("localteamId", "visitorteamId") if fixture.get(k)]
+            if not teams:
+                return  # the first display names the perspectives (see _start_channels)
+            self._assert_lease()
+            with trio.fail_after(self._settings.channel_retry_s):
+                await self.channels.ensure(["neutral", *teams])
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
+            self.log.warning("broadcast_channels_unavailable", error=repr(exc))
+
     async def _start_channels(self) -> dict[str, str]:
         """The match's channels for a push-to-start, created (under the lease) if some perspective has none;
         {} while they cannot be had (then iOS 18 followers are started on update tokens)."""

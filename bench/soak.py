@@ -353,7 +353,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             everyone = True
             event_lags: list[float] = []
             for token in match.tokens:
-                started_at = cluster.channel_started.get(token)
+                started_at = cluster.channel_started.get(token, cluster.token_started.get(token))
                 if token in channel_keys and (
                     started_at is None or (served_at is not None and served_at < started_at)
                 ):
@@ -423,6 +423,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "broadcasts": tally.broadcasts,
         "channel_phones": len(channel_keys),
         "channel_phones_started": len(cluster.channel_started),
+        "ios18_phones_started_on_tokens": len(cluster.token_started),
         "apns_requests_per_key_event": round(sum(requests_per_event) / len(requests_per_event), 1)
         if requests_per_event else None,
         "channels": channel_stats,

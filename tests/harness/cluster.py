@@ -114,6 +114,8 @@ class Cluster:
         self.ios18_share = ios18_share
         self.channel_phones: dict[str, tuple[str, Any]] = {}  # push-to-start token -> (match id, follower)
         self.channel_started: dict[str, float] = {}  # a channel phone's device key -> when its activity started
+        # iOS 18 phones started on an update token (a push-to-start sent before the match had channels)
+        self.token_started: dict[str, float] = {}
         self.management_port = 0
         self.apns_url = ""
         self.apns_ca_file = ""
@@ -221,10 +223,17 @@ class Cluster:
                 continue
             aps = (record.get("payload") or {}).get("aps") or {}
             channel = aps.get("input-push-channel")
-            if aps.get("event") != "start" or not channel:
+            if aps.get("event") != "start":
                 continue
             match_id, follower = phone
             key = str(follower.update_token)
+            if not channel:  # started on a token: the app registers the activity's update token
+                if key not in self.token_started and key not in self.channel_started:
+                    self.token_started[key] = float(record.get("time") or time.time())
+                    sessions.append((match_id, follower.user_id, follower.device_id, key, None))
+                continue
+            if key in self.token_started:
+                continue  # its activity runs on a token already
             self.apns.subscribe(key, str(channel))
             self.channel_started.setdefault(key, float(record.get("time") or time.time()))
             sessions.append((match_id, follower.user_id, follower.device_id, None, None, str(channel)))
