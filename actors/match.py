@@ -225,6 +225,7 @@ class MatchActor:
         )
         self._channels_gone: dict[str, str] = {}  # perspective -> channel APNs no longer knows
         self._announced: set[str] = set()  # channels named in a push-to-start this actor sent
+        self._ending = False
         self._channels_retry_at = -math.inf
         self._last_broadcasts = 0
         self.broadcasts: dict[str, int] = {"update": 0, "end": 0}
@@ -263,6 +264,7 @@ class MatchActor:
         self.state = MatchState.from_item(item) if item.get("matchPhase") else None
         self.phase = self.state.match_phase if self.state else None
         intent = AlertIntent.from_record(item)
+        self._ending = intent is not None and intent.kind == "end"
         self.log.info(
             "match_actor_started", epoch=self.epoch, resumed=self.state is not None, unfinished_alert=bool(intent)
         )
@@ -954,8 +956,8 @@ class MatchActor:
         """As the owner takes the match: its channels (neutral and both teams, from the fixture) created and
         recorded if they are not yet, so that push-to-starts sent before the first tick (the prematch job's)
         can name them too. In the background: a slow or failing management host delays nothing else."""
-        if self.channels is None:
-            return
+        if self.channels is None or self.phase in TERMINAL_PHASES or self._ending:
+            return  # an owner finishing the match has no use for new channels
         try:
             fixture = await self._repos.fixtures.get_fixture(self.match_id) or {}
             teams = [str(fixture[k]) for k in ("localteamId", "visitorteamId") if fixture.get(k)]

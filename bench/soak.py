@@ -331,6 +331,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         tally.eat(cluster.apns.records)
 
     channel_keys = {str(f.update_token) for _, f in cluster.channel_phones.values()}
+    lost_by_path: dict[str, int] = defaultdict(int)
     expected = 0
     delivered_all = 0
     lost = 0
@@ -365,6 +366,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         event_lags.append(max(0.0, seen - served_at))
                 else:
                     lost += 1
+                    lost_by_path["channel" if token in cluster.channel_started else
+                                 "ios18_token" if token in cluster.token_started else "token"] += 1
                     everyone = False
             delivered_all += everyone
             requests_per_event.append(tally.requests_per_event.get((match_id, etype, subject), 0))
@@ -414,6 +417,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "key_events_delivered_to_every_token": delivered_all,
         "expected_deliveries": expected,
         "lost": lost,
+        "lost_by_path": dict(lost_by_path),
         "duplicate_alerts": duplicates,
         "pushes_accepted": tally.accepted,
         "pushes_per_s": round(tally.accepted / run_s, 1),
