@@ -12,9 +12,9 @@ When it reads: the leader writes once per cadence, so the reader aims just after
 (the match is between balls, or the leader is late or changing). On the leader it only waits: the feed
 serves the subscribers in process.
 
-It also answers the orchestrator's and reconciler's ``livescores()`` on a follower, from the leader's
+It also answers the orchestrator's ``livescores()`` on a follower, from the leader's
 summary item, refusing (``SportMonksError``) one that is older than the caller accepts plus two leases:
-then no leader has polled for that long and a stale list must not start or archive matches.
+then no leader has polled for that long and a stale list must not start matches.
 """
 
 from __future__ import annotations
