@@ -19,7 +19,7 @@ The actor owns, for its match:
   deleted at the end. A follower on iOS 18 or later is started with ``input-push-channel`` (its activity
   then listens on its perspective's channel: a *channel session*, stored for counts and the lifecycle, never
   pushed per device); older ones with ``input-push-token`` (a *token session*). Each tick is one broadcast
-  per perspective that has channel sessions (before the token fan-out; priority 10 for key events, 5 for
+  per perspective that has channel sessions or was announced in a push-to-start (before the token fan-out; priority 10 for key events, 5 for
   routine updates, expiration 0) plus the per-token pushes. A broadcast APNs answers ``ChannelNotRegistered``
   or ``BadChannelId`` gets its channel recreated, recorded and re-announced with a push-to-start to the
   followers whose activities were on it. An alerting tick's broadcasts carry the alert when the tick is
@@ -92,6 +92,7 @@ from daemon.cricket import intent as intents
 from daemon.cricket import payloads
 from daemon.cricket.engine import TickResult, process_tick
 from daemon.cricket.intent import HANDED_ATTRIBUTE, INTENT_ATTRIBUTE, AlertIntent
+from daemon.cricket.payloads import supports_channels
 from daemon.cricket.settings import EngineSettings
 from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, snapshot_from_fixture
 from daemon.cricket.state import MatchState
@@ -112,12 +113,6 @@ from daemon.store.locks import match_lock_key
 
 TERMINAL_PHASES = frozenset({"completed", "abandoned"})
 
-
-def supports_channels(device: Mapping[str, Any] | None) -> bool:
-    """A device on iOS 18 or later can start an activity on a broadcast channel (``osVersion`` "18.0"+)."""
-    version = str((device or {}).get("osVersion") or "")
-    head = version.split(".", 1)[0]
-    return head.isdigit() and int(head) >= 18
 
 
 class LeaseLost(Exception):
@@ -229,6 +224,7 @@ class MatchActor:
             if settings.broadcast_channels and request is not None else None
         )
         self._channels_gone: dict[str, str] = {}  # perspective -> channel APNs no longer knows
+        self._announced: set[str] = set()  # channels named in a push-to-start this actor sent
         self._channels_retry_at = -math.inf
         self._last_broadcasts = 0
         self.broadcasts: dict[str, int] = {"update": 0, "end": 0}
@@ -282,6 +278,7 @@ class MatchActor:
                 nursery.start_soon(self._renew_loop)
                 nursery.start_soon(self._refresh_loop)
                 nursery.start_soon(self._heal_loop)
+                nursery.start_soon(self._prepare_channels)
                 await self._sessions_loaded.wait()
                 task_status.started()
                 if intent is not None:
@@ -905,6 +902,8 @@ class MatchActor:
             channel = None
             if supports_channels(device):
                 channel = (await self._start_channels()).get(self._perspective(user_id, self._last_display))
+                if channel:
+                    self._announced.add(channel)
             payload = payloads.start_payload(
                 content,
                 attributes_type=self._settings.attributes_type,
@@ -951,6 +950,26 @@ class MatchActor:
         return len(pushes)
 
     # ------------------------------------------------------------------ broadcast channels
+    async def _prepare_channels(self) -> None:
+        """As the owner takes the match: its channels (neutral and both teams, from the fixture) created and
+        recorded if they are not yet, so that push-to-starts sent before the first tick (the prematch job's)
+        can name them too. In the background: a slow or failing management host delays nothing else."""
+        if self.channels is None:
+            return
+        try:
+            fixture = await self._repos.fixtures.get_fixture(self.match_id) or {}
+            teams = [str(fixture[k]) for k in ("localteamId", "visitorteamId") if fixture.get(k)]
+            if not teams:
+                return  # the first display names the perspectives (see _start_channels)
+            self._assert_lease()
+            with trio.fail_after(self._settings.channel_retry_s):
+                await self.channels.ensure(["neutral", *teams])
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
+            self.log.warning("broadcast_channels_unavailable", error=repr(exc))
+
     async def _start_channels(self) -> dict[str, str]:
         """The match's channels for a push-to-start, created (under the lease) if some perspective has none;
         {} while they cannot be had (then iOS 18 followers are started on update tokens)."""
@@ -971,10 +990,12 @@ class MatchActor:
         return channels.channels
 
     def _broadcast_targets(self) -> list[tuple[str, str]]:
-        """(perspective, channel) for each recorded channel that has channel sessions on it."""
-        if self.channels is None or not self.channel_sessions:
+        """(perspective, channel) for each recorded channel that has channel sessions on it, or that a
+        push-to-start of ours announced: an activity listens from its start, before its session is
+        registered and read back, and a broadcast costs one request whoever listens."""
+        if self.channels is None or not (self.channel_sessions or self._announced):
             return []
-        listening = {s.channel for s in self.channel_sessions.values()}
+        listening = {s.channel for s in self.channel_sessions.values()} | self._announced
         return [(p, c) for p, c in self.channels.channels.items() if c in listening]
 
     def _broadcast_pushes(
@@ -1007,6 +1028,7 @@ class MatchActor:
             self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
             self.log.warning("broadcast_channels_unavailable", error=str(exc))
         dead = set(gone.values())
+        self._announced -= dead
         users = set()
         for key, session in list(self.channel_sessions.items()):
             if session.channel in dead:

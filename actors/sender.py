@@ -176,7 +176,7 @@ class ApnsSender:
                 )
         from actors.channel_management import ChannelManagement  # it reaches back into this module
 
-        self.channels = ChannelManagement(self)
+        self.channels: ChannelManagement | None = ChannelManagement(self) if settings.manages_channels() else None
         self._janitor = janitor
         self._rng = rng or random.Random()
         self._high: deque[_Exchange] = deque()
@@ -295,7 +295,7 @@ class ApnsSender:
             "pings": self._pings + sum(c.pings_sent for c in conns),
             "provider_tokens_minted": self._tokens.minted,
             "latency_ms": {"p50": pct(0.50), "p99": pct(0.99)},
-            "channel_requests": dict(self.channels.counts),
+            "channel_requests": dict(self.channels.counts) if self.channels is not None else {},
             **({"broadcast_sender": self._broadcasts.stats()} if self._broadcasts is not None else {}),
         }
 
@@ -342,8 +342,9 @@ class ApnsSender:
                 lane.recv.close()
             metrics.APNS_CONNECTIONS.set(0)
             metrics.APNS_STREAMS.set(0)
-            with trio.CancelScope(shield=True):
-                await self.channels.aclose()
+            if self.channels is not None:
+                with trio.CancelScope(shield=True):
+                    await self.channels.aclose()
             log.info("apns_sender_stopped", **self._counts, undeliverable=self._undeliverable_count)
         if self._fatal is not None:
             raise self._fatal

@@ -3,6 +3,7 @@
     python bench/soak.py [--matches M] [--tokens T] [--instances I] [--speed X] [--kill-every S]
                          [--duration S] [--cadence S] [--lease S] [--seed N] [--format T20|T10]
                          [--stagger S] [--drain S] [--dynamodb moto|dynalite] [--apns python|nginx]
+                         [--ios18-share F]
 
 Runs M synthesised T20 matches concurrently at speed X against the local servers (moto on loopback, the
 replay server, the APNs server), with T Live Activity tokens in total spread over the matches, across I
@@ -43,6 +44,15 @@ Definitions (what the figures mean):
   (the wait for the owner's poll and the tick), their median and their last (last minus first is the
   fan-out), and how long after the last kill their ball came (a match whose owner was just killed waits for
   its lease to run out).
+
+- iOS 18 (``--ios18-share F``): that share of each match's followers is seeded without a session, on iOS 18;
+  the daemons' push-to-start starts them on their perspective's broadcast channel and the harness registers
+  their sessions (``channelId``), subscribing them at the APNs server, which fans each broadcast out to them.
+  A channel phone's deliveries are the broadcasts that reached it; key events served before its activity
+  started are not due for it (a token phone is seeded running). ``apns_requests_per_key_event``: accepted
+  requests (per-token pushes and broadcasts) that carried a due key event, per due key event; ``channels``:
+  created, deleted and still open at the APNs server at the end (a leak), and created twice for a
+  perspective (two owners racing).
 
 The last line printed is one JSON object with those figures.
 """
@@ -94,6 +104,9 @@ class Tally:
         self.rejected = 0
         self.cut_off = 0
         self.by_kind: dict[str, int] = defaultdict(int)
+        self.requests_per_event: dict[tuple[str, str, str], int] = defaultdict(int)  # (match, type, subject)
+        self.broadcasts = 0
+        self.subscribers: Any = None  # the APNs server's subscriptions: broadcast channel -> devices
 
     def eat(self, records: Iterable[dict[str, Any]]) -> None:
         """Records as the APNs servers give them: ``token``, ``status``, ``time`` and ``payload`` (which
@@ -106,27 +119,43 @@ class Tally:
                 self.rejected += 1
                 continue
             self.accepted += 1
-            token = r["token"]
             aps = (r.get("payload") or {}).get("aps") or {}
             event = str(aps.get("event") or r.get("kind"))
             self.by_kind[event] += 1
             if not aps:
                 continue
             state = aps.get("content-state") or {}
-            got = self.delivered[token]
+            if r.get("channel_id"):  # a broadcast: what each device on the channel then got
+                self.broadcasts += 1
+                devices = sorted(self.subscribers.by_channel.get(r["channel_id"], ())) if self.subscribers else []
+                first = devices[0] if devices else None
+                for ev in state.get("events") or []:
+                    self.requests_per_event[(self.token_match.get(first or "", "?"), str(ev.get("type")),
+                                             str(ev.get("subject")))] += 1
+                for device in devices:
+                    self._deliver(device, r, aps, state, event)
+                continue
+            token = r["token"]
             for ev in state.get("events") or []:
-                key = (str(ev.get("type")), str(ev.get("subject")))
-                if key not in got:
-                    got.add(key)
-                    self.first_seen[(token, *key)] = r["time"]
-            if event == "end":
-                got.add(("match_end", self.token_match.get(token, "?")))
-            if aps.get("alert") and event == "update":
-                head = (state.get("events") or [{}])[0]
-                # same event = same type, subject and ball (an overturned catch and the later real
-                # dismissal of the same batter are two alerts)
-                k = (token, str(state.get("eventType")), str(head.get("subject")), str(head.get("ballId")))
-                self.alert_stamps[k].add(int(aps.get("timestamp", 0)))
+                self.requests_per_event[(self.token_match.get(token, "?"), str(ev.get("type")),
+                                         str(ev.get("subject")))] += 1
+            self._deliver(token, r, aps, state, event)
+
+    def _deliver(self, token: str, r: dict[str, Any], aps: dict[str, Any], state: dict[str, Any], event: str) -> None:
+        got = self.delivered[token]
+        for ev in state.get("events") or []:
+            key = (str(ev.get("type")), str(ev.get("subject")))
+            if key not in got:
+                got.add(key)
+                self.first_seen[(token, *key)] = r["time"]
+        if event == "end":
+            got.add(("match_end", self.token_match.get(token, "?")))
+        if aps.get("alert") and event == "update":
+            head = (state.get("events") or [{}])[0]
+            # same event = same type, subject and ball (an overturned catch and the later real
+            # dismissal of the same batter are two alerts)
+            k = (token, str(state.get("eventType")), str(head.get("subject")), str(head.get("ballId")))
+            self.alert_stamps[k].add(int(aps.get("timestamp", 0)))
 
 
 def _proc_sample(pid: int) -> tuple[int, float] | None:
@@ -222,6 +251,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             stagger_wall_s=args.stagger,
             apns_peer=(nginx.url, nginx.ca_file) if nginx is not None else None,
             extra_config={"match": {"session_refresh_s": args.session_refresh}},
+            ios18_share=args.ios18_share,
         )
         async with trio.open_nursery() as nursery:
             try:
@@ -240,6 +270,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                                 )
                         if cluster.apns is not None:
                             records, cluster.apns.records = cluster.apns.records, []
+                            if cluster.channel_phones:
+                                await cluster.start_phones(records)
                             tally.eat(records)
                         for inst in list(cluster.instances.values()):
                             s = _proc_sample(inst.proc.pid)
@@ -251,6 +283,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                                 sm_calls[(f"i{inst.slot}", inst.proc.pid)] = _sportmonks_calls(text)
                         await trio.sleep(1.0)
 
+                tally.subscribers = cluster.apns.subscriptions if cluster.apns is not None else None
                 nursery.start_soon(sample_loop)
                 all_ended = False
                 with trio.move_on_after(args.duration):
@@ -297,10 +330,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     elif cluster.apns is not None:
         tally.eat(cluster.apns.records)
 
+    channel_keys = {str(f.update_token) for _, f in cluster.channel_phones.values()}
     expected = 0
     delivered_all = 0
     lost = 0
     lags: list[float] = []
+    requests_per_event: list[int] = []
     per_event: list[dict[str, Any]] = []
     key_events = 0
     due_events = 0
@@ -318,6 +353,11 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             everyone = True
             event_lags: list[float] = []
             for token in match.tokens:
+                started_at = cluster.channel_started.get(token, cluster.token_started.get(token))
+                if token in channel_keys and (
+                    started_at is None or (served_at is not None and served_at < started_at)
+                ):
+                    continue  # not due for this phone: its activity had not started yet
                 expected += 1
                 if (etype, subject) in tally.delivered.get(token, set()):
                     seen = tally.first_seen.get((token, etype, subject))
@@ -327,6 +367,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     lost += 1
                     everyone = False
             delivered_all += everyone
+            requests_per_event.append(tally.requests_per_event.get((match_id, etype, subject), 0))
             lags.extend(event_lags)
             if event_lags and served_at is not None:
                 before = [k for k in kill_times if k <= served_at]
@@ -339,6 +380,14 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     "lag_max_s": round(max(event_lags), 2),
                     "since_last_kill_s": round(served_at - before[-1], 1) if before else None,
                 })
+    server_channels = cluster.apns.channels if cluster.apns is not None else None
+    channel_stats = {
+        "created": server_channels.created if server_channels else 0,
+        "deleted": server_channels.deleted if server_channels else 0,
+        "open_at_end": server_channels.count() if server_channels else 0,
+        "creates_logged": sum(1 for e in (cluster.apns.channel_log if cluster.apns else []) if e["op"] == "create"
+                              and e["status"] == 201),
+    }
     duplicates = sum(1 for stamps in tally.alert_stamps.values() if len(stamps) > 1)
     total_calls = sum(c[0] for c in tick_calls.values())
     total_ticks = sum(c[1] for c in tick_calls.values())
@@ -370,6 +419,14 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "pushes_per_s": round(tally.accepted / run_s, 1),
         "pushes_by_event": dict(tally.by_kind),
         "pushes_rejected": tally.rejected,
+        "ios18_share": args.ios18_share,
+        "broadcasts": tally.broadcasts,
+        "channel_phones": len(channel_keys),
+        "channel_phones_started": len(cluster.channel_started),
+        "ios18_phones_started_on_tokens": len(cluster.token_started),
+        "apns_requests_per_key_event": round(sum(requests_per_event) / len(requests_per_event), 1)
+        if requests_per_event else None,
+        "channels": channel_stats,
         "pushes_cut_off_by_kills": tally.cut_off,
         "lag_s": {
             "p50": _pct(lags, 0.5),
@@ -436,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease", type=float, default=3.0, help="lock lease in seconds")
     parser.add_argument("--start-delay", type=float, default=8.0, help="wall seconds before the first ball")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--ios18-share", type=float, default=0.0,
+                        help="share of each match's followers on iOS 18, started on broadcast channels")
     parser.add_argument("--format", default="T20", choices=["T20", "T10", "ODI"], help="synthesised match format")
     parser.add_argument("--stagger", type=float, default=0.0,
                         help="wall seconds between match starts (real matches do not bowl in step)")

@@ -247,7 +247,7 @@ class Daemon:
                     )
                     self.jobs["reconciler"] = reconciler
                     await supervisor.start("reconciler", lambda: reconciler, kind="job")
-                    if self.config.match.broadcast_channels:
+                    if self.config.match.broadcast_channels and self.sender.channels is not None:
                         sweeper = self._leased("channel-sweep", self._channel_sweeper(), sportmonks=False)
                         self.jobs["channel-sweep"] = sweeper
                         await supervisor.start("channel-sweep", lambda: sweeper, kind="job")

@@ -81,7 +81,7 @@ from daemon import metrics
 from daemon.apns.types import Push, PushResult
 from daemon.backoff import backoff_delay
 from daemon.cricket.display import NEUTRAL, build_display
-from daemon.cricket.payloads import alert_payload, start_payload
+from daemon.cricket.payloads import alert_payload, start_payload, supports_channels
 from daemon.cricket.snapshot import snapshot_from_fixture
 from daemon.logs import get_logger, short_token
 from daemon.store.follows import PREMATCH_CLAIMED, PREMATCH_SENT
@@ -619,12 +619,19 @@ class PrematchNotifier:
         start_token = device.get("pushToStartToken")
         if claim.decision is Decision.NOTIFY and self.settings.push_to_start and start_token:
             try:
+                # iOS 18+: the activity starts on its perspective's broadcast channel when the match's owner
+                # has recorded them (it creates them as it takes the match); else on an update token
+                channels = match.fixture.get("broadcastChannels") or {}
+                channel = (channels.get(claim.team_id or "") or channels.get("neutral")) if supports_channels(
+                    device) else None
                 payload = start_payload(
                     _content_state(match, teams, claim.team_id),
                     attributes_type=self.settings.attributes_type,
                     attributes=_attributes(match, teams),
                     timestamp=int(now),
                     alert=(title, body),
+                    input_push_channel=str(channel) if channel else None,
+                    input_push_token=not channel,
                 )
             except ValueError as exc:  # SnapshotError, PayloadTooLarge: the alert still goes
                 log.warning("prematch_push_to_start_skipped", match_id=match.match_id, error=str(exc))

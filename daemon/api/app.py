@@ -201,7 +201,7 @@ async def display_answer(api: ApiState, match_id: str, team: str | None) -> Resp
         state = await api.repos.display_cache.get_cached_display_state(match_id, perspective)
         if state is None:
             return None
-        return json_response({"matchId": match_id, "team": perspective, "displayState": state}).body
+        return bytes(json_response({"matchId": match_id, "team": perspective, "displayState": state}).body)
 
     body = await api.display_cache.get(("display", match_id, perspective), load)
     if body is None:

@@ -59,6 +59,11 @@ class ApnsSettings(BaseModel):
         3000.0, ge=1200, lt=3600, description="mint a new provider token once the current one is this old"
     )
 
+    def manages_channels(self) -> bool:
+        """Whether channel management has a host: Apple's (url is Apple's) or one configured. A sender pointed
+        at another APNs (a local test server) without ``management_host`` has no channels."""
+        return bool(self.management_host) or ".push.apple.com" in self.url
+
     def management_address(self) -> tuple[str, int]:
         """(host, port) of the channel-management service, Apple's per environment unless set."""
         production = "api.push.apple.com" in self.url and "sandbox" not in self.url

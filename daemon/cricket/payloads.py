@@ -150,6 +150,13 @@ def update_payload(content_state: Mapping[str, Any], *, timestamp: int, event: K
     return _fit({"aps": aps})
 
 
+def supports_channels(device: Mapping[str, Any] | None) -> bool:
+    """A device on iOS 18 or later can start an activity on a broadcast channel (``osVersion`` "18.0"+)."""
+    version = str((device or {}).get("osVersion") or "")
+    head = version.split(".", 1)[0]
+    return head.isdigit() and int(head) >= 18
+
+
 def start_payload(content_state: Mapping[str, Any], *, attributes_type: str, attributes: Mapping[str, Any],
                   timestamp: int, alert: tuple[str, str] | None, input_push_channel: str | None = None,
                   input_push_token: bool = False) -> bytes:

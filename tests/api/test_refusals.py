@@ -91,7 +91,7 @@ BAD_BODIES: list[tuple[str, str, Any, int, str]] = [
      422, "body.platform"),
     ("PUT", "/user/device/push-to-start", {"pushToStartToken": 12}, 422, "body.pushToStartToken"),
     ("POST", "/user/follow/1001", {"teamId": 10}, 422, "body.teamId"),
-    ("POST", "/user/activity/1001", {"deviceId": "d1"}, 422, "body.updateToken"),
+    ("POST", "/user/activity/1001", {"deviceId": "d1"}, 422, "body"),  # neither updateToken nor channelId
     ("POST", "/user/activity/1001", {"deviceId": "a#b", "updateToken": "ab" * 32}, 422, "body.deviceId"),
     ("POST", "/user/activity/1001", {"deviceId": "d1", "updateToken": "abc"}, 422, "body.updateToken"),
     ("POST", "/user/activity/1001", {"deviceId": "d1", "updateToken": "ab" * 32, "status": "ended"}, 422, "body.status"),

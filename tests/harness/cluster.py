@@ -81,11 +81,12 @@ class Cluster:
         cadence_s: float = 0.2,
         cycle_s: float = 1.0,
         innings_break_s: float = 1200.0,
-        start_delay_wall_s: float = 8.0,
+        start_delay_wall_s: float = 3.0,
         keep_records: int | None = None,
         extra_config: dict[str, dict[str, Any]] | None = None,
         apns_peer: tuple[str, str] | None = None,
         stagger_wall_s: float = 0.0,
+        ios18_share: float = 0.0,
     ) -> None:
         self.workdir = workdir
         self.moto_url = moto_url
@@ -97,8 +98,9 @@ class Cluster:
         self.cadence_s = cadence_s
         self.cycle_s = cycle_s
         self.innings_break_s = innings_break_s
-        # wall seconds before the first ball: long enough for every daemon process to be up, so the first
-        # tick sees the match from its start (a match picked up mid-way does not replay its history)
+        # wall seconds from the instances being up (``start`` waits for that) to the first ball: time for the
+        # owner's first tick to see the match before it starts (a match picked up mid-way does not replay its
+        # history)
         self.start_delay_wall_s = start_delay_wall_s
         self.keep_records = keep_records
         self.extra_config = extra_config or {}
@@ -107,6 +109,14 @@ class Cluster:
         self.apns_peer = apns_peer
         # match i starts i * stagger_wall_s after the first: real matches do not bowl in step
         self.stagger_wall_s = stagger_wall_s
+        # this share of each match's followers (spread evenly over both teams) run iOS 18: seeded without a
+        # session, they are started by the daemons' push-to-start on a broadcast channel (``start_phones``)
+        self.ios18_share = ios18_share
+        self.channel_phones: dict[str, tuple[str, Any]] = {}  # push-to-start token -> (match id, follower)
+        self.channel_started: dict[str, float] = {}  # a channel phone's device key -> when its activity started
+        # iOS 18 phones started on an update token (a push-to-start sent before the match had channels)
+        self.token_started: dict[str, float] = {}
+        self.management_port = 0
         self.apns_url = ""
         self.apns_ca_file = ""
         self.instances: dict[int, Instance] = {}
@@ -154,6 +164,7 @@ class Cluster:
                 keep_records=self.keep_records,
             )
             await nursery.start(self.apns.serve)
+            self.management_port = await nursery.start(self.apns.serve_management)
             self.apns_url, self.apns_ca_file = f"https://127.0.0.1:{self.apns.port}", self.apns.ca_file
         self.replay = ReplayServer(
             [],
@@ -183,6 +194,51 @@ class Cluster:
                 followers=self.followers_per_match, league_name="Cluster", league_code="CL", sessions=True,
             )
             self.matches[seeded.match_id] = seeded
+            if self.ios18_share > 0:
+                await self._seed_ios18(seeded)
+
+    async def _seed_ios18(self, seeded: SeededMatch) -> None:
+        """The iOS 18 share of a match's followers: their seeded session ended (so the daemons start them),
+        their device on iOS 18 with a push-to-start token. Their update token stays their device key."""
+        import secrets
+
+        for k, follower in enumerate(seeded.followers):
+            n = k // 2  # followers alternate teams: spread the share over each team
+            if not int((n + 1) * self.ios18_share) > int(n * self.ios18_share):
+                continue
+            await self.repos.live_activities.end_la_session(seeded.match_id, follower.visitor_key, "ios18-seed")
+            pts = secrets.token_hex(32)
+            await self.repos.devices.register_device(
+                follower.user_id, secrets.token_hex(32), os_version="18.2", push_to_start_token=pts
+            )
+            self.channel_phones[pts] = (seeded.match_id, follower)
+
+    async def start_phones(self, records: Iterable[dict[str, Any]]) -> None:
+        """iOS 18 phones a push-to-start reached: their activity starts on the channel it named (they listen
+        at once: subscribed at the APNs server) and the app registers the session with its channelId."""
+        sessions = []
+        for record in records:
+            phone = self.channel_phones.get(str(record.get("token")))
+            if phone is None or record.get("status") != 200:
+                continue
+            aps = (record.get("payload") or {}).get("aps") or {}
+            channel = aps.get("input-push-channel")
+            if aps.get("event") != "start":
+                continue
+            match_id, follower = phone
+            key = str(follower.update_token)
+            if not channel:  # started on a token: the app registers the activity's update token
+                if key not in self.token_started and key not in self.channel_started:
+                    self.token_started[key] = float(record.get("time") or time.time())
+                    sessions.append((match_id, follower.user_id, follower.device_id, key, None))
+                continue
+            if key in self.token_started:
+                continue  # its activity runs on a token already
+            self.apns.subscribe(key, str(channel))
+            self.channel_started.setdefault(key, float(record.get("time") or time.time()))
+            sessions.append((match_id, follower.user_id, follower.device_id, None, None, str(channel)))
+        if sessions:
+            await self.repos.live_activities.register_la_sessions(sessions)
 
     # ------------------------------------------------------------------ instances
     def _config(self, instance_id: str, kid: str) -> dict[str, dict[str, Any]]:
@@ -212,6 +268,8 @@ class Cluster:
                 "key_id": kid,
                 "private_key_file": str(key_path),
                 "topic": TOPIC,
+                **({"management_host": "127.0.0.1", "management_port": self.management_port}
+                   if self.management_port else {}),
             },
             "orchestrator": {"cycle_s": self.cycle_s, "lease_s": self.lease_s, "clock_skew_bound_s": 0.5},
             # sessions are seeded before the daemons start: a slow refresh keeps moto (one thread) free

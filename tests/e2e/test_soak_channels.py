@@ -1,0 +1,41 @@
+"""kill -9 of a match's owner while the match has broadcast channels: the short soak with most followers on
+iOS 18 (started on channels by the daemons) and an instance killed every few seconds. No channel is created
+twice for a perspective, none is left behind at the end, and no key event is lost on either path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_owner_killed_mid_match_with_channels_creates_none_twice_leaks_none_loses_nothing() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable, str(PROJECT_ROOT / "bench" / "soak.py"),
+            "--matches", "1", "--tokens", "40", "--instances", "2", "--speed", "600", "--kill-every", "8",
+            "--cadence", "0.5", "--lease", "3", "--duration", "200", "--session-refresh", "2",
+            "--ios18-share", "0.75", "--drain", "20",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["matches_ended"] == 1 and result["kills"] >= 1, result
+    assert result["channel_phones_started"] == result["channel_phones"] == 30, result
+    assert result["broadcasts"] > 0, result
+    channels = result["channels"]
+    assert channels["created"] == 3, result  # neutral and both teams, once, whoever owned the match
+    assert channels["open_at_end"] == 0 and channels["deleted"] == 3, result
+    assert result["expected_deliveries"] > 0 and result["lost"] == 0, result
+    assert result["duplicate_alerts"] == 0, result

@@ -1,0 +1,59 @@
+"""The prematch job's push-to-start on iOS 18: it names the perspective's broadcast channel the match's owner
+recorded on the fixture (``input-push-channel``); older devices, or a match without channels yet, get
+``input-push-token``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from actors.jobs.prematch import PrematchNotifier
+from actors.jobs.settings import PrematchSettings
+from tests.jobs.prematch_world import (
+    MINUTE,
+    T0,
+    TOPIC,
+    Clock,
+    RecordingSender,
+    follow,
+    put_fixture,
+    seed_reference,
+    token,
+)
+
+START = T0 + 20 * MINUTE
+CHANNELS = {"neutral": "bmV1dHJhbA==", "39": "dGVhbTM5"}
+
+
+async def _device(repos: Any, user: str, os_version: str) -> None:
+    await repos.devices.register_device(user, token(user), os_version=os_version, apns_token=token(user),
+                                        push_to_start_token=token(user, "start"))
+
+
+async def test_ios18_followers_start_on_the_recorded_channel_older_ones_on_a_token(repos: Any) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    assert await repos.fixtures.swap_broadcast_channels("7", None, CHANNELS)
+    await follow(repos, 7, "u1", start=START, team_id="39")
+    await follow(repos, 7, "u2", start=START, team_id=None)
+    await follow(repos, 7, "u3", start=START, team_id="39")
+    await _device(repos, "u1", "18.1")
+    await _device(repos, "u2", "18.0")
+    await _device(repos, "u3", "17.6")
+    sender = RecordingSender()
+    await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    aps = {u: json.loads(sender.to(token(u, "start"))[0].payload)["aps"] for u in ("u1", "u2", "u3")}
+    assert aps["u1"]["input-push-channel"] == CHANNELS["39"]
+    assert aps["u2"]["input-push-channel"] == CHANNELS["neutral"]
+    assert aps["u3"]["input-push-token"] == 1 and "input-push-channel" not in aps["u3"]
+
+
+async def test_without_recorded_channels_ios18_followers_start_on_a_token(repos: Any) -> None:
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    await follow(repos, 7, "u1", start=START, team_id="39")
+    await _device(repos, "u1", "18.1")
+    sender = RecordingSender()
+    await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    aps = json.loads(sender.to(token("u1", "start"))[0].payload)["aps"]
+    assert aps["input-push-token"] == 1 and "input-push-channel" not in aps
