@@ -1,8 +1,9 @@
 """The cache reader: how an instance that does not lead the region's feed gets its matches' fixtures.
 
 One per instance. While another instance leads, it reads ``cricket-fixture-cache`` for every match this
-instance's match actors subscribe to, in **one BatchGetItem per read** whatever the number of matches, and
-hands each fixture whose change stamp (``feedEpoch``, ``feedSeq``) moved to the Feed's subscription
+instance's match actors subscribe to, in **one BatchGetItem per read** whatever the number of matches (the
+change stamps only, a few bytes per match), then one more for the fixtures whose stamp (``feedEpoch``,
+``feedSeq``) moved, and hands each of those to the Feed's subscription
 (``FeedActor.offer_cached``), so a match actor sees the same ``FeedUpdate`` stream as on the leader, with
 the leader's ``fetched_at``. Only changed items are decoded (gunzip + JSON).
 
@@ -11,9 +12,9 @@ When it reads: the leader writes once per cadence, so the reader aims just after
 (the match is between balls, or the leader is late or changing). On the leader it only waits: the feed
 serves the subscribers in process.
 
-It also answers the orchestrator's and reconciler's ``livescores()`` on a follower, from the leader's
+It also answers the orchestrator's ``livescores()`` on a follower, from the leader's
 summary item, refusing (``SportMonksError``) one that is older than the caller accepts plus two leases:
-then no leader has polled for that long and a stale list must not start or archive matches.
+then no leader has polled for that long and a stale list must not start matches.
 """
 
 from __future__ import annotations
@@ -94,10 +95,16 @@ class CacheReader:
             await trio.sleep(next_read_in(cadence, self.newest_fetched_at, self._wall()))
 
     async def read_once(self, subs: dict[str, bool] | None = None) -> int:
-        """One BatchGetItem for every subscribed match; returns how many changed fixtures were handed on."""
+        """One BatchGetItem of the change stamps of every subscribed match, then one of the fixtures that
+        changed (none when nothing did); returns how many changed fixtures were handed on."""
         subs = self._feed.local_subscriptions() if subs is None else subs
         try:
-            entries = await self._cache.batch_get_entries(list(subs))
+            stamps = await self._cache.batch_get_stamps(list(subs))
+            for stamp in stamps.values():
+                if self.newest_fetched_at is None or stamp[2] > self.newest_fetched_at:
+                    self.newest_fetched_at = stamp[2]
+            changed = [m for m, stamp in stamps.items() if self.seen.get(m) != stamp[:2]]
+            entries = await self._cache.batch_get_entries(changed) if changed else {}
         except Exception as exc:  # DynamoDB trouble: the match actors keep their last state; read again soon
             self.errors += 1
             log.warning("fixture_cache_read_failed", error=repr(exc), matches=len(subs))

@@ -619,7 +619,7 @@ class FeedActor:
         self._cache_wake.set()
 
     def _cache_summary(self, result: LiveScores, fetched_at: float) -> None:
-        """The answer in short for the instances that do not lead (their orchestrator and reconciler)."""
+        """The answer in short for the instances that do not lead (their orchestrators)."""
         if self._cache is None or not hasattr(self._cache, "publish_livescores"):
             return
         keep = ("id", "status", "league_id", "starting_at", "localteam_id", "visitorteam_id")

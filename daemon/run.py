@@ -240,8 +240,10 @@ class Daemon:
                     assert orchestrator is not None  # built above when the engine runs
                     await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
                     reconciler = self._leased(
+                        # where the feed leader is: it compares the leader's own fresh /livescores, never
+                        # a cached summary that may be a leader change old
                         "reconciler", LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s),
-                        sportmonks=False,
+                        sportmonks=True,
                     )
                     self.jobs["reconciler"] = reconciler
                     await supervisor.start("reconciler", lambda: reconciler, kind="job")

@@ -9,7 +9,8 @@ instance takes the job at its next attempt. When the holder dies, the lease runs
 takes the job within one lease plus one renewal period.
 
 ``may_run`` lets the daemon tie a job to the region's feed leader: the jobs that call SportMonks run where
-the feed leader is, so the region's calls go through one client and one budget (the region's).
+the feed leader is, so the region's calls go through one client and one budget (the region's), and so does
+the reconciler, which compares the leader's own fresh ``/livescores``.
 
 The decision (whether to keep running) is ``keep_running``, pure; the rest is the shell.
 """

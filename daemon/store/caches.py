@@ -323,6 +323,28 @@ class FixtureCacheRepository(Repository):
         data: list[dict[str, Any]] = decode_raw_fixture(item).get("data") or []
         return data, float(item.get("fetchedAt", 0.0))
 
+    async def batch_get_stamps(
+        self, match_ids: Iterable[str], *, now: float | None = None
+    ) -> dict[str, tuple[int, int, float]]:
+        """Only the change stamps of ``match_ids`` (``feedEpoch``, ``feedSeq``, ``fetchedAt``): a
+        ProjectionExpression, so a read that finds nothing new moves a few bytes, not the fixtures."""
+        unique = list(dict.fromkeys(match_ids))
+        if not unique:
+            return {}
+        names = {"#m": "matchId", "#e": "feedEpoch", "#s": "feedSeq", "#f": "fetchedAt", "#t": "ttl"}
+        raw = await self.dynamo.batch_get(
+            self.logical, [self._key(m) for m in unique], projection="#m, #e, #s, #f, #t", names=names
+        )
+        t = self._now(now)
+        out: dict[str, tuple[int, int, float]] = {}
+        for r in raw:
+            item = from_item(r)
+            if self._alive(item, t):
+                out[str(item["matchId"])] = (
+                    int(item.get("feedEpoch", 0)), int(item.get("feedSeq", 0)), float(item.get("fetchedAt", 0.0))
+                )
+        return out
+
     async def batch_get_entries(self, match_ids: Iterable[str], *, now: float | None = None) -> dict[str, CacheEntry]:
         """The cached items of ``match_ids`` with their change stamps (one BatchGetItem per 100 ids),
         not decoded: the reader decodes only those whose stamp moved."""

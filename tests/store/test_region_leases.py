@@ -60,6 +60,7 @@ async def test_fenced_cache_writes_need_the_lease(repos: Any) -> None:
     assert set(entries) == {"501"}
     entry: CacheEntry = entries["501"]
     assert entry.stamp == (1, 1) and entry.fetched_at == t and entry.fixture() == FIXTURE
+    assert await cache.batch_get_stamps(["501", "999"]) == {"501": (1, 1, t)}  # the stamps alone
     # the lease as the holder's clock sees it after a pause past its end: refused, nothing written
     later = {**FIXTURE, "status": "2nd Innings"}
     stale = FencedPut("501", later, ttl_s=600, seq=2, fetched_at=t + 40)
