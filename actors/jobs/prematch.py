@@ -617,11 +617,13 @@ class PrematchNotifier:
             )
         ]
         start_token = device.get("pushToStartToken")
+        channels = match.fixture.get("broadcastChannels") or {}
+        if supports_channels(device) and not channels and self.settings.ios18_waits_for_channels:
+            start_token = None  # the owner starts it on a channel (see PrematchSettings.ios18_waits_for_channels)
         if claim.decision is Decision.NOTIFY and self.settings.push_to_start and start_token:
             try:
                 # iOS 18+: the activity starts on its perspective's broadcast channel when the match's owner
                 # has recorded them (it creates them as it takes the match); else on an update token
-                channels = match.fixture.get("broadcastChannels") or {}
                 channel = (channels.get(claim.team_id or "") or channels.get("neutral")) if supports_channels(
                     device) else None
                 payload = start_payload(

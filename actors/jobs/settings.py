@@ -154,6 +154,12 @@ class PrematchSettings(BaseModel):
     push_to_start: bool = Field(
         default=True, description="also send a Live Activity push-to-start where the device has a token"
     )
+    ios18_waits_for_channels: bool = Field(
+        default=True,
+        description="a device on iOS 18 or later gets no push-to-start from this job while the match has no "
+        "broadcast channels recorded (its alert still goes): the match's owner starts it on its perspective's "
+        "channel once it takes the match, rather than this job starting it on a token for the whole match",
+    )
     topic: str = Field(
         default="",
         description="apns-topic (bundle id); empty means the [apns] topic handed in by the supervisor",

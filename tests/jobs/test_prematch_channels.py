@@ -48,12 +48,27 @@ async def test_ios18_followers_start_on_the_recorded_channel_older_ones_on_a_tok
     assert aps["u3"]["input-push-token"] == 1 and "input-push-channel" not in aps["u3"]
 
 
-async def test_without_recorded_channels_ios18_followers_start_on_a_token(repos: Any) -> None:
+async def test_without_recorded_channels_ios18_followers_wait_for_the_owner_unless_told_not_to(
+    repos: Any
+) -> None:
     await seed_reference(repos)
     await put_fixture(repos, 7, START)
     await follow(repos, 7, "u1", start=START, team_id="39")
+    await follow(repos, 7, "u2", start=START, team_id="39")
     await _device(repos, "u1", "18.1")
+    await _device(repos, "u2", "17.6")
     sender = RecordingSender()
     await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
-    aps = json.loads(sender.to(token("u1", "start"))[0].payload)["aps"]
+    assert sender.to(token("u1", "start")) == []  # the owner starts it on a channel when it takes the match
+    assert sender.to(token("u1"), "alert")  # the prematch alert still goes
+    assert json.loads(sender.to(token("u2", "start"))[0].payload)["aps"]["input-push-token"] == 1
+
+    await seed_reference(repos)
+    await put_fixture(repos, 8, START)
+    await follow(repos, 8, "u3", start=START, team_id="39")
+    await _device(repos, "u3", "18.1")
+    eager = RecordingSender()
+    settings = PrematchSettings(ios18_waits_for_channels=False)
+    await PrematchNotifier(repos, eager, settings, topic=TOPIC, clock=Clock()).run_cycle()
+    aps = json.loads(eager.to(token("u3", "start"))[0].payload)["aps"]
     assert aps["input-push-token"] == 1 and "input-push-channel" not in aps
