@@ -47,6 +47,8 @@ class MatchChannels:
         self.created = 0
         self.deleted = 0
         self.loaded = False
+        # one change at a time within this owner (its start-up preparation, a push-to-start, a recreation)
+        self._lock = trio.Lock()
 
     def perspective_of(self, channel_id: str) -> str | None:
         for perspective, held in self.channels.items():
@@ -70,6 +72,10 @@ class MatchChannels:
         return self.channels
 
     async def ensure(self, perspectives: Iterable[str], *, replace: Mapping[str, str] | None = None) -> dict[str, str]:
+        async with self._lock:
+            return await self._ensure(perspectives, replace)
+
+    async def _ensure(self, perspectives: Iterable[str], replace: Mapping[str, str] | None) -> dict[str, str]:
         """A recorded channel for each of ``perspectives``: the missing ones are created, and so are new ones
         for ``replace`` (perspective -> the channel id APNs no longer knows, unless the record has moved on
         already). Raises ``ChannelsUnavailable`` when none can be had (limit reached, no fixture)."""
@@ -112,6 +118,10 @@ class MatchChannels:
 
     async def delete_all(self) -> int:
         """Delete the match's channels at APNs and remove the record (after the end broadcast)."""
+        async with self._lock:
+            return await self._delete_all()
+
+    async def _delete_all(self) -> int:
         recorded = await self._recorded()
         held = dict(recorded or {})
         held.update(self.channels)
