@@ -13,7 +13,9 @@ When it reads: the leader writes once per cadence, so the reader aims just after
 serves the subscribers in process.
 
 It also answers the orchestrator's ``livescores()`` on a follower, from the leader's
-summary item, refusing (``SportMonksError``) one that is older than the caller accepts plus two leases:
+summary item, and hands the 404 verdicts written with it to the feed (``adopt_not_found``: a fixture the
+leader released is released here too, its match actor lets go, the orchestrator does not take it again);
+it refuses (``SportMonksError``) one that is older than the caller accepts plus two leases:
 then no leader has polled for that long and a stale list must not start matches.
 """
 
@@ -139,10 +141,12 @@ class CacheReader:
         now = self._wall()
         cached = self._summary
         if cached is None or now - cached[2] > min(max_age_s, self.settings.livescores_cadence_s):
-            got = await self._cache.get_livescores_summary(self.region)
+            got = await self._cache.get_livescores_summary_and_state(self.region)
             if got is None:
                 raise SportMonksError(f"no feed leader has published /livescores for region {self.region!r}")
             cached = self._summary = (got[0], got[1], now)
+            # the leader's 404 verdicts: a released id is let go by its match actor here and not taken again
+            self._feed.adopt_not_found(got[2].get("notFound"), to_wall=now - trio.current_time())
         age = now - cached[1]
         if age > max_age_s + self._stale_after_s:
             raise SportMonksError(

@@ -30,7 +30,8 @@ Schedule and cost (SportMonks allows ~2,000 calls per endpoint per hour, spec §
       answers 404 (an id /livescores showed corrupted) is tried ``not_found_max_tries`` times in all, with a
       doubling backoff from ``not_found_backoff_s``, then released: a last update with ``released`` set, no
       more calls, and ``is_released`` true for ``not_found_release_s`` so the orchestrator does not take it
-      again meanwhile.
+      again meanwhile. The leader hands the verdicts and tries on with its summary (``not_found_state``);
+      followers and a new leader take them (``adopt_not_found``), so the bound holds region-wide.
     * ``marquee_source = "fixture"`` is the DESIGN's literal alternative: ``/fixtures/{id}`` per marquee match
       every ``marquee_cadence_s`` (1,440 calls/h **per marquee match**: only one fits a 2,000/h budget), the
       5 s ``/livescores`` (without balls) still serving everyone else and telling who is live.
@@ -179,6 +180,8 @@ class _Subscription:
         self.offered += 1
         self.last_update_at = update.fetched_at
         self.last_error = update.error
+        if self.pending is not None and self.pending.released:
+            return  # the last word: the match actor lets go on it, nothing after it matters
         if update.fixture is None and self.pending is not None and self.pending.fixture is not None:
             return  # keep the undelivered good fixture; the next good one will supersede it anyway
         self.pending = update
@@ -219,6 +222,7 @@ class FeedActor:
         # cache writer state: newest fixture per match waiting to be written, and what was last written
         self._cache_pending: dict[str, FeedUpdate] = {}
         self._summary_pending: tuple[list[dict[str, Any]], float] | None = None
+        self._summary_last: tuple[list[dict[str, Any]], float] | None = None
         # region leadership: polling only while leading; elsewhere the cache reader serves the subscribers
         self.leading = leading
         self._leading_changed = trio.Event()
@@ -287,6 +291,7 @@ class FeedActor:
         if not leading:
             self.set_region_matches({})
             self._latest, self._latest_at = None, -math.inf
+            self._summary_last = None
         self._next_livescores_at = -math.inf
         self._leading_changed.set()
         self._leading_changed = trio.Event()
@@ -315,7 +320,7 @@ class FeedActor:
         """Hand a fixture the cache reader found to its local subscriber (a follower's path); False when
         nobody here subscribes to it any more."""
         sub = self._subs.get(update.match_id)
-        if sub is None or sub.remote:
+        if sub is None or sub.remote or self.is_released(update.match_id):
             return False
         sub.had_fixture = sub.had_fixture or update.fixture is not None
         sub.in_livescores = update.in_livescores
@@ -331,6 +336,53 @@ class FeedActor:
         if self._latest is not None and trio.current_time() - self._latest_at <= max_age:
             return list(self._latest.fixtures)
         return list((await self._refresh_livescores()).fixtures)
+
+    def not_found_state(self, *, to_wall: float) -> dict[str, dict[str, float]]:
+        """The 404 verdicts the leader hands on with each ``/livescores`` summary: ids released (until when,
+        wall clock; ``to_wall`` converts trio time) and the 404 tries so far of those not released yet."""
+        now = trio.current_time()
+        return {
+            "released": {k: round(until + to_wall, 3) for k, until in self._released.items() if until > now},
+            "tries": dict(self._not_found_tries),
+        }
+
+    def adopt_not_found(self, state: Mapping[str, Any] | None, *, to_wall: float) -> list[str]:
+        """Take the leader's 404 verdicts (``not_found_state``'s shape) as this instance's: a released id is
+        not taken here either, and a local subscriber to it gets the ``released`` update its match actor lets
+        go on; tries count on from the leader's, so a new leader spends only what is left of the bound.
+        Returns the ids newly released here. An unreadable entry is skipped, logged."""
+        if not state:
+            return []
+        now = trio.current_time()
+        newly: list[str] = []
+        try:
+            released = {str(k): float(v) - to_wall for k, v in dict(state.get("released") or {}).items()}
+            tries = {str(k): int(v) for k, v in dict(state.get("tries") or {}).items()}
+        except (TypeError, ValueError) as exc:
+            log.warning("feed_not_found_state_unreadable", error=str(exc))
+            return []
+        if self.leading:  # taking over: what this instance counted itself counts too
+            for match_id, n in tries.items():
+                self._not_found_tries[match_id] = max(n, self._not_found_tries.get(match_id, 0))
+        else:  # the leader's count is the region's (it forgets an id that answered since)
+            self._not_found_tries = tries
+        for match_id, until in released.items():
+            if until <= now:
+                continue
+            was = self.is_released(match_id)
+            self._released[match_id] = max(until, self._released.get(match_id, -math.inf))
+            self._not_found_tries.pop(match_id, None)
+            if was:
+                continue
+            newly.append(match_id)
+            sub = self._subs.get(match_id)
+            if sub is not None:
+                sub.next_fixture_at = math.inf
+                if not sub.remote:
+                    log.warning("feed_fixture_released_by_leader", match_id=match_id)
+                    message = f"fixture {match_id} answered 404 on every try the region's feed leader made: released"
+                    sub.offer(FeedUpdate(match_id, None, time.time(), "fixture", False, error=message, released=True))
+        return newly
 
     def is_released(self, match_id: str) -> bool:
         """Whether ``match_id`` was released after repeated 404s and must not be taken again yet."""
@@ -474,6 +526,8 @@ class FeedActor:
             log.warning("feed_malformed_fixture", match_id=key, error=str(invalid))
         now = trio.current_time()
         for sub in list(self._subs.values()):
+            if self.is_released(sub.match_id):
+                continue  # listed, yet SportMonks answered 404 for it on every try: nothing goes to it
             problem = result.invalid.get(sub.match_id)
             if problem is not None:
                 sub.in_livescores = True
@@ -561,6 +615,7 @@ class FeedActor:
         The count is kept per match id, so a match actor that subscribes again does not start it over."""
         s = self.settings
         tries = self._not_found_tries[sub.match_id] = self._not_found_tries.get(sub.match_id, 0) + 1
+        self._republish_summary()  # the try counts region-wide from now, whoever leads next
         if self._subs.get(sub.match_id) is not sub:
             return
         if tries < s.not_found_max_tries:
@@ -624,8 +679,15 @@ class FeedActor:
             return
         keep = ("id", "status", "league_id", "starting_at", "localteam_id", "visitorteam_id")
         summary = [{k: f.get(k) for k in keep if k in f} for f in result.fixtures]
-        self._summary_pending = (summary, fetched_at)
+        self._summary_pending = self._summary_last = (summary, fetched_at)
         self._cache_wake.set()
+
+    def _republish_summary(self) -> None:
+        """Write the last summary again (it carries the 404 verdicts and the call record, see
+        ``FencedFixtureCache.publish_livescores``) without waiting for the next ``/livescores``."""
+        if self._summary_last is not None and self._summary_pending is None:
+            self._summary_pending = self._summary_last
+            self._cache_wake.set()
 
     async def _cache_writer(self) -> None:
         assert self._cache is not None

@@ -9,6 +9,12 @@ kept by the leader and handed on with the lease). An instance that does not lead
 failed acquire (the lock item comes back with the refusal: no second call) and leaves its subscribers to
 ``actors.cache_reader``.
 
+The leader also writes, with every ``/livescores`` summary (each poll, and each 404 try), the call record and
+the feed's 404 verdicts (``feed_state``). Followers take the verdicts from the summary they read anyway, so an
+id the leader released is released on every instance; a new leader takes both from the summary as well as
+from the lock item, so calls made since the last renewal still count and a 404 id's tries are not started
+over.
+
 Stepping down: the leader stops polling as soon as a renewal is refused, or as soon as its own monotonic
 clock says the lease (less the clock-skew bound) ran out before a renewal succeeded, exactly as a match actor
 does. What it writes to ``cricket-fixture-cache`` goes through ``FencedFixtureCache``: each write is a
@@ -108,6 +114,34 @@ def leader_view(item: Mapping[str, Any] | None, me: str, now_wall: float) -> dic
         "last_poll_age_s": None if last_poll is None else round(now_wall - float(last_poll), 3),
         "region_calls_last_hour": region_calls(budget[0], now_wall) if budget else {},
     }
+
+
+def feed_state(feed: Any, *, wall: float, now: float) -> dict[str, Any]:
+    """What the leader hands on with each ``/livescores`` summary: the region's call record (as a renewal
+    carries it, ``budget``/``budgetAt``) and the 404 verdicts (``notFound``: ids released and tries so far),
+    so followers release those ids too and the next leader neither forgets calls made since the last renewal
+    nor spends a 404 id's bound again."""
+    return {
+        "budget": feed.client.budget.export(to_wall=wall - now),
+        "budgetAt": wall,
+        "notFound": feed.not_found_state(to_wall=wall - now),
+    }
+
+
+def newer_budget(lock_item: Mapping[str, Any] | None, state: Mapping[str, Any] | None
+                 ) -> tuple[dict[str, list[list[float]]], float] | None:
+    """The fresher of the two call records a new leader finds: the lock item's (last renewal) or the
+    summary's (last poll)."""
+    from_lock = parse_budget(lock_item)
+    from_summary: tuple[dict[str, list[list[float]]], float] | None = None
+    if state and isinstance(state.get("budget"), dict):
+        try:
+            from_summary = (state["budget"], float(state.get("budgetAt", 0.0)))
+        except (TypeError, ValueError):
+            log.warning("feed_summary_budget_unreadable")
+    if from_summary is None or (from_lock is not None and from_lock[1] >= from_summary[1]):
+        return from_lock
+    return from_summary
 
 
 # ------------------------------------------------------------------------------------------------ the actor
@@ -224,7 +258,10 @@ class FeedLeadership:
                     SPORTMONKS_REGION_CALLS.labels(endpoint).set(n)
             return
         self.lease, self.lease_until = lease, lease_deadline(sent, self.lease_s, self.skew)
-        budget = parse_budget(item)
+        state = await self._summary_state()
+        if state:
+            self.feed.adopt_not_found(state.get("notFound"), to_wall=self._wall() - trio.current_time())
+        budget = newer_budget(item, state)
         if budget is not None:
             record, at = budget
             self.feed.client.budget.seed(record, to_wall=self._wall() - trio.current_time(), recorded_at=at)
@@ -234,6 +271,16 @@ class FeedLeadership:
         log.info("feed_leader", region=self.region, epoch=lease.epoch,
                  previous=(item or {}).get("previousOwner"), budget_seeded=budget is not None)
         self.feed.set_leading(True)
+
+    async def _summary_state(self) -> dict[str, Any]:
+        """The state the previous leader wrote with its last summary ({} when none can be read: the lock
+        item's record is used alone, logged)."""
+        try:
+            got = await self._repos.fixture_cache.get_livescores_summary_and_state(self.region)
+        except Exception as exc:  # noqa: BLE001 - leading must not wait on it
+            log.warning("feed_summary_state_unavailable", error=repr(exc))
+            return {}
+        return {} if got is None else got[2]
 
     async def _renew(self) -> None:
         lease = self.lease
@@ -321,10 +368,13 @@ class FencedFixtureCache:
             [put], lambda: self._locks.lease_condition(lease), lease.epoch))
 
     async def publish_livescores(self, summary: Sequence[Mapping[str, Any]], fetched_at: float) -> None:
+        """The summary, with the feed's state for the region (``feed_state``): written on every poll (and on
+        every 404 try), so it is fresher than the record a lease renewal carries."""
         lease = self._leadership.write_lease()
+        state = feed_state(self._leadership.feed, wall=time.time(), now=trio.current_time())
         await self._fenced(lease, lambda: self._repo.put_livescores_summary(
             self._leadership.region, summary, fetched_at, lambda: self._locks.lease_condition(lease), lease.epoch,
-            ttl_s=self._summary_ttl_s))
+            ttl_s=self._summary_ttl_s, state=state))
         self._leadership.last_poll_wall = fetched_at
 
     async def _fenced(self, lease: Lease, write: Callable[[], Any]) -> None:

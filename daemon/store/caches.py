@@ -33,9 +33,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from daemon.logs import get_logger
 from daemon.store.base import Repository
 from daemon.store.codec import from_item, iso, to_item
 from daemon.store.tables import DISPLAY_STATE_CACHE, FIXTURE_CACHE, FIXTURE_CACHE_BY_LEAGUE_INDEX
+
+log = get_logger("daemon.store")
 
 RAW_ENCODING = "gzip+json"
 # 400 KB is the item limit including attribute names and the other attributes; keep a margin for them.
@@ -293,8 +296,10 @@ class FixtureCacheRepository(Repository):
     async def put_livescores_summary(
         self, region: str, summary: Sequence[Mapping[str, Any]], fetched_at: float,
         condition: Callable[[], dict[str, Any]], epoch: int, *, ttl_s: float, now: float | None = None,
+        state: Mapping[str, Any] | None = None,
     ) -> None:
-        """The leader's last ``/livescores`` in short, fenced like the fixtures."""
+        """The leader's last ``/livescores`` in short, fenced like the fixtures; ``state`` (JSON-able: the
+        leader's call record and 404 verdicts) rides along as ``feedState``."""
         t = self._now(now)
         item = {
             "matchId": livescores_cache_key(region),
@@ -305,6 +310,8 @@ class FixtureCacheRepository(Repository):
             "feedEpoch": epoch,
             "fetchedAt": fetched_at,
         }
+        if state is not None:
+            item["feedState"] = json.dumps(state, separators=(",", ":"))
         put = {"Put": {"TableName": self.dynamo.table(self.logical), "Item": to_item(item)}}
         try:
             await self.dynamo.call(self.logical, "transact_write_items", TransactItems=[condition(), put])
@@ -322,6 +329,26 @@ class FixtureCacheRepository(Repository):
             return None
         data: list[dict[str, Any]] = decode_raw_fixture(item).get("data") or []
         return data, float(item.get("fetchedAt", 0.0))
+
+    async def get_livescores_summary_and_state(
+        self, region: str, *, now: float | None = None
+    ) -> tuple[list[dict[str, Any]], float, dict[str, Any]] | None:
+        """``get_livescores_summary`` and the ``feedState`` the leader wrote with it ({} when absent or
+        unreadable: a bad state is logged and ignored, the summary still served)."""
+        item = await self._get(livescores_cache_key(region), now=now)
+        if item is None:
+            return None
+        data: list[dict[str, Any]] = decode_raw_fixture(item).get("data") or []
+        state: dict[str, Any] = {}
+        if item.get("feedState"):
+            try:
+                loaded = json.loads(str(item["feedState"]))
+                if not isinstance(loaded, dict):
+                    raise ValueError("not an object")
+                state = loaded
+            except ValueError as exc:
+                log.warning("feed_state_unreadable", region=region, error=str(exc))
+        return data, float(item.get("fetchedAt", 0.0)), state
 
     async def batch_get_stamps(
         self, match_ids: Iterable[str], *, now: float | None = None

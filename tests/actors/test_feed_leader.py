@@ -22,15 +22,21 @@ from actors.feed_leader import (
     leader_view,
     lease_deadline,
     may_write,
+    newer_budget,
     parse_budget,
     region_calls,
     wanted_matches,
 )
 from actors.jobs.lease import LeasedJob, keep_running
+from actors.match import MatchActor
+from actors.orchestrator import Orchestrator
+from actors.settings import MatchActorSettings, OrchestratorSettings
+from daemon.cricket.settings import EngineSettings
 from daemon.sportmonks.budget import CallBudget
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
-from daemon.store.locks import Lease
+from daemon.store.locks import Lease, match_lock_key
+from daemon.supervisor import Supervisor
 from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
 
 LEASE_S = 1.5
@@ -91,6 +97,17 @@ def test_the_region_budget_is_handed_on_without_counting_twice() -> None:
     assert new.used("livescores") == 0  # seeded calls leave the window like real ones
 
 
+def test_a_new_leader_takes_the_fresher_call_record_of_the_lock_item_and_the_summary() -> None:
+    lock_item = {"budget": '{"livescores": [[95.0, 7]]}', "budgetAt": 99.0}
+    later = {"budget": {"livescores": [[95.0, 7], [101.0, 2]]}, "budgetAt": 101.5}
+    assert newer_budget(lock_item, later) == (later["budget"], 101.5)  # calls since the last renewal count
+    assert newer_budget(lock_item, {**later, "budgetAt": 98.0}) == ({"livescores": [[95.0, 7]]}, 99.0)
+    assert newer_budget(None, later) == (later["budget"], 101.5)
+    assert newer_budget(lock_item, {}) == ({"livescores": [[95.0, 7]]}, 99.0)
+    assert newer_budget(lock_item, {"budget": {"livescores": []}, "budgetAt": "soon"}) == (
+        {"livescores": [[95.0, 7]]}, 99.0)  # an unreadable summary record is ignored
+
+
 def test_parse_budget_and_leader_view() -> None:
     assert parse_budget(None) is None
     assert parse_budget({"budget": "not json"}) is None
@@ -125,15 +142,15 @@ class Member:
     scope: trio.CancelScope
 
 
-def _member(name: str, repos: Any, live: list[dict[str, Any]]) -> tuple[FakeSportMonks, FeedActor, FeedLeadership,
-                                                                        CacheReader]:
+def _member(name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: Any
+            ) -> tuple[FakeSportMonks, FeedActor, FeedLeadership, CacheReader]:
     fake = FakeSportMonks()
     fake.live = live  # the same list object: both fakes serve the same live matches
     client = SportMonksClient(
         SportMonksSettings(api_token="secret-token", base_url=fake.base_url, max_retries=0),
         http=httpx.AsyncClient(transport=fake.transport()), rng=random.Random(1),
     )
-    settings = FeedSettings(livescores_cadence_s=0.2, marquee_cadence_s=0.2)
+    settings = FeedSettings(**{"livescores_cadence_s": 0.2, "marquee_cadence_s": 0.2, **feed_settings})
     feed = FeedActor(client, settings, leading=False)
     leadership = FeedLeadership(feed=feed, repos=repos, region="eu", instance_id=name, lease_s=LEASE_S,
                                 renew_every_s=RENEW_S, clock_skew_bound_s=SKEW_S)
@@ -144,8 +161,9 @@ def _member(name: str, repos: Any, live: list[dict[str, Any]]) -> tuple[FakeSpor
 
 
 @asynccontextmanager
-async def member(nursery: trio.Nursery, name: str, repos: Any, live: list[dict[str, Any]]) -> AsyncIterator[Member]:
-    fake, feed, leadership, reader = _member(name, repos, live)
+async def member(nursery: trio.Nursery, name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: Any
+                 ) -> AsyncIterator[Member]:
+    fake, feed, leadership, reader = _member(name, repos, live, **feed_settings)
     scope = trio.CancelScope()
 
     async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -308,3 +326,87 @@ async def test_a_job_tied_to_the_feed_leader_runs_only_there(repos: Any) -> None
                 await trio.sleep(0.05)
             assert await repos.locks.get("job:reference-sync:eu") is None  # released for the next leader
             nursery.cancel_scope.cancel()
+
+
+# ------------------------------------------------------------------------------------------------ 404 region-wide
+
+NOT_FOUND = {"not_found_max_tries": 3, "not_found_backoff_s": 0.1, "not_found_release_s": 600.0}
+
+
+def _match_actors(instance_id: str, repos: Any, feed: FeedActor) -> Any:
+    def factory(match_id: str, epoch: int, marquee: bool) -> MatchActor:
+        return MatchActor(match_id, instance_id=instance_id, epoch=epoch, repos=repos, feed=feed, sender=None,
+                          topic="app.test", marquee=marquee, engine_settings=EngineSettings(),
+                          settings=MatchActorSettings(), lease=OrchestratorSettings())
+    return factory
+
+
+async def _feed_state(repos: Any) -> dict[str, Any]:
+    got = await repos.fixture_cache.get_livescores_summary_and_state("eu")
+    return {} if got is None else got[2]
+
+
+async def test_a_fixture_the_leader_released_after_404s_is_let_go_on_a_follower_and_not_taken_again(
+    repos: Any,
+) -> None:
+    live = [minimal_fixture(123, score=1)]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            async with member(nursery, "a", repos, live, **NOT_FOUND) as a, \
+                    member(nursery, "b", repos, live, **NOT_FOUND) as b:
+                assert a.leadership.leading and not b.leadership.leading
+                orch = Orchestrator(instance_id="b", repos=repos, feed=b.feed,
+                                    supervisor=Supervisor(nursery, max_restarts=3, window_s=60, backoff_s=0.1),
+                                    actor_factory=_match_actors("b", repos, b.feed),
+                                    settings=OrchestratorSettings())
+                await a.feed.livescores()  # as the leader's own orchestrator asks each cycle
+                while not await _feed_state(repos):  # that summary is in the cache
+                    await trio.sleep(0.05)
+                await orch.cycle()
+                assert orch.owned == {"123"}, "the follower takes the id the leader's /livescores lists"
+                # the id leaves /livescores and SportMonks does not know it: the leader's /fixtures/123 is a 404
+                live.clear()
+                while "123" not in (await _feed_state(repos))["notFound"]["released"]:
+                    await trio.sleep(0.05)
+                assert len(a.fake.calls("/fixtures/123")) == 3
+                live.append(minimal_fixture(123, score=1))  # the corrupted id is listed again
+                # the follower's orchestrator reads the verdict with the summary; its match actor lets go
+                while orch.owned:
+                    await orch.cycle()
+                    await trio.sleep(0.1)
+                assert (await repos.active_matches.get_active_match_state("123"))["status"] == "idle"
+                assert await repos.locks.get(match_lock_key("123")) is None
+                assert b.feed.is_released("123")
+                for _ in range(3):  # listed on every cycle, never taken again
+                    await orch.cycle()
+                    await trio.sleep(0.25)
+                assert not orch.owned
+                assert (await repos.active_matches.get_active_match_state("123"))["status"] == "idle"
+                assert len(a.fake.calls("/fixtures/123")) == 3 and b.fake.requests == []
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_new_leader_spends_only_what_is_left_of_a_404_ids_tries(repos: Any) -> None:
+    slow = {**NOT_FOUND, "not_found_backoff_s": 3.0}  # the third try is due 6 s after the second
+    live = [minimal_fixture(124, score=1)]
+    with trio.fail_after(40):
+        async with trio.open_nursery() as nursery:
+            async with member(nursery, "a", repos, live, **slow) as a, member(nursery, "b", repos, live, **slow) as b:
+                assert await repos.active_matches.register_active_match("124", "c", fields={"leagueId": "3"})
+                while not a.feed.stats()["subscribers"]:  # the leader polls for the region's match
+                    await trio.sleep(0.05)
+                live.clear()
+                while (await _feed_state(repos)).get("notFound", {}).get("tries", {}).get("124") != 2:
+                    await trio.sleep(0.05)
+                a.scope.cancel()  # the leader dies between the second try and the third
+                assert len(a.fake.calls("/fixtures/124")) == 2
+                while not b.feed.is_released("124"):
+                    await trio.sleep(0.05)
+                assert b.leadership.leading
+                assert len(b.fake.calls("/fixtures/124")) == 1, "the bound is the region's, not each leader's"
+                # the verdict is handed on with the new leader's summaries as well
+                while "124" not in (await _feed_state(repos))["notFound"]["released"]:
+                    await trio.sleep(0.05)
+                await trio.sleep(1.0)
+                assert len(b.fake.calls("/fixtures/124")) == 1
+                nursery.cancel_scope.cancel()

@@ -100,3 +100,24 @@ async def test_livescores_summary_round_trip(repos: Any) -> None:
     got = await cache.get_livescores_summary("eu")
     assert got == (summary, t)
     assert await cache.get_livescores_summary("us") is None
+
+
+async def test_the_leaders_feed_state_rides_with_the_summary_and_a_bad_one_is_ignored(repos: Any) -> None:
+    locks, cache = repos.locks, repos.fixture_cache
+    t = time.time()
+    lease, _ = await locks.acquire_fenced(feed_lock_key("eu"), "a", 30, now=t)
+    assert lease is not None
+    summary = [{"id": 502, "status": "1st Innings", "league_id": 3}]
+    state = {"budget": {"livescores": [[t, 4]]}, "budgetAt": t, "notFound": {"released": {"123": t + 600}}}
+    await cache.put_livescores_summary("eu", summary, t, lambda: locks.lease_condition(lease), lease.epoch,
+                                       ttl_s=60, state=state)
+    assert await cache.get_livescores_summary_and_state("eu") == (summary, t, state)
+    assert await cache.get_livescores_summary("eu") == (summary, t)
+    await cache.put_livescores_summary("eu", summary, t, lambda: locks.lease_condition(lease), lease.epoch,
+                                       ttl_s=60)
+    assert await cache.get_livescores_summary_and_state("eu") == (summary, t, {})
+    await repos.dynamo.call(cache.logical, "update_item", TableName=repos.dynamo.table(cache.logical),
+                            Key={"matchId": {"S": "livescores:eu"}}, UpdateExpression="SET feedState = :s",
+                            ExpressionAttributeValues={":s": {"S": "[not json"}})
+    assert await cache.get_livescores_summary_and_state("eu") == (summary, t, {})  # the summary still served
+    assert await cache.get_livescores_summary_and_state("us") is None
