@@ -130,9 +130,9 @@ class MatchChannels:
                 if exc.action is Action.CHANNEL_LIMIT:
                     raise ChannelsUnavailable(f"APNs channel limit reached ({exc.reason})") from exc
                 raise
-            except Exception:
-                # no answer (a 201 may have been lost): the claim stays, and a fresh claim id makes this
-                # owner's next attempt treat it like a dead creator's
+            except BaseException:
+                # no answer (a 201 may have been lost, or the wait was cancelled): the claim stays, and a fresh
+                # claim id makes this owner's next attempt treat it like a dead creator's
                 self._claim_id = secrets.token_hex(8)
                 raise
             if await self._fixtures.swap_broadcast_channels(

@@ -383,3 +383,30 @@ async def test_push_to_start_looks_up_and_claims_a_chunk_side_by_side_and_never_
     successor = rig.actor(epoch=2)  # the claims hold for a successor too: nobody is started twice
     await successor.refresh_sessions()
     assert await successor.heal() == 0 and calls["claims"] == 80
+
+
+async def test_a_create_whose_answer_was_lost_leaves_no_channel_open_when_the_owner_tries_again(
+    start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
+) -> None:
+    rig = await make_rig(start_apns_server, nursery, signing_key, repos)
+    creates = 0
+
+    async def request(req: Any) -> Any:
+        nonlocal creates
+        answer = await rig.sender.channels.request(req)
+        if req.method == "POST":
+            creates += 1
+            if creates == 2:  # APNs created it; the 201 never came back
+                raise OSError("connection reset")
+        return answer
+
+    owner = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=repos.fixtures, epoch=lambda: 1,
+                          active_matches=repos.active_matches.get_all_active_matches)
+    try:
+        await owner.ensure(["neutral", "7", "8"])
+    except OSError:
+        pass
+    assert rig.server.channels.count() == 2 and await recorded_channels(repos) == {}
+    recorded = await owner.ensure(["neutral", "7", "8"])
+    assert sorted(rig.server.channels.all(BUNDLE_ID)) == sorted(recorded.values()) and len(recorded) == 3
+    assert owner.leaks_deleted == 2
