@@ -7,15 +7,24 @@ match's end; and ``ChannelSweeper``, which compares APNs's ``all-channels`` with
 the matches that should have them and deletes the rest, so the 10,000-channel limit is never reached.
 Must not touch: pushes (the match actor builds broadcasts), the lease (the caller holds it).
 
-Only the match's owner calls ``MatchChannels`` (the match actor, under its lease). Recording is a
-compare-and-swap on the fixture's ``broadcastChannels``: an owner whose write finds the record changed (a
-paused predecessor and its successor both creating) deletes what it just created and adopts what is
-recorded, so whatever the timing at most one channel per perspective is in use, and a channel created but
-never recorded (its creator died in between) is the sweep's to delete.
+Only the match's owner calls ``MatchChannels`` (the match actor, under its lease). Before it asks APNs for
+a channel it writes a claim on the fixture (``broadcastChannelsClaim``: a random id and its epoch), and it
+records what it created with a compare-and-swap on ``broadcastChannels`` that also requires its claim still
+there and removes it. So:
+- a claim found on the fixture by another owner means a creation may have happened at APNs that was never
+  recorded (the creator died between the 201 and the record, or the 201 was lost): that owner lists
+  ``all-channels`` at once and deletes every channel no active match records, unless another match has a
+  creation in flight (a claim with its current owner epoch), whose channels cannot be told apart from leaks;
+  those are left to the sweep. Unrecorded channels never had a follower (starts name recorded channels only),
+  so deleting them loses nothing;
+- an owner whose write finds the record or the claim changed (a paused predecessor and its successor both
+  creating) deletes what it just created and adopts what is recorded, so whatever the timing at most one
+  channel per perspective is in use.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -29,6 +38,7 @@ from daemon.logs import get_logger
 log = get_logger("channels")
 
 Request = Callable[[broadcast.Request], Awaitable[Any]]
+ActiveMatches = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
 class ChannelsUnavailable(Exception):
@@ -38,14 +48,22 @@ class ChannelsUnavailable(Exception):
 class MatchChannels:
     """The channels of one match; ``request`` is the sender's ``channels.request``."""
 
-    def __init__(self, match_id: str, *, bundle: str, request: Request, fixtures: Any) -> None:
+    def __init__(self, match_id: str, *, bundle: str, request: Request, fixtures: Any,
+                 epoch: Callable[[], int] = lambda: 0, active_matches: ActiveMatches | None = None) -> None:
+        """``epoch`` gives the owner's epoch (written in its claims); ``active_matches`` gives the
+        active-matches items (``matchId``, ``ownerEpoch``) for deleting a dead creator's channels at once
+        (None: they are left to the sweep)."""
         self.match_id = match_id
         self.bundle = bundle
         self._request = request
         self._fixtures = fixtures
+        self._epoch = epoch
+        self._active_matches = active_matches
+        self._claim_id = secrets.token_hex(8)
         self.channels: dict[str, str] = {}  # perspective -> channel id, as recorded
         self.created = 0
         self.deleted = 0
+        self.leaks_deleted = 0  # unrecorded channels deleted on finding a dead creator's claim
         self.loaded = False
         # one change at a time within this owner (its start-up preparation, a push-to-start, a recreation)
         self._lock = trio.Lock()
@@ -82,27 +100,44 @@ class MatchChannels:
         wanted = list(dict.fromkeys(perspectives))
         gone = dict(replace or {})
         for _ in range(5):
-            recorded = await self._recorded()
-            if recorded is None:
+            fixture = await self._fixtures.get_fixture(self.match_id)
+            if fixture is None:
                 raise ChannelsUnavailable(f"fixture {self.match_id} does not exist: channels cannot be recorded")
+            recorded = {str(k): str(v) for k, v in (fixture.get("broadcastChannels") or {}).items()}
+            found = fixture.get("broadcastChannelsClaim")
+            if found and found.get("id") != self._claim_id:
+                await self._delete_leaks(recorded, found)
             # another owner may have replaced it already: only a perspective still recorded with the gone id
             stale = {p for p, channel in gone.items() if recorded.get(p) == channel}
             missing = [p for p in wanted if p not in recorded or p in stale]
             if not missing:
+                if found and not await self._fixtures.claim_broadcast_channels(self.match_id, recorded or None, None):
+                    continue  # the record moved on: read it again
                 self.channels = recorded
                 self.loaded = True
                 self._gauge()
                 return dict(recorded)
+            claim = {"id": self._claim_id, "epoch": int(self._epoch())}
+            if not await self._fixtures.claim_broadcast_channels(self.match_id, recorded or None, claim):
+                continue
             created: dict[str, str] = {}
             try:
                 for perspective in missing:
                     created[perspective] = await self._request(broadcast.create_channel(self.bundle))
             except broadcast.ChannelError as exc:
                 await self._delete_quietly(created.values())
+                await self._fixtures.claim_broadcast_channels(self.match_id, recorded or None, None)
                 if exc.action is Action.CHANNEL_LIMIT:
                     raise ChannelsUnavailable(f"APNs channel limit reached ({exc.reason})") from exc
                 raise
-            if await self._fixtures.swap_broadcast_channels(self.match_id, recorded or None, {**recorded, **created}):
+            except Exception:
+                # no answer (a 201 may have been lost): the claim stays, and a fresh claim id makes this
+                # owner's next attempt treat it like a dead creator's
+                self._claim_id = secrets.token_hex(8)
+                raise
+            if await self._fixtures.swap_broadcast_channels(
+                self.match_id, recorded or None, {**recorded, **created}, claim=claim
+            ):
                 old = [recorded[p] for p in created if p in recorded]
                 self.created += len(created)
                 self.channels = {**recorded, **created}
@@ -115,6 +150,38 @@ class MatchChannels:
             log.warning("broadcast_channels_record_raced", match_id=self.match_id)
             await self._delete_quietly(created.values())
         raise ChannelsUnavailable(f"fixture {self.match_id}: broadcastChannels kept changing")
+
+    async def _delete_leaks(self, recorded: Mapping[str, str], claim: Mapping[str, Any]) -> None:
+        """Another owner's claim is on the fixture: it may have created channels it never recorded. Delete
+        every channel APNs lists that no active match records, unless some other match has a creation in
+        flight (its claim carries its current owner epoch): its new channels look the same, so the sweep
+        is left to tell them apart. ``all-channels`` is listed before the records are read: a channel listed
+        was created after its creator's claim, which goes only in the write that records it."""
+        if self._active_matches is None:
+            return
+        try:
+            listed = set(await self._request(broadcast.list_channels(self.bundle)))
+        except broadcast.ChannelError as exc:
+            log.warning("broadcast_channel_list_failed", match_id=self.match_id, reason=exc.reason)
+            return
+        items = await self._active_matches()
+        epochs = {str(i["matchId"]): int(i.get("ownerEpoch", 0)) for i in items}
+        others = [m for m in epochs if m != self.match_id]
+        fixtures = await self._fixtures.batch_get_fixtures(others) if others else {}
+        in_flight = [
+            m for m, f in fixtures.items()
+            if (c := f.get("broadcastChannelsClaim")) and int(c.get("epoch", -1)) >= epochs.get(m, 0)
+        ]
+        if in_flight:
+            log.info("broadcast_channel_leaks_left_to_sweep", match_id=self.match_id, in_flight=in_flight)
+            return
+        held = {str(c) for f in fixtures.values() for c in (f.get("broadcastChannels") or {}).values()}
+        held |= set(recorded.values())
+        leaks = listed - held
+        removed = await self._delete_quietly(sorted(leaks))
+        self.leaks_deleted += removed
+        log.info("broadcast_channel_leaks_deleted", match_id=self.match_id, claim_epoch=claim.get("epoch"),
+                 deleted=removed)
 
     async def delete_all(self) -> int:
         """Delete the match's channels at APNs and remove the record (after the end broadcast)."""

@@ -220,7 +220,8 @@ class MatchActor:
         self._bundle = topic.removesuffix(LIVEACTIVITY_TOPIC_SUFFIX)
         request = getattr(getattr(sender, "channels", None), "request", None)
         self.channels: MatchChannels | None = (
-            MatchChannels(match_id, bundle=self._bundle, request=request, fixtures=repos.fixtures)
+            MatchChannels(match_id, bundle=self._bundle, request=request, fixtures=repos.fixtures,
+                          epoch=lambda: self.epoch, active_matches=repos.active_matches.get_all_active_matches)
             if settings.broadcast_channels and request is not None else None
         )
         self._channels_gone: dict[str, str] = {}  # perspective -> channel APNs no longer knows
@@ -872,69 +873,87 @@ class MatchActor:
     async def heal(self, *, again: set[str] | None = None) -> int:
         """Push-to-start to followers without an active session; returns how many were sent.
 
-        Each follower is claimed in DynamoDB just before its push is built, and the pushes go out in chunks
-        of ``alert_chunk_first``, each waited for before the next is claimed: an owner that dies leaves at
-        most one chunk claimed and perhaps unsent (sent again after ``push_to_start_min_interval_s``)."""
+        Followers go in chunks of ``heal_chunk``: each follower's device is looked up and its push-to-start
+        claimed in DynamoDB (a conditional write per follower, so none is ever started twice, by this owner
+        or a successor), up to ``heal_concurrency`` of those calls at once; then the chunk's pushes are sent
+        and waited for before the next chunk is claimed: an owner that dies leaves at most one chunk claimed
+        and perhaps unsent (sent again after ``push_to_start_min_interval_s``)."""
         if self._last_display is None or self.phase not in ("live", "innings_break"):
             return 0  # push-to-start when the match goes live (pre-match is the prematch job's)
         with_session = {s.user_id for s in self.sessions.values()}
         with_session.update(s.user_id for s in self.channel_sessions.values())
         now = trio.current_time()
-        pushes: list[Push] = []
-        sent = 0
+        due: list[str] = []
         for user_id in list(self.follower_team):
             if user_id in with_session:
                 continue
             last = self._push_to_start_sent.get(user_id)
             if last is not None and now - last < self._settings.push_to_start_min_interval_s:
                 continue
-            device = await self._repos.devices.get_device_for_user(user_id)
+            due.append(user_id)
+        sent = 0
+        step = self._settings.heal_chunk
+        for i in range(0, len(due), step):
+            claimed = await self._claim_starts(due[i:i + step], now, again or set())
+            pushes = [await self._start_push(user_id, device) for user_id, device in claimed]
+            if pushes:
+                sent += await self._send_starts(pushes)
+        return sent
+
+    async def _claim_starts(self, users: list[str], now: float, again: set[str]) -> list[tuple[str, Mapping[str, Any]]]:
+        """The followers of ``users`` with a push-to-start token whose claim this owner won, with their device,
+        in ``users``' order: per follower a device look-up then (if it has a token) its claim, followers side
+        by side under a limit of ``heal_concurrency`` calls in flight."""
+        limiter = trio.CapacityLimiter(self._settings.heal_concurrency)
+        won: dict[str, Mapping[str, Any]] = {}
+
+        async def one(user_id: str) -> None:
+            async with limiter:
+                device = await self._repos.devices.get_device_for_user(user_id)
             self._push_to_start_sent[user_id] = now  # also rate-limits the lookup of devices without a token
-            token = (device or {}).get("pushToStartToken")
-            if not token:
-                continue
+            if not (device or {}).get("pushToStartToken"):
+                return
             # The durable twin of the rate limit above, taken before the send: a successor owner does not
             # start (and alert) a follower this owner may already have reached.
-            interval = 0.0 if again and user_id in again else self._settings.push_to_start_min_interval_s
-            if not await self._repos.follows.claim_push_to_start(
-                self.match_id, user_id, now=self._now(), min_interval_s=interval
-            ):
-                continue
-            content = self._content_for(self._last_display, user_id)
-            channel = None
-            if supports_channels(device):
-                channel = (await self._start_channels()).get(self._perspective(user_id, self._last_display))
-                if channel:
-                    self._announced.add(channel)
-            payload = payloads.start_payload(
-                content,
-                attributes_type=self._settings.attributes_type,
-                attributes=self._attributes(),
-                timestamp=int(self._now()),
-                alert=(content.get("title") or "Match live", content.get("subtitle") or "Follow it live"),
-                input_push_channel=channel,
-                input_push_token=channel is None,
-            )
-            pushes.append(
-                Push(
-                    token=str(token),
-                    push_type="liveactivity",
-                    topic=self._topic,
-                    payload=payload,
-                    priority=10,
-                    kind="start",
-                    collapse_id=payloads.start_collapse_id(self.match_id),
-                    context=TokenRef(
-                        "push_to_start", self.match_id, user_id=user_id, device_token=str(device["deviceToken"])
-                    ),
+            interval = 0.0 if user_id in again else self._settings.push_to_start_min_interval_s
+            async with limiter:
+                ok = await self._repos.follows.claim_push_to_start(
+                    self.match_id, user_id, now=self._now(), min_interval_s=interval
                 )
-            )
-            if len(pushes) >= self._settings.alert_chunk_first:
-                sent += await self._send_starts(pushes)
-                pushes = []
-        if pushes:
-            sent += await self._send_starts(pushes)
-        return sent
+            if ok:
+                won[user_id] = device  # type: ignore[assignment]
+
+        async with trio.open_nursery() as nursery:
+            for user_id in users:
+                nursery.start_soon(one, user_id)
+        return [(u, won[u]) for u in users if u in won]
+
+    async def _start_push(self, user_id: str, device: Mapping[str, Any]) -> Push:
+        content = self._content_for(self._last_display or {}, user_id)
+        channel = None
+        if supports_channels(device):
+            channel = (await self._start_channels()).get(self._perspective(user_id, self._last_display or {}))
+            if channel:
+                self._announced.add(channel)
+        payload = payloads.start_payload(
+            content,
+            attributes_type=self._settings.attributes_type,
+            attributes=self._attributes(),
+            timestamp=int(self._now()),
+            alert=(content.get("title") or "Match live", content.get("subtitle") or "Follow it live"),
+            input_push_channel=channel,
+            input_push_token=channel is None,
+        )
+        return Push(
+            token=str(device["pushToStartToken"]),
+            push_type="liveactivity",
+            topic=self._topic,
+            payload=payload,
+            priority=10,
+            kind="start",
+            collapse_id=payloads.start_collapse_id(self.match_id),
+            context=TokenRef("push_to_start", self.match_id, user_id=user_id, device_token=str(device["deviceToken"])),
+        )
 
     async def _send_starts(self, pushes: list[Push]) -> int:
         _, counts = await self._push_all(

@@ -108,6 +108,16 @@ class MatchActorSettings(BaseModel):
     alert_chunk_max: int = Field(
         2048, ge=1, description="chunks double from alert_chunk_first up to this size"
     )
+    heal_chunk: int = Field(
+        128, ge=1, le=4096,
+        description="push-to-start (self-healing) works through followers in chunks of this size: a chunk's "
+        "look-ups and claims run together, then its pushes are sent and waited for before the next chunk is "
+        "claimed (an owner dying leaves at most one chunk claimed and perhaps unsent)",
+    )
+    heal_concurrency: int = Field(
+        32, ge=1, le=1024,
+        description="DynamoDB calls in flight at once for a chunk's device look-ups and push-to-start claims",
+    )
     attributes_type: str = Field("MatchAttributes", description="the app's ActivityAttributes type name")
     broadcast_channels: bool = Field(
         True,

@@ -368,6 +368,7 @@ def _add_routes(app: FastAPI) -> None:
             if item is None:
                 continue
             out = dict(item)
+            out.pop("broadcastChannelsClaim", None)  # the owner's internal claim, not for the app
             if mid in raws:
                 out["rawFixture"] = raws[mid]
             matches.append(out)
@@ -381,6 +382,7 @@ def _add_routes(app: FastAPI) -> None:
         if item is None:
             raise _not_found("match")
         out = dict(item)
+        out.pop("broadcastChannelsClaim", None)  # the owner's internal claim, not for the app
         try:
             raw = await api.repos.fixture_cache.get_cached_fixture(matchId)
         except ValueError as exc:  # an entry in an encoding this version cannot read: served without it

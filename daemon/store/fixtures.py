@@ -4,7 +4,8 @@ Owns the fixture items: ``matchId`` (key), ``leagueCode`` + ``startTime`` (the `
 GSI keys: strings, ``startTime`` ISO-8601 so it sorts), ``live``, ``displayState``, ``liveUpdatedAt``,
 ``archivedAt``, ``ttl`` (optional; an item without it never expires), ``broadcastChannels`` (display
 perspective -> iOS 18 broadcast channel id, written by the match's owner only through
-``swap_broadcast_channels``) and whatever else FixtureSync writes.
+``swap_broadcast_channels``), ``broadcastChannelsClaim`` (``{"id", "epoch"}``: the owner creating channels
+right now or that died doing so; see ``claim_broadcast_channels``) and whatever else FixtureSync writes.
 GSI key attributes must be strings when present: a non-string is refused with the field named, instead of
 DynamoDB's batch-wide ValidationException.
 """
@@ -72,19 +73,42 @@ class FixtureRepository(Repository):
         return await self._update(self._key(match_id), u.kwargs(cond)) is not None
 
     async def swap_broadcast_channels(
-        self, match_id: str, old: Mapping[str, str] | None, new: Mapping[str, str] | None
+        self, match_id: str, old: Mapping[str, str] | None, new: Mapping[str, str] | None,
+        *, claim: Mapping[str, Any] | None = None,
     ) -> bool:
         """Replace ``broadcastChannels`` with ``new`` (None or empty removes it) only if it is still ``old``
-        (None: absent). False when it changed meanwhile or the fixture does not exist: the caller re-reads."""
+        (None: absent) and, given ``claim``, only if ``broadcastChannelsClaim`` is still that claim; the claim
+        is removed in the same write. False when either changed meanwhile or the fixture does not exist: the
+        caller re-reads."""
         u = UpdateBuilder()
         if new:
             u.set("broadcastChannels", dict(new))
         else:
             u.remove("broadcastChannels")
-        field_name = u.name("broadcastChannels")
-        cond = f"attribute_exists({u.name('matchId')}) AND "
-        if old:
-            cond += f"{field_name} = {u.value(dict(old), 'broadcastChannels')}"
-        else:
-            cond += f"attribute_not_exists({field_name})"
+        u.remove("broadcastChannelsClaim")
+        cond = f"attribute_exists({u.name('matchId')}) AND " + self._channels_condition(u, old)
+        if claim is not None:
+            cond += f" AND {u.name('broadcastChannelsClaim')} = {u.value(dict(claim), 'broadcastChannelsClaim')}"
         return await self._update(self._key(match_id), u.kwargs(cond)) is not None
+
+    async def claim_broadcast_channels(
+        self, match_id: str, recorded: Mapping[str, str] | None, claim: Mapping[str, Any] | None
+    ) -> bool:
+        """SET ``broadcastChannelsClaim`` to ``claim`` (None removes it), whatever claim was there, only if
+        ``broadcastChannels`` is still ``recorded`` (None: absent). An owner writes its claim before creating
+        channels at APNs: a claim left on the fixture says a creation may have happened that was never
+        recorded. False when the record changed or the fixture does not exist."""
+        u = UpdateBuilder()
+        if claim:
+            u.set("broadcastChannelsClaim", dict(claim))
+        else:
+            u.remove("broadcastChannelsClaim")
+        cond = f"attribute_exists({u.name('matchId')}) AND " + self._channels_condition(u, recorded)
+        return await self._update(self._key(match_id), u.kwargs(cond)) is not None
+
+    @staticmethod
+    def _channels_condition(u: UpdateBuilder, recorded: Mapping[str, str] | None) -> str:
+        field_name = u.name("broadcastChannels")
+        if recorded:
+            return f"{field_name} = {u.value(dict(recorded), 'broadcastChannels')}"
+        return f"attribute_not_exists({field_name})"

@@ -275,3 +275,111 @@ def test_start_payload_names_the_channel_or_asks_for_a_token() -> None:
                                                  alert=None, input_push_token=True))["aps"]
     assert on_channel["input-push-channel"] == "Y2hhbm5lbA==" and "input-push-token" not in on_channel
     assert on_token["input-push-token"] == 1 and "input-push-channel" not in on_token
+
+
+class _Killed(BaseException):
+    """The process ends here (nothing catches it, as nothing outlives a kill -9)."""
+
+
+class _DiesBeforeRecording:
+    """The fixtures repository of an owner killed after APNs answered its creates and before it recorded them."""
+
+    def __init__(self, fixtures: Any) -> None:
+        self._fixtures = fixtures
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fixtures, name)
+
+    async def swap_broadcast_channels(self, *args: Any, **kwargs: Any) -> bool:
+        raise _Killed  # kill -9: nothing after the creates runs
+
+
+async def test_an_owner_killed_between_creating_and_recording_leaves_one_recorded_set_and_no_leak(
+    start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
+) -> None:
+    rig = await make_rig(start_apns_server, nursery, signing_key, repos)
+    request = rig.sender.channels.request
+    active = repos.active_matches.get_all_active_matches
+    dead = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=_DiesBeforeRecording(repos.fixtures),
+                         epoch=lambda: 1, active_matches=active)
+    try:
+        await dead.ensure(["neutral", "7", "8"])
+    except _Killed:
+        pass
+    assert rig.server.channels.count() == 3 and await recorded_channels(repos) == {}  # created, never recorded
+    assert await repos.active_matches.claim_active_match(MATCH, "successor") == 2
+    successor = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=repos.fixtures,
+                              epoch=lambda: 2, active_matches=active)
+    recorded = await successor.ensure(["neutral", "7", "8"])
+    assert set(recorded) == {"neutral", "7", "8"} and await recorded_channels(repos) == recorded
+    assert sorted(rig.server.channels.all(BUNDLE_ID)) == sorted(recorded.values())  # the dead owner's are gone
+    assert successor.leaks_deleted == 3
+    assert "broadcastChannelsClaim" not in (await repos.fixtures.get_fixture(MATCH) or {})
+
+
+async def test_a_creation_in_flight_for_another_match_is_not_taken_for_a_leak(
+    start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
+) -> None:
+    rig = await make_rig(start_apns_server, nursery, signing_key, repos)
+    request = rig.sender.channels.request
+    active = repos.active_matches.get_all_active_matches
+    await repos.fixtures.batch_write_fixtures([{"matchId": "501", "leagueCode": "T20", "startTime": "2026-12-03"}])
+    await repos.active_matches.register_active_match("501", "other")
+    assert await repos.fixtures.claim_broadcast_channels("501", None, {"id": "x", "epoch": 1})
+    from daemon.apns import broadcast
+
+    theirs = await request(broadcast.create_channel(BUNDLE_ID))  # 501's owner is between create and record
+    dead = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=_DiesBeforeRecording(repos.fixtures),
+                         epoch=lambda: 1, active_matches=active)
+    try:
+        await dead.ensure(["neutral"])
+    except _Killed:
+        pass
+    successor = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=repos.fixtures,
+                              epoch=lambda: 2, active_matches=active)
+    await repos.active_matches.claim_active_match(MATCH, "successor")
+    recorded = await successor.ensure(["neutral"])
+    assert successor.leaks_deleted == 0 and theirs in rig.server.channels.all(BUNDLE_ID)
+    assert rig.server.channels.count() == 3  # theirs, the dead owner's (the sweep's), the recorded one
+    assert recorded["neutral"] in rig.server.channels.all(BUNDLE_ID)
+
+
+async def test_push_to_start_looks_up_and_claims_a_chunk_side_by_side_and_never_starts_a_follower_twice(
+    start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
+) -> None:
+    rig = await make_rig(start_apns_server, nursery, signing_key, repos)
+    for n in range(36):  # 40 followers with the rig's four, half of them on iOS 18
+        user = f"v{n:02d}"
+        await repos.follows.follow_match(MATCH, user, "7" if n % 2 else "8", 4_000_000_000)
+        await repos.devices.register_device(user, secrets.token_hex(32), os_version="18.0" if n % 2 else "17.4",
+                                            push_to_start_token=f"{n:02d}".ljust(64, "c"))
+    calls = {"devices": 0, "claims": 0, "in_flight": 0, "most": 0}
+
+    def counted(kind: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[kind] += 1
+            calls["in_flight"] += 1
+            calls["most"] = max(calls["most"], calls["in_flight"])
+            try:
+                return await call(*args, **kwargs)
+            finally:
+                calls["in_flight"] -= 1
+        return wrapper
+
+    repos.devices.get_device_for_user = counted("devices", repos.devices.get_device_for_user)
+    repos.follows.claim_push_to_start = counted("claims", repos.follows.claim_push_to_start)
+    actor = rig.actor()
+    actor._settings = actor._settings.model_copy(update={"heal_chunk": 16, "heal_concurrency": 8})
+    starts: list[int] = []
+    actor._on_delivery = lambda d: starts.append(d.tokens)
+    await actor.refresh_sessions()
+    assert await actor.heal() == 40
+    assert starts == [16, 16, 8]  # one send per chunk, each after its claims
+    assert (calls["devices"], calls["claims"]) == (40, 40)  # one look-up and one claim per follower, no more
+    assert 1 < calls["most"] <= 8  # side by side, never past the limit
+    started = [r for r in rig.server.records if (r.get("payload") or {}).get("aps", {}).get("event") == "start"]
+    assert len(started) == len({r["token"] for r in started}) == 40
+    assert sum(1 for r in started if r["payload"]["aps"].get("input-push-channel")) == 18 + 2
+    successor = rig.actor(epoch=2)  # the claims hold for a successor too: nobody is started twice
+    await successor.refresh_sessions()
+    assert await successor.heal() == 0 and calls["claims"] == 80

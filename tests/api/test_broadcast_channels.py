@@ -46,3 +46,12 @@ async def test_match_answers_its_broadcast_channels(api: Api, client: httpx.Asyn
     body = (await client.get("/matches/1001", headers=api.headers(A))).json()
     assert body["broadcastChannels"] == {"neutral": CHANNEL, "7": CHANNEL[::-1]}
     assert not await api.repos.fixtures.swap_broadcast_channels("1001", None, {"neutral": "x"})  # not absent now
+
+
+async def test_match_does_not_answer_the_owners_channel_creation_claim(api: Api, client: httpx.AsyncClient) -> None:
+    await api.repos.fixtures.batch_write_fixtures([{"matchId": "1001", "leagueCode": "T20", "startTime": "2026"}])
+    assert await api.repos.fixtures.claim_broadcast_channels("1001", None, {"id": "ab", "epoch": 3})
+    one = (await client.get("/matches/1001", headers=api.headers(A))).json()
+    listed = (await client.get("/matches?ids=1001", headers=api.headers(A))).json()["matches"]
+    assert one["matchId"] == "1001" and "broadcastChannelsClaim" not in one
+    assert [m["matchId"] for m in listed] == ["1001"] and "broadcastChannelsClaim" not in listed[0]
