@@ -921,7 +921,7 @@ class MatchActor:
                     self.match_id, user_id, now=self._now(), min_interval_s=interval
                 )
             if ok:
-                won[user_id] = device  # type: ignore[assignment]
+                won[user_id] = device
 
         async with trio.open_nursery() as nursery:
             for user_id in users:

@@ -135,9 +135,11 @@ class Daemon:
             items = await self.repos.active_matches.get_all_active_matches()
             return [str(i["matchId"]) for i in items if i.get("status") != "ended"]
 
+        channels = self.sender.channels
+        assert channels is not None, "the channel sweeper runs only where the sender manages channels"
         return ChannelSweeper(
             bundle=self.config.apns.topic.removesuffix(".push-type.liveactivity"),
-            request=self.sender.channels.request, fixtures=self.repos.fixtures, active_matches=active,
+            request=channels.request, fixtures=self.repos.fixtures, active_matches=active,
             interval_s=self.config.match.channel_sweep_s,
         )
 

@@ -641,3 +641,32 @@ async def test_subscribing_again_does_not_start_the_404_count_over(autojump_cloc
             await trio.sleep(2)
         await trio.sleep(300)
         assert len(fake.calls("/fixtures/123")) == 3 and feed.is_released("123")
+
+
+async def test_a_follower_adopts_the_leaders_404_verdicts_and_its_subscriber_is_told_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    feed = make_feed(fake, feed={"not_found_max_tries": 3, "not_found_release_s": 600.0})
+    feed.set_leading(False)
+    to_wall = 1_000_000.0
+    channel = feed.subscribe("123", marquee=False)
+    assert feed.adopt_not_found({"tries": {"123": 2, "9": 1}}, to_wall=to_wall) == []
+    assert feed.not_found_state(to_wall=to_wall) == {"released": {}, "tries": {"123": 2, "9": 1}}
+    feed.adopt_not_found({"tries": {"123": 2}}, to_wall=to_wall)  # 9 answered since: the leader forgot it
+    assert feed.not_found_state(to_wall=to_wall)["tries"] == {"123": 2}
+    now_wall = trio.current_time() + to_wall
+    state = {"released": {"123": now_wall + 600, "77": now_wall - 1}, "tries": {}}
+    assert feed.adopt_not_found(state, to_wall=to_wall) == ["123"]  # 77's release ran out already
+    assert feed.is_released("123") and not feed.is_released("77")
+    assert feed.adopt_not_found(state, to_wall=to_wall) == []  # told once
+    # a fixture the cache reader finds afterwards neither reaches the subscriber nor displaces the verdict
+    assert not feed.offer_cached(FeedUpdate("123", minimal_fixture(123), now_wall, "livescores", True))
+    feed._subs["123"].offer(FeedUpdate("123", minimal_fixture(123), now_wall, "livescores", True))
+    async with running(feed):
+        update = await channel.receive()
+    assert update.released and update.fixture is None and "feed leader" in (update.error or "")
+    assert feed.not_found_state(to_wall=to_wall)["released"] == {"123": pytest.approx(now_wall + 600)}
+    assert feed.adopt_not_found({"released": {"1": "soon"}}, to_wall=to_wall) == []  # unreadable: ignored
+    await trio.sleep(601)
+    assert not feed.is_released("123")
