@@ -39,8 +39,9 @@ log = get_logger("actors.cache_reader")
 READ_MARGIN_S = 0.25  # after the leader's expected write: its transaction takes a moment
 
 
-def next_read_in(cadence_s: float, newest_fetched_at: float | None, now_wall: float,
-                 margin_s: float = READ_MARGIN_S) -> float:
+def next_read_in(
+    cadence_s: float, newest_fetched_at: float | None, now_wall: float, margin_s: float = READ_MARGIN_S
+) -> float:
     """Seconds to the next read: just after the leader's next write when the newest fixture is recent,
     else half a cadence (never less than a tenth of one)."""
     floor = cadence_s / 10
@@ -82,7 +83,9 @@ class CacheReader:
         self.delivered = 0
         self.errors = 0
         self.last_read_at: float | None = None
-        self._summary: tuple[list[dict[str, Any]], float, float] | None = None  # (fixtures, fetchedAt, read at)
+        self._summary: tuple[list[dict[str, Any]], float, float] | None = (
+            None  # (fixtures, fetchedAt, read at)
+        )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()

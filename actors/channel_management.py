@@ -53,15 +53,25 @@ class ChannelManagement:
                 status: int | None = None
                 try:
                     answer = await self._exchange(req)
-                except (_ConnectionFailed, OSError, ssl.SSLError, trio.BrokenResourceError, trio.ClosedResourceError,
-                        trio.TooSlowError, h2.exceptions.H2Error) as exc:
+                except (
+                    _ConnectionFailed,
+                    OSError,
+                    ssl.SSLError,
+                    trio.BrokenResourceError,
+                    trio.ClosedResourceError,
+                    trio.TooSlowError,
+                    h2.exceptions.H2Error,
+                ) as exc:
                     await self.aclose()
-                    error = broadcast.ChannelError(req.op, None, type(exc).__name__, Verdict(Action.RETRY, None))
+                    error = broadcast.ChannelError(
+                        req.op, None, type(exc).__name__, Verdict(Action.RETRY, None)
+                    )
                 else:
                     status = answer.status
                     try:
-                        result = broadcast.parse_answer(req.op, answer.status, answer.reason, answer.channel_id,
-                                                        answer.body)
+                        result = broadcast.parse_answer(
+                            req.op, answer.status, answer.reason, answer.channel_id, answer.body
+                        )
                     except broadcast.ChannelError as exc:
                         error = exc
                     else:
@@ -74,21 +84,43 @@ class ChannelManagement:
                     retries < settings.max_retries
                 ):
                     if action is not Action.RETRY:
-                        if action is Action.REFRESH_PROVIDER_TOKEN and self._conn is not None and self._conn.token:
+                        if (
+                            action is Action.REFRESH_PROVIDER_TOKEN
+                            and self._conn is not None
+                            and self._conn.token
+                        ):
                             self._sender._tokens.invalidate(self._conn.token)
                         await self.aclose()
                     retries += 1
-                    log.info("apns_channel_request_retry", op=req.op, reason=error.reason, status=status,
-                             attempt=retries)
-                    await trio.sleep(backoff_delay(retries, base_s=settings.retry_backoff_s,
-                                                   cap_s=settings.retry_backoff_max_s, jitter=0.5,
-                                                   rng=self._sender._rng))
+                    log.info(
+                        "apns_channel_request_retry",
+                        op=req.op,
+                        reason=error.reason,
+                        status=status,
+                        attempt=retries,
+                    )
+                    await trio.sleep(
+                        backoff_delay(
+                            retries,
+                            base_s=settings.retry_backoff_s,
+                            cap_s=settings.retry_backoff_max_s,
+                            jitter=0.5,
+                            rng=self._sender._rng,
+                        )
+                    )
                     continue
                 self._count(req.op, "error")
                 if action is Action.CONFIGURATION:
-                    self._sender._configuration_error(error.reason or f"HTTP{status}", status, f"channel {req.op}")
-                log.warning("apns_channel_request_refused", op=req.op, status=status, reason=error.reason,
-                            action=action.value)
+                    self._sender._configuration_error(
+                        error.reason or f"HTTP{status}", status, f"channel {req.op}"
+                    )
+                log.warning(
+                    "apns_channel_request_refused",
+                    op=req.op,
+                    status=status,
+                    reason=error.reason,
+                    action=action.value,
+                )
                 raise error
 
     def _count(self, op: str, outcome: str) -> None:
@@ -105,7 +137,9 @@ class ChannelManagement:
         settings = self._sender.settings
         with trio.fail_after(settings.connect_timeout_s):
             stream = await self._sender._open_stream(self.host, self.port)
-            conn = ApnsConnection(self._authority, request_timeout_s=settings.request_timeout_s, local_stream_cap=8)
+            conn = ApnsConnection(
+                self._authority, request_timeout_s=settings.request_timeout_s, local_stream_cap=8
+            )
             now = trio.current_time()
             conn.initiate(now)
             conn.use_token(self._sender._tokens.for_connection(None, None).token)

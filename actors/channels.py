@@ -48,8 +48,16 @@ class ChannelsUnavailable(Exception):
 class MatchChannels:
     """The channels of one match; ``request`` is the sender's ``channels.request``."""
 
-    def __init__(self, match_id: str, *, bundle: str, request: Request, fixtures: Any,
-                 epoch: Callable[[], int] = lambda: 0, active_matches: ActiveMatches | None = None) -> None:
+    def __init__(
+        self,
+        match_id: str,
+        *,
+        bundle: str,
+        request: Request,
+        fixtures: Any,
+        epoch: Callable[[], int] = lambda: 0,
+        active_matches: ActiveMatches | None = None,
+    ) -> None:
         """``epoch`` gives the owner's epoch (written in its claims); ``active_matches`` gives the
         active-matches items (``matchId``, ``ownerEpoch``) for deleting a dead creator's channels at once
         (None: they are left to the sweep)."""
@@ -89,7 +97,9 @@ class MatchChannels:
         self._gauge()
         return self.channels
 
-    async def ensure(self, perspectives: Iterable[str], *, replace: Mapping[str, str] | None = None) -> dict[str, str]:
+    async def ensure(
+        self, perspectives: Iterable[str], *, replace: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
         async with self._lock:
             return await self._ensure(perspectives, replace)
 
@@ -102,7 +112,9 @@ class MatchChannels:
         for _ in range(5):
             fixture = await self._fixtures.get_fixture(self.match_id)
             if fixture is None:
-                raise ChannelsUnavailable(f"fixture {self.match_id} does not exist: channels cannot be recorded")
+                raise ChannelsUnavailable(
+                    f"fixture {self.match_id} does not exist: channels cannot be recorded"
+                )
             recorded = {str(k): str(v) for k, v in (fixture.get("broadcastChannels") or {}).items()}
             found = fixture.get("broadcastChannelsClaim")
             if found and found.get("id") != self._claim_id:
@@ -111,7 +123,9 @@ class MatchChannels:
             stale = {p for p, channel in gone.items() if recorded.get(p) == channel}
             missing = [p for p in wanted if p not in recorded or p in stale]
             if not missing:
-                if found and not await self._fixtures.claim_broadcast_channels(self.match_id, recorded or None, None):
+                if found and not await self._fixtures.claim_broadcast_channels(
+                    self.match_id, recorded or None, None
+                ):
                     continue  # the record moved on: read it again
                 self.channels = recorded
                 self.loaded = True
@@ -169,7 +183,8 @@ class MatchChannels:
         others = [m for m in epochs if m != self.match_id]
         fixtures = await self._fixtures.batch_get_fixtures(others) if others else {}
         in_flight = [
-            m for m, f in fixtures.items()
+            m
+            for m, f in fixtures.items()
             if (c := f.get("broadcastChannelsClaim")) and int(c.get("epoch", -1)) >= epochs.get(m, 0)
         ]
         if in_flight:
@@ -180,8 +195,12 @@ class MatchChannels:
         leaks = listed - held
         removed = await self._delete_quietly(sorted(leaks))
         self.leaks_deleted += removed
-        log.info("broadcast_channel_leaks_deleted", match_id=self.match_id, claim_epoch=claim.get("epoch"),
-                 deleted=removed)
+        log.info(
+            "broadcast_channel_leaks_deleted",
+            match_id=self.match_id,
+            claim_epoch=claim.get("epoch"),
+            deleted=removed,
+        )
 
     async def delete_all(self) -> int:
         """Delete the match's channels at APNs and remove the record (after the end broadcast)."""
@@ -221,8 +240,15 @@ class ChannelSweeper:
     recording, or ended without deleting). A channel is deleted only when it was unrecorded at two sweeps in
     a row, ``interval_s`` apart: one being created and recorded right now is never taken for a leak."""
 
-    def __init__(self, *, bundle: str, request: Request, fixtures: Any, active_matches: Callable[[], Awaitable[list[str]]],
-                 interval_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        *,
+        bundle: str,
+        request: Request,
+        fixtures: Any,
+        active_matches: Callable[[], Awaitable[list[str]]],
+        interval_s: float = 300.0,
+    ) -> None:
         self.bundle = bundle
         self._request = request
         self._fixtures = fixtures
@@ -247,11 +273,18 @@ class ChannelSweeper:
                 deleted.append(channel_id)
             except broadcast.ChannelError as exc:
                 if exc.action is not Action.RECREATE_CHANNEL:
-                    log.warning("broadcast_channel_sweep_delete_failed", channel=channel_id, reason=exc.reason)
+                    log.warning(
+                        "broadcast_channel_sweep_delete_failed", channel=channel_id, reason=exc.reason
+                    )
         self.deleted += len(deleted)
         if deleted or unrecorded:
-            log.info("broadcast_channels_swept", listed=len(listed), recorded=len(recorded), deleted=len(deleted),
-                     suspects=len(self._suspects))
+            log.info(
+                "broadcast_channels_swept",
+                listed=len(listed),
+                recorded=len(recorded),
+                deleted=len(deleted),
+                suspects=len(self._suspects),
+            )
         return deleted
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

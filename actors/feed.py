@@ -381,7 +381,11 @@ class FeedActor:
                 if not sub.remote:
                     log.warning("feed_fixture_released_by_leader", match_id=match_id)
                     message = f"fixture {match_id} answered 404 on every try the region's feed leader made: released"
-                    sub.offer(FeedUpdate(match_id, None, time.time(), "fixture", False, error=message, released=True))
+                    sub.offer(
+                        FeedUpdate(
+                            match_id, None, time.time(), "fixture", False, error=message, released=True
+                        )
+                    )
         return newly
 
     def is_released(self, match_id: str) -> bool:
@@ -414,8 +418,11 @@ class FeedActor:
             "cadence_s": self._livescores_cadence(),
             "marquee_source": self.settings.marquee_source,
             "leading": self.leading,
-            "cache": {"writes": self.cache_writes, "errors": self.cache_errors,
-                      "pending": len(self._cache_pending)},
+            "cache": {
+                "writes": self.cache_writes,
+                "errors": self.cache_errors,
+                "pending": len(self._cache_pending),
+            },
             "subscribers": [
                 {
                     "match_id": sub.match_id,
@@ -459,7 +466,9 @@ class FeedActor:
         if not self._subs:
             return math.inf
         times = [self._next_livescores_at]
-        times += [sub.next_fixture_at for sub in self._subs.values() if self._fixture_cadence(sub) is not None]
+        times += [
+            sub.next_fixture_at for sub in self._subs.values() if self._fixture_cadence(sub) is not None
+        ]
         return min(times)
 
     async def _poll_loop(self) -> None:
@@ -560,9 +569,13 @@ class FeedActor:
 
     async def _fetch_due_fixtures(self) -> None:
         now = trio.current_time()
-        due = [sub for sub in self._subs.values()
-               if self._fixture_cadence(sub) is not None and sub.next_fixture_at <= now
-               and not self.is_released(sub.match_id)]
+        due = [
+            sub
+            for sub in self._subs.values()
+            if self._fixture_cadence(sub) is not None
+            and sub.next_fixture_at <= now
+            and not self.is_released(sub.match_id)
+        ]
         if not due:
             return
         limiter = trio.CapacityLimiter(self.settings.fixture_fetch_concurrency)
@@ -627,8 +640,12 @@ class FeedActor:
         del self._not_found_tries[sub.match_id]
         self._released[sub.match_id] = trio.current_time() + s.not_found_release_s
         sub.next_fixture_at = math.inf  # no more calls for it, whatever the subscriber does next
-        log.warning("feed_fixture_released", match_id=sub.match_id, tries=tries,
-                    not_taken_again_for_s=s.not_found_release_s)
+        log.warning(
+            "feed_fixture_released",
+            match_id=sub.match_id,
+            tries=tries,
+            not_taken_again_for_s=s.not_found_release_s,
+        )
         message = f"fixture {sub.match_id} answered 404 {tries} times in a row: released"
         sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=message, released=True))
 
@@ -725,7 +742,9 @@ class FeedActor:
                     )
                 except Exception as exc:  # noqa: BLE001 - the cache is best effort; the feed must go on
                     self.cache_errors += 1
-                    log.warning("feed_cache_write_failed", match_id=match_id, error=f"{type(exc).__name__}: {exc}")
+                    log.warning(
+                        "feed_cache_write_failed", match_id=match_id, error=f"{type(exc).__name__}: {exc}"
+                    )
                     continue
                 self.cache_writes += 1
                 if match_id in self._subs:

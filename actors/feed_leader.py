@@ -86,7 +86,9 @@ def parse_budget(item: Mapping[str, Any] | None) -> tuple[dict[str, list[list[fl
     return record, at
 
 
-def wanted_matches(active: Iterable[Mapping[str, Any]], marquee_leagues: Collection[int | str]) -> dict[str, bool]:
+def wanted_matches(
+    active: Iterable[Mapping[str, Any]], marquee_leagues: Collection[int | str]
+) -> dict[str, bool]:
     """The region's matches the leader polls for: every active record, marquee by its league."""
     marquee = {str(x) for x in marquee_leagues}
     out: dict[str, bool] = {}
@@ -128,8 +130,9 @@ def feed_state(feed: Any, *, wall: float, now: float) -> dict[str, Any]:
     }
 
 
-def newer_budget(lock_item: Mapping[str, Any] | None, state: Mapping[str, Any] | None
-                 ) -> tuple[dict[str, list[list[float]]], float] | None:
+def newer_budget(
+    lock_item: Mapping[str, Any] | None, state: Mapping[str, Any] | None
+) -> tuple[dict[str, list[list[float]]], float] | None:
     """The fresher of the two call records a new leader finds: the lock item's (last renewal) or the
     summary's (last poll)."""
     from_lock = parse_budget(lock_item)
@@ -194,7 +197,9 @@ class FeedLeadership:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            await self._attempt()  # a lone instance leads before the orchestrator's first cycle asks for livescores
+            await (
+                self._attempt()
+            )  # a lone instance leads before the orchestrator's first cycle asks for livescores
             if self.lease is not None:
                 await self._refresh_region_safely()
             task_status.started()
@@ -268,8 +273,13 @@ class FeedLeadership:
         self.became_leader += 1
         FEED_LEADER.set(1)
         FEED_LEADER_CHANGES.inc()
-        log.info("feed_leader", region=self.region, epoch=lease.epoch,
-                 previous=(item or {}).get("previousOwner"), budget_seeded=budget is not None)
+        log.info(
+            "feed_leader",
+            region=self.region,
+            epoch=lease.epoch,
+            previous=(item or {}).get("previousOwner"),
+            budget_seeded=budget is not None,
+        )
         self.feed.set_leading(True)
 
     async def _summary_state(self) -> dict[str, Any]:
@@ -362,19 +372,39 @@ class FencedFixtureCache:
     ) -> None:
         lease = self._leadership.write_lease()
         self.seq += 1
-        put = FencedPut(match_id, raw_fixture, ttl_s, self.seq, time.time() if fetched_at is None else fetched_at,
-                        source, in_livescores)
-        await self._fenced(lease, lambda: self._repo.put_fixtures_fenced(
-            [put], lambda: self._locks.lease_condition(lease), lease.epoch))
+        put = FencedPut(
+            match_id,
+            raw_fixture,
+            ttl_s,
+            self.seq,
+            time.time() if fetched_at is None else fetched_at,
+            source,
+            in_livescores,
+        )
+        await self._fenced(
+            lease,
+            lambda: self._repo.put_fixtures_fenced(
+                [put], lambda: self._locks.lease_condition(lease), lease.epoch
+            ),
+        )
 
     async def publish_livescores(self, summary: Sequence[Mapping[str, Any]], fetched_at: float) -> None:
         """The summary, with the feed's state for the region (``feed_state``): written on every poll (and on
         every 404 try), so it is fresher than the record a lease renewal carries."""
         lease = self._leadership.write_lease()
         state = feed_state(self._leadership.feed, wall=time.time(), now=trio.current_time())
-        await self._fenced(lease, lambda: self._repo.put_livescores_summary(
-            self._leadership.region, summary, fetched_at, lambda: self._locks.lease_condition(lease), lease.epoch,
-            ttl_s=self._summary_ttl_s, state=state))
+        await self._fenced(
+            lease,
+            lambda: self._repo.put_livescores_summary(
+                self._leadership.region,
+                summary,
+                fetched_at,
+                lambda: self._locks.lease_condition(lease),
+                lease.epoch,
+                ttl_s=self._summary_ttl_s,
+                state=state,
+            ),
+        )
         self._leadership.last_poll_wall = fetched_at
 
     async def _fenced(self, lease: Lease, write: Callable[[], Any]) -> None:

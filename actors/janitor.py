@@ -54,7 +54,9 @@ class Janitor:
         ref = getattr(result.push, "context", None)
         if not isinstance(ref, TokenRef):
             self.cleaned["unknown"] += 1
-            log.warning("dead_token_without_context", token=short_token(result.push.token), reason=result.reason)
+            log.warning(
+                "dead_token_without_context", token=short_token(result.push.token), reason=result.reason
+            )
             return
         for attempt in range(self._attempts):
             try:

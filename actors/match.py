@@ -114,7 +114,6 @@ from daemon.store.locks import match_lock_key
 TERMINAL_PHASES = frozenset({"completed", "abandoned"})
 
 
-
 class LeaseLost(Exception):
     """This instance no longer owns the match: stop at once, push nothing more. Not a crash."""
 
@@ -220,9 +219,16 @@ class MatchActor:
         self._bundle = topic.removesuffix(LIVEACTIVITY_TOPIC_SUFFIX)
         request = getattr(getattr(sender, "channels", None), "request", None)
         self.channels: MatchChannels | None = (
-            MatchChannels(match_id, bundle=self._bundle, request=request, fixtures=repos.fixtures,
-                          epoch=lambda: self.epoch, active_matches=repos.active_matches.get_all_active_matches)
-            if settings.broadcast_channels and request is not None else None
+            MatchChannels(
+                match_id,
+                bundle=self._bundle,
+                request=request,
+                fixtures=repos.fixtures,
+                epoch=lambda: self.epoch,
+                active_matches=repos.active_matches.get_all_active_matches,
+            )
+            if settings.broadcast_channels and request is not None
+            else None
         )
         self._channels_gone: dict[str, str] = {}  # perspective -> channel APNs no longer knows
         self._announced: set[str] = set()  # channels named in a push-to-start this actor sent
@@ -267,7 +273,10 @@ class MatchActor:
         intent = AlertIntent.from_record(item)
         self._ending = intent is not None and intent.kind == "end"
         self.log.info(
-            "match_actor_started", epoch=self.epoch, resumed=self.state is not None, unfinished_alert=bool(intent)
+            "match_actor_started",
+            epoch=self.epoch,
+            resumed=self.state is not None,
+            unfinished_alert=bool(intent),
         )
         if self.channels is not None:
             try:  # a restarted or new owner reuses the recorded channels
@@ -305,7 +314,9 @@ class MatchActor:
 
     async def _renew_once(self) -> None:
         started = trio.current_time()
-        ok = await self._repos.locks.extend(match_lock_key(self.match_id), self.instance_id, self._lease.lease_s)
+        ok = await self._repos.locks.extend(
+            match_lock_key(self.match_id), self.instance_id, self._lease.lease_s
+        )
         if not ok:
             LOCK_RENEWALS.labels("lost").inc()
             LOCK_LOSSES.inc()
@@ -473,11 +484,17 @@ class MatchActor:
         if result.end_withdrawn:
             self.log.warning("match_end_withdrawn", status=snapshot.status)
         if result.end_pending and (self.state is None or self.state.end_doubt is None):
-            self.log.warning("match_end_unconfirmed", status=snapshot.status, note=snapshot.note,
-                             winner=snapshot.winner_team_id)
+            self.log.warning(
+                "match_end_unconfirmed",
+                status=snapshot.status,
+                note=snapshot.note,
+                winner=snapshot.winner_team_id,
+            )
         if result.skipped is None:
             return False
-        self.log.warning("fixture_doubtful", reason=result.skipped, polls=getattr(result.state.score_doubt, "polls", 0))
+        self.log.warning(
+            "fixture_doubtful", reason=result.skipped, polls=getattr(result.state.score_doubt, "polls", 0)
+        )
         self.state = result.state  # the previous state, with the doubt counted (in memory only)
         return True
 
@@ -536,12 +553,23 @@ class MatchActor:
 
             def pushes(reply_to: Any, fence: Fence) -> list[Push]:
                 return self._broadcast_pushes(
-                    casts, lambda p: by_perspective.get(p) or by_perspective["neutral"], priority, kind,
-                    reply_to, fence,
+                    casts,
+                    lambda p: by_perspective.get(p) or by_perspective["neutral"],
+                    priority,
+                    kind,
+                    reply_to,
+                    fence,
                 ) + [
                     Push(
-                        s.token, "liveactivity", topic, by_perspective[self._perspective(s.user_id, display)],
-                        priority, kind, context=s.ref, fence=fence, reply_to=reply_to,
+                        s.token,
+                        "liveactivity",
+                        topic,
+                        by_perspective[self._perspective(s.user_id, display)],
+                        priority,
+                        kind,
+                        context=s.ref,
+                        fence=fence,
+                        reply_to=reply_to,
                     )
                     for s in sessions
                 ]
@@ -554,15 +582,26 @@ class MatchActor:
             + self.last_events
         )[:20]
         self._report(
-            kind, display, result.best.text if result.best else None, tuple(e.type for e in result.events),
-            priority, total, counts,
+            kind,
+            display,
+            result.best.text if result.best else None,
+            tuple(e.type for e in result.events),
+            priority,
+            total,
+            counts,
         )
         if self._channels_gone:
             await self._recover_channels()
         return persisted
 
     def _report(
-        self, kind: str, display: Any, event: str | None, event_types: tuple[str, ...], priority: int, total: int,
+        self,
+        kind: str,
+        display: Any,
+        event: str | None,
+        event_types: tuple[str, ...],
+        priority: int,
+        total: int,
         counts: dict[str, int],
     ) -> None:
         casts = self._last_broadcasts
@@ -603,9 +642,7 @@ class MatchActor:
         if state is not None:
             self._assert_lease()
             first = gated.pop(0).watermark if gated else None
-            await self._persist(
-                state, extra={INTENT_ATTRIBUTE: intent.to_item(), HANDED_ATTRIBUTE: first}
-            )
+            await self._persist(state, extra={INTENT_ATTRIBUTE: intent.to_item(), HANDED_ATTRIBUTE: first})
             ungated = len(plan.quiet) + (len(plan.chunks[0].keys) if plan.chunks else 0)
         else:
             ungated = len(plan.quiet)
@@ -613,10 +650,12 @@ class MatchActor:
         casts = self._broadcast_targets()
         at = ungated + len(casts)  # the broadcasts go first, ungated
         for chunk in gated:
+
             async def move(mark: str = chunk.watermark) -> None:
                 if not await repo.move_alert_watermark(self.match_id, self.instance_id, self.epoch, mark):
                     LOCK_LOSSES.inc()
                     raise LeaseLost("fenced: active-matches is owned by another instance now")
+
             gates[at] = move
             at += len(chunk.keys)
         order = [(k, False) for k in plan.quiet] + [(k, True) for c in plan.chunks for k in c.keys]
@@ -630,13 +669,25 @@ class MatchActor:
 
         def pushes(reply_to: Any, fence: Fence) -> list[Push]:
             return self._broadcast_pushes(
-                casts, cast_payload, intent.priority, intent.kind, reply_to, fence,
+                casts,
+                cast_payload,
+                intent.priority,
+                intent.kind,
+                reply_to,
+                fence,
                 quiet=(lambda p: cast_payload(p, False)) if fresh else None,
             ) + [
                 Push(
-                    sessions[key].token, "liveactivity", topic, intent.payload_for(perspective[key], alert=alert),
-                    intent.priority, intent.kind, collapse_id=intent.collapse_id if alert else None,
-                    context=sessions[key].ref, fence=fence, reply_to=reply_to,
+                    sessions[key].token,
+                    "liveactivity",
+                    topic,
+                    intent.payload_for(perspective[key], alert=alert),
+                    intent.priority,
+                    intent.kind,
+                    collapse_id=intent.collapse_id if alert else None,
+                    context=sessions[key].ref,
+                    fence=fence,
+                    reply_to=reply_to,
                     resend_payload=intent.payload_for(perspective[key], alert=False) if alert else None,
                 )
                 for key, alert in order
@@ -705,7 +756,9 @@ class MatchActor:
                     break
                 if trio.current_time() >= deadline:
                     counts["failed"] += len(retry)
-                    self.log.error("pushes_given_up", pushes=len(retry), after_s=self._settings.push_retry_max_s)
+                    self.log.error(
+                        "pushes_given_up", pushes=len(retry), after_s=self._settings.push_retry_max_s
+                    )
                     break
                 delay = min(self._settings.push_retry_backoff_max_s, 0.5 * 2**attempt)
                 self.log.warning("pushes_retrying", pushes=len(retry), attempt=attempt + 1, delay_s=delay)
@@ -714,7 +767,8 @@ class MatchActor:
                 self._assert_lease()
                 # new objects: a late answer to the last round is then recognised and ignored
                 pending = [
-                    quiet(push) if quiet is not None and id(push) in unknown else replace(push) for push in retry
+                    quiet(push) if quiet is not None and id(push) in unknown else replace(push)
+                    for push in retry
                 ]
         return total, counts
 
@@ -776,7 +830,9 @@ class MatchActor:
                 self._channels_gone[ref.perspective] = ref.channel_id
         if stalled:
             self.log.warning(
-                "push_results_timed_out", pending=len(waiting), total=len(pushes),
+                "push_results_timed_out",
+                pending=len(waiting),
+                total=len(pushes),
                 idle_s=self._settings.push_result_timeout_s,
             )
             retry.extend(waiting.values())
@@ -792,7 +848,9 @@ class MatchActor:
         item = state.to_item()
         if extra:
             item.update(extra)
-        ok = await self._repos.active_matches.update_match_state(self.match_id, self.instance_id, self.epoch, item)
+        ok = await self._repos.active_matches.update_match_state(
+            self.match_id, self.instance_id, self.epoch, item
+        )
         if not ok:
             LOCK_LOSSES.inc()
             raise LeaseLost("fenced: active-matches is owned by another instance now")
@@ -894,13 +952,15 @@ class MatchActor:
         sent = 0
         step = self._settings.heal_chunk
         for i in range(0, len(due), step):
-            claimed = await self._claim_starts(due[i:i + step], now, again or set())
+            claimed = await self._claim_starts(due[i : i + step], now, again or set())
             pushes = [await self._start_push(user_id, device) for user_id, device in claimed]
             if pushes:
                 sent += await self._send_starts(pushes)
         return sent
 
-    async def _claim_starts(self, users: list[str], now: float, again: set[str]) -> list[tuple[str, Mapping[str, Any]]]:
+    async def _claim_starts(
+        self, users: list[str], now: float, again: set[str]
+    ) -> list[tuple[str, Mapping[str, Any]]]:
         """The followers of ``users`` with a push-to-start token whose claim this owner won, with their device,
         in ``users``' order: per follower a device look-up then (if it has a token) its claim, followers side
         by side under a limit of ``heal_concurrency`` calls in flight."""
@@ -952,7 +1012,9 @@ class MatchActor:
             priority=10,
             kind="start",
             collapse_id=payloads.start_collapse_id(self.match_id),
-            context=TokenRef("push_to_start", self.match_id, user_id=user_id, device_token=str(device["deviceToken"])),
+            context=TokenRef(
+                "push_to_start", self.match_id, user_id=user_id, device_token=str(device["deviceToken"])
+            ),
         )
 
     async def _send_starts(self, pushes: list[Push]) -> int:
@@ -964,8 +1026,15 @@ class MatchActor:
             neutral = (self._last_display or {}).get("neutral") or {}
             self._on_delivery(
                 Delivery(
-                    self.match_id, "start", str(neutral.get("overs", "")), str(neutral.get("score", "")),
-                    None, (), 10, len(pushes), **counts,
+                    self.match_id,
+                    "start",
+                    str(neutral.get("overs", "")),
+                    str(neutral.get("score", "")),
+                    None,
+                    (),
+                    10,
+                    len(pushes),
+                    **counts,
                 )
             )
         return len(pushes)
@@ -1006,8 +1075,11 @@ class MatchActor:
                 await channels.ensure(perspectives)
         except (ChannelsUnavailable, ChannelError, trio.TooSlowError) as exc:
             self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
-            self.log.warning("broadcast_channels_unavailable", error=str(exc) or type(exc).__name__,
-                             retry_in_s=self._settings.channel_retry_s)
+            self.log.warning(
+                "broadcast_channels_unavailable",
+                error=str(exc) or type(exc).__name__,
+                retry_in_s=self._settings.channel_retry_s,
+            )
         return channels.channels
 
     def _broadcast_targets(self) -> list[tuple[str, str]]:
@@ -1020,16 +1092,32 @@ class MatchActor:
         return [(p, c) for p, c in self.channels.channels.items() if c in listening]
 
     def _broadcast_pushes(
-        self, casts: list[tuple[str, str]], payload_for: Callable[[str], bytes], priority: int, kind: str,
-        reply_to: Any, fence: Fence, *, quiet: Callable[[str], bytes] | None = None,
+        self,
+        casts: list[tuple[str, str]],
+        payload_for: Callable[[str], bytes],
+        priority: int,
+        kind: str,
+        reply_to: Any,
+        fence: Fence,
+        *,
+        quiet: Callable[[str], bytes] | None = None,
     ) -> list[Push]:
         self._last_broadcasts = len(casts)
         if kind in self.broadcasts:
             self.broadcasts[kind] += len(casts)
         return [
             Push(
-                "", "liveactivity", self._bundle, payload_for(perspective), priority, kind, expiration=0,
-                channel_id=channel, context=ChannelRef(perspective, channel), fence=fence, reply_to=reply_to,
+                "",
+                "liveactivity",
+                self._bundle,
+                payload_for(perspective),
+                priority,
+                kind,
+                expiration=0,
+                channel_id=channel,
+                context=ChannelRef(perspective, channel),
+                fence=fence,
+                reply_to=reply_to,
                 resend_payload=quiet(perspective) if quiet is not None else None,
             )
             for perspective, channel in casts

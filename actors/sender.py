@@ -63,7 +63,6 @@ _COALESCE_BATCH: Final = 64
 _COALESCE_S: Final = 0.002
 
 
-
 @dataclass(slots=True, eq=False)
 class _Exchange:
     """One push's journey through the sender, across attempts and connections."""
@@ -156,7 +155,9 @@ class ApnsSender:
         if tokens is None:
             key = load_signing_key(settings.signing_key_pem())
             policy = ProviderTokenPolicy(refresh_after_s=settings.token_refresh_s)
-            tokens = ProviderTokens(key, team_id=settings.team_id, key_id=settings.key_id, policy=policy, clock=clock)
+            tokens = ProviderTokens(
+                key, team_id=settings.team_id, key_id=settings.key_id, policy=policy, clock=clock
+            )
         self._tokens = tokens
         self._clock = clock
         self._ssl_context = ssl_context or self._default_ssl_context(settings)
@@ -166,17 +167,30 @@ class ApnsSender:
         if settings.broadcast_host:
             b = urlsplit(f"https://{settings.broadcast_host}")
             if not b.hostname:
-                raise ValueError(f"apns.broadcast_host: expected HOST[:PORT], got {settings.broadcast_host!r}")
+                raise ValueError(
+                    f"apns.broadcast_host: expected HOST[:PORT], got {settings.broadcast_host!r}"
+                )
             if (b.hostname, b.port or 443) != (self._host, self._port):
                 sub = settings.model_copy(
-                    update={"url": f"https://{settings.broadcast_host}", "broadcast_host": "", "connections": 1}
+                    update={
+                        "url": f"https://{settings.broadcast_host}",
+                        "broadcast_host": "",
+                        "connections": 1,
+                    }
                 )
                 self._broadcasts = ApnsSender(
-                    sub, janitor=None, ssl_context=self._ssl_context, clock=clock, rng=rng, tokens=self._tokens
+                    sub,
+                    janitor=None,
+                    ssl_context=self._ssl_context,
+                    clock=clock,
+                    rng=rng,
+                    tokens=self._tokens,
                 )
         from actors.channel_management import ChannelManagement  # it reaches back into this module
 
-        self.channels: ChannelManagement | None = ChannelManagement(self) if settings.manages_channels() else None
+        self.channels: ChannelManagement | None = (
+            ChannelManagement(self) if settings.manages_channels() else None
+        )
         self._janitor = janitor
         self._rng = rng or random.Random()
         self._high: deque[_Exchange] = deque()
@@ -396,8 +410,14 @@ class ApnsSender:
             return
         problem = check_push(push)
         if problem is not None:
-            log.error("apns_push_invalid", reason=problem, kind=push.kind, token=short_token(push.token),
-                      payload_bytes=len(push.payload), note="bug in the push's producer: not sent")
+            log.error(
+                "apns_push_invalid",
+                reason=problem,
+                kind=push.kind,
+                token=short_token(push.token),
+                payload_bytes=len(push.payload),
+                note="bug in the push's producer: not sent",
+            )
             self._settle(exchange, "failed", None, problem, None)
             return
         (self._high if push.priority == 10 else self._low).append(exchange)
@@ -583,7 +603,9 @@ class ApnsSender:
         if push.resend_payload is not None and exchange.wire is None:
             # it may have been delivered: a re-send must not show its alert again
             exchange.wire = dataclasses.replace(push, payload=push.resend_payload, collapse_id=None)
-        self._retry(exchange, outcome.cause.capitalize() if outcome.cause != "timeout" else "Timeout", None, 0.0)
+        self._retry(
+            exchange, outcome.cause.capitalize() if outcome.cause != "timeout" else "Timeout", None, 0.0
+        )
 
     def _retry(self, exchange: _Exchange, reason: str, status: int | None, delay: float) -> None:
         exchange.last_status, exchange.last_reason = status, reason
@@ -634,16 +656,30 @@ class ApnsSender:
         elif action is Action.RECREATE_CHANNEL or action is Action.CHANNEL_LIMIT:
             # final for this channel, like a dead token for a device; the producer (the match's channel
             # manager) recreates the channel and re-announces it
-            log.warning("apns_broadcast_channel_refused", reason=reason, channel=push.channel_id, kind=push.kind)
+            log.warning(
+                "apns_broadcast_channel_refused", reason=reason, channel=push.channel_id, kind=push.kind
+            )
             self._settle(exchange, "rejected", answer.status, reason, answer.apns_id)
         elif action is Action.PAYLOAD_BUG:
-            log.error("apns_payload_too_large", kind=push.kind, push_type=push.push_type,
-                      payload_bytes=len(push.payload), token=short_token(push.token),
-                      note="bug in the payload builder: APNs refused the body size")
+            log.error(
+                "apns_payload_too_large",
+                kind=push.kind,
+                push_type=push.push_type,
+                payload_bytes=len(push.payload),
+                token=short_token(push.token),
+                note="bug in the payload builder: APNs refused the body size",
+            )
             self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
         else:
-            log.error("apns_request_rejected_as_malformed", status=answer.status, reason=reason, kind=push.kind,
-                      push_type=push.push_type, token=short_token(push.token), note="bug in our request")
+            log.error(
+                "apns_request_rejected_as_malformed",
+                status=answer.status,
+                reason=reason,
+                kind=push.kind,
+                push_type=push.push_type,
+                token=short_token(push.token),
+                note="bug in our request",
+            )
             self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
 
     def _configuration_error(self, reason: str, status: int | None, detail: str = "") -> None:
@@ -676,23 +712,44 @@ class ApnsSender:
             healthy = False
             try:
                 healthy = await self._run_connection(slot)
-            except (_ConnectionFailed, OSError, ssl.SSLError, trio.BrokenResourceError, trio.TooSlowError,
-                    h2.exceptions.H2Error) as exc:
-                log.warning("apns_connection_failed", slot=slot.index, error=f"{type(exc).__name__}: {exc}",
-                            failures=failures + 1)
+            except (
+                _ConnectionFailed,
+                OSError,
+                ssl.SSLError,
+                trio.BrokenResourceError,
+                trio.TooSlowError,
+                h2.exceptions.H2Error,
+            ) as exc:
+                log.warning(
+                    "apns_connection_failed",
+                    slot=slot.index,
+                    error=f"{type(exc).__name__}: {exc}",
+                    failures=failures + 1,
+                )
             failures = 0 if healthy else failures + 1
             if failures:
-                await trio.sleep(backoff_delay(failures, base_s=settings.reconnect_backoff_s,
-                                               cap_s=settings.reconnect_backoff_max_s, jitter=0.5, rng=self._rng))
+                await trio.sleep(
+                    backoff_delay(
+                        failures,
+                        base_s=settings.reconnect_backoff_s,
+                        cap_s=settings.reconnect_backoff_max_s,
+                        jitter=0.5,
+                        rng=self._rng,
+                    )
+                )
 
-    async def _open_stream(self, host: str | None = None, port: int | None = None) -> trio.SSLStream[trio.SocketStream]:
+    async def _open_stream(
+        self, host: str | None = None, port: int | None = None
+    ) -> trio.SSLStream[trio.SocketStream]:
         host = host or self._host
         tcp = await trio.open_tcp_stream(host, port or self._port)
         tls = trio.SSLStream(tcp, self._ssl_context, server_hostname=host, https_compatible=True)
         try:
             await tls.do_handshake()
             if tls.selected_alpn_protocol() != "h2":
-                raise _ConnectionFailed(f"server did not agree to HTTP/2 (ALPN {tls.selected_alpn_protocol()!r})")
+                raise _ConnectionFailed(
+                    f"server did not agree to HTTP/2 (ALPN {tls.selected_alpn_protocol()!r})"
+                )
         except BaseException:
             await trio.aclose_forcefully(tls)
             raise
@@ -733,8 +790,14 @@ class ApnsSender:
                     counted = True
                     log.info("apns_connection_open", slot=slot.index, max_streams=conn.max_concurrent)
                     await self._writer(slot, conn, stream)
-                except (_ConnectionFailed, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
-                        OSError, h2.exceptions.H2Error) as exc:
+                except (
+                    _ConnectionFailed,
+                    trio.TooSlowError,
+                    trio.BrokenResourceError,
+                    trio.ClosedResourceError,
+                    OSError,
+                    h2.exceptions.H2Error,
+                ) as exc:
                     failure = exc
                 nursery.cancel_scope.cancel()
         finally:
@@ -750,12 +813,19 @@ class ApnsSender:
                     self._handle(slot, orphan)
                 self._update_stream_gauge()
             if conn.goaway is not None:
-                log.info("apns_connection_goaway", slot=slot.index, reason=conn.goaway.reason,
-                         error_code=conn.goaway.error_code, last_stream_id=conn.goaway.last_stream_id)
+                log.info(
+                    "apns_connection_goaway",
+                    slot=slot.index,
+                    reason=conn.goaway.reason,
+                    error_code=conn.goaway.error_code,
+                    last_stream_id=conn.goaway.last_stream_id,
+                )
         if failure is not None:
             if conn.answers_received == 0:
                 raise failure
-            log.warning("apns_connection_broken", slot=slot.index, error=f"{type(failure).__name__}: {failure}")
+            log.warning(
+                "apns_connection_broken", slot=slot.index, error=f"{type(failure).__name__}: {failure}"
+            )
         # Healthy: APNs answered at least once. A server that drops us before any answer counts as a
         # failure, so reconnects back off instead of hammering it (apns.md §1.6).
         return conn.answers_received > 0
@@ -805,7 +875,9 @@ class ApnsSender:
         finally:
             scope.cancel()
 
-    async def _writer(self, slot: _Slot, conn: ApnsConnection, stream: trio.SSLStream[trio.SocketStream]) -> None:
+    async def _writer(
+        self, slot: _Slot, conn: ApnsConnection, stream: trio.SSLStream[trio.SocketStream]
+    ) -> None:
         settings = self.settings
         wake = slot.wake
         dead = self._dead
@@ -853,7 +925,9 @@ class ApnsSender:
                 await wake.wait()
             now = trio.current_time()
             for outcome in conn.expire(now):
-                log.info("apns_request_timeout", slot=slot.index, token=short_token(outcome.exchange.push.token))
+                log.info(
+                    "apns_request_timeout", slot=slot.index, token=short_token(outcome.exchange.push.token)
+                )
                 self._handle(slot, outcome)
             if conn.ping_overdue(now, settings.ping_timeout_s):
                 raise _ConnectionFailed("PING unanswered: connection presumed dead")

@@ -8,39 +8,67 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class OrchestratorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    cycle_s: float = Field(30.0, gt=0, le=3600, description="how often live matches are reconciled (and at start-up)")
-    lease_s: float = Field(10.0, gt=0, le=600, description="lock lease on a match; a dead owner's match moves after it")
+    cycle_s: float = Field(
+        30.0, gt=0, le=3600, description="how often live matches are reconciled (and at start-up)"
+    )
+    lease_s: float = Field(
+        10.0, gt=0, le=600, description="lock lease on a match; a dead owner's match moves after it"
+    )
     renew_fraction: float = Field(
-        1 / 3, gt=0, le=0.5, description="renew the lease every lease_s * renew_fraction (at most every third)"
+        1 / 3,
+        gt=0,
+        le=0.5,
+        description="renew the lease every lease_s * renew_fraction (at most every third)",
     )
     clock_skew_bound_s: float = Field(
         1.0,
-        ge=0, le=60,
+        ge=0,
+        le=60,
         description="the most two instances' clocks may disagree; an owner stops pushing this long before "
         "its lease ends by its own clock, so a new owner (whose clock may be ahead) never overlaps it",
     )
-    max_restarts: int = Field(5, ge=0, description="restarts of one match actor allowed within restart_window_s")
+    max_restarts: int = Field(
+        5, ge=0, description="restarts of one match actor allowed within restart_window_s"
+    )
     restart_window_s: float = Field(60.0, gt=0, le=86400)
     quarantine_s: float = Field(
         120.0,
-        ge=0, le=86400,
+        ge=0,
+        le=86400,
         description="a match whose actor exhausted its restarts is left alone this long by this instance, so "
         "another instance may try it (a crash loop here is a bug, logged loudly; not an outage)",
     )
-    restart_backoff_s: float = Field(1.0, ge=0, le=600, description="pause before restarting a crashed match actor")
+    restart_backoff_s: float = Field(
+        1.0, ge=0, le=600, description="pause before restarting a crashed match actor"
+    )
     max_matches: int = Field(64, ge=1, description="matches one instance takes at most")
     fixture_lookback_s: float = Field(
-        12 * 3600, ge=0, le=7 * 86400, description="cricket-fixtures: matches that started this long ago may still be live"
+        12 * 3600,
+        ge=0,
+        le=7 * 86400,
+        description="cricket-fixtures: matches that started this long ago may still be live",
     )
     prestart_s: float = Field(
         900.0,
-        ge=0, le=86400,
+        ge=0,
+        le=86400,
         description="a fixture starting within this many seconds is taken before it goes live, so its first "
         "balls are diffed against the pre-match state (a match picked up mid-way reports no history)",
     )
     live_statuses: list[str] = Field(
-        default_factory=lambda: ["1st Innings", "2nd Innings", "3rd Innings", "4th Innings", "Innings Break",
-                                 "Int.", "Stump Day 1", "Stump Day 2", "Stump Day 3", "Stump Day 4", "Delayed"],
+        default_factory=lambda: [
+            "1st Innings",
+            "2nd Innings",
+            "3rd Innings",
+            "4th Innings",
+            "Innings Break",
+            "Int.",
+            "Stump Day 1",
+            "Stump Day 2",
+            "Stump Day 3",
+            "Stump Day 4",
+            "Delayed",
+        ],
         description="fixture statuses that mean the match is in progress",
     )
     ended_ttl_s: int = Field(48 * 3600, gt=0, description="TTL of an ended active-matches record")
@@ -60,17 +88,22 @@ class MatchActorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     session_refresh_s: float = Field(
-        15.0, gt=0, le=3600, description="how often the actor re-reads the match's Live Activity sessions (at least)"
+        15.0,
+        gt=0,
+        le=3600,
+        description="how often the actor re-reads the match's Live Activity sessions (at least)",
     )
     session_refresh_items_per_s: float = Field(
         250.0,
-        gt=0, le=10_000_000,
+        gt=0,
+        le=10_000_000,
         description="a big match re-reads its sessions no faster than this many per second on average "
         "(10,000 sessions: every 40 s); reading and decoding a session costs ~50 us of CPU",
     )
     follower_refresh_s: float = Field(
         60.0,
-        gt=0, le=3600,
+        gt=0,
+        le=3600,
         description="how often the actor re-reads the match's followers (their team picks the perspective; "
         "a follower without a session gets a push-to-start)",
     )
@@ -78,7 +111,10 @@ class MatchActorSettings(BaseModel):
         30.0, gt=0, le=3600, description="how often followers without an active session get a push-to-start"
     )
     push_to_start_min_interval_s: float = Field(
-        600.0, ge=0, le=86400, description="per device: at most one push-to-start per this interval (self-healing)"
+        600.0,
+        ge=0,
+        le=86400,
+        description="per device: at most one push-to-start per this interval (self-healing)",
     )
     dismissal_after_s: int = Field(
         900, ge=0, description="after match end the Live Activity stays on the Lock Screen this long"
@@ -87,17 +123,21 @@ class MatchActorSettings(BaseModel):
     session_ttl_after_end_s: int = Field(48 * 3600, gt=0, description="TTL of ended live-activities records")
     push_result_timeout_s: float = Field(
         60.0,
-        gt=0, le=600,
+        gt=0,
+        le=600,
         description="a tick's pushes still unanswered when no result at all has come back for this long are "
         "sent again (the sender lost them, e.g. it was restarted); a queue that is moving is waited for",
     )
     push_retry_max_s: float = Field(
         900.0,
-        gt=0, le=3600,
+        gt=0,
+        le=3600,
         description="a tick whose pushes failed (APNs down past the sender's retries) is re-sent, same payload "
         "and timestamp, for up to this long before it is given up; its state is persisted only after",
     )
-    push_retry_backoff_max_s: float = Field(30.0, gt=0, le=600, description="cap of the backoff between such re-sends")
+    push_retry_backoff_max_s: float = Field(
+        30.0, gt=0, le=600, description="cap of the backoff between such re-sends"
+    )
     alert_chunk_first: int = Field(
         16,
         ge=1,
@@ -109,13 +149,17 @@ class MatchActorSettings(BaseModel):
         2048, ge=1, description="chunks double from alert_chunk_first up to this size"
     )
     heal_chunk: int = Field(
-        32, ge=1, le=4096,
+        32,
+        ge=1,
+        le=4096,
         description="push-to-start (self-healing) works through followers in chunks of this size: a chunk's "
         "look-ups and claims run together, then its pushes are sent and waited for before the next chunk is "
         "claimed (an owner dying leaves at most one chunk claimed and perhaps unsent)",
     )
     heal_concurrency: int = Field(
-        4, ge=1, le=1024,
+        4,
+        ge=1,
+        le=1024,
         description="DynamoDB calls in flight at once for a chunk's device look-ups and push-to-start claims "
         "(kept low so they never crowd out the owner's lease renewals and tick writes)",
     )
@@ -127,15 +171,23 @@ class MatchActorSettings(BaseModel):
         "update tokens",
     )
     channel_sweep_s: float = Field(
-        300.0, gt=0, le=86400, description="how often one instance of the region compares APNs's channels with those the "
+        300.0,
+        gt=0,
+        le=86400,
+        description="how often one instance of the region compares APNs's channels with those the "
         "active matches record and deletes leaks (a channel unrecorded at two sweeps in a row)",
     )
     channel_retry_s: float = Field(
-        60.0, gt=0, le=3600, description="after channels could not be had (limit reached, management host down), wait "
+        60.0,
+        gt=0,
+        le=3600,
+        description="after channels could not be had (limit reached, management host down), wait "
         "this long before trying again; meanwhile iOS 18 followers are started on update tokens",
     )
     stale_after_s: int = Field(
-        900, ge=0, description="stale-date on updates: the Lock Screen greys out data older than this (0: none)"
+        900,
+        ge=0,
+        description="stale-date on updates: the Lock Screen greys out data older than this (0: none)",
     )
 
     @model_validator(mode="after")

@@ -150,10 +150,16 @@ def _client(base: str, jobs: list[dict[str, Any]], concurrency: int, duration_s:
     trio.run(main)
 
 
-def run_load(base: str, jobs: list[dict[str, Any]], clients: int, concurrency: int, duration_s: float = 0.0) -> dict[str, Any]:
+def run_load(
+    base: str, jobs: list[dict[str, Any]], clients: int, concurrency: int, duration_s: float = 0.0
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    shares = [jobs[i::clients] for i in range(clients)] if duration_s <= 0 else [jobs[i::clients] or jobs for i in range(clients)]
+    shares = (
+        [jobs[i::clients] for i in range(clients)]
+        if duration_s <= 0
+        else [jobs[i::clients] or jobs for i in range(clients)]
+    )
     procs = [ctx.Process(target=_client, args=(base, share, concurrency, duration_s, q)) for share in shares]
     t0 = time.perf_counter()
     for p in procs:
@@ -190,7 +196,11 @@ def bare_calls(endpoint: str, prefix: str, op: str, seconds: float) -> tuple[int
     from botocore.config import Config
 
     client = boto3.client(
-        "dynamodb", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x",
+        "dynamodb",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
         config=Config(retries={"mode": "standard", "max_attempts": 5}),
     )
     la_table, cache_table = f"{prefix}live-activities", f"{prefix}DisplayStateCache"
@@ -202,11 +212,23 @@ def bare_calls(endpoint: str, prefix: str, op: str, seconds: float) -> tuple[int
                 TableName=la_table,
                 Key={"matchId": {"S": "bare-match"}, "visitorKey": {"S": f"bare-user-{n}#dev"}},
                 UpdateExpression="SET #u = :u, #d = :d, #t = :t, #s = :s, #st = :st REMOVE #sa, #ea, #er",
-                ExpressionAttributeNames={"#u": "userId", "#d": "deviceId", "#t": "updateToken", "#s": "status",
-                                          "#st": "sessionStartedAt", "#sa": "suspendedAt", "#ea": "endedAt",
-                                          "#er": "endReason"},
-                ExpressionAttributeValues={":u": {"S": f"bare-user-{n}"}, ":d": {"S": "dev"}, ":t": {"S": "ab" * 32},
-                                           ":s": {"S": "active"}, ":st": {"S": "2026-01-01T00:00:00.000Z"}},
+                ExpressionAttributeNames={
+                    "#u": "userId",
+                    "#d": "deviceId",
+                    "#t": "updateToken",
+                    "#s": "status",
+                    "#st": "sessionStartedAt",
+                    "#sa": "suspendedAt",
+                    "#ea": "endedAt",
+                    "#er": "endReason",
+                },
+                ExpressionAttributeValues={
+                    ":u": {"S": f"bare-user-{n}"},
+                    ":d": {"S": "dev"},
+                    ":t": {"S": "ab" * 32},
+                    ":s": {"S": "active"},
+                    ":st": {"S": "2026-01-01T00:00:00.000Z"},
+                },
             )
         else:
             client.get_item(TableName=cache_table, Key={"matchId": {"S": f"DISPLAY#{MATCH}#neutral"}})
@@ -235,7 +257,9 @@ def main() -> int:
     from tests.harness.dynalite import DynaliteServer
 
     workdir = Path(tempfile.mkdtemp(prefix="sightscreen-api-load-"))
-    store: Any = DynaliteServer(log_path=workdir / "dynalite.log") if args.dynamodb == "dynalite" else MotoServer()
+    store: Any = (
+        DynaliteServer(log_path=workdir / "dynalite.log") if args.dynamodb == "dynalite" else MotoServer()
+    )
     store.start()
     issuer = LocalIssuer().serve()
     prefix = "apiload-"
@@ -247,10 +271,21 @@ def main() -> int:
             dynamo = Dynamo(settings)
             await create_tables(dynamo)
             repos = Repositories(dynamo)
-            await repos.fixtures.batch_write_fixtures([{"matchId": MATCH, "leagueCode": "LOAD", "live": True,
-                                                        "localteamId": TEAMS[0], "visitorteamId": TEAMS[1]}])
+            await repos.fixtures.batch_write_fixtures(
+                [
+                    {
+                        "matchId": MATCH,
+                        "leagueCode": "LOAD",
+                        "live": True,
+                        "localteamId": TEAMS[0],
+                        "visitorteamId": TEAMS[1],
+                    }
+                ]
+            )
             for team in ("neutral", *TEAMS):
-                await repos.display_cache.set_cached_display_state(MATCH, team, {"score": "0/0", "team": team}, ttl_s=3600)
+                await repos.display_cache.set_cached_display_state(
+                    MATCH, team, {"score": "0/0", "team": team}, ttl_s=3600
+                )
             dynamo.close()
 
         trio.run(setup)
@@ -259,20 +294,37 @@ def main() -> int:
         config.write_text(
             "\n".join(
                 [
-                    "[instance]", 'id = "api-load-1"', 'roles = ["api"]',
-                    "[dynamodb]", f'endpoint_url = "{store.url}"', f'table_prefix = "{prefix}"', "max_threads = 16",
-                    "[admin]", 'socket_path = ""',
-                    "[api]", f'listen = "127.0.0.1:{port}"',
-                    "[auth]", f'issuer = "{issuer.issuer}"', f'jwks_url = "{issuer.jwks_url}"',
+                    "[instance]",
+                    'id = "api-load-1"',
+                    'roles = ["api"]',
+                    "[dynamodb]",
+                    f'endpoint_url = "{store.url}"',
+                    f'table_prefix = "{prefix}"',
+                    "max_threads = 16",
+                    "[admin]",
+                    'socket_path = ""',
+                    "[api]",
+                    f'listen = "127.0.0.1:{port}"',
+                    "[auth]",
+                    f'issuer = "{issuer.issuer}"',
+                    f'jwks_url = "{issuer.jwks_url}"',
                     f'client_ids = ["{issuer.client_id}"]',
                 ]
             )
             + "\n"
         )
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-               "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
-        api_proc = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--config", str(config)],
-                                    stdout=subprocess.DEVNULL, stderr=open(workdir / "api.err", "wb"), env=env)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "x",
+        }
+        api_proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "run", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=open(workdir / "api.err", "wb"),
+            env=env,
+        )
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
@@ -286,15 +338,21 @@ def main() -> int:
                 raise RuntimeError(f"the API did not become ready; see {workdir / 'api.err'}")
             time.sleep(0.2)
 
-        print(f"api_load: {args.users} users, {args.clients} clients x {args.concurrency} in flight, "
-              f"DynamoDB peer {args.dynamodb}, API {base}", flush=True)
+        print(
+            f"api_load: {args.users} users, {args.clients} clients x {args.concurrency} in flight, "
+            f"DynamoDB peer {args.dynamodb}, API {base}",
+            flush=True,
+        )
         tokens = [issuer.mint(f"load-user-{i:06d}") for i in range(args.users)]
-
 
         body = lambda i: json.dumps({"deviceId": "iphone", "updateToken": f"{i:064x}"}).encode()  # noqa: E731
         reg_jobs = [
-            {"method": "POST", "path": f"/user/activity/{MATCH}", "body": body(i),
-             "headers": {"Authorization": f"Bearer {tokens[i]}", "Content-Type": "application/json"}}
+            {
+                "method": "POST",
+                "path": f"/user/activity/{MATCH}",
+                "body": body(i),
+                "headers": {"Authorization": f"Bearer {tokens[i]}", "Content-Type": "application/json"},
+            }
             for i in range(args.users)
         ]
         # the machine's other load moves both figures: each bare measurement is taken right beside the API
@@ -308,15 +366,22 @@ def main() -> int:
         async def count_sessions() -> int:
             dynamo = Dynamo(settings)
             try:
-                return len(await Repositories(dynamo).live_activities.get_all_la_sessions_for_match(MATCH, fields=("visitorKey",)))
+                return len(
+                    await Repositories(dynamo).live_activities.get_all_la_sessions_for_match(
+                        MATCH, fields=("visitorKey",)
+                    )
+                )
             finally:
                 dynamo.close()
 
         stored = trio.run(count_sessions)
 
         disp_jobs = [
-            {"method": "GET", "path": f"/matches/{MATCH}/display" + ("" if i % 3 == 0 else f"?team={TEAMS[i % 2]}"),
-             "headers": {"Authorization": f"Bearer {tokens[i]}"}}
+            {
+                "method": "GET",
+                "path": f"/matches/{MATCH}/display" + ("" if i % 3 == 0 else f"?team={TEAMS[i % 2]}"),
+                "headers": {"Authorization": f"Bearer {tokens[i]}"},
+            }
             for i in range(args.users)
         ]
 
@@ -329,7 +394,8 @@ def main() -> int:
                     ticks += 1
                     for team in ("neutral", *TEAMS):
                         await repos.display_cache.set_cached_display_state(
-                            MATCH, team, {"score": f"{ticks}/0", "team": team}, ttl_s=3600)
+                            MATCH, team, {"score": f"{ticks}/0", "team": team}, ttl_s=3600
+                        )
                     await trio.sleep(1.0)
             dynamo.close()
             return ticks
@@ -345,16 +411,22 @@ def main() -> int:
         c0 = cpu_s(api_proc.pid)
         for _ in range(rounds):
             bare_get.append(bare_calls(store.url, prefix, "get", args.bare_s / rounds))
-            parts.append(run_load(base, disp_jobs, args.clients, args.concurrency, duration_s=args.display_s / rounds))
+            parts.append(
+                run_load(base, disp_jobs, args.clients, args.concurrency, duration_s=args.display_s / rounds)
+            )
         api_cpu = cpu_s(api_proc.pid) - c0
         writer.join()
         display = {
             "requests": sum(p["requests"] for p in parts),
-            "rps": sum(p["requests"] for p in parts) / sum(p["requests"] / p["rps"] for p in parts if p["rps"]),
+            "rps": sum(p["requests"] for p in parts)
+            / sum(p["requests"] / p["rps"] for p in parts if p["rps"]),
             "p50_ms": statistics.median([p["p50_ms"] for p in parts]),
             "p99_ms": max(p["p99_ms"] for p in parts),
             "errors": sum(p["errors"] for p in parts),
-            "statuses": {k: sum(p["statuses"].get(k, 0) for p in parts) for k in {k for p in parts for k in p["statuses"]}},
+            "statuses": {
+                k: sum(p["statuses"].get(k, 0) for p in parts)
+                for k in {k for p in parts for k in p["statuses"]}
+            },
         }
         display["api_cpu_ms"] = 1000 * api_cpu / max(1, display["requests"])
 
@@ -367,21 +439,30 @@ def main() -> int:
         bare["get_item_per_s"], bare["get_item_cpu_ms"] = rate(bare_get)
 
         def row(name: str, r: dict[str, Any]) -> None:
-            print(f"{name:<34} {r['requests']:>7} req  {r['rps']:>8.0f} req/s  p50 {r['p50_ms']:>6.1f} ms  "
-                  f"p99 {r['p99_ms']:>7.1f} ms  API CPU {r['api_cpu_ms']:.2f} ms/req  errors {r['errors']}  "
-                  f"{r['statuses']}")
+            print(
+                f"{name:<34} {r['requests']:>7} req  {r['rps']:>8.0f} req/s  p50 {r['p50_ms']:>6.1f} ms  "
+                f"p99 {r['p99_ms']:>7.1f} ms  API CPU {r['api_cpu_ms']:.2f} ms/req  errors {r['errors']}  "
+                f"{r['statuses']}"
+            )
 
         print()
         row("POST /user/activity/{id} (burst)", registration)
         row("GET /matches/{id}/display (live)", display)
-        print(f"{'bare boto3 UpdateItem (1 process)':<34} {bare['update_item_per_s']:>22.0f} calls/s  "
-              f"client CPU {bare['update_item_cpu_ms']:.2f} ms/call")
-        print(f"{'bare boto3 GetItem (1 process)':<34} {bare['get_item_per_s']:>22.0f} calls/s  "
-              f"client CPU {bare['get_item_cpu_ms']:.2f} ms/call")
+        print(
+            f"{'bare boto3 UpdateItem (1 process)':<34} {bare['update_item_per_s']:>22.0f} calls/s  "
+            f"client CPU {bare['update_item_cpu_ms']:.2f} ms/call"
+        )
+        print(
+            f"{'bare boto3 GetItem (1 process)':<34} {bare['get_item_per_s']:>22.0f} calls/s  "
+            f"client CPU {bare['get_item_cpu_ms']:.2f} ms/call"
+        )
         print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        print(f"sessions stored after the burst: {stored} of {args.users}; display writer ticks: {ticks[0] if ticks else 0}")
-        five_xx = sum(v for k, v in {**registration['statuses']}.items() if k.startswith("5")) + sum(
-            v for k, v in display["statuses"].items() if k.startswith("5"))
+        print(
+            f"sessions stored after the burst: {stored} of {args.users}; display writer ticks: {ticks[0] if ticks else 0}"
+        )
+        five_xx = sum(v for k, v in {**registration["statuses"]}.items() if k.startswith("5")) + sum(
+            v for k, v in display["statuses"].items() if k.startswith("5")
+        )
         reg_ratio = registration["rps"] / bare["update_item_per_s"]
         disp_ratio = display["rps"] / bare["get_item_per_s"]
         verdict = {

@@ -96,7 +96,9 @@ def percentile(sorted_values: list[float], p: float) -> float | None:
     return round(sorted_values[min(len(sorted_values) - 1, int(p * len(sorted_values)))] * 1000, 3)
 
 
-def summary(client: str, connections: int, n: int, seconds: float, latencies: list[float], failed: int) -> dict[str, Any]:
+def summary(
+    client: str, connections: int, n: int, seconds: float, latencies: list[float], failed: int
+) -> dict[str, Any]:
     latencies.sort()
     return {
         "client": client,
@@ -131,8 +133,15 @@ async def run_sightscreen(args: argparse.Namespace, creds: dict[str, str]) -> di
     # One match event: every follower's Live Activity gets the same content state, so the payload is built
     # once (as the match engine does); pushes differ by token and are made as they are handed over.
     payload = live_activity_update(0)
-    template = Push(token="f" * 160, push_type="liveactivity", topic=args.topic, payload=payload, priority=5,
-                    kind="update", reply_to=reply_send)
+    template = Push(
+        token="f" * 160,
+        push_type="liveactivity",
+        topic=args.topic,
+        payload=payload,
+        priority=5,
+        kind="update",
+        reply_to=reply_send,
+    )
     latencies: list[float] = []
     failed = 0
     async with trio.open_nursery() as nursery:
@@ -143,7 +152,9 @@ async def run_sightscreen(args: argparse.Namespace, creds: dict[str, str]) -> di
 
         async def produce() -> None:
             for i in range(n):
-                await sender.send(Push(f"{i:0160x}", "liveactivity", args.topic, payload, 5, "update", reply_to=reply_send))
+                await sender.send(
+                    Push(f"{i:0160x}", "liveactivity", args.topic, payload, 5, "update", reply_to=reply_send)
+                )
 
         start = trio.current_time()
         cpu_start = time.process_time()
@@ -176,19 +187,26 @@ async def run_aioapns(args: argparse.Namespace, creds: dict[str, str]) -> dict[s
 
     parts = urlsplit(args.url)
     client = APNs(
-        key=creds["private_pem"], key_id=creds["key_id"], team_id=creds["team_id"], topic=args.topic,
-        max_connections=args.connections, ssl_context=client_ssl_context(args),
+        key=creds["private_pem"],
+        key_id=creds["key_id"],
+        team_id=creds["team_id"],
+        topic=args.topic,
+        max_connections=args.connections,
+        ssl_context=client_ssl_context(args),
     )
     # aioapns dials Apple's hosts only; point its protocol class at the bench server instead.
     client.pool.protocol_class = type(
-        "BenchProtocol", (APNsProductionClientProtocol,), {"APNS_SERVER": parts.hostname, "APNS_PORT": parts.port or 443}
+        "BenchProtocol",
+        (APNsProductionClientProtocol,),
+        {"APNS_SERVER": parts.hostname, "APNS_PORT": parts.port or 443},
     )
     topic = args.topic + ".push-type.liveactivity"
     message = json.loads(live_activity_update(0))  # the same event for every follower, as for sightscreen
 
     def request(i: int, token: str) -> Any:
-        return NotificationRequest(device_token=token, message=message, priority=5,
-                                   push_type=PushType.LIVEACTIVITY, apns_topic=topic)
+        return NotificationRequest(
+            device_token=token, message=message, priority=5, push_type=PushType.LIVEACTIVITY, apns_topic=topic
+        )
 
     for _ in range(args.connections):
         await client.send_notification(request(0, "f" * 160))
@@ -224,7 +242,17 @@ async def run_aioapns(args: argparse.Namespace, creds: dict[str, str]) -> dict[s
 def spawn_server(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     if args.spawn_server == "nginx":
         return spawn_nginx()
-    cmd = [sys.executable, "-m", "daemon", "apns-server", "--fast", "--keep-records", "100", "--topic", args.topic]
+    cmd = [
+        sys.executable,
+        "-m",
+        "daemon",
+        "apns-server",
+        "--fast",
+        "--keep-records",
+        "100",
+        "--topic",
+        args.topic,
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -243,8 +271,13 @@ def spawn_nginx() -> tuple[Any, dict[str, Any]]:
     folder = Path(tempfile.mkdtemp(prefix="apns-bench-key-"))
     pair = generate_signing_key()
     (folder / "key.p8").write_text(pair[0])
-    return server, {"url": server.url, "ca_file": server.ca_file, "private_key_file": str(folder / "key.p8"),
-                    "key_id": "KEY0000001", "team_id": "TEAM000001"}
+    return server, {
+        "url": server.url,
+        "ca_file": server.ca_file,
+        "private_key_file": str(folder / "key.p8"),
+        "key_id": "KEY0000001",
+        "team_id": "TEAM000001",
+    }
 
 
 def credentials(args: argparse.Namespace) -> dict[str, str]:
@@ -264,10 +297,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=10_000, help="number of pushes (default 10000)")
     p.add_argument("--connections", type=int, default=1, help="HTTP/2 connections (default 1)")
     p.add_argument("--client", choices=["sightscreen", "aioapns"], default="sightscreen")
-    p.add_argument("--compare", action="store_true",
-                   help="after the sightscreen run, run aioapns on the same server and add vs_aioapns (ratio)")
-    p.add_argument("--spawn-server", nargs="?", const="apns", choices=["apns", "nginx"],
-                   help="start a server for the run: the project's `apns-server --fast` (default) or nginx")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="after the sightscreen run, run aioapns on the same server and add vs_aioapns (ratio)",
+    )
+    p.add_argument(
+        "--spawn-server",
+        nargs="?",
+        const="apns",
+        choices=["apns", "nginx"],
+        help="start a server for the run: the project's `apns-server --fast` (default) or nginx",
+    )
     p.add_argument("--key-file", help="ES256 .p8 key the server accepts (default: a fresh key)")
     p.add_argument("--key-id", default="KEY0000001")
     p.add_argument("--team-id", default="TEAM000001")
@@ -285,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.spawn_server:
             proc, info = spawn_server(args)
             args.url, args.ca_file = info["url"], info["ca_file"]
-            args.key_file, args.key_id, args.team_id = info["private_key_file"], info["key_id"], info["team_id"]
+            args.key_file, args.key_id, args.team_id = (
+                info["private_key_file"],
+                info["key_id"],
+                info["team_id"],
+            )
         if not args.url:
             print("apns_throughput: give --url or --spawn-server", file=sys.stderr)
             return 2

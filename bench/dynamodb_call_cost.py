@@ -58,11 +58,18 @@ async def run(url: str, n: int) -> dict[str, Any]:
     out["conditional UpdateItem (claim_prematch)"] = await _measure(
         n,
         lambda i: repos.follows.claim_prematch(
-            "m1", f"u{i}", start_iso="2026-12-03T15:00:00Z", start_epoch=start, now=time.time(),
-            threshold_s=900, expires_at=start + 4200,
+            "m1",
+            f"u{i}",
+            start_iso="2026-12-03T15:00:00Z",
+            start_epoch=start,
+            now=time.time(),
+            threshold_s=900,
+            expires_at=start + 4200,
         ),
     )
-    out["Query Limit 1 (get_device_for_user)"] = await _measure(n, lambda i: repos.devices.get_device_for_user(f"u{i}"))
+    out["Query Limit 1 (get_device_for_user)"] = await _measure(
+        n, lambda i: repos.devices.get_device_for_user(f"u{i}")
+    )
     dynamo.close()
     return out
 

@@ -45,7 +45,11 @@ def model(matches: int, sessions_per_match: int, fanouts: int, tuned: bool) -> d
         for i in range(sessions_per_match):
             key = f"user-{m}-{i:06d}#device-{i:06d}"
             user = f"user-{m}-{i:06d}"
-            rows.append(Session(key, user, f"{m:04x}{i:0156x}", TokenRef("la", match_id, visitor_key=key, user_id=user)))
+            rows.append(
+                Session(
+                    key, user, f"{m:04x}{i:0156x}", TokenRef("la", match_id, visitor_key=key, user_id=user)
+                )
+            )
         owned.append(rows)
     config = h2.config.H2Configuration(client_side=True)
     payload = b'{"aps":{"event":"update","content-state":{}}}'
@@ -56,7 +60,9 @@ def model(matches: int, sessions_per_match: int, fanouts: int, tuned: bool) -> d
         live = []
         for n, s in enumerate(owned[f % matches]):
             push = Push(s.token, "liveactivity", "app.topic", payload, 5, "update", context=s.ref)
-            stream = h2.stream.H2Stream(2 * n + 1, config=config, inbound_window_size=65535, outbound_window_size=65535)
+            stream = h2.stream.H2Stream(
+                2 * n + 1, config=config, inbound_window_size=65535, outbound_window_size=65535
+            )
             live.append((push, stream, PushResult(push, "accepted", 200, None, None, 1, 0.01)))
         in_flight.append(live)
         if len(in_flight) > 2:
@@ -84,22 +90,40 @@ def main() -> None:
     runs = {}
     for name in ("default", "tuned"):
         out = subprocess.run(
-            [sys.executable, __file__, "--one", name, "--matches", str(args.matches),
-             "--sessions", str(args.sessions), "--fanouts", str(args.fanouts)],
-            check=True, capture_output=True, text=True,
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                name,
+                "--matches",
+                str(args.matches),
+                "--sessions",
+                str(args.sessions),
+                "--fanouts",
+                str(args.fanouts),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         runs[name] = json.loads(out.strip().splitlines()[-1])
     default, tuned = runs["default"], runs["tuned"]
-    print(json.dumps({
-        "matches": args.matches,
-        "sessions_per_match": args.sessions,
-        "fanouts": args.fanouts,
-        "cpython_default": default,
-        "daemon_settings": tuned,
-        "gc_share_default": round(default["gc_pause_s"] / default["cpu_s"], 3) if default["cpu_s"] else None,
-        "gc_share_tuned": round(tuned["gc_pause_s"] / tuned["cpu_s"], 3) if tuned["cpu_s"] else None,
-        "speedup": round(default["cpu_s"] / tuned["cpu_s"], 2) if tuned["cpu_s"] else None,
-    }))
+    print(
+        json.dumps(
+            {
+                "matches": args.matches,
+                "sessions_per_match": args.sessions,
+                "fanouts": args.fanouts,
+                "cpython_default": default,
+                "daemon_settings": tuned,
+                "gc_share_default": round(default["gc_pause_s"] / default["cpu_s"], 3)
+                if default["cpu_s"]
+                else None,
+                "gc_share_tuned": round(tuned["gc_pause_s"] / tuned["cpu_s"], 3) if tuned["cpu_s"] else None,
+                "speedup": round(default["cpu_s"] / tuned["cpu_s"], 2) if tuned["cpu_s"] else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

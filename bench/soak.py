@@ -127,21 +127,27 @@ class Tally:
             state = aps.get("content-state") or {}
             if r.get("channel_id"):  # a broadcast: what each device on the channel then got
                 self.broadcasts += 1
-                devices = sorted(self.subscribers.by_channel.get(r["channel_id"], ())) if self.subscribers else []
+                devices = (
+                    sorted(self.subscribers.by_channel.get(r["channel_id"], ())) if self.subscribers else []
+                )
                 first = devices[0] if devices else None
                 for ev in state.get("events") or []:
-                    self.requests_per_event[(self.token_match.get(first or "", "?"), str(ev.get("type")),
-                                             str(ev.get("subject")))] += 1
+                    self.requests_per_event[
+                        (self.token_match.get(first or "", "?"), str(ev.get("type")), str(ev.get("subject")))
+                    ] += 1
                 for device in devices:
                     self._deliver(device, r, aps, state, event)
                 continue
             token = r["token"]
             for ev in state.get("events") or []:
-                self.requests_per_event[(self.token_match.get(token, "?"), str(ev.get("type")),
-                                         str(ev.get("subject")))] += 1
+                self.requests_per_event[
+                    (self.token_match.get(token, "?"), str(ev.get("type")), str(ev.get("subject")))
+                ] += 1
             self._deliver(token, r, aps, state, event)
 
-    def _deliver(self, token: str, r: dict[str, Any], aps: dict[str, Any], state: dict[str, Any], event: str) -> None:
+    def _deliver(
+        self, token: str, r: dict[str, Any], aps: dict[str, Any], state: dict[str, Any], event: str
+    ) -> None:
         got = self.delivered[token]
         for ev in state.get("events") or []:
             key = (str(ev.get("type")), str(ev.get("subject")))
@@ -256,8 +262,11 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         async with trio.open_nursery() as nursery:
             try:
                 await cluster.start(nursery, instances=args.instances)
-                print(f"soak: {args.matches} matches, {per_match * args.matches} tokens seeded, "
-                      f"{args.instances} instances up after {time.time() - started:.0f} s", file=sys.stderr)
+                print(
+                    f"soak: {args.matches} matches, {per_match * args.matches} tokens seeded, "
+                    f"{args.instances} instances up after {time.time() - started:.0f} s",
+                    file=sys.stderr,
+                )
                 token_match = {t: m.match_id for m in cluster.matches.values() for t in m.tokens}
                 tally = Tally(token_match)
 
@@ -299,7 +308,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 cut = time.time()
                 if not all_ended:
                     # the cut-off: no more kills; what happened before it has --drain seconds to arrive
-                    print(f"soak: cut-off after {cut - started:.0f} s; draining {args.drain:.0f} s", file=sys.stderr)
+                    print(
+                        f"soak: cut-off after {cut - started:.0f} s; draining {args.drain:.0f} s",
+                        file=sys.stderr,
+                    )
                     await cluster.wait_all_ended(args.drain)
                 await trio.sleep(1.5)
                 ended = {
@@ -366,30 +378,40 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         event_lags.append(max(0.0, seen - served_at))
                 else:
                     lost += 1
-                    lost_by_path["channel" if token in cluster.channel_started else
-                                 "ios18_token" if token in cluster.token_started else "token"] += 1
+                    lost_by_path[
+                        "channel"
+                        if token in cluster.channel_started
+                        else "ios18_token"
+                        if token in cluster.token_started
+                        else "token"
+                    ] += 1
                     everyone = False
             delivered_all += everyone
             requests_per_event.append(tally.requests_per_event.get((match_id, etype, subject), 0))
             lags.extend(event_lags)
             if event_lags and served_at is not None:
                 before = [k for k in kill_times if k <= served_at]
-                per_event.append({
-                    "match": match_id,
-                    "event": f"{etype} {subject}",
-                    "at_s": round(served_at - started, 1),
-                    "lag_first_s": round(min(event_lags), 2),
-                    "lag_p50_s": round(_pct(event_lags, 0.5) or 0.0, 2),
-                    "lag_max_s": round(max(event_lags), 2),
-                    "since_last_kill_s": round(served_at - before[-1], 1) if before else None,
-                })
+                per_event.append(
+                    {
+                        "match": match_id,
+                        "event": f"{etype} {subject}",
+                        "at_s": round(served_at - started, 1),
+                        "lag_first_s": round(min(event_lags), 2),
+                        "lag_p50_s": round(_pct(event_lags, 0.5) or 0.0, 2),
+                        "lag_max_s": round(max(event_lags), 2),
+                        "since_last_kill_s": round(served_at - before[-1], 1) if before else None,
+                    }
+                )
     server_channels = cluster.apns.channels if cluster.apns is not None else None
     channel_stats = {
         "created": server_channels.created if server_channels else 0,
         "deleted": server_channels.deleted if server_channels else 0,
         "open_at_end": server_channels.count() if server_channels else 0,
-        "creates_logged": sum(1 for e in (cluster.apns.channel_log if cluster.apns else []) if e["op"] == "create"
-                              and e["status"] == 201),
+        "creates_logged": sum(
+            1
+            for e in (cluster.apns.channel_log if cluster.apns else [])
+            if e["op"] == "create" and e["status"] == 201
+        ),
     }
     duplicates = sum(1 for stamps in tally.alert_stamps.values() if len(stamps) > 1)
     total_calls = sum(c[0] for c in tick_calls.values())
@@ -429,7 +451,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "channel_phones_started": len(cluster.channel_started),
         "ios18_phones_started_on_tokens": len(cluster.token_started),
         "apns_requests_per_key_event": round(sum(requests_per_event) / len(requests_per_event), 1)
-        if requests_per_event else None,
+        if requests_per_event
+        else None,
         "channels": channel_stats,
         "pushes_cut_off_by_kills": tally.cut_off,
         "lag_s": {
@@ -456,7 +479,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "sportmonks_calls_per_hour_by_instance": {
             slot: round(sum(n for (s, _), n in sm_calls.items() if s == slot) / (elapsed / 3600.0))
             for slot in sorted({s for s, _ in sm_calls})
-        } if elapsed else None,
+        }
+        if elapsed
+        else None,
         "sportmonks_calls_per_hour_one_instance": round(3600.0 / args.cadence),
         "sportmonks_requests_by_endpoint": {k: v for k, v in served.items() if k != "control" and v},
         "sportmonks_region_vs_one_instance": (
@@ -470,7 +495,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             if isinstance(requests, int) and elapsed
             else None
         ),
-        "replay": replay_stats if isinstance(replay_stats, dict) and len(json.dumps(replay_stats)) < 2000 else None,
+        "replay": replay_stats
+        if isinstance(replay_stats, dict) and len(json.dumps(replay_stats)) < 2000
+        else None,
     }
 
 
@@ -486,7 +513,9 @@ def _standing_wickets(tape: Any, replay: Any) -> list[tuple[str, str, float | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--matches", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--instances", type=int, default=2)
@@ -497,18 +526,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease", type=float, default=3.0, help="lock lease in seconds")
     parser.add_argument("--start-delay", type=float, default=8.0, help="wall seconds before the first ball")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--ios18-share", type=float, default=0.0,
-                        help="share of each match's followers on iOS 18, started on broadcast channels")
-    parser.add_argument("--format", default="T20", choices=["T20", "T10", "ODI"], help="synthesised match format")
-    parser.add_argument("--stagger", type=float, default=0.0,
-                        help="wall seconds between match starts (real matches do not bowl in step)")
-    parser.add_argument("--drain", type=float, default=30.0,
-                        help="after a --duration cut-off: seconds for what happened before it to arrive")
-    parser.add_argument("--session-refresh", type=float, default=10.0,
-                        help="match.session_refresh_s of the daemons (sessions are seeded before they start)")
-    parser.add_argument("--dynamodb", default="moto", choices=["moto", "dynalite"], help="local DynamoDB peer")
-    parser.add_argument("--apns", default="python", choices=["python", "nginx"],
-                        help="APNs peer: the project's validating server, or nginx recording what it got")
+    parser.add_argument(
+        "--ios18-share",
+        type=float,
+        default=0.0,
+        help="share of each match's followers on iOS 18, started on broadcast channels",
+    )
+    parser.add_argument(
+        "--format", default="T20", choices=["T20", "T10", "ODI"], help="synthesised match format"
+    )
+    parser.add_argument(
+        "--stagger",
+        type=float,
+        default=0.0,
+        help="wall seconds between match starts (real matches do not bowl in step)",
+    )
+    parser.add_argument(
+        "--drain",
+        type=float,
+        default=30.0,
+        help="after a --duration cut-off: seconds for what happened before it to arrive",
+    )
+    parser.add_argument(
+        "--session-refresh",
+        type=float,
+        default=10.0,
+        help="match.session_refresh_s of the daemons (sessions are seeded before they start)",
+    )
+    parser.add_argument(
+        "--dynamodb", default="moto", choices=["moto", "dynalite"], help="local DynamoDB peer"
+    )
+    parser.add_argument(
+        "--apns",
+        default="python",
+        choices=["python", "nginx"],
+        help="APNs peer: the project's validating server, or nginx recording what it got",
+    )
     args = parser.parse_args(argv)
 
     def _stop(signum: int, frame: Any) -> None:

@@ -256,7 +256,9 @@ class AdminServer:
         if handler is None:
             close = difflib.get_close_matches(request.cmd, list(self._handlers), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else "; try 'help'"
-            return encode_answer(ok=False, error=f"unknown command {request.cmd!r}{hint}", request_id=request_id)
+            return encode_answer(
+                ok=False, error=f"unknown command {request.cmd!r}{hint}", request_id=request_id
+            )
         try:
             result = handler(list(request.args))
             if inspect.isawaitable(result):
@@ -362,7 +364,9 @@ class AdminServer:
         log.warning("admin_too_many_clients", max_clients=self.max_clients)
         with trio.move_on_after(_REJECT_SEND_S):
             try:
-                await stream.send_all(encode_answer(ok=False, error=f"too many clients (max {self.max_clients})"))
+                await stream.send_all(
+                    encode_answer(ok=False, error=f"too many clients (max {self.max_clients})")
+                )
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
         with trio.CancelScope(shield=True):
@@ -447,8 +451,10 @@ def parse_listen(listen: str, *, any_port: bool = False) -> tuple[str, int]:
 
 
 def _http_response(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8") -> bytes:
-    head = (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
     return head.encode("ascii") + body
 
 
@@ -525,7 +531,9 @@ class MetricsHttpServer:
                         break
                     head += chunk
                 if len(head) > _HTTP_HEAD_MAX:
-                    answer = _http_response("431 Request Header Fields Too Large", b"request head too large\n")
+                    answer = _http_response(
+                        "431 Request Header Fields Too Large", b"request head too large\n"
+                    )
                 else:
                     answer = metrics_http_response(bytes(head))
                 await stream.send_all(answer)

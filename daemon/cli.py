@@ -19,7 +19,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "events": ("daemon.cricket.cli", "main", "replay a tape through the match engine, print key events"),
     "apns-server": ("daemon.apns.server_cli", "main", "run the project's HTTP/2 TLS APNs server"),
     "ctl": ("daemon.ctl", "main", "talk to a running daemon over its admin socket"),
-    "api-token": ("daemon.api.issuer", "api_token_main", "print an access token from the demo's local issuer"),
+    "api-token": (
+        "daemon.api.issuer",
+        "api_token_main",
+        "print an access token from the demo's local issuer",
+    ),
     "check-config": ("daemon.config", "check_main", "validate a configuration file"),
 }
 

@@ -47,7 +47,9 @@ def request(path: str, cmd: str, args: list[str], *, timeout_s: float = 10.0) ->
                 f"permission denied on {path}: run as the daemon's user or a member of its group"
             ) from None
         except ConnectionRefusedError:
-            raise Unreachable(f"nothing is listening on {path} (a stale socket from a stopped daemon?)") from None
+            raise Unreachable(
+                f"nothing is listening on {path} (a stale socket from a stopped daemon?)"
+            ) from None
         except OSError as exc:
             raise Unreachable(f"cannot connect to {path}: {exc.strerror or exc}") from None
         try:
@@ -88,7 +90,9 @@ def main(argv: list[str]) -> int:
         default=os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET,
         help=f"admin socket path (default: ${SOCKET_ENV} or {DEFAULT_SOCKET})",
     )
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)"
+    )
     parser.add_argument("--raw", action="store_true", help="print the answer line as received (JSON)")
     parser.add_argument(
         "command",
@@ -113,7 +117,11 @@ def main(argv: list[str]) -> int:
         print(f"error: {answer.get('error', 'unknown error')}", file=sys.stderr)
         return EXIT_ERROR_ANSWER
     result = answer.get("result")
-    if opts.command == "help" and isinstance(result, dict) and all(isinstance(v, str) for v in result.values()):
+    if (
+        opts.command == "help"
+        and isinstance(result, dict)
+        and all(isinstance(v, str) for v in result.values())
+    ):
         width = max((len(name) for name in result), default=0)
         for name, summary in result.items():
             print(f"{name.ljust(width)}  {summary}".rstrip())

@@ -53,22 +53,33 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--followers", type=int, default=25, help="users following the match (default 25)")
     parser.add_argument("--speed", type=float, default=50.0, help="tape speed multiplier (default 50)")
     parser.add_argument("--tape", type=Path, default=None, help="tape file (default: the shipped T20 tape)")
-    parser.add_argument("--exit-at-end", action="store_true", help="exit once the match's end push is delivered")
     parser.add_argument(
-        "--ios18-share", type=float, default=0.5, metavar="F",
+        "--exit-at-end", action="store_true", help="exit once the match's end push is delivered"
+    )
+    parser.add_argument(
+        "--ios18-share",
+        type=float,
+        default=0.5,
+        metavar="F",
         help="share of the simulated iPhones on iOS 18, started on broadcast channels (default 0.5)",
     )
     parser.add_argument("--admin-socket", default=None, help="admin socket path (default: in a temp dir)")
     parser.add_argument(
-        "--metrics-listen", default="", metavar="HOST:PORT",
+        "--metrics-listen",
+        default="",
+        metavar="HOST:PORT",
         help="serve Prometheus metrics over HTTP there, as [metrics].listen does (default: admin socket only)",
     )
     parser.add_argument(
-        "--api-listen", default="127.0.0.1:0", metavar="HOST:PORT",
+        "--api-listen",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
         help="where the app's API listens (default: a free port on loopback, printed at start)",
     )
     parser.add_argument(
-        "--state-dir", type=Path, default=None,
+        "--state-dir",
+        type=Path,
+        default=None,
         help="where the local issuer's key is left for `sightscreen api-token` (default: "
         "$SIGHTSCREEN_DEMO_STATE or ~/.local/state/sightscreen/demo)",
     )
@@ -126,9 +137,15 @@ class DemoRun:
                 json.dumps(
                     {
                         "delivery": {
-                            "kind": d.kind, "over": d.over, "score": d.score, "event": d.event,
-                            "events": list(d.event_types), "priority": d.priority, "tokens": d.tokens,
-                            "accepted": d.accepted, "broadcasts": getattr(d, "broadcasts", 0),
+                            "kind": d.kind,
+                            "over": d.over,
+                            "score": d.score,
+                            "event": d.event,
+                            "events": list(d.event_types),
+                            "priority": d.priority,
+                            "tokens": d.tokens,
+                            "accepted": d.accepted,
+                            "broadcasts": getattr(d, "broadcasts", 0),
                             "channel_devices": getattr(d, "channel_sessions", 0),
                         }
                     }
@@ -187,7 +204,9 @@ class DemoRun:
             )
             apns_port = await nursery.start(apns.serve)
             management_port = await nursery.start(apns.serve_management)
-            replay = ReplayServer([tape], speed=speed, innings_break_s=1200.0, start_delay_s=DEMO_START_DELAY_S * speed)
+            replay = ReplayServer(
+                [tape], speed=speed, innings_break_s=1200.0, start_delay_s=DEMO_START_DELAY_S * speed
+            )
             replay_port = await nursery.start(replay.serve)
             await self._seed(repos, tape)
             from daemon.api.issuer import LocalIssuer, default_state_dir
@@ -214,7 +233,11 @@ class DemoRun:
                     "match": {"follower_refresh_s": 1.0},
                     "apns": {"management_host": "127.0.0.1", "management_port": management_port},
                     "api": {"listen": getattr(self.args, "api_listen", "127.0.0.1:0")},
-                    "auth": {"issuer": issuer.issuer, "jwks_url": issuer.jwks_url, "client_ids": [issuer.client_id]},
+                    "auth": {
+                        "issuer": issuer.issuer,
+                        "jwks_url": issuer.jwks_url,
+                        "client_ids": [issuer.client_id],
+                    },
                     **({"metrics": {"listen": metrics_listen}} if metrics_listen else {}),
                 },
             )
@@ -240,8 +263,13 @@ class DemoRun:
             from daemon.demo_iphones import SimulatedIphones
 
             self.iphones = SimulatedIphones(
-                self.api_url, issuer.mint, self.match_id, [str(tape.localteam.id), str(tape.visitorteam.id)],
-                self.args.followers, ios18_share=getattr(self.args, "ios18_share", 0.0), subscribe=apns.subscribe,
+                self.api_url,
+                issuer.mint,
+                self.match_id,
+                [str(tape.localteam.id), str(tape.visitorteam.id)],
+                self.args.followers,
+                ios18_share=getattr(self.args, "ios18_share", 0.0),
+                subscribe=apns.subscribe,
             )
             await self.iphones.sign_up()
             nursery.start_soon(self.iphones.start_activities, lambda: list(apns.records))
@@ -262,8 +290,12 @@ class DemoRun:
         from daemon.seed import seed_match
 
         await seed_match(
-            repos, tape, starts_at=time.time() + DEMO_START_DELAY_S, followers=0,
-            league_name="Sightscreen Demo League", league_code="DEMO",
+            repos,
+            tape,
+            starts_at=time.time() + DEMO_START_DELAY_S,
+            followers=0,
+            league_name="Sightscreen Demo League",
+            league_code="DEMO",
         )
 
     def summary(self) -> dict[str, Any]:
@@ -337,8 +369,10 @@ class DemoRun:
         return {
             "broadcasts": {k: broadcasts.get(k, 0) for k in ("start", "update", "end")},
             "channels": {"created": stats.created if stats else 0, "deleted": stats.deleted if stats else 0},
-            "devices_reached": {k: {"token": v.get("token", 0), "channel": v.get("channel", 0)}
-                                for k, v in sorted(reached.items())},
+            "devices_reached": {
+                k: {"token": v.get("token", 0), "channel": v.get("channel", 0)}
+                for k, v in sorted(reached.items())
+            },
             "devices": {
                 "ios18": sum(1 for p in phones if p.os_version.startswith("18")),
                 "on_channels": sum(1 for p in phones if p.channel_id),
@@ -351,7 +385,9 @@ class DemoRun:
 
 def _key_events(aps: dict[str, Any]) -> set[tuple[str, str]]:
     state = aps.get("content-state") or {}
-    return {(str(e.get("type")), str(e.get("ballId"))) for e in state.get("events") or [] if isinstance(e, dict)}
+    return {
+        (str(e.get("type")), str(e.get("ballId"))) for e in state.get("events") or [] if isinstance(e, dict)
+    }
 
 
 async def _stop_issuer_on_exit(issuer: Any) -> None:

@@ -63,7 +63,8 @@ class SimulatedIphones:
         self.match_id = match_id
         self.phones = [
             SimulatedIphone(
-                f"demo-user-{i:05d}", str(team_ids[i % len(team_ids)]),
+                f"demo-user-{i:05d}",
+                str(team_ids[i % len(team_ids)]),
                 # spread evenly within each team: the k-th supporter of a team runs iOS 18 when the running
                 # share of them falls behind ios18_share
                 os_version="18.2" if _ios18(i // max(1, len(team_ids)), ios18_share) else "17.5",
@@ -83,7 +84,9 @@ class SimulatedIphones:
             token = self._tokens[phone.user_id] = self.mint(phone.user_id)
         return {"Authorization": f"Bearer {token}"}
 
-    async def _call(self, http: httpx.AsyncClient, phone: SimulatedIphone, method: str, path: str, body: Any) -> bool:
+    async def _call(
+        self, http: httpx.AsyncClient, phone: SimulatedIphone, method: str, path: str, body: Any
+    ) -> bool:
         async with self._limit:
             self.requests += 1
             for attempt in range(5):
@@ -108,7 +111,10 @@ class SimulatedIphones:
 
             async def one(phone: SimulatedIphone) -> None:
                 await self._call(
-                    http, phone, "POST", "/user/device",
+                    http,
+                    phone,
+                    "POST",
+                    "/user/device",
                     {
                         "deviceToken": phone.device_token,
                         "platform": "ios",
@@ -118,17 +124,24 @@ class SimulatedIphones:
                         "pushToStartToken": phone.push_to_start_token,
                     },
                 )
-                await self._call(http, phone, "POST", f"/user/follow/{self.match_id}", {"teamId": phone.team_id})
+                await self._call(
+                    http, phone, "POST", f"/user/follow/{self.match_id}", {"teamId": phone.team_id}
+                )
 
             async with trio.open_nursery() as nursery:
                 for phone in self.phones:
                     nursery.start_soon(one, phone)
 
-    async def start_activities(self, records: Callable[[], list[dict[str, Any]]], *, poll_s: float = 0.1) -> None:
+    async def start_activities(
+        self, records: Callable[[], list[dict[str, Any]]], *, poll_s: float = 0.1
+    ) -> None:
         """Watch what APNs accepted; a push-to-start reaching a phone starts its Live Activity, which the app
         registers through the API. Runs until cancelled."""
         seen = 0
-        async with httpx.AsyncClient(base_url=self.api_url, timeout=10) as http, trio.open_nursery() as nursery:
+        async with (
+            httpx.AsyncClient(base_url=self.api_url, timeout=10) as http,
+            trio.open_nursery() as nursery,
+        ):
             while True:
                 batch = records()
                 for record in batch[seen:]:
@@ -149,6 +162,8 @@ class SimulatedIphones:
                     else:
                         phone.update_token = secrets.token_hex(32)
                         body = {"deviceId": phone.device_id, "updateToken": phone.update_token}
-                    nursery.start_soon(self._call, http, phone, "POST", f"/user/activity/{self.match_id}", body)
+                    nursery.start_soon(
+                        self._call, http, phone, "POST", f"/user/activity/{self.match_id}", body
+                    )
                 seen = len(batch)
                 await trio.sleep(poll_s)

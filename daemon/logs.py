@@ -38,8 +38,13 @@ REDACTED = "[redacted]"
 _TOKEN_KEY_RE = re.compile(r"(^|_)(device_token|push_token|push_to_start_token|update_token|token)$", re.I)
 _SECRET_KEY_RE = re.compile(r"(secret|password|private_key|api_token|authorization|provider_token|jwt)", re.I)
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,
-           "critical": logging.CRITICAL}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
 
 
 def short_token(token: str | None) -> str:
@@ -161,7 +166,11 @@ def configure(
     if json is None:
         json = not tty
     numeric = _LEVELS.get(level.lower(), logging.INFO)
-    renderer: Any = structlog.processors.JSONRenderer(ensure_ascii=False) if json else structlog.dev.ConsoleRenderer(colors=tty)
+    renderer: Any = (
+        structlog.processors.JSONRenderer(ensure_ascii=False)
+        if json
+        else structlog.dev.ConsoleRenderer(colors=tty)
+    )
     structlog.configure(
         processors=[*_shared_processors(), renderer, _scrub_rendered],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
@@ -177,7 +186,11 @@ def configure(
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=_shared_processors(),
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer, _scrub_rendered],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                renderer,
+                _scrub_rendered,
+            ],
         )
     )
     root = logging.getLogger()
@@ -207,8 +220,13 @@ def configure_from(settings: Any, *, stream: TextIO | None = None, **context: An
     """Configure from a ``daemon.config.LoggingSettings`` (level, format auto|json|console, stdlib_level)."""
     fmt = getattr(settings, "format", "auto")
     json = None if fmt == "auto" else fmt == "json"
-    configure(settings.level, json, stdlib_level=getattr(settings, "stdlib_level", "warning"), stream=stream,
-              **context)
+    configure(
+        settings.level,
+        json,
+        stdlib_level=getattr(settings, "stdlib_level", "warning"),
+        stream=stream,
+        **context,
+    )
 
 
 def get_logger(name: str, **bind: Any) -> Any:

@@ -41,9 +41,7 @@ PUSH_LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
     registry=REGISTRY,
 )
-APNS_CONNECTIONS = Gauge(
-    "sightscreen_apns_connections", "Open HTTP/2 connections to APNs", registry=REGISTRY
-)
+APNS_CONNECTIONS = Gauge("sightscreen_apns_connections", "Open HTTP/2 connections to APNs", registry=REGISTRY)
 APNS_ERRORS = Counter(
     "sightscreen_apns_errors",
     "APNs error answers by what they mean (dead_token, retry, retry_new_connection, refresh_provider_token, "
@@ -70,7 +68,10 @@ CHANNEL_REQUESTS = Counter(
     registry=REGISTRY,
 )
 CHANNELS = Gauge(
-    "sightscreen_broadcast_channels", "Broadcast channels held by each owned match", ["match_id"], registry=REGISTRY
+    "sightscreen_broadcast_channels",
+    "Broadcast channels held by each owned match",
+    ["match_id"],
+    registry=REGISTRY,
 )
 SESSIONS_BY_PATH = Gauge(
     "sightscreen_sessions_by_path",
@@ -170,7 +171,9 @@ SPORTMONKS_BUDGET_DELAYS = Counter(
 
 # --- One fleet per region ------------------------------------------------------------------------------
 FEED_LEADER = Gauge(
-    "sightscreen_feed_leader", "1 while this instance leads the region's SportMonks feed, else 0", registry=REGISTRY
+    "sightscreen_feed_leader",
+    "1 while this instance leads the region's SportMonks feed, else 0",
+    registry=REGISTRY,
 )
 FEED_LEADER_CHANGES = Counter(
     "sightscreen_feed_leader_changes",
@@ -191,8 +194,10 @@ SPORTMONKS_REGION_CALLS = Gauge(
     registry=REGISTRY,
 )
 LEASED_JOB_RUNS = Counter(
-    "sightscreen_leased_job_runs", "Times this instance took a region-wide job's lease and started it",
-    ["job"], registry=REGISTRY,
+    "sightscreen_leased_job_runs",
+    "Times this instance took a region-wide job's lease and started it",
+    ["job"],
+    registry=REGISTRY,
 )
 
 # --- DynamoDB ------------------------------------------------------------------------------------------
@@ -246,7 +251,8 @@ PREMATCH_NOTIFICATIONS = Counter(
     registry=REGISTRY,
 )
 LIVE_FANOUTS = Gauge(
-    "sightscreen_live_fanouts", "Rounds of Live Activity pushes in progress (background jobs give way)",
+    "sightscreen_live_fanouts",
+    "Rounds of Live Activity pushes in progress (background jobs give way)",
     registry=REGISTRY,
 )
 BACKGROUND_GAVE_WAY = Counter(
@@ -272,7 +278,9 @@ API_LATENCY = Histogram(
     registry=REGISTRY,
 )
 API_RATE_LIMITED = Counter(
-    "sightscreen_api_rate_limited", "API requests refused with 429 by the per-user rate limit", registry=REGISTRY
+    "sightscreen_api_rate_limited",
+    "API requests refused with 429 by the per-user rate limit",
+    registry=REGISTRY,
 )
 API_AUTH_FAILURES = Counter(
     "sightscreen_api_auth_failures",

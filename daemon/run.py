@@ -82,8 +82,13 @@ class Daemon:
         orch = config.orchestrator
         self.feed = FeedActor(self.client, config.feed, leading=False)
         self.leadership = FeedLeadership(
-            feed=self.feed, repos=self.repos, region=self.region, instance_id=self.owner_id,
-            lease_s=orch.lease_s, renew_every_s=orch.renew_every_s, clock_skew_bound_s=orch.clock_skew_bound_s,
+            feed=self.feed,
+            repos=self.repos,
+            region=self.region,
+            instance_id=self.owner_id,
+            lease_s=orch.lease_s,
+            renew_every_s=orch.renew_every_s,
+            clock_skew_bound_s=orch.clock_skew_bound_s,
             marquee_leagues=config.feed.marquee_leagues,
         )
         self.feed._cache = FencedFixtureCache(self.leadership, self.repos)
@@ -139,7 +144,9 @@ class Daemon:
         assert channels is not None, "the channel sweeper runs only where the sender manages channels"
         return ChannelSweeper(
             bundle=self.config.apns.topic.removesuffix(".push-type.liveactivity"),
-            request=channels.request, fixtures=self.repos.fixtures, active_matches=active,
+            request=channels.request,
+            fixtures=self.repos.fixtures,
+            active_matches=active,
             interval_s=self.config.match.channel_sweep_s,
         )
 
@@ -159,8 +166,14 @@ class Daemon:
 
         orch = self.config.orchestrator
         return LeasedJob(
-            name, job, locks=self.repos.locks, region=self.region, owner=self.owner_id,
-            lease_s=orch.lease_s, renew_every_s=orch.renew_every_s, clock_skew_bound_s=orch.clock_skew_bound_s,
+            name,
+            job,
+            locks=self.repos.locks,
+            region=self.region,
+            owner=self.owner_id,
+            lease_s=orch.lease_s,
+            renew_every_s=orch.renew_every_s,
+            clock_skew_bound_s=orch.clock_skew_bound_s,
             may_run=(lambda: self.leadership.leading) if sportmonks else (lambda: True),
         )
 
@@ -179,8 +192,12 @@ class Daemon:
             ),
             "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
             "prematch": PrematchNotifier(
-                self.repos, self.sender, jobs_cfg.prematch, topic=self.config.apns.topic,
-                owner=self.owner_id, live=self.live,
+                self.repos,
+                self.sender,
+                jobs_cfg.prematch,
+                topic=self.config.apns.topic,
+                owner=self.owner_id,
+                live=self.live,
             ),
         }
 
@@ -244,7 +261,8 @@ class Daemon:
                     reconciler = self._leased(
                         # where the feed leader is: it compares the leader's own fresh /livescores, never
                         # a cached summary that may be a leader change old
-                        "reconciler", LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s),
+                        "reconciler",
+                        LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s),
                         sportmonks=True,
                     )
                     self.jobs["reconciler"] = reconciler
@@ -261,7 +279,9 @@ class Daemon:
                     nursery.start_soon(gctune.sweep, instance.gc_sweep_s, instance.gc_full_every_s)
                 if self._notifier is not None:
                     self._notifier.ready()
-                log.info("daemon_ready", instance_id=self.instance_id, owner=self.owner_id, version=__version__)
+                log.info(
+                    "daemon_ready", instance_id=self.instance_id, owner=self.owner_id, version=__version__
+                )
                 task_status.started(self)
                 await self._shutdown.wait()
                 await self._graceful_stop()
@@ -347,7 +367,12 @@ class Daemon:
     async def _h_health(self, args: list[str]) -> Any:
         """Liveness: the process answers."""
         expect_args("health", args)
-        return {"alive": True, "instance_id": self.instance_id, "owner": self.owner_id, "stopping": self.stopping}
+        return {
+            "alive": True,
+            "instance_id": self.instance_id,
+            "owner": self.owner_id,
+            "stopping": self.stopping,
+        }
 
     async def readiness(self) -> dict[str, Any]:
         """DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: signing keys loaded;
@@ -419,9 +444,13 @@ class Daemon:
             }
             actor = mine.get(match_id)
             if actor is not None:
-                row.update(lag_s=actor.last_tick_lag_s, tokens=len(actor.sessions), ticks=actor.ticks,
-                           channel_sessions=len(actor.channel_sessions),
-                           channels=dict(actor.channels.channels) if actor.channels is not None else {})
+                row.update(
+                    lag_s=actor.last_tick_lag_s,
+                    tokens=len(actor.sessions),
+                    ticks=actor.ticks,
+                    channel_sessions=len(actor.channel_sessions),
+                    channels=dict(actor.channels.channels) if actor.channels is not None else {},
+                )
             rows.append(row)
         return rows
 
@@ -490,7 +519,10 @@ class Daemon:
         """Stop taking matches, hand owned matches over (locks released), then exit."""
         expect_args("drain", args)
         self.shutdown()
-        return {"draining": True, "owned_matches": sorted(self.orchestrator.owned) if self.orchestrator else []}
+        return {
+            "draining": True,
+            "owned_matches": sorted(self.orchestrator.owned) if self.orchestrator else [],
+        }
 
     async def _h_replay(self, args: list[str]) -> Any:
         """Replay controls (replay mode): replay status|play|pause|stop|seek FIXTURE ENTRY|speed X."""
@@ -606,13 +638,17 @@ def main(argv: list[str]) -> int:
     gctune.configure(config.instance.gc_young_threshold)
     try:
         daemon = Daemon(config, notifier=SdNotifier())
-    except Exception as exc:  # a part that cannot be built (a key that is not P-256 PEM): say which, no traceback
-        print(f"sightscreen: cannot start with {args.config}: {exc}\n"
-              f"(sightscreen check-config {args.config} lists every problem)", file=sys.stderr)
+    except (
+        Exception
+    ) as exc:  # a part that cannot be built (a key that is not P-256 PEM): say which, no traceback
+        print(
+            f"sightscreen: cannot start with {args.config}: {exc}\n"
+            f"(sightscreen check-config {args.config} lists every problem)",
+            file=sys.stderr,
+        )
         return 2
     try:
         trio.run(serve, daemon)
     except KeyboardInterrupt:
         pass
     return daemon.exit_code
-

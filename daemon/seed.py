@@ -106,7 +106,9 @@ async def seed_reference(
     teams: Iterable[tuple[str, str, str | None, str | None]] = (),
 ) -> None:
     """A league and its teams, given as (team id, name, code, image URL)."""
-    await repos.leagues.put_league({"leagueId": league_id, "name": league_name, "code": league_code, "active": True})
+    await repos.leagues.put_league(
+        {"leagueId": league_id, "name": league_name, "code": league_code, "active": True}
+    )
     rows = [
         {"teamId": tid, "name": name, "code": code, **({"imageUrl": image} if image else {})}
         for tid, name, code, image in teams
@@ -131,7 +133,10 @@ async def seed_followers(
     sessions = []
     for f in followers:
         follow: dict[str, Any] = {
-            "matchId": match_id, "userId": f.user_id, "expiresAt": int(expires_at), "createdAt": stamp
+            "matchId": match_id,
+            "userId": f.user_id,
+            "expiresAt": int(expires_at),
+            "createdAt": stamp,
         }
         if f.team_id is not None:
             follow["teamId"] = f.team_id
@@ -155,14 +160,23 @@ async def seed_followers(
 
 
 async def seed_devices(
-    repos: Repositories, followers: Iterable[Follower], *, now: float | None = None, app_version: str = "local"
+    repos: Repositories,
+    followers: Iterable[Follower],
+    *,
+    now: float | None = None,
+    app_version: str = "local",
 ) -> None:
     """Register the device of every follower that has one (its token is also its alert token)."""
     for f in followers:
         if f.device_token:
             await repos.devices.register_device(
-                f.user_id, f.device_token, platform="ios", app_version=app_version,
-                apns_token=f.device_token, push_to_start_token=f.push_to_start_token, now=now,
+                f.user_id,
+                f.device_token,
+                platform="ios",
+                app_version=app_version,
+                apns_token=f.device_token,
+                push_to_start_token=f.push_to_start_token,
+                now=now,
             )
 
 
@@ -189,10 +203,18 @@ async def seed_match(
         league_code=league_code,
         teams=[(str(t.id), t.name, t.code, getattr(t, "image_path", None)) for t in (local, visitor)],
     )
-    await repos.fixtures.batch_write_fixtures([fixture_row(tape, starts_at=starts_at, league_code=league_code)])
-    people = make_followers(
-        match_id, followers, [str(local.id), str(visitor.id)],
-        user_prefix=user_prefix, devices=devices, sessions=sessions,
+    await repos.fixtures.batch_write_fixtures(
+        [fixture_row(tape, starts_at=starts_at, league_code=league_code)]
     )
-    await seed_followers(repos, match_id, people, expires_at=time.time() + FOLLOW_TTL_S, app_version=app_version)
+    people = make_followers(
+        match_id,
+        followers,
+        [str(local.id), str(visitor.id)],
+        user_prefix=user_prefix,
+        devices=devices,
+        sessions=sessions,
+    )
+    await seed_followers(
+        repos, match_id, people, expires_at=time.time() + FOLLOW_TTL_S, app_version=app_version
+    )
     return SeededMatch(match_id, str(tape.league_id), people)

@@ -165,7 +165,6 @@ class Supervisor:
         return True
 
 
-
 def _crash_of(exc: BaseException, normal: tuple[type[BaseException], ...]) -> Exception | None:
     """The part of ``exc`` that is a crash, or None when it is only cancellation and normal exits.
 

@@ -122,7 +122,12 @@ def render(sample: Sample, previous: Sample | None, *, now: float, width: int = 
     """The screen for ``sample`` (rates against ``previous``) at wall time ``now``, lines cut to ``width``."""
     stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     if sample.error is not None:
-        lines = [f"sightscreen watch  {stamp}", "", f"daemon not answering: {sample.error}", "retrying every refresh"]
+        lines = [
+            f"sightscreen watch  {stamp}",
+            "",
+            f"daemon not answering: {sample.error}",
+            "retrying every refresh",
+        ]
         return "\n".join(line[:width] for line in lines)
 
     status = sample.status
@@ -174,8 +179,11 @@ def render(sample: Sample, previous: Sample | None, *, now: float, width: int = 
         lines.append("  budget left this hour:")
         for endpoint, b in sorted(budget.items()):
             limit, remaining = b.get("limit"), b.get("remaining")
-            share = f"{100 * remaining / limit:.0f}%" if isinstance(limit, int) and limit and isinstance(
-                remaining, int) else "-"
+            share = (
+                f"{100 * remaining / limit:.0f}%"
+                if isinstance(limit, int) and limit and isinstance(remaining, int)
+                else "-"
+            )
             skipped = b.get("skipped") or 0
             note = f"  ({skipped} skipped)" if skipped else ""
             lines.append(f"    {endpoint:<14} {_count(remaining):>12} / {_count(limit):<12} {share:>5}{note}")
@@ -224,7 +232,9 @@ def main(argv: list[str], *, socket_path: str, timeout_s: float) -> int:
         description="A live view of the instance: owned matches, pushes/s by outcome, SportMonks budget. Ctrl-C stops.",
     )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
-    parser.add_argument("--count", type=int, default=None, help="stop after N refreshes (default: until Ctrl-C)")
+    parser.add_argument(
+        "--count", type=int, default=None, help="stop after N refreshes (default: until Ctrl-C)"
+    )
     opts = parser.parse_args(argv)
     if opts.interval <= 0:
         parser.error("--interval must be > 0")

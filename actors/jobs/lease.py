@@ -134,7 +134,10 @@ class LeasedJob:
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "lease_key": self.key, "running": self.running, "holder": self.holder, "runs": self.runs,
+            "lease_key": self.key,
+            "running": self.running,
+            "holder": self.holder,
+            "runs": self.runs,
         }
         stats = getattr(self.job, "stats", None)
         if callable(stats):

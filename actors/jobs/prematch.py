@@ -404,7 +404,10 @@ class PrematchNotifier:
                 if not followers:
                     report.matches_unfollowed += 1
                     self.unfollowed.remember(
-                        match.match_id, match.start_iso, now=now, window_end=match.start_epoch + s.catch_up_s,
+                        match.match_id,
+                        match.start_iso,
+                        now=now,
+                        window_end=match.start_epoch + s.catch_up_s,
                         start=match.start_epoch,
                     )
                     continue
@@ -455,9 +458,7 @@ class PrematchNotifier:
         teams = await self._team_info(match.fixture)
         size = self.settings.batch_size
         for i in range(0, len(work), size):
-            if i and not await self._repos.locks.extend(
-                lock, self._owner, self.settings.match_lock_s
-            ):
+            if i and not await self._repos.locks.extend(lock, self._owner, self.settings.match_lock_s):
                 report.matches_locked += 1  # our lease ran out and another instance took the match over
                 log.warning("prematch_lock_lost", match_id=match.match_id, done=i, left=len(work) - i)
                 return
@@ -619,13 +620,18 @@ class PrematchNotifier:
         start_token = device.get("pushToStartToken")
         channels = match.fixture.get("broadcastChannels") or {}
         if supports_channels(device) and not channels and self.settings.ios18_waits_for_channels:
-            start_token = None  # the owner starts it on a channel (see PrematchSettings.ios18_waits_for_channels)
+            start_token = (
+                None  # the owner starts it on a channel (see PrematchSettings.ios18_waits_for_channels)
+            )
         if claim.decision is Decision.NOTIFY and self.settings.push_to_start and start_token:
             try:
                 # iOS 18+: the activity starts on its perspective's broadcast channel when the match's owner
                 # has recorded them (it creates them as it takes the match); else on an update token
-                channel = (channels.get(claim.team_id or "") or channels.get("neutral")) if supports_channels(
-                    device) else None
+                channel = (
+                    (channels.get(claim.team_id or "") or channels.get("neutral"))
+                    if supports_channels(device)
+                    else None
+                )
                 payload = start_payload(
                     _content_state(match, teams, claim.team_id),
                     attributes_type=self.settings.attributes_type,

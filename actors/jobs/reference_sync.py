@@ -48,7 +48,6 @@ JOB = "reference_sync"
 # --- shared by the jobs ------------------------------------------------------------------------------
 
 
-
 @dataclass
 class SyncReport:
     """What one sync pass did. ``written`` is every created or updated record's key."""

@@ -21,7 +21,8 @@ class FixtureSyncSettings(BaseModel):
     )
     near_behind_h: float = Field(
         default=12.0,
-        ge=0, le=720,
+        ge=0,
+        le=720,
         description="and this many hours back, so a match that just left /livescores gets its final status",
     )
     include_livescores: bool = Field(
@@ -50,7 +51,8 @@ class FixtureSyncSettings(BaseModel):
     )
     retention_days: float = Field(
         default=0.0,
-        ge=0, le=3650,
+        ge=0,
+        le=3650,
         description="set the fixture item's ttl to startTime + this many days; 0 means no ttl",
     )
     backoff_base_s: float = Field(
@@ -78,15 +80,22 @@ class ReferenceSyncSettings(BaseModel):
     enabled: bool = Field(
         default=True, description="run the reference sync job (teams, leagues, team-seasons)"
     )
-    interval_s: float = Field(default=86400.0, gt=0, le=30 * 86400, description="cadence of the reference sync (daily)")
+    interval_s: float = Field(
+        default=86400.0, gt=0, le=30 * 86400, description="cadence of the reference sync (daily)"
+    )
     active_leagues_cache_s: float = Field(
-        default=600.0, gt=0, le=86400, description="how long the list of active leagues read from DynamoDB is reused"
+        default=600.0,
+        gt=0,
+        le=86400,
+        description="how long the list of active leagues read from DynamoDB is reused",
     )
     active_league_ids: list[int] = Field(
         default_factory=list,
         description="leagues created active=true when first synced (admins set `active` afterwards; never overwritten)",
     )
-    backoff_base_s: float = Field(default=30.0, gt=0, le=600, description="first retry delay after a failed step")
+    backoff_base_s: float = Field(
+        default=30.0, gt=0, le=600, description="first retry delay after a failed step"
+    )
     backoff_max_s: float = Field(
         default=3600.0, gt=0, le=86400, description="longest retry delay after repeated failures"
     )
@@ -112,20 +121,26 @@ class PrematchSettings(BaseModel):
     )
     catch_up_s: float = Field(
         default=600.0,
-        ge=0, le=86400,
+        ge=0,
+        le=86400,
         description="a match that started at most this long ago still gets its notification (downtime catch-up)",
     )
     restart_notify_threshold_s: float = Field(
-        default=900.0, gt=0, le=86400, description="a start time moved by more than this notifies the followers again"
+        default=900.0,
+        gt=0,
+        le=86400,
+        description="a start time moved by more than this notifies the followers again",
     )
     marker_grace_s: float = Field(
         default=3600.0,
-        ge=0, le=86400,
+        ge=0,
+        le=86400,
         description="a prematch marker is ignored once startTime + catch_up_s + this has passed",
     )
     claim_lease_s: float = Field(
         default=120.0,
-        gt=0, le=3600,
+        gt=0,
+        le=3600,
         description="a claim not confirmed within this is taken as a crash, and the alert is sent again "
         "(same apns-collapse-id, so the device shows one)",
     )
@@ -140,13 +155,15 @@ class PrematchSettings(BaseModel):
     )
     give_way_s: float = Field(
         default=2.0,
-        ge=0, le=600,
+        ge=0,
+        le=600,
         description="before each follower, wait while a live fan-out is in progress on this instance, at most "
         "this long (0: never); a wicket's updates go first, and the job still moves under continuous live load",
     )
     match_lock_s: float = Field(
         default=120.0,
-        gt=0, le=3600,
+        gt=0,
+        le=3600,
         description="one instance at a time works through a match's followers: it holds the cricket-locks "
         "lock prematch:{matchId} this long, renewed after every batch; the other instances skip the match "
         "that cycle instead of racing it claim by claim (the claims keep it correct if two ever overlap)",
@@ -174,7 +191,8 @@ class PrematchSettings(BaseModel):
     )
     unfollowed_recheck_s: float = Field(
         default=300.0,
-        gt=0, le=86400,
+        gt=0,
+        le=86400,
         description="a match nobody followed is looked at again after this long, then after twice as long "
         "each time, but before the start never after half the time left (a late follower is still notified, "
         "and one who follows inside the window before the start)",
@@ -186,7 +204,9 @@ class PrematchSettings(BaseModel):
         default_factory=list,
         description="league codes to watch; empty means the active leagues of cricket-leagues",
     )
-    backoff_base_s: float = Field(default=5.0, gt=0, le=600, description="first retry delay after a failed cycle")
+    backoff_base_s: float = Field(
+        default=5.0, gt=0, le=600, description="first retry delay after a failed cycle"
+    )
     backoff_max_s: float = Field(
         default=300.0, gt=0, le=86400, description="longest retry delay after repeated failures"
     )

@@ -130,7 +130,10 @@ def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | Non
 
 
 def error_response(
-    status: int, code: str, message: str, fields: list[dict[str, str]] | None = None,
+    status: int,
+    code: str,
+    message: str,
+    fields: list[dict[str, str]] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
     body = {"error": {"status": status, "code": code, "message": message, "fields": fields or []}}
@@ -157,7 +160,9 @@ class ApiState:
         self.display_cache = TtlCache(s.display_cache_s)
         self.scan_cache = TtlCache(s.reference_cache_s, max_entries=16)
         self.registrations = Coalescer(
-            self.repos.live_activities.register_la_sessions, max_batch=s.write_batch_max, parallel=s.write_parallel
+            self.repos.live_activities.register_la_sessions,
+            max_batch=s.write_batch_max,
+            parallel=s.write_parallel,
         )
 
 
@@ -175,13 +180,17 @@ async def authorize(api: ApiState, authorization: str | None, scope: Scope) -> P
         principal = await api.auth.authenticate(authorization)
     except AuthError as exc:
         log.info("api_token_refused", reason=exc.reason, detail=exc.detail[:200], path=scope.get("path"))
-        raise ApiError(401, "invalid_token", "the access token is missing or not valid", headers=BEARER_CHALLENGE) from None
+        raise ApiError(
+            401, "invalid_token", "the access token is missing or not valid", headers=BEARER_CHALLENGE
+        ) from None
     scope["sightscreen.user"] = principal.short_sub
     decision = api.limiter.take(principal.sub, trio.current_time())
     if not decision.allowed:
         API_RATE_LIMITED.inc()
         raise ApiError(
-            429, "rate_limited", "too many requests; retry later",
+            429,
+            "rate_limited",
+            "too many requests; retry later",
             headers={"Retry-After": decision.retry_after_header()},
         )
     return principal
@@ -230,7 +239,9 @@ def _not_found(what: str) -> ApiError:
 
 
 def _invalid(field_name: str, reason: str) -> ApiError:
-    return ApiError(422, "invalid_request", f"{field_name}: {reason}", fields=[{"field": field_name, "reason": reason}])
+    return ApiError(
+        422, "invalid_request", f"{field_name}: {reason}", fields=[{"field": field_name, "reason": reason}]
+    )
 
 
 # --- the application --------------------------------------------------------------------------------------
@@ -281,7 +292,9 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _dynamo(request: Request, exc: ClientError) -> Response:
         code = exc.response.get("Error", {}).get("Code", "?")
         log.error("api_store_error", path=request.url.path, code=code, error=str(exc)[:300])
-        return error_response(503, "unavailable", "the data store is unavailable; retry later", headers={"Retry-After": "1"})
+        return error_response(
+            503, "unavailable", "the data store is unavailable; retry later", headers={"Retry-After": "1"}
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -291,7 +304,9 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BotoCoreError)
     async def _boto(request: Request, exc: BotoCoreError) -> Response:
         log.error("api_store_error", path=request.url.path, error=str(exc)[:300])
-        return error_response(503, "unavailable", "the data store is unavailable; retry later", headers={"Retry-After": "1"})
+        return error_response(
+            503, "unavailable", "the data store is unavailable; retry later", headers={"Retry-After": "1"}
+        )
 
 
 def _ids_param(raw: str, most: int) -> list[str]:
@@ -327,16 +342,25 @@ def _add_routes(app: FastAPI) -> None:
         return json_response({"ready": ready, "checks": checks}, 200 if ready else 503)
 
     # --- matches --------------------------------------------------------------------------------------------
-    @app.get("/matches", tags=["matches"], response_model=FixtureList, responses=ERRORS,
-             summary="fixtures by ids (BatchGetItem) or by league and start-time range (GSI)")
+    @app.get(
+        "/matches",
+        tags=["matches"],
+        response_model=FixtureList,
+        responses=ERRORS,
+        summary="fixtures by ids (BatchGetItem) or by league and start-time range (GSI)",
+    )
     async def list_matches(
         request: Request,
         user: User,
         ids: Annotated[str | None, Query(max_length=7000, description="comma-separated match ids")] = None,
-        league: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="league code")] = None,
+        league: Annotated[
+            str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="league code")
+        ] = None,
         from_: Annotated[str | None, Query(alias="from", max_length=40)] = None,
         to: Annotated[str | None, Query(max_length=40)] = None,
-        include: Annotated[str | None, Query(pattern=r"^raw$", description="'raw': add cached fixtures")] = None,
+        include: Annotated[
+            str | None, Query(pattern=r"^raw$", description="'raw': add cached fixtures")
+        ] = None,
     ) -> Response:
         api = _state(request)
         if ids is not None:
@@ -374,8 +398,13 @@ def _add_routes(app: FastAPI) -> None:
             matches.append(out)
         return json_response({"matches": matches, "missing": [m for m in wanted if m not in found]})
 
-    @app.get("/matches/{matchId}", tags=["matches"], response_model=Fixture, responses=ERRORS,
-             summary="one fixture with its live fields and the cached raw fixture where one exists")
+    @app.get(
+        "/matches/{matchId}",
+        tags=["matches"],
+        response_model=Fixture,
+        responses=ERRORS,
+        summary="one fixture with its live fields and the cached raw fixture where one exists",
+    )
     async def get_match(request: Request, user: User, matchId: MatchId) -> Response:
         api = _state(request)
         item = await api.repos.fixtures.get_fixture(matchId)
@@ -392,8 +421,13 @@ def _add_routes(app: FastAPI) -> None:
             out["rawFixture"] = raw
         return json_response(out)
 
-    @app.get("/matches/{matchId}/display", tags=["matches"], response_model=Display, responses=ERRORS,
-             summary="the display state the engine cached for a team's supporters (neutral without team)")
+    @app.get(
+        "/matches/{matchId}/display",
+        tags=["matches"],
+        response_model=Display,
+        responses=ERRORS,
+        summary="the display state the engine cached for a team's supporters (neutral without team)",
+    )
     async def get_display(
         request: Request,
         user: User,
@@ -416,46 +450,85 @@ def _add_routes(app: FastAPI) -> None:
             raise _not_found("team")
         return json_response(item)
 
-    @app.patch("/teams/{teamId}", tags=["reference", "admin"], response_model=Team, responses=ERRORS,
-               summary="change a team's fields (admin)")
+    @app.patch(
+        "/teams/{teamId}",
+        tags=["reference", "admin"],
+        response_model=Team,
+        responses=ERRORS,
+        summary="change a team's fields (admin)",
+    )
     async def patch_team(request: Request, user: Admin, teamId: AnyId, body: TeamPatch) -> Response:
         api = _state(request)
         if not await api.repos.teams.update_team_fields(teamId, body.fields()):
             raise _not_found("team")
         api.scan_cache.invalidate("teams")
-        log.info("api_admin_change", table="teams", id=teamId, fields=sorted(body.fields()), user=user.short_sub)
+        log.info(
+            "api_admin_change", table="teams", id=teamId, fields=sorted(body.fields()), user=user.short_sub
+        )
         return json_response({"teamId": teamId, **body.fields()})
 
-    @app.get("/seasons/{seasonId}/teams", tags=["reference"], response_model=TeamSeasonList, responses=ERRORS,
-             summary="the teams of a season with their season stats")
+    @app.get(
+        "/seasons/{seasonId}/teams",
+        tags=["reference"],
+        response_model=TeamSeasonList,
+        responses=ERRORS,
+        summary="the teams of a season with their season stats",
+    )
     async def season_teams(request: Request, user: User, seasonId: AnyId) -> Response:
-        return json_response({"teams": await _state(request).repos.team_seasons.get_teams_for_season(seasonId)})
+        return json_response(
+            {"teams": await _state(request).repos.team_seasons.get_teams_for_season(seasonId)}
+        )
 
-    @app.get("/leagues", tags=["reference"], response_model=LeagueList, responses=ERRORS, summary="every league")
+    @app.get(
+        "/leagues", tags=["reference"], response_model=LeagueList, responses=ERRORS, summary="every league"
+    )
     async def list_leagues(request: Request, user: User) -> Response:
         api = _state(request)
-        return json_response({"leagues": await api.scan_cache.get("leagues", api.repos.leagues.get_all_leagues)})
+        return json_response(
+            {"leagues": await api.scan_cache.get("leagues", api.repos.leagues.get_all_leagues)}
+        )
 
-    @app.get("/leagues/{leagueId}", tags=["reference"], response_model=League, responses=ERRORS,
-             summary="one league")
+    @app.get(
+        "/leagues/{leagueId}",
+        tags=["reference"],
+        response_model=League,
+        responses=ERRORS,
+        summary="one league",
+    )
     async def get_league(request: Request, user: User, leagueId: AnyId) -> Response:
         item = await _state(request).repos.leagues.get_league(leagueId)
         if item is None:
             raise _not_found("league")
         return json_response(item)
 
-    @app.patch("/leagues/{leagueId}", tags=["reference", "admin"], response_model=League, responses=ERRORS,
-               summary="change a league's fields (admin)")
+    @app.patch(
+        "/leagues/{leagueId}",
+        tags=["reference", "admin"],
+        response_model=League,
+        responses=ERRORS,
+        summary="change a league's fields (admin)",
+    )
     async def patch_league(request: Request, user: Admin, leagueId: AnyId, body: LeaguePatch) -> Response:
         api = _state(request)
         if not await api.repos.leagues.update_league_fields(leagueId, body.fields()):
             raise _not_found("league")
         api.scan_cache.invalidate("leagues")
-        log.info("api_admin_change", table="leagues", id=leagueId, fields=sorted(body.fields()), user=user.short_sub)
+        log.info(
+            "api_admin_change",
+            table="leagues",
+            id=leagueId,
+            fields=sorted(body.fields()),
+            user=user.short_sub,
+        )
         return json_response({"leagueId": leagueId, **body.fields()})
 
-    @app.delete("/leagues/{leagueId}", tags=["reference", "admin"], response_model=League, responses=ERRORS,
-                summary="delete a league (admin); answers the league as it was")
+    @app.delete(
+        "/leagues/{leagueId}",
+        tags=["reference", "admin"],
+        response_model=League,
+        responses=ERRORS,
+        summary="delete a league (admin); answers the league as it was",
+    )
     async def delete_league(request: Request, user: Admin, leagueId: AnyId) -> Response:
         api = _state(request)
         old = await api.repos.leagues.delete_league(leagueId)
@@ -473,8 +546,13 @@ def _add_routes(app: FastAPI) -> None:
             raise _not_found("device")
         return json_response(item)
 
-    @app.post("/user/device", tags=["device"], response_model=Device, responses=ERRORS,
-              summary="register your device (one per user: another registered token is removed)")
+    @app.post(
+        "/user/device",
+        tags=["device"],
+        response_model=Device,
+        responses=ERRORS,
+        summary="register your device (one per user: another registered token is removed)",
+    )
     async def register_device(request: Request, user: User, body: DeviceIn) -> Response:
         item = await _state(request).repos.devices.register_device(
             user.sub,
@@ -487,8 +565,13 @@ def _add_routes(app: FastAPI) -> None:
         )
         return json_response(item)
 
-    @app.put("/user/device/push-to-start", tags=["device"], response_model=Device, responses=ERRORS,
-             summary="store a new push-to-start token on your device")
+    @app.put(
+        "/user/device/push-to-start",
+        tags=["device"],
+        response_model=Device,
+        responses=ERRORS,
+        summary="store a new push-to-start token on your device",
+    )
     async def put_push_to_start(request: Request, user: User, body: PushToStartIn) -> Response:
         repos = _state(request).repos
         device = await repos.devices.get_device_for_user(user.sub)
@@ -498,27 +581,48 @@ def _add_routes(app: FastAPI) -> None:
             raise _not_found("device")
         return json_response({**device, "pushToStartToken": body.pushToStartToken})
 
-    @app.delete("/user/device", tags=["device"], response_model=Device, responses=ERRORS,
-                summary="delete your device; answers it as it was")
+    @app.delete(
+        "/user/device",
+        tags=["device"],
+        response_model=Device,
+        responses=ERRORS,
+        summary="delete your device; answers it as it was",
+    )
     async def delete_device(request: Request, user: User) -> Response:
         repos = _state(request).repos
         device = await repos.devices.get_device_for_user(user.sub)
-        old = None if device is None else await repos.devices.delete_device(user.sub, str(device["deviceToken"]))
+        old = (
+            None
+            if device is None
+            else await repos.devices.delete_device(user.sub, str(device["deviceToken"]))
+        )
         if old is None:
             raise _not_found("device")
         return json_response(old)
 
     # --- follows --------------------------------------------------------------------------------------------
-    @app.get("/user/follow/{matchId}", tags=["follows"], responses=ERRORS,
-             summary="whether you follow a match: {following, follow}")
+    @app.get(
+        "/user/follow/{matchId}",
+        tags=["follows"],
+        responses=ERRORS,
+        summary="whether you follow a match: {following, follow}",
+    )
     async def get_follow(request: Request, user: User, matchId: MatchId) -> Response:
         item = await _state(request).repos.follows.check_if_user_follows_match(matchId, user.sub)
         return json_response({"following": item is not None, "follow": item})
 
-    @app.post("/user/follow/{matchId}", tags=["follows"], response_model=Follow, responses=ERRORS,
-              summary="follow a match (optionally supporting one of its teams)")
+    @app.post(
+        "/user/follow/{matchId}",
+        tags=["follows"],
+        response_model=Follow,
+        responses=ERRORS,
+        summary="follow a match (optionally supporting one of its teams)",
+    )
     async def follow(
-        request: Request, user: User, matchId: MatchId, body: FollowIn | None = None,
+        request: Request,
+        user: User,
+        matchId: MatchId,
+        body: FollowIn | None = None,
     ) -> Response:
         api = _state(request)
         team_id = body.teamId if body is not None else None
@@ -530,15 +634,25 @@ def _add_routes(app: FastAPI) -> None:
         item = await api.repos.follows.follow_match(matchId, user.sub, team_id, expires)
         return json_response(item, 201)
 
-    @app.patch("/user/follow/{matchId}", tags=["follows"], response_model=Follow, responses=ERRORS,
-               summary="change the team you support in a match you follow")
+    @app.patch(
+        "/user/follow/{matchId}",
+        tags=["follows"],
+        response_model=Follow,
+        responses=ERRORS,
+        summary="change the team you support in a match you follow",
+    )
     async def patch_follow(request: Request, user: User, matchId: MatchId, body: FollowPatchIn) -> Response:
         if not await _state(request).repos.follows.update_follow_team(matchId, user.sub, body.teamId):
             raise _not_found("follow")
         return json_response({"matchId": matchId, "userId": user.sub, "teamId": body.teamId})
 
-    @app.delete("/user/follow/{matchId}", tags=["follows"], response_model=Follow, responses=ERRORS,
-                summary="unfollow a match; answers the follow as it was")
+    @app.delete(
+        "/user/follow/{matchId}",
+        tags=["follows"],
+        response_model=Follow,
+        responses=ERRORS,
+        summary="unfollow a match; answers the follow as it was",
+    )
     async def unfollow(request: Request, user: User, matchId: MatchId) -> Response:
         old = await _state(request).repos.follows.unfollow_match(matchId, user.sub)
         if old is None:
@@ -546,31 +660,52 @@ def _add_routes(app: FastAPI) -> None:
         return json_response(old)
 
     # --- Live Activity sessions -----------------------------------------------------------------------------
-    @app.post("/user/activity/{matchId}", tags=["activities"], response_model=Activity, responses=ERRORS,
-              summary="register the Live Activity of one of your devices for a match (status active)")
+    @app.post(
+        "/user/activity/{matchId}",
+        tags=["activities"],
+        response_model=Activity,
+        responses=ERRORS,
+        summary="register the Live Activity of one of your devices for a match (status active)",
+    )
     async def register_activity(request: Request, user: User, matchId: MatchId, body: ActivityIn) -> Response:
         api = _state(request)
         # registrations arriving together (a match's start) leave together: see daemon.api.coalesce
         ttl = int(time.time() + api.settings.session_ttl_s)
-        await api.registrations.submit((matchId, user.sub, body.deviceId, body.updateToken, ttl, body.channelId))
+        await api.registrations.submit(
+            (matchId, user.sub, body.deviceId, body.updateToken, ttl, body.channelId)
+        )
         path = {"channelId": body.channelId} if body.channelId else {}
         return json_response(
-            {"matchId": matchId, "userId": user.sub, "deviceId": body.deviceId, "status": "active", **path}, 201
+            {"matchId": matchId, "userId": user.sub, "deviceId": body.deviceId, "status": "active", **path},
+            201,
         )
 
-    @app.patch("/user/activity/{matchId}", tags=["activities"], response_model=Activity, responses=ERRORS,
-               summary="store a rotated update token of your Live Activity")
-    async def rotate_activity_token(request: Request, user: User, matchId: MatchId, body: ActivityIn) -> Response:
+    @app.patch(
+        "/user/activity/{matchId}",
+        tags=["activities"],
+        response_model=Activity,
+        responses=ERRORS,
+        summary="store a rotated update token of your Live Activity",
+    )
+    async def rotate_activity_token(
+        request: Request, user: User, matchId: MatchId, body: ActivityIn
+    ) -> Response:
         if body.updateToken is None:
             raise _invalid("updateToken", "required: only a token-based activity rotates its token")
         if not await _state(request).repos.live_activities.update_token(
             matchId, user.sub, body.deviceId, body.updateToken
         ):
             raise _not_found("Live Activity session")
-        return json_response({"matchId": matchId, "userId": user.sub, "deviceId": body.deviceId, "updated": True})
+        return json_response(
+            {"matchId": matchId, "userId": user.sub, "deviceId": body.deviceId, "updated": True}
+        )
 
-    @app.delete("/user/activity/{matchId}", tags=["activities"], responses=ERRORS,
-                summary="end your Live Activity for a match (endReason user)")
+    @app.delete(
+        "/user/activity/{matchId}",
+        tags=["activities"],
+        responses=ERRORS,
+        summary="end your Live Activity for a match (endReason user)",
+    )
     async def end_activity(
         request: Request,
         user: User,
@@ -582,11 +717,22 @@ def _add_routes(app: FastAPI) -> None:
         ):
             raise _not_found("Live Activity session")
         return json_response(
-            {"matchId": matchId, "userId": user.sub, "deviceId": deviceId, "status": "ended", "endReason": END_REASON_USER}
+            {
+                "matchId": matchId,
+                "userId": user.sub,
+                "deviceId": deviceId,
+                "status": "ended",
+                "endReason": END_REASON_USER,
+            }
         )
 
-    @app.get("/user/activities", tags=["activities"], response_model=ActivityList, responses=ERRORS,
-             summary="your Live Activity sessions across matches")
+    @app.get(
+        "/user/activities",
+        tags=["activities"],
+        response_model=ActivityList,
+        responses=ERRORS,
+        summary="your Live Activity sessions across matches",
+    )
     async def list_activities(request: Request, user: User) -> Response:
         items = await _state(request).repos.live_activities.get_user_la_sessions(user.sub)
         return json_response({"activities": items})
@@ -653,7 +799,10 @@ class DisplayFastPath:
                 except (ClientError, BotoCoreError) as exc:
                     log.error("api_store_error", path=scope.get("path"), error=str(exc)[:300])
                     response = error_response(
-                        503, "unavailable", "the data store is unavailable; retry later", headers={"Retry-After": "1"}
+                        503,
+                        "unavailable",
+                        "the data store is unavailable; retry later",
+                        headers={"Retry-After": "1"},
                     )
                 await response(scope, receive, send)
                 return
@@ -721,7 +870,9 @@ class BodyLimit:
                 )
                 await response(scope, receive, send)
                 return
-        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
+        await self.app(
+            scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send
+        )
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["sightscreen.route"] = "body_limit"

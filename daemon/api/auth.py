@@ -206,7 +206,9 @@ class JwksKeys:
         except (httpx.HTTPError, ValueError) as exc:
             self.failures += 1
             JWKS_FETCHES.labels(cause, "error").inc()
-            log.warning("jwks_fetch_failed", cause=cause, url=self.url, error=str(exc)[:300], keys_kept=len(self.keys))
+            log.warning(
+                "jwks_fetch_failed", cause=cause, url=self.url, error=str(exc)[:300], keys_kept=len(self.keys)
+            )
             return False
         changed = set(keys) != set(self.keys)
         self.keys = keys

@@ -26,7 +26,9 @@ class _Pending:
 
 
 class TtlCache(Generic[V]):
-    def __init__(self, ttl_s: float, *, max_entries: int = 10_000, clock: Callable[[], float] = trio.current_time) -> None:
+    def __init__(
+        self, ttl_s: float, *, max_entries: int = 10_000, clock: Callable[[], float] = trio.current_time
+    ) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self.clock = clock

@@ -71,7 +71,9 @@ class SigningKey:
 
 
 def new_key(kid: str | None = None) -> SigningKey:
-    return SigningKey(kid or f"local-{secrets.token_hex(6)}", rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    return SigningKey(
+        kid or f"local-{secrets.token_hex(6)}", rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    )
 
 
 class LocalIssuer:
@@ -251,7 +253,9 @@ class LocalIssuer:
         for field in ("issuer", "client_id", "kid"):
             if not isinstance(state.get(field), str) or not state[field]:
                 raise ValueError(f"{path}: {field} missing")
-        issuer = cls([SigningKey(state["kid"], private)], issuer=state["issuer"], client_id=state["client_id"])
+        issuer = cls(
+            [SigningKey(state["kid"], private)], issuer=state["issuer"], client_id=state["client_id"]
+        )
         return issuer, state
 
 
@@ -266,7 +270,9 @@ def api_token_main(argv: list[str]) -> int:
     parser.add_argument("--group", default="admin", help="the admin group's name (default: admin)")
     parser.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds (default 3600)")
     parser.add_argument(
-        "--state-dir", type=Path, default=None,
+        "--state-dir",
+        type=Path,
+        default=None,
         help=f"where the demo wrote its issuer (default: {default_state_dir()})",
     )
     args = parser.parse_args(argv)
@@ -282,5 +288,5 @@ def api_token_main(argv: list[str]) -> int:
         return 2
     print(issuer.mint(args.sub, groups=[args.group] if args.admin else [], ttl_s=args.ttl))
     if state.get("api_url") and sys.stderr.isatty():
-        print(f"# curl -H \"Authorization: Bearer $TOKEN\" {state['api_url']}/user/activities", file=sys.stderr)
+        print(f'# curl -H "Authorization: Bearer $TOKEN" {state["api_url"]}/user/activities', file=sys.stderr)
     return 0

@@ -21,7 +21,10 @@ TOKEN_PATTERN = r"^(?:[0-9a-fA-F]{2}){8,200}$"
 Id = Annotated[str, Field(pattern=ID_PATTERN, description="an id: letters, digits, '_', '.', ':', '-'")]
 Token = Annotated[str, Field(pattern=TOKEN_PATTERN, description="an APNs token in hex")]
 ChannelId = Annotated[
-    str, Field(pattern=r"^[A-Za-z0-9+/]+={0,2}$", max_length=256, description="an APNs broadcast channel id (base64)")
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9+/]+={0,2}$", max_length=256, description="an APNs broadcast channel id (base64)"
+    ),
 ]
 Version = Annotated[str, Field(pattern=r"^[0-9A-Za-z._ ()+-]{1,40}$")]
 
@@ -101,9 +104,12 @@ class Fixture(Item):
     live: bool | None = None
     displayState: dict[str, Any] | None = None
     broadcastChannels: dict[str, str] | None = Field(
-        None, description="iOS 18 broadcast channel per display perspective (neutral, team ids) while the match has them"
+        None,
+        description="iOS 18 broadcast channel per display perspective (neutral, team ids) while the match has them",
     )
-    rawFixture: dict[str, Any] | None = Field(None, description="the cached SportMonks fixture, where one exists")
+    rawFixture: dict[str, Any] | None = Field(
+        None, description="the cached SportMonks fixture, where one exists"
+    )
 
 
 class FixtureList(BaseModel):

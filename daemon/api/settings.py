@@ -35,18 +35,25 @@ class ApiSettings(BaseModel):
         1.0, ge=0, le=60, description="how long a display state read is served from memory (0: never)"
     )
     reference_cache_s: float = Field(
-        30.0, ge=0, le=3600, description="how long the team and league scans are served from memory (0: never)"
+        30.0,
+        ge=0,
+        le=3600,
+        description="how long the team and league scans are served from memory (0: never)",
     )
     max_match_ids: int = Field(100, ge=1, le=100, description="most ids one GET /matches?ids= may name")
     follow_ttl_after_start_s: float = Field(
         48 * 3600.0, gt=0, le=30 * 86400, description="a follow expires this long after the match's start"
     )
     session_ttl_s: float = Field(
-        3 * 86400.0, gt=0, le=30 * 86400,
+        3 * 86400.0,
+        gt=0,
+        le=30 * 86400,
         description="a Live Activity session registered through the API expires this long after registration",
     )
     write_batch_max: int = Field(
-        25, ge=1, le=25,
+        25,
+        ge=1,
+        le=25,
         description="Live Activity registrations arriving together are written up to this many per "
         "BatchWriteItem (25 is DynamoDB's limit)",
     )
@@ -88,7 +95,9 @@ class AuthSettings(BaseModel):
         3600.0, ge=1, le=86400, description="the JWKS is refetched in the background this often"
     )
     jwks_refetch_cooldown_s: float = Field(
-        60.0, ge=0.01, le=86400,
+        60.0,
+        ge=0.01,
+        le=86400,
         description="an unknown kid triggers at most one JWKS refetch per this many seconds",
     )
     jwks_timeout_s: float = Field(5.0, gt=0, le=60, description="timeout of one JWKS fetch, seconds")
@@ -126,7 +135,9 @@ class AuthSettings(BaseModel):
         """What keeps these settings from verifying tokens: (field, reason) pairs; empty when usable."""
         out: list[tuple[str, str]] = []
         if not self.effective_issuer():
-            out.append(("auth.user_pool_id", "the API needs a user pool id (or auth.issuer) to verify tokens"))
+            out.append(
+                ("auth.user_pool_id", "the API needs a user pool id (or auth.issuer) to verify tokens")
+            )
         if not self.client_ids:
             out.append(("auth.client_ids", "the API needs at least one app client id"))
         return out

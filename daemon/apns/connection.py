@@ -81,7 +81,9 @@ class RequestHeaderEncoder:
     """
 
     def __init__(self) -> None:
-        self._entries: deque[tuple[tuple[bytes, bytes], int, int]] = deque()  # oldest first: (field, size, seq)
+        self._entries: deque[tuple[tuple[bytes, bytes], int, int]] = (
+            deque()
+        )  # oldest first: (field, size, seq)
         self._where: dict[tuple[bytes, bytes], int] = {}  # field -> insertion sequence number
         self._inserted = 0
         self._size = 0
@@ -223,7 +225,9 @@ class ResponseHeaderDecoder:
                 index, pos = read_hpack_int(block, pos, 6 if first & 0x40 else 4)
                 if index:
                     if index > len(_STATIC_TABLE):
-                        raise h2.exceptions.ProtocolError(f"HPACK: name index {index} outside a zero-size table")
+                        raise h2.exceptions.ProtocolError(
+                            f"HPACK: name index {index} outside a zero-size table"
+                        )
                     name = _STATIC_TABLE[index - 1][0]
                 else:
                     huffman = block[pos] & 0x80
@@ -358,7 +362,9 @@ class ApnsConnection:
         # A zero-size HPACK table for responses: nothing to keep in step, so ResponseHeaderDecoder can skip
         # the fields we never read. Both SETTINGS frames precede our first request, so every response
         # header block is encoded under this limit.
-        h2c.update_settings({h2.settings.SettingCodes.HEADER_TABLE_SIZE: 0, h2.settings.SettingCodes.ENABLE_PUSH: 0})
+        h2c.update_settings(
+            {h2.settings.SettingCodes.HEADER_TABLE_SIZE: 0, h2.settings.SettingCodes.ENABLE_PUSH: 0}
+        )
         h2c.increment_flow_control_window(_RECEIVE_WINDOW - 65535)
         self.last_activity = now
 
@@ -469,7 +475,9 @@ class ApnsConnection:
             encoder.encode_constant(self._constant(push), block)
             block += _literal_not_indexed(b"apns-channel-id", push.channel_id.encode("ascii"))
         else:
-            block += b"\x04" + hpack_int(10 + len(push.token), 7, 0) + b"/3/device/" + push.token.encode("ascii")
+            block += (
+                b"\x04" + hpack_int(10 + len(push.token), 7, 0) + b"/3/device/" + push.token.encode("ascii")
+            )
             encoder.encode_constant(self._constant(push), block)
         if push.expiration is not None:
             block += _literal_not_indexed(b"apns-expiration", str(push.expiration).encode())
@@ -503,7 +511,13 @@ class ApnsConnection:
         return stream_id
 
     def send_request(
-        self, method: str, path: str, headers: tuple[tuple[str, str], ...], body: bytes, exchange: Any, now: float
+        self,
+        method: str,
+        path: str,
+        headers: tuple[tuple[str, str], ...],
+        body: bytes,
+        exchange: Any,
+        now: float,
     ) -> int:
         """Start any other APNs request (channel management): ``method`` and ``path`` as given, the provider
         token, ``headers`` as literals. Answers come back as ``Answered`` with ``channel_id`` and ``body``."""
@@ -678,7 +692,9 @@ class ApnsConnection:
         channel_id = stream.channel_id.decode("ascii", "replace") if stream.channel_id else None
         body_bytes = bytes(stream.data) if stream.data else None
         # A response without :status is malformed; 0 sends it down the "bug" path instead of crashing.
-        return Answered(stream.exchange, stream.status or 0, reason, apns_id, timestamp, channel_id, body_bytes)
+        return Answered(
+            stream.exchange, stream.status or 0, reason, apns_id, timestamp, channel_id, body_bytes
+        )
 
     def _on_goaway(self, event: h2.events.ConnectionTerminated) -> list[Unanswered]:
         reason: str | None = None

@@ -175,7 +175,9 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
                     events += self.receive_data(bytes(buffer[slow_from:pos]))
                     slow_from = -1
                 handler = self._fast_data if frame_type == DATA else self._fast_headers
-                events += handler(streams[stream_id], bytes(buffer[pos + 9 : frame_end]), bool(flags & END_STREAM))
+                events += handler(
+                    streams[stream_id], bytes(buffer[pos + 9 : frame_end]), bool(flags & END_STREAM)
+                )
             elif (
                 frame_type == RST_STREAM
                 and length == 4
@@ -211,7 +213,11 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
 
     def _closed_by_us(self, stream_id: int) -> bool:
         """A stream we opened and have since closed and forgotten (odd, at or below the last one we opened)."""
-        return stream_id & 1 == 1 and stream_id <= self.highest_outbound_stream_id and stream_id not in self.streams
+        return (
+            stream_id & 1 == 1
+            and stream_id <= self.highest_outbound_stream_id
+            and stream_id not in self.streams
+        )
 
     def _fast_window_update(self, stream_id: int, increment: int) -> list[h2.events.Event]:
         """What ``_receive_window_update_frame`` does: credit the connection or an open stream; a closed
@@ -295,7 +301,9 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
         event.additional_data = frame.additional_data or None
         return [], [event]
 
-    def send_request(self, stream_id: int, block: bytes, *, end_stream: bool = False, method: bytes = b"POST") -> None:
+    def send_request(
+        self, stream_id: int, block: bytes, *, end_stream: bool = False, method: bytes = b"POST"
+    ) -> None:
         """Open ``stream_id`` with the HPACK ``block`` as its request headers. END_STREAM comes with the body,
         or with the headers when ``end_stream`` (a request without a body: GET, DELETE)."""
         if self.open_requests + 1 > self.stream_limit:
@@ -326,7 +334,9 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
     def send_body(self, stream_id: int, body: bytes, offset: int) -> int:
         """Send as much of ``body[offset:]`` as the windows allow, END_STREAM on the last byte; new offset."""
         stream = self.streams[stream_id]
-        allowed = min(self.outbound_flow_control_window, stream.outbound_flow_control_window, len(body) - offset)
+        allowed = min(
+            self.outbound_flow_control_window, stream.outbound_flow_control_window, len(body) - offset
+        )
         frame_max = self.max_outbound_frame_size
         out = self._data_to_send
         while allowed > 0:

@@ -38,7 +38,9 @@ class Verdict:
 
 
 # Final for the token (apns.md §0.5 "never retry", §1.4 table, §2.3 410 on expired LA update tokens).
-DEAD_TOKEN_REASONS: Final = frozenset({"BadDeviceToken", "Unregistered", "DeviceTokenNotForTopic", "ExpiredToken"})
+DEAD_TOKEN_REASONS: Final = frozenset(
+    {"BadDeviceToken", "Unregistered", "DeviceTokenNotForTopic", "ExpiredToken"}
+)
 # Nothing but a human can fix these; spinning would only get the connection dropped.
 CONFIGURATION_REASONS: Final = frozenset(
     {

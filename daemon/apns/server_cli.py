@@ -42,8 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
     p.add_argument("--record", metavar="FILE", help="append one JSON line per answered request")
-    p.add_argument("--team-id", default=DEFAULT_TEAM_ID, help=f"the team id tokens must carry ({DEFAULT_TEAM_ID})")
-    p.add_argument("--key-id", action="append", default=[], help="a key id (repeat, paired with --public-key)")
+    p.add_argument(
+        "--team-id", default=DEFAULT_TEAM_ID, help=f"the team id tokens must carry ({DEFAULT_TEAM_ID})"
+    )
+    p.add_argument(
+        "--key-id", action="append", default=[], help="a key id (repeat, paired with --public-key)"
+    )
     p.add_argument(
         "--public-key",
         action="append",
@@ -51,8 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="PEM public key for the matching --key-id (a .p8 private key is accepted too)",
     )
-    p.add_argument("--topic", action="append", default=[], help=f"allowed bundle id (repeat; {DEFAULT_TOPIC})")
-    p.add_argument("--max-streams", type=int, default=1000, help="MAX_CONCURRENT_STREAMS after the first accept")
+    p.add_argument(
+        "--topic", action="append", default=[], help=f"allowed bundle id (repeat; {DEFAULT_TOPIC})"
+    )
+    p.add_argument(
+        "--max-streams", type=int, default=1000, help="MAX_CONCURRENT_STREAMS after the first accept"
+    )
     p.add_argument("--initial-streams", type=int, default=1, help="limit until the first accept (0: none)")
     p.add_argument(
         "--fast",
@@ -79,9 +87,11 @@ def _public_pem(path: Path) -> str:
     key = serialization.load_pem_private_key(text.encode(), password=None)
     if not isinstance(key, EllipticCurvePrivateKey):
         raise ValueError(f"{path}: not an EC private key")
-    return key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode()
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -31,9 +31,11 @@ def generate_signing_key() -> tuple[str, str]:
     private_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
-    public_pem = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode()
+    public_pem = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
     return private_pem, public_pem
 
 
@@ -43,7 +45,9 @@ def load_signing_key(pem: str | bytes) -> ec.EllipticCurvePrivateKey:
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
-        raise ValueError("apns private_key: not a PEM-encoded private key (expected Apple's .p8 file)") from exc
+        raise ValueError(
+            "apns private_key: not a PEM-encoded private key (expected Apple's .p8 file)"
+        ) from exc
     if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
         raise ValueError("apns private_key: APNs provider tokens need a P-256 (ES256) key")
     return key
@@ -108,7 +112,9 @@ class ProviderTokens:
     ) -> None:
         if len(team_id) != 10 or len(key_id) != 10:
             # Apple's ids are 10 characters; a wrong one only surfaces later as InvalidProviderToken.
-            raise ValueError(f"apns team_id and key_id must be 10 characters (got {len(team_id)}, {len(key_id)})")
+            raise ValueError(
+                f"apns team_id and key_id must be 10 characters (got {len(team_id)}, {len(key_id)})"
+            )
         self._key = key
         self.team_id = team_id
         self.key_id = key_id

@@ -15,8 +15,19 @@ from typing import Any, Final
 import trio
 
 PUSH_TYPES: Final = frozenset(
-    {"liveactivity", "alert", "background", "voip", "location", "complication", "fileprovider", "mdm",
-     "pushtotalk", "widgets", "controls"}
+    {
+        "liveactivity",
+        "alert",
+        "background",
+        "voip",
+        "location",
+        "complication",
+        "fileprovider",
+        "mdm",
+        "pushtotalk",
+        "widgets",
+        "controls",
+    }
 )
 KINDS: Final = frozenset({"start", "update", "end", "alert"})
 OUTCOMES: Final = ("accepted", "rejected", "failed")

@@ -21,7 +21,9 @@ def check_main(argv: list[str]) -> int:
         description="Validate a configuration file (with the SIGHTSCREEN_* environment overrides applied).",
     )
     parser.add_argument("file", nargs="?", help="the TOML file to check")
-    parser.add_argument("--show", action="store_true", help="also print the effective configuration (secrets hidden)")
+    parser.add_argument(
+        "--show", action="store_true", help="also print the effective configuration (secrets hidden)"
+    )
     parser.add_argument("--example", action="store_true", help="print the annotated example configuration")
     args = parser.parse_args(argv)
     if args.example:
@@ -37,8 +39,9 @@ def check_main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    print(f"OK: {args.file} is valid (instance {config.instance.id}, admin socket {config.admin.socket_path})")
+    print(
+        f"OK: {args.file} is valid (instance {config.instance.id}, admin socket {config.admin.socket_path})"
+    )
     if args.show:
         print(json.dumps(config.redacted(), indent=2, sort_keys=False))
     return 0
-

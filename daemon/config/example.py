@@ -140,4 +140,3 @@ def render_example() -> str:
         assert model is not None
         _render_table(section, model, "", out)
     return "\n".join(out).rstrip() + "\n"
-

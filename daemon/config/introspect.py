@@ -83,4 +83,3 @@ def suggest_key(model: type[BaseModel] | None, name: str) -> str:
     if close:
         return f" (did you mean {close[0]!r}?)"
     return f" (valid keys: {', '.join(names)})" if names else " (this section takes no keys yet)"
-

@@ -79,7 +79,7 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> list[ConfigProbl
     for name in sorted(env):
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue  # SIGHTSCREEN_ADMIN_SOCKET and friends are not config overrides
-        path = [part.lower() for part in name[len(ENV_PREFIX):].split("__")]
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
         if any(not part for part in path) or len(path) < 2:
             problems.append(ConfigProblem(f"environment {name}", "expected SIGHTSCREEN_<SECTION>__<KEY>"))
             continue
@@ -91,7 +91,9 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> list[ConfigProbl
                 if model is None or path[depth] not in model.model_fields:
                     dotted = ".".join(path[: depth + 1])
                     problems.append(
-                        ConfigProblem(f"environment {name}", f"unknown key {dotted}{suggest_key(model, path[depth])}")
+                        ConfigProblem(
+                            f"environment {name}", f"unknown key {dotted}{suggest_key(model, path[depth])}"
+                        )
                     )
                     break
             continue
@@ -199,7 +201,9 @@ def read_secret_file(path: str | os.PathLike[str]) -> str:
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"{path} is not a regular file (it is {_file_kind(info.st_mode)})")
         if info.st_size > MAX_SECRET_FILE_BYTES:
-            raise ValueError(f"{path} is {info.st_size} bytes; a secret file holds at most {MAX_SECRET_FILE_BYTES}")
+            raise ValueError(
+                f"{path} is {info.st_size} bytes; a secret file holds at most {MAX_SECRET_FILE_BYTES}"
+            )
         chunks: list[bytes] = []
         size = 0
         while chunk := os.read(fd, MAX_SECRET_FILE_BYTES + 1 - size):
@@ -218,8 +222,13 @@ def read_secret_file(path: str | os.PathLike[str]) -> str:
 
 
 def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -258,8 +267,11 @@ def _problems_from(exc: ValidationError, env_paths: Mapping[tuple[str, ...], str
         secret = is_secret_path(loc)
         shown = error.get("input")
         # Only a plain value is echoed: a section-level error's input is the whole section, secrets included.
-        echo = not secret and kind not in {"missing", "extra_forbidden"} and (
-            is_scalar(shown) or (isinstance(shown, list) and all(is_scalar(v) for v in shown)))
+        echo = (
+            not secret
+            and kind not in {"missing", "extra_forbidden"}
+            and (is_scalar(shown) or (isinstance(shown, list) and all(is_scalar(v) for v in shown)))
+        )
         got = f" (got {_shown(shown)})" if echo else ""
         if kind == "extra_forbidden":
             parent = model_at([p for p in loc[:-1] if isinstance(p, str)])
@@ -280,7 +292,7 @@ def _problems_from(exc: ValidationError, env_paths: Mapping[tuple[str, ...], str
 
 def _collect_env_paths(env: Mapping[str, str]) -> dict[tuple[str, ...], str]:
     return {
-        tuple(p.lower() for p in name[len(ENV_PREFIX):].split("__")): name
+        tuple(p.lower() for p in name[len(ENV_PREFIX) :].split("__")): name
         for name in env
         if name.startswith(ENV_PREFIX) and "__" in name
     }
@@ -329,4 +341,3 @@ def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str] = os
         raise ConfigError(source, problems)
     register_secrets(config)
     return config
-

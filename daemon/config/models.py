@@ -62,7 +62,7 @@ class InstanceSettings(BaseModel):
         default="",
         description="the fleet this instance belongs to (e.g. eu-west-1): instances of one region share one "
         "SportMonks feed leader (lease feed:{region}) and run the sync jobs once (job:{name}:{region}); they "
-        "find each other through DynamoDB only. Empty means \"default\". DynamoDB's own region is "
+        'find each other through DynamoDB only. Empty means "default". DynamoDB\'s own region is '
         "[dynamodb].region",
     )
     shutdown_grace_s: float = Field(
@@ -125,7 +125,9 @@ class InstanceSettings(BaseModel):
     @classmethod
     def _id_is_a_plain_name(cls, value: str) -> str:
         if not _INSTANCE_ID_RE.match(value):
-            raise ValueError("must be 1-128 characters of letters, digits and . _ : @ - (starting alphanumeric)")
+            raise ValueError(
+                "must be 1-128 characters of letters, digits and . _ : @ - (starting alphanumeric)"
+            )
         return value
 
 
@@ -145,7 +147,7 @@ class AdminSettings(BaseModel):
         le=0o777,
         description="permissions set on the socket after bind: owner and group may connect, others may not "
         "(add operators to the daemon's group). At most 0o660: the socket drains and stops the daemon, so "
-        "others and execute bits are refused. TOML takes 0o660; the environment also takes \"0660\"",
+        'others and execute bits are refused. TOML takes 0o660; the environment also takes "0660"',
     )
     max_line_bytes: int = Field(
         default=65536,
@@ -175,7 +177,7 @@ class AdminSettings(BaseModel):
         if isinstance(value, str):
             text = value.strip().lower().removeprefix("0o")
             if not re.fullmatch(r"[0-7]{1,4}", text):
-                raise ValueError("must be an octal file mode such as 0o660 or \"0660\"")
+                raise ValueError('must be an octal file mode such as 0o660 or "0660"')
             return int(text, 8)
         return value
 
@@ -275,4 +277,3 @@ class Config(BaseModel):
     def redacted(self) -> dict[str, Any]:
         """The effective configuration as plain data, secrets shown as ``**********``."""
         return self.model_dump(mode="json")
-

@@ -43,8 +43,13 @@ def _apns(apns: ApnsSettings) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
     where = "apns.private_key_file" if apns.private_key_file else "apns.private_key"
     if apns.private_key is None:
-        problems.append(ConfigProblem("apns.private_key_file", "required: the .p8 signing key APNs tokens are "
-                                      "signed with (or apns.private_key, or $SIGHTSCREEN_APNS__PRIVATE_KEY)"))
+        problems.append(
+            ConfigProblem(
+                "apns.private_key_file",
+                "required: the .p8 signing key APNs tokens are "
+                "signed with (or apns.private_key, or $SIGHTSCREEN_APNS__PRIVATE_KEY)",
+            )
+        )
     else:
         try:
             load_signing_key(apns.private_key.get_secret_value())
@@ -54,7 +59,9 @@ def _apns(apns: ApnsSettings) -> list[ConfigProblem]:
             problems.append(ConfigProblem(where, f"{shown}{reason}"))
     for key, value in (("team_id", apns.team_id), ("key_id", apns.key_id)):
         if not _APPLE_ID_RE.fullmatch(value):
-            problems.append(ConfigProblem(f"apns.{key}", f"required: Apple's 10-character id (got {value!r})"))
+            problems.append(
+                ConfigProblem(f"apns.{key}", f"required: Apple's 10-character id (got {value!r})")
+            )
     if not apns.topic:
         problems.append(ConfigProblem("apns.topic", "required: the app's bundle id"))
     parts = urlsplit(apns.url)
@@ -75,12 +82,20 @@ def _sportmonks(sm: SportMonksSettings, env: Mapping[str, str]) -> list[ConfigPr
     problems: list[ConfigProblem] = []
     parts = urlsplit(sm.base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        problems.append(ConfigProblem("sportmonks.base_url", f"expected http(s)://HOST/..., got {sm.base_url!r}"))
-    elif sm.base_url.startswith(PRODUCTION_SPORTMONKS) and sm.api_token is None and not env.get(sm.api_token_env):
-        problems.append(ConfigProblem(
-            "sportmonks.api_token_file",
-            f"required for {PRODUCTION_SPORTMONKS}: the API token (or api_token, or ${sm.api_token_env})",
-        ))
+        problems.append(
+            ConfigProblem("sportmonks.base_url", f"expected http(s)://HOST/..., got {sm.base_url!r}")
+        )
+    elif (
+        sm.base_url.startswith(PRODUCTION_SPORTMONKS)
+        and sm.api_token is None
+        and not env.get(sm.api_token_env)
+    ):
+        problems.append(
+            ConfigProblem(
+                "sportmonks.api_token_file",
+                f"required for {PRODUCTION_SPORTMONKS}: the API token (or api_token, or ${sm.api_token_env})",
+            )
+        )
     return problems
 
 

@@ -74,8 +74,9 @@ def poll_fixtures(tape: Any, cadence: float, *, marquee: bool = True) -> Iterato
         at += cadence
 
 
-def replay_events(tape: Any, *, cadence: float, marquee: bool,
-                  settings: EngineSettings | None = None) -> Iterator[tuple[Poll, TickResult]]:
+def replay_events(
+    tape: Any, *, cadence: float, marquee: bool, settings: EngineSettings | None = None
+) -> Iterator[tuple[Poll, TickResult]]:
     """Every poll and the engine's result for it, carrying the state as the match actor does."""
     settings = settings or EngineSettings()
     state: MatchState | None = None
@@ -88,12 +89,16 @@ def replay_events(tape: Any, *, cadence: float, marquee: bool,
             result = replace(result, events=(), best=None, display_changed=False, ended=False)
             yield poll, result
             continue
-        result = process_tick(state, snapshot_from_fixture(poll.fixture), now=poll.at, marquee=marquee,
-                              settings=settings)
+        result = process_tick(
+            state, snapshot_from_fixture(poll.fixture), now=poll.at, marquee=marquee, settings=settings
+        )
         # The actor persists the state as a DynamoDB item; going through the item form here keeps the
         # replay honest about what survives a restart. The doubts being confirmed live in the actor's memory.
-        state = replace(MatchState.from_item(result.state.to_item()), end_doubt=result.state.end_doubt,
-                        score_doubt=result.state.score_doubt)
+        state = replace(
+            MatchState.from_item(result.state.to_item()),
+            end_doubt=result.state.end_doubt,
+            score_doubt=result.state.score_doubt,
+        )
         yield poll, result
 
 
@@ -117,8 +122,11 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("tape", help="tape file (.json or .json.gz), or the name of a built-in tape")
     parser.add_argument("--cadence", type=float, default=2.5, help="seconds between polls (default 2.5)")
-    parser.add_argument("--marquee", action="store_true",
-                        help="poll with balls (Tier1 ball events); default is the score-only feed")
+    parser.add_argument(
+        "--marquee",
+        action="store_true",
+        help="poll with balls (Tier1 ball events); default is the score-only feed",
+    )
     args = parser.parse_args(argv)
     if args.cadence <= 0:
         parser.error("--cadence: must be > 0 seconds")

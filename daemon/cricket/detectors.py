@@ -104,8 +104,11 @@ def diff_balls(prev: MatchState, snap: MatchSnapshot) -> BallDiff:
     window = tuple(merged[i] for i in sorted(merged))
     last = prev.previous_ball_id
     new = tuple(b for b in window if last is None or b.id > last)
-    became = tuple(b for b in snap.balls if b.id in known and b.is_wicket and not known[b.id].is_wicket
-                   and (last is None or b.id <= last))
+    became = tuple(
+        b
+        for b in snap.balls
+        if b.id in known and b.is_wicket and not known[b.id].is_wicket and (last is None or b.id <= last)
+    )
     return BallDiff(window=window, new=new, corrected=corrected, deleted=deleted, became_wicket=became)
 
 
@@ -113,7 +116,11 @@ def _changed(old: Ball, snap: MatchSnapshot, ball_id: int) -> bool:
     for b in snap.balls:
         if b.id == ball_id:
             return (b.score_id, b.batsman_id, b.bowler_id, b.over) != (
-                old.score_id, old.batsman_id, old.bowler_id, old.over)
+                old.score_id,
+                old.batsman_id,
+                old.bowler_id,
+                old.over,
+            )
     return False
 
 
@@ -186,22 +193,32 @@ class Context:
         return max(0, (inns.wickets if inns else 0) - counted)
 
     def wicket_number(self, ball: Ball) -> int:
-        before = sum(1 for b in self.snap.balls if b.scoreboard == ball.scoreboard and b.is_wicket and b.id <= ball.id)
+        before = sum(
+            1 for b in self.snap.balls if b.scoreboard == ball.scoreboard and b.is_wicket and b.id <= ball.id
+        )
         if not any(b.id == ball.id for b in self.snap.balls):  # from the window only
             before = sum(
-                1 for b in self.diff.window if b.scoreboard == ball.scoreboard and b.is_wicket and b.id <= ball.id
+                1
+                for b in self.diff.window
+                if b.scoreboard == ball.scoreboard and b.is_wicket and b.id <= ball.id
             )
         return before + self.wicket_offset(ball.scoreboard)
 
     def batter_at(self, ball: Ball, player_id: str) -> tuple[int, int]:
         """A batter's runs and balls faced just after ``ball``: the table's figures minus the balls after it."""
         line = self.snap.batter(ball.scoreboard, player_id)
-        later = [b for b in self.diff.window if b.scoreboard == ball.scoreboard and b.id > ball.id
-                 and b.batsman_id == player_id]
+        later = [
+            b
+            for b in self.diff.window
+            if b.scoreboard == ball.scoreboard and b.id > ball.id and b.batsman_id == player_id
+        ]
         if line is not None:
             return (line.runs - sum(b.bat_runs for b in later), line.balls - sum(1 for b in later if b.faced))
-        upto = [b for b in self.diff.window if b.scoreboard == ball.scoreboard and b.id <= ball.id
-                and b.batsman_id == player_id]
+        upto = [
+            b
+            for b in self.diff.window
+            if b.scoreboard == ball.scoreboard and b.id <= ball.id and b.batsman_id == player_id
+        ]
         return (sum(b.bat_runs for b in upto), sum(1 for b in upto if b.faced))
 
 
@@ -216,7 +233,9 @@ def ended_innings(snap: MatchSnapshot, window: Sequence[Ball] = ()) -> tuple[str
     per_innings = snap.balls_per_innings
     target = snap.target
     # Any of the three signals may come first (spec §7): the status, a ball on a new scoreboard, a new row.
-    status_inning = int(snap.status[0]) if snap.status[:1].isdigit() and snap.status.endswith("Innings") else 0
+    status_inning = (
+        int(snap.status[0]) if snap.status[:1].isdigit() and snap.status.endswith("Innings") else 0
+    )
     if (
         snap.phase in ("innings_break", "completed", "abandoned")
         or status_inning > last.inning
@@ -246,8 +265,10 @@ def result_text(snap: MatchSnapshot) -> str:
     if winner is None:
         if snap.draw_noresult:
             return snap.draw_noresult if snap.draw_noresult.lower() != "draw" else "Match drawn"
-        runs = {t: sum(i.runs for i in snap.innings if i.team_id == t)
-                for t in (snap.localteam.id, snap.visitorteam.id)}
+        runs = {
+            t: sum(i.runs for i in snap.innings if i.team_id == t)
+            for t in (snap.localteam.id, snap.visitorteam.id)
+        }
         if snap.innings and len(set(runs.values())) == 1 and snap.is_last_innings:
             return "Match tied"
         return "No result"
@@ -268,8 +289,16 @@ def detect_match_end(ctx: Context) -> list[KeyEvent]:
     result = result_text(snap)
     scores = " · ".join(f"{ctx.code(i.team_id)} {i.score} ({i.overs})" for i in snap.innings)
     title = "Match abandoned" if snap.phase == "abandoned" else result
-    return [ctx.event("match_end", snap.fixture_id, title=title, body=scores or result, text=result,
-                      team_id=snap.winner_team_id)]
+    return [
+        ctx.event(
+            "match_end",
+            snap.fixture_id,
+            title=title,
+            body=scores or result,
+            text=result,
+            team_id=snap.winner_team_id,
+        )
+    ]
 
 
 def detect_innings_end(ctx: Context) -> list[KeyEvent]:
@@ -290,9 +319,18 @@ def detect_innings_end(ctx: Context) -> list[KeyEvent]:
         body = line
         if snap.limited_overs and inns.inning == 1 and chasing is not None:
             body = f"{line}. {chasing.code} need {inns.runs + 1} to win"
-        events.append(ctx.event("innings_end", board, title=f"End of innings: {line}", body=body,
-                                text=f"Innings: {line}", team_id=inns.team_id, scoreboard=board,
-                                over=inns.overs))
+        events.append(
+            ctx.event(
+                "innings_end",
+                board,
+                title=f"End of innings: {line}",
+                body=body,
+                text=f"Innings: {line}",
+                team_id=inns.team_id,
+                scoreboard=board,
+                over=inns.overs,
+            )
+        )
     return events
 
 
@@ -327,21 +365,45 @@ def detect_batting_milestones(ctx: Context) -> list[KeyEvent]:
                 if ball is not None:  # the figures on the ball that reached it, not after a burst
                     runs, faced = ctx.batter_at(ball, line.player_id)
                     at = f"{runs} ({faced})"
-                events.append(ctx.event(type_, subject, title=title, body=f"{name} {at} · {where}",
-                                        text=f"{label} {name}: {at}",
-                                        team_id=line.team_id or ctx.batting_team_of(line.scoreboard),
-                                        ball=ball, scoreboard=line.scoreboard, player_id=line.player_id,
-                                        over=_overs_of(ctx, line.scoreboard)))
+                events.append(
+                    ctx.event(
+                        type_,
+                        subject,
+                        title=title,
+                        body=f"{name} {at} · {where}",
+                        text=f"{label} {name}: {at}",
+                        team_id=line.team_id or ctx.batting_team_of(line.scoreboard),
+                        ball=ball,
+                        scoreboard=line.scoreboard,
+                        player_id=line.player_id,
+                        over=_overs_of(ctx, line.scoreboard),
+                    )
+                )
 
         def on_fire(runs: int, balls: int, out: bool) -> bool:
-            return (not out and runs >= s.batter_on_fire_min_runs and balls > 0
-                    and runs * 100 >= s.batter_on_fire_min_strike_rate * balls)
+            return (
+                not out
+                and runs >= s.batter_on_fire_min_runs
+                and balls > 0
+                and runs * 100 >= s.batter_on_fire_min_strike_rate * balls
+            )
 
-        if on_fire(line.runs, line.balls, line.out) and not (memo and on_fire(memo.runs, memo.balls, memo.out)):
-            events.append(ctx.event("batsman_on_fire", subject, title=f"{name} is on fire",
-                                    body=f"{name} {figures} · {where}", text=f"{name} on fire: {figures}",
-                                    team_id=line.team_id, scoreboard=line.scoreboard, player_id=line.player_id,
-                                    over=_overs_of(ctx, line.scoreboard)))
+        if on_fire(line.runs, line.balls, line.out) and not (
+            memo and on_fire(memo.runs, memo.balls, memo.out)
+        ):
+            events.append(
+                ctx.event(
+                    "batsman_on_fire",
+                    subject,
+                    title=f"{name} is on fire",
+                    body=f"{name} {figures} · {where}",
+                    text=f"{name} on fire: {figures}",
+                    team_id=line.team_id,
+                    scoreboard=line.scoreboard,
+                    player_id=line.player_id,
+                    over=_overs_of(ctx, line.scoreboard),
+                )
+            )
     return events
 
 
@@ -358,18 +420,34 @@ def detect_bowler_on_fire(ctx: Context) -> list[KeyEvent]:
         before = memo.wickets if memo else 0
         name = ctx.name(line.player_id)
         for count in range(max(before + 1, threshold), line.wickets + 1):
-            ball = next((b for b in reversed(ctx.diff.new) if b.bowler_id == line.player_id
-                         and b.scoreboard == line.scoreboard and b.bowler_wicket), None)
-            events.append(ctx.event(
-                "bowler_on_fire", f"{line.scoreboard}:{line.player_id}:{count}",
-                title=f"{name} has {count} wickets", body=f"{name} {line.figures} · {ctx.score_line(line.scoreboard)}",
-                text=f"{name} on fire: {line.figures}", team_id=line.team_id or None, ball=ball,
-                scoreboard=line.scoreboard, player_id=line.player_id, over=_overs_of(ctx, line.scoreboard)))
+            ball = next(
+                (
+                    b
+                    for b in reversed(ctx.diff.new)
+                    if b.bowler_id == line.player_id and b.scoreboard == line.scoreboard and b.bowler_wicket
+                ),
+                None,
+            )
+            events.append(
+                ctx.event(
+                    "bowler_on_fire",
+                    f"{line.scoreboard}:{line.player_id}:{count}",
+                    title=f"{name} has {count} wickets",
+                    body=f"{name} {line.figures} · {ctx.score_line(line.scoreboard)}",
+                    text=f"{name} on fire: {line.figures}",
+                    team_id=line.team_id or None,
+                    ball=ball,
+                    scoreboard=line.scoreboard,
+                    player_id=line.player_id,
+                    over=_overs_of(ctx, line.scoreboard),
+                )
+            )
     return events
 
 
-def _dismissal(ctx: Context, out_id: str | None, score_name: str, bowler_id: str | None,
-               fielder_id: str | None) -> str:
+def _dismissal(
+    ctx: Context, out_id: str | None, score_name: str, bowler_id: str | None, fielder_id: str | None
+) -> str:
     name = score_name.lower()
     bowler = ctx.name(bowler_id) if bowler_id else None
     fielder = ctx.name(fielder_id) if fielder_id else None
@@ -388,8 +466,16 @@ def _dismissal(ctx: Context, out_id: str | None, score_name: str, bowler_id: str
     return score_name or "out"
 
 
-def _wicket_event(ctx: Context, board: str, number: int, *, out_id: str | None, how: str,
-                  figures: str | None, ball: Ball | None) -> KeyEvent:
+def _wicket_event(
+    ctx: Context,
+    board: str,
+    number: int,
+    *,
+    out_id: str | None,
+    how: str,
+    figures: str | None,
+    ball: Ball | None,
+) -> KeyEvent:
     team = ctx.batting_team_of(board)
     code = ctx.code(team)
     inns = ctx.snap.innings_for(board)
@@ -407,8 +493,18 @@ def _wicket_event(ctx: Context, board: str, number: int, *, out_id: str | None, 
         body = f"Wicket number {number} · {ctx.score_line(board)}"
         text = f"WICKET! {score}"
         subject = f"{board}#{number}"
-    return ctx.event("wicket", subject, title=f"WICKET! {score}", body=body, text=text,
-                     team_id=team, ball=ball, scoreboard=board, player_id=out_id, over=_overs_of(ctx, board))
+    return ctx.event(
+        "wicket",
+        subject,
+        title=f"WICKET! {score}",
+        body=body,
+        text=text,
+        team_id=team,
+        ball=ball,
+        scoreboard=board,
+        player_id=out_id,
+        over=_overs_of(ctx, board),
+    )
 
 
 def detect_wickets(ctx: Context) -> list[KeyEvent]:
@@ -434,23 +530,42 @@ def detect_wickets(ctx: Context) -> list[KeyEvent]:
             runs, faced = ctx.batter_at(ball, ball.out_id)
             figures = f"{runs} ({faced})"
         how = _dismissal(ctx, ball.out_id, ball.score_name, ball.bowler_id, ball.fielder_id)
-        events[f"wicket:{subject}"] = _wicket_event(ctx, ball.scoreboard, ctx.wicket_number(ball),
-                                                    out_id=ball.out_id, how=how, figures=figures, ball=ball)
+        events[f"wicket:{subject}"] = _wicket_event(
+            ctx,
+            ball.scoreboard,
+            ctx.wicket_number(ball),
+            out_id=ball.out_id,
+            how=how,
+            figures=figures,
+            ball=ball,
+        )
     # Score feed: batters the batting table shows out that the balls did not (non-marquee, lagging balls).
     for inns in ctx.snap.innings:
         board = inns.scoreboard
         memo = ctx.prev.score_for(board)
         before = memo.wickets if memo else 0
-        newly_out = [line for line in ctx.snap.batting if line.scoreboard == board and line.out
-                     and f"{board}:{line.player_id}" not in reported
-                     and f"wicket:{board}:{line.player_id}" not in events]
+        newly_out = [
+            line
+            for line in ctx.snap.batting
+            if line.scoreboard == board
+            and line.out
+            and f"{board}:{line.player_id}" not in reported
+            and f"wicket:{board}:{line.player_id}" not in events
+        ]
         newly_out.sort(key=lambda line: (_over_key(line.fow_over), line.fow_score, line.sort))
         counted = sum(1 for line in ctx.snap.batting if line.scoreboard == board and line.out)
         for line in newly_out:
             number = counted - len(newly_out) + newly_out.index(line) + 1
             how = _dismissal(ctx, line.player_id, _score_name(line), line.bowler_id, line.fielder_id)
-            ev = _wicket_event(ctx, board, max(number, 1), out_id=line.player_id, how=how,
-                               figures=f"{line.runs} ({line.balls})", ball=None)
+            ev = _wicket_event(
+                ctx,
+                board,
+                max(number, 1),
+                out_id=line.player_id,
+                how=how,
+                figures=f"{line.runs} ({line.balls})",
+                ball=None,
+            )
             events[ev.key] = ev
         has_table = any(line.scoreboard == board for line in ctx.snap.batting)
         if not has_table and not ctx.snap.balls_in(board):
@@ -520,10 +635,20 @@ def detect_new_batsmen(ctx: Context) -> tuple[list[KeyEvent], tuple[str, ...]]:
             return  # an opener
         team = ctx.batting_team_of(board)
         name = ctx.name(pid)
-        events.append(ctx.event("new_batsman", key, title=f"New batter: {name}",
-                                body=f"{name} comes in · {ctx.score_line(board)}", text=f"New batter: {name}",
-                                team_id=team, ball=ball, scoreboard=board, player_id=pid,
-                                over=_overs_of(ctx, board)))
+        events.append(
+            ctx.event(
+                "new_batsman",
+                key,
+                title=f"New batter: {name}",
+                body=f"{name} comes in · {ctx.score_line(board)}",
+                text=f"New batter: {name}",
+                team_id=team,
+                ball=ball,
+                scoreboard=board,
+                player_id=pid,
+                over=_overs_of(ctx, board),
+            )
+        )
 
     for ball in ctx.diff.new:
         before = ctx.wicket_number(ball) - (1 if ball.is_wicket else 0)
@@ -583,10 +708,18 @@ def detect_boundaries(ctx: Context) -> list[KeyEvent]:
             continue
         board, batter, bowler = ball.scoreboard, ctx.name(ball.batsman_id), ctx.name(ball.bowler_id)
         type_, word = ("six", "SIX") if ball.six else ("four", "FOUR")
-        events.append(ctx.event(type_, f"{board}:{ball.batsman_id}", title=f"{word}! {batter}",
-                                body=f"{batter} off {bowler} · {ctx.score_line(board)}",
-                                text=f"{word}! {batter}", team_id=_batting_team(ctx, ball), ball=ball,
-                                player_id=ball.batsman_id))
+        events.append(
+            ctx.event(
+                type_,
+                f"{board}:{ball.batsman_id}",
+                title=f"{word}! {batter}",
+                body=f"{batter} off {bowler} · {ctx.score_line(board)}",
+                text=f"{word}! {batter}",
+                team_id=_batting_team(ctx, ball),
+                ball=ball,
+                player_id=ball.batsman_id,
+            )
+        )
     return events
 
 
@@ -602,11 +735,18 @@ def detect_consecutive_sixes(ctx: Context) -> list[KeyEvent]:
         if run < ctx.settings.consecutive_sixes_min:
             continue
         batter, bowler = ctx.name(ball.batsman_id), ctx.name(ball.bowler_id)
-        events.append(ctx.event("consecutive_sixes", f"{board}:{ball.batsman_id}:{run}",
-                                title=f"{run} sixes in a row for {batter}!",
-                                body=f"{batter} off {bowler} · {ctx.score_line(board)}",
-                                text=f"{run} sixes in a row: {batter}", team_id=_batting_team(ctx, ball),
-                                ball=ball, player_id=ball.batsman_id))
+        events.append(
+            ctx.event(
+                "consecutive_sixes",
+                f"{board}:{ball.batsman_id}:{run}",
+                title=f"{run} sixes in a row for {batter}!",
+                body=f"{batter} off {bowler} · {ctx.score_line(board)}",
+                text=f"{run} sixes in a row: {batter}",
+                team_id=_batting_team(ctx, ball),
+                ball=ball,
+                player_id=ball.batsman_id,
+            )
+        )
     return events
 
 
@@ -618,14 +758,25 @@ def detect_maidens(ctx: Context) -> list[KeyEvent]:
             continue
         board = ball.scoreboard
         over = [b for b in history if b.scoreboard == board and b.over_index == ball.over_index]
-        if (sum(1 for b in over if b.legal) != 6 or {b.bowler_id for b in over} != {ball.bowler_id}
-                or sum(b.runs for b in over) != 0):
+        if (
+            sum(1 for b in over if b.legal) != 6
+            or {b.bowler_id for b in over} != {ball.bowler_id}
+            or sum(b.runs for b in over) != 0
+        ):
             continue
         bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
-        events.append(ctx.event("maiden", f"{board}:{ball.bowler_id}:{ball.over_index + 1}",
-                                title=f"Maiden over from {bowler}", body=f"{bowler}{figures}",
-                                text=f"Maiden: {bowler}{figures}", team_id=_fielding_team(ctx, ball),
-                                ball=ball, player_id=ball.bowler_id))
+        events.append(
+            ctx.event(
+                "maiden",
+                f"{board}:{ball.bowler_id}:{ball.over_index + 1}",
+                title=f"Maiden over from {bowler}",
+                body=f"{bowler}{figures}",
+                text=f"Maiden: {bowler}{figures}",
+                team_id=_fielding_team(ctx, ball),
+                ball=ball,
+                player_id=ball.bowler_id,
+            )
+        )
     return events
 
 
@@ -637,18 +788,38 @@ def detect_hattricks(ctx: Context) -> list[KeyEvent]:
         if not ball.bowler_wicket:
             continue
         board = ball.scoreboard
-        deliveries = [b for b in history if b.scoreboard == board and b.bowler_id == ball.bowler_id
-                      and (b.legal or b.is_wicket)]
+        deliveries = [
+            b
+            for b in history
+            if b.scoreboard == board and b.bowler_id == ball.bowler_id and (b.legal or b.is_wicket)
+        ]
         streak = _trailing(deliveries, lambda b: b.bowler_wicket)
         bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
         subject = f"{board}:{ball.bowler_id}"
         if streak >= 3 and streak % 3 == 0:
-            events.append(ctx.event("hattrick", subject, title=f"HAT-TRICK! {bowler}",
-                                    body=f"{bowler}: three wickets in three balls{figures}",
-                                    text=f"HAT-TRICK! {bowler}", team_id=_fielding_team(ctx, ball),
-                                    ball=ball, player_id=ball.bowler_id))
+            events.append(
+                ctx.event(
+                    "hattrick",
+                    subject,
+                    title=f"HAT-TRICK! {bowler}",
+                    body=f"{bowler}: three wickets in three balls{figures}",
+                    text=f"HAT-TRICK! {bowler}",
+                    team_id=_fielding_team(ctx, ball),
+                    ball=ball,
+                    player_id=ball.bowler_id,
+                )
+            )
         elif streak == 2:
-            events.append(ctx.event("on_hattrick", subject, title=f"{bowler} is on a hat-trick",
-                                    body=f"Two in two for {bowler}{figures}", text=f"{bowler} on a hat-trick",
-                                    team_id=_fielding_team(ctx, ball), ball=ball, player_id=ball.bowler_id))
+            events.append(
+                ctx.event(
+                    "on_hattrick",
+                    subject,
+                    title=f"{bowler} is on a hat-trick",
+                    body=f"Two in two for {bowler}{figures}",
+                    text=f"{bowler} on a hat-trick",
+                    team_id=_fielding_team(ctx, ball),
+                    ball=ball,
+                    player_id=ball.bowler_id,
+                )
+            )
     return events

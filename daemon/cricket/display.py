@@ -76,8 +76,11 @@ def _crease(snap: MatchSnapshot, board: str) -> tuple[list[str], str | None, Bal
     striker: str | None = last.batsman_id
     others = [c for c in crease if c != striker]
     non_striker = others[0] if others else None
-    ran = 0 if (last.four or last.six) else last.bat_runs + last.bye + last.leg_bye + (
-        max(0, last.runs - 1) if last.wide else 0)
+    ran = (
+        0
+        if (last.four or last.six)
+        else last.bat_runs + last.bye + last.leg_bye + (max(0, last.runs - 1) if last.wide else 0)
+    )
     if ran % 2 == 1:
         striker, non_striker = non_striker, striker
     if last.legal and last.ball_in_over == 6:
@@ -92,7 +95,9 @@ def _crease(snap: MatchSnapshot, board: str) -> tuple[list[str], str | None, Bal
 def _batters(snap: MatchSnapshot, board: str) -> list[dict[str, Any]]:
     crease, striker, _ = _crease(snap, board)
     if not crease:
-        not_out = sorted((b for b in snap.batting if b.scoreboard == board and not b.out), key=lambda b: b.sort)
+        not_out = sorted(
+            (b for b in snap.batting if b.scoreboard == board and not b.out), key=lambda b: b.sort
+        )
         crease = [b.player_id for b in not_out[-2:]]
     out = []
     for pid in crease:
@@ -143,8 +148,9 @@ def _toss(snap: MatchSnapshot) -> str | None:
     return f"{team.code} won the toss"
 
 
-def build_neutral(snap: MatchSnapshot, *, event: str | None, event_type: str | None, result: str | None,
-                  alert_event: bool) -> dict[str, Any]:
+def build_neutral(
+    snap: MatchSnapshot, *, event: str | None, event_type: str | None, result: str | None, alert_event: bool
+) -> dict[str, Any]:
     """The content-state for a viewer without a supported team; perspectives reorder it."""
     inns = snap.current_innings
     board = snap.current_scoreboard
@@ -224,8 +230,9 @@ def for_perspective(neutral: dict[str, Any], snap: MatchSnapshot, team_id: str) 
     return state
 
 
-def build_display(snap: MatchSnapshot, *, event: str | None, event_type: str | None, result: str | None,
-                  alert_event: bool) -> dict[str, dict[str, Any]]:
+def build_display(
+    snap: MatchSnapshot, *, event: str | None, event_type: str | None, result: str | None, alert_event: bool
+) -> dict[str, dict[str, Any]]:
     """Content-state per perspective: each team id, and "neutral"."""
     neutral = build_neutral(snap, event=event, event_type=event_type, result=result, alert_event=alert_event)
     return {

@@ -102,8 +102,9 @@ def _had_play(state: MatchState) -> bool:
     return any(s.legal_balls or s.runs or s.wickets for s in state.previous_score)
 
 
-def process_tick(prev: MatchState | None, snap: MatchSnapshot, *, now: float, marquee: bool,
-                 settings: EngineSettings) -> TickResult:
+def process_tick(
+    prev: MatchState | None, snap: MatchSnapshot, *, now: float, marquee: bool, settings: EngineSettings
+) -> TickResult:
     base = prev if prev is not None else MatchState()
     score_doubt = None
     if prev is not None:
@@ -122,7 +123,9 @@ def process_tick(prev: MatchState | None, snap: MatchSnapshot, *, now: float, ma
             end_doubt = None
     if base.match_phase in FINAL_PHASES and snap.phase in ("live", "innings_break"):
         # Ended on a feed glitch and taken again: the real end must not be muted by the wrong one's cooldown.
-        base = replace(base, cooldowns={k: v for k, v in base.cooldowns.items() if not k.startswith("match_end:")})
+        base = replace(
+            base, cooldowns={k: v for k, v in base.cooldowns.items() if not k.startswith("match_end:")}
+        )
     result = _tick(prev, base, snap, now=now, marquee=marquee, settings=settings)
     state = replace(result.state, end_doubt=end_doubt, score_doubt=None)
     return replace(result, state=state, end_pending=end_doubt is not None, end_withdrawn=end_withdrawn)
@@ -138,12 +141,28 @@ def _as_before(snap: MatchSnapshot, base: MatchState) -> MatchSnapshot:
 
 
 def _skipped(prev: MatchState, snap: MatchSnapshot, why: str, state: MatchState) -> TickResult:
-    return TickResult(state=state, events=(), best=None, display={}, display_changed=False,
-                      phase=prev.match_phase, ended=False, timestamp=prev.last_timestamp, skipped=why)
+    return TickResult(
+        state=state,
+        events=(),
+        best=None,
+        display={},
+        display_changed=False,
+        phase=prev.match_phase,
+        ended=False,
+        timestamp=prev.last_timestamp,
+        skipped=why,
+    )
 
 
-def _tick(prev: MatchState | None, base: MatchState, snap: MatchSnapshot, *, now: float, marquee: bool,
-          settings: EngineSettings) -> TickResult:
+def _tick(
+    prev: MatchState | None,
+    base: MatchState,
+    snap: MatchSnapshot,
+    *,
+    now: float,
+    marquee: bool,
+    settings: EngineSettings,
+) -> TickResult:
     first = prev is None
     clock = max(base.feed_clock, float(snap.updated_at) if snap.updated_at else float(now))
 
@@ -156,7 +175,9 @@ def _tick(prev: MatchState | None, base: MatchState, snap: MatchSnapshot, *, now
     new_batsmen, seen = detect_new_batsmen(ctx)
     if ball_history:
         # Batters at the crease in the newly arrived ball history are not news either.
-        seen = tuple(dict.fromkeys(seen + tuple(f"{b.scoreboard}:{c}" for b in diff.window for c in b.crease)))
+        seen = tuple(
+            dict.fromkeys(seen + tuple(f"{b.scoreboard}:{c}" for b in diff.window for c in b.crease))
+        )
     candidates: list[KeyEvent] = []
     if not first:
         candidates += detect_match_end(ctx)
@@ -181,7 +202,7 @@ def _tick(prev: MatchState | None, base: MatchState, snap: MatchSnapshot, *, now
         if event.subject not in reported:
             reported.append(event.subject)
     withdrawn = [key for key in reported if not still_out(key, snap)]
-    reported = [key for key in reported if key not in withdrawn][-settings.reported_wickets_max:]
+    reported = [key for key in reported if key not in withdrawn][-settings.reported_wickets_max :]
 
     recent = base.recent_event
     if best is not None:
@@ -214,8 +235,11 @@ def _tick(prev: MatchState | None, base: MatchState, snap: MatchSnapshot, *, now
         previous_bowling=_merge_bowling(base, snap),
         last30_balls=diff.window[-LAST_BALLS:],
         # A withdrawn wicket's cooldown goes with it, so the batter's real dismissal later is not muted.
-        cooldowns={k: v for k, v in arm_cooldowns(base.cooldowns, events, clock, settings).items()
-                   if k.removeprefix("wicket:") not in withdrawn},
+        cooldowns={
+            k: v
+            for k, v in arm_cooldowns(base.cooldowns, events, clock, settings).items()
+            if k.removeprefix("wicket:") not in withdrawn
+        },
         last_timestamp=timestamp,
         feed_clock=clock,
         reported_wickets=tuple(reported),

@@ -38,8 +38,13 @@ def ordered(events: Iterable[KeyEvent]) -> list[KeyEvent]:
     return sorted(events, key=lambda e: (e.seq, e.priority, e.key))
 
 
-def is_stale(event: KeyEvent, tick: Sequence[KeyEvent], snap: MatchSnapshot, window: Sequence[Ball],
-             settings: EngineSettings) -> bool:
+def is_stale(
+    event: KeyEvent,
+    tick: Sequence[KeyEvent],
+    snap: MatchSnapshot,
+    window: Sequence[Ball],
+    settings: EngineSettings,
+) -> bool:
     board, pid = event.scoreboard, event.player_id
     line = snap.batter(board, pid) if board and pid else None
     if event.type == "fifty":
@@ -62,13 +67,16 @@ def is_stale(event: KeyEvent, tick: Sequence[KeyEvent], snap: MatchSnapshot, win
         return True
     if event.type in ("consecutive_sixes", "bowler_on_fire"):
         mine = _count(event)
-        return any(e.type == event.type and e.player_id == pid and e.scoreboard == board and _count(e) > mine
-                   for e in tick)
+        return any(
+            e.type == event.type and e.player_id == pid and e.scoreboard == board and _count(e) > mine
+            for e in tick
+        )
     if event.type == "on_hattrick":
         if any(e.type == "hattrick" and e.player_id == pid for e in tick):
             return True
-        return any(b.scoreboard == board and b.bowler_id == pid and b.id > int(event.ball_id or 0)
-                   for b in window)
+        return any(
+            b.scoreboard == board and b.bowler_id == pid and b.id > int(event.ball_id or 0) for b in window
+        )
     if event.type == "innings_end":
         following = [i for i in snap.innings if board and i.inning > int(board.lstrip("S") or 0)]
         return any(i.legal_balls >= settings.ball_event_max_age for i in following)
@@ -87,12 +95,15 @@ def _count(event: KeyEvent) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def staleness_filter(events: Sequence[KeyEvent], snap: MatchSnapshot, window: Sequence[Ball],
-                     settings: EngineSettings) -> list[KeyEvent]:
+def staleness_filter(
+    events: Sequence[KeyEvent], snap: MatchSnapshot, window: Sequence[Ball], settings: EngineSettings
+) -> list[KeyEvent]:
     return [e for e in events if not is_stale(e, events, snap, window, settings)]
 
 
-def cooldown_filter(events: Sequence[KeyEvent], cooldowns: Mapping[str, float], clock: float) -> list[KeyEvent]:
+def cooldown_filter(
+    events: Sequence[KeyEvent], cooldowns: Mapping[str, float], clock: float
+) -> list[KeyEvent]:
     """Drop repeats: keys whose cooldown has not expired, and a second event with one key in one tick."""
     taken: set[str] = set()
     passed = []
@@ -104,8 +115,9 @@ def cooldown_filter(events: Sequence[KeyEvent], cooldowns: Mapping[str, float], 
     return passed
 
 
-def arm_cooldowns(cooldowns: Mapping[str, float], events: Iterable[KeyEvent], clock: float,
-                  settings: EngineSettings) -> dict[str, float]:
+def arm_cooldowns(
+    cooldowns: Mapping[str, float], events: Iterable[KeyEvent], clock: float, settings: EngineSettings
+) -> dict[str, float]:
     """The cooldown map after this tick: expired entries pruned, each emitted event's key armed."""
     armed = {k: float(v) for k, v in cooldowns.items() if v > clock}
     for event in events:

@@ -168,7 +168,7 @@ def plan(keys: Sequence[str], handed: str | None, *, first: int, most: int) -> P
     chunks: list[Chunk] = []
     start = 0
     for size in chunk_sizes(len(due), first=first, most=most):
-        part = tuple(due[start:start + size])
+        part = tuple(due[start : start + size])
         chunks.append(Chunk(part, part[-1]))
         start += size
     return Plan(quiet, tuple(chunks))

@@ -84,6 +84,7 @@ def _prune_steps(aps: dict[str, Any]) -> list[Callable[[], None]]:
         def step() -> None:
             for key in list(state):
                 state[key] = _cut_strings(state[key], limit)
+
         return step
 
     def attributes() -> None:
@@ -93,7 +94,10 @@ def _prune_steps(aps: dict[str, Any]) -> list[Callable[[], None]]:
     def alert(limit: int) -> Callable[[], None]:
         def step() -> None:
             if isinstance(aps.get("alert"), dict):
-                aps["alert"] = {k: _cut(v, limit) if isinstance(v, str) else v for k, v in aps["alert"].items()}
+                aps["alert"] = {
+                    k: _cut(v, limit) if isinstance(v, str) else v for k, v in aps["alert"].items()
+                }
+
         return step
 
     return [events_head, over_tail, innings_tail, strings(64), strings(24), attributes, alert(64), alert(24)]
@@ -130,16 +134,24 @@ def _attach_events(state: dict[str, Any], event: KeyEvent | None, events: Iterab
     if event is not None:
         state["event"] = event.text
         state["eventType"] = event.type
-        if not any(i["type"] == event.type and i["ballId"] == event.ball_id and i["text"] == event.text
-                   for i in items):
+        if not any(
+            i["type"] == event.type and i["ballId"] == event.ball_id and i["text"] == event.text
+            for i in items
+        ):
             items.insert(0, event.short())
         else:  # the headline first, so pruning to one keeps it
             items.sort(key=lambda i: not (i["type"] == event.type and i["text"] == event.text))
     state["events"] = items
 
 
-def update_payload(content_state: Mapping[str, Any], *, timestamp: int, event: KeyEvent | None,
-                   events: Iterable[KeyEvent] = (), stale_date: int | None = None) -> bytes:
+def update_payload(
+    content_state: Mapping[str, Any],
+    *,
+    timestamp: int,
+    event: KeyEvent | None,
+    events: Iterable[KeyEvent] = (),
+    stale_date: int | None = None,
+) -> bytes:
     state = _state_copy(content_state)
     _attach_events(state, event, events)
     aps: dict[str, Any] = {"timestamp": int(timestamp), "event": "update", "content-state": state}
@@ -157,9 +169,16 @@ def supports_channels(device: Mapping[str, Any] | None) -> bool:
     return head.isdigit() and int(head) >= 18
 
 
-def start_payload(content_state: Mapping[str, Any], *, attributes_type: str, attributes: Mapping[str, Any],
-                  timestamp: int, alert: tuple[str, str] | None, input_push_channel: str | None = None,
-                  input_push_token: bool = False) -> bytes:
+def start_payload(
+    content_state: Mapping[str, Any],
+    *,
+    attributes_type: str,
+    attributes: Mapping[str, Any],
+    timestamp: int,
+    alert: tuple[str, str] | None,
+    input_push_channel: str | None = None,
+    input_push_token: bool = False,
+) -> bytes:
     """A push-to-start. ``input_push_channel`` (iOS 18+): the started activity listens on that broadcast
     channel; else ``input_push_token`` asks the device for the activity's update token (``input-push-token: 1``)."""
     if not attributes_type:
@@ -183,9 +202,15 @@ def start_payload(content_state: Mapping[str, Any], *, attributes_type: str, att
     return _fit({"aps": aps})
 
 
-def end_payload(content_state: Mapping[str, Any], *, timestamp: int, dismissal_date: int,
-                alert: tuple[str, str] | None = None, event: KeyEvent | None = None,
-                events: Iterable[KeyEvent] = ()) -> bytes:
+def end_payload(
+    content_state: Mapping[str, Any],
+    *,
+    timestamp: int,
+    dismissal_date: int,
+    alert: tuple[str, str] | None = None,
+    event: KeyEvent | None = None,
+    events: Iterable[KeyEvent] = (),
+) -> bytes:
     """The last push of an activity. The final tick's events ride along (the wickets of a last burst and
     ``match_end``), so the end loses no event; an alert-worthy headline adds its alert unless one is given."""
     state = _state_copy(content_state)
@@ -205,8 +230,9 @@ def end_payload(content_state: Mapping[str, Any], *, timestamp: int, dismissal_d
     return _fit({"aps": aps})
 
 
-def alert_payload(title: str, body: str, *, thread_id: str | None = None,
-                  data: Mapping[str, Any] | None = None) -> bytes:
+def alert_payload(
+    title: str, body: str, *, thread_id: str | None = None, data: Mapping[str, Any] | None = None
+) -> bytes:
     """A plain alert; ``data`` becomes top-level custom keys (it may not use ``aps``).
 
     Too large: title, body and the strings in ``data`` are cut to 256, then 64, then 24 characters.
@@ -216,8 +242,10 @@ def alert_payload(title: str, body: str, *, thread_id: str | None = None,
     extra: dict[str, Any] = json.loads(json.dumps(dict(data or {})))
     size = 0
     for limit in (100_000, 256, 64, 24):
-        aps: dict[str, Any] = {"alert": {"title": _cut(title, limit), "body": _cut(body, limit)},
-                               "sound": "default"}
+        aps: dict[str, Any] = {
+            "alert": {"title": _cut(title, limit), "body": _cut(body, limit)},
+            "sound": "default",
+        }
         if thread_id:
             aps["thread-id"] = thread_id
         encoded = _encode({"aps": aps, **_cut_strings(extra, limit)})

@@ -95,39 +95,58 @@ class EngineSettings(BaseModel):
         default=200.0, gt=0, le=1000, description="... at a strike rate (runs per 100 balls) of at least this"
     )
     bowler_on_fire_wickets: int = Field(
-        default=3, ge=1, description="bowler_on_fire fires when a bowler reaches this many wickets, and at each one after"
+        default=3,
+        ge=1,
+        description="bowler_on_fire fires when a bowler reaches this many wickets, and at each one after",
     )
     consecutive_sixes_min: int = Field(
-        default=2, ge=2, description="consecutive_sixes: sixes off this many consecutive balls faced by one batter"
+        default=2,
+        ge=2,
+        description="consecutive_sixes: sixes off this many consecutive balls faced by one batter",
     )
     recent_event_balls: int = Field(
-        default=6, ge=0, description="the display keeps showing the last key event's text for this many legal balls"
+        default=6,
+        ge=0,
+        description="the display keeps showing the last key event's text for this many legal balls",
     )
     reported_wickets_max: int = Field(
-        default=64, ge=10, le=10_000,
+        default=64,
+        ge=10,
+        le=10_000,
         description="how many reported wicket keys the match state keeps (bounds the record)",
     )
     confirm_polls: int = Field(
-        default=3, ge=1, le=100,
+        default=3,
+        ge=1,
+        le=100,
         description="a doubtful tick (a final status the fixture does not corroborate, a score going back "
         "further than a correction can) is believed only once seen on this many consecutive polls ...",
     )
     confirm_s: float = Field(
-        default=30.0, ge=0, le=3600,
+        default=30.0,
+        ge=0,
+        le=3600,
         description="... spanning at least this many seconds; until then the match goes on as before "
         "(nothing pushed, nothing written for the doubt itself)",
     )
     correction_max_runs: int = Field(
-        default=12, ge=0, le=100,
+        default=12,
+        ge=0,
+        le=100,
         description="an innings total may go back by at most this many runs in one tick (a corrected ball); "
         "a bigger drop is a doubtful tick",
     )
     correction_max_wickets: int = Field(
-        default=1, ge=0, le=10, description="an innings may lose at most this many wickets in one tick (a "
+        default=1,
+        ge=0,
+        le=10,
+        description="an innings may lose at most this many wickets in one tick (a "
         "withdrawn dismissal); more is a doubtful tick",
     )
     correction_max_balls: int = Field(
-        default=6, ge=0, le=60,
+        default=6,
+        ge=0,
+        le=60,
         description="an innings may go back by at most this many legal balls in one tick; more is doubtful",
     )
 

@@ -40,8 +40,17 @@ _BREAK_STATUSES = {"Innings Break"}
 _COMPLETED_STATUSES = {"Finished"}
 _ABANDONED_STATUSES = {"Aban.", "Cancl.", "Postp."}
 # Play has stopped for a while but the match is on: shown as live once a ball has been bowled, else pre.
-_PAUSE_STATUSES = {"Stump Day 1", "Stump Day 2", "Stump Day 3", "Stump Day 4", "Lunch", "Tea Break", "Dinner",
-                   "Delayed", "Int."}
+_PAUSE_STATUSES = {
+    "Stump Day 1",
+    "Stump Day 2",
+    "Stump Day 3",
+    "Stump Day 4",
+    "Lunch",
+    "Tea Break",
+    "Dinner",
+    "Delayed",
+    "Int.",
+}
 _NOT_STARTED = {"NS", ""}
 _NOT_OUT_SCORE_ID = 84
 _MULTI_DAY_TYPES = {"Test", "Test/5day", "4day"}
@@ -518,8 +527,9 @@ def _phase(status: str, has_play: bool) -> str:
     return "live" if has_play else "pre"
 
 
-def _ball(raw: Any, index: int, crease_out: Mapping[tuple[str, str], str],
-          known: Mapping[str, str]) -> tuple[Ball, dict[str, str]]:
+def _ball(
+    raw: Any, index: int, crease_out: Mapping[tuple[str, str], str], known: Mapping[str, str]
+) -> tuple[Ball, dict[str, str]]:
     path = f"balls[{index}]"
     if not isinstance(raw, Mapping):
         raise SnapshotError(path, f"expected an object, got {type(raw).__name__}")
@@ -535,8 +545,12 @@ def _ball(raw: Any, index: int, crease_out: Mapping[tuple[str, str], str],
     batsman = _id(raw, "batsman_id", path)
     assert batsman is not None
     crease = tuple(
-        c for c in (_id(raw, "batsman_one_on_creeze_id", path, required=False),
-                    _id(raw, "batsman_two_on_creeze_id", path, required=False)) if c
+        c
+        for c in (
+            _id(raw, "batsman_one_on_creeze_id", path, required=False),
+            _id(raw, "batsman_two_on_creeze_id", path, required=False),
+        )
+        if c
     )
     name = _str(score, "name")
     is_wicket = _bool(score, "is_wicket")
@@ -574,7 +588,8 @@ def _ball(raw: Any, index: int, crease_out: Mapping[tuple[str, str], str],
         is_wicket=is_wicket,
         wide=wide,
         run_out=run_out,
-        fielder_id=_id(raw, "catchstump_id", path, required=False) or _id(raw, "runout_by_id", path, required=False),
+        fielder_id=_id(raw, "catchstump_id", path, required=False)
+        or _id(raw, "runout_by_id", path, required=False),
     )
     names: dict[str, str] = {}
     for key, pid in (("batsman", ball.batsman_id), ("bowler", ball.bowler_id)):
@@ -683,7 +698,9 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
             players[str(player["id"])] = name
             full_names[str(player["id"])] = _full_name(player) or name
 
-    def parse(key: str, line: Callable[[Mapping[str, Any], str], _Line], who: str | None = None) -> list[_Line]:
+    def parse(
+        key: str, line: Callable[[Mapping[str, Any], str], _Line], who: str | None = None
+    ) -> list[_Line]:
         """Every row of ``raw[key]`` as a line, noting its time stamp and the player it names (``who``)."""
         lines: list[_Line] = []
         for path, row in _rows(raw, key):
@@ -787,11 +804,17 @@ def check_plausible(snap: MatchSnapshot) -> None:
     for inns in snap.innings:
         path = f"runs[inning {inns.inning}]"
         if inns.inning > max_innings:
-            raise ImplausibleSnapshot(f"{path}.inning", f"a {snap.fixture_type} match has at most {max_innings}")
+            raise ImplausibleSnapshot(
+                f"{path}.inning", f"a {snap.fixture_type} match has at most {max_innings}"
+            )
         _bounded(f"{path}.wickets", inns.wickets, MAX_WICKETS)
         _bounded(f"{path}.overs", inns.legal_balls, limit, unit="legal balls")
-        _bounded(f"{path}.score", inns.runs, MAX_RUNS_PER_BALL * inns.legal_balls + MAX_RUNS_SLACK,
-                 unit=f"runs in {format_overs(inns.legal_balls)} overs")
+        _bounded(
+            f"{path}.score",
+            inns.runs,
+            MAX_RUNS_PER_BALL * inns.legal_balls + MAX_RUNS_SLACK,
+            unit=f"runs in {format_overs(inns.legal_balls)} overs",
+        )
     for line in snap.batting:
         path = f"batting[{line.scoreboard}:{line.player_id}]"
         _bounded(f"{path}.score", line.runs, max_runs)

@@ -126,7 +126,9 @@ class MatchState:
             "matchPhase": self.match_phase,
             "previousStatus": self.previous_status,
             "previousScore": {
-                "innings": [[s.inning, s.team_id, s.runs, s.wickets, s.legal_balls] for s in self.previous_score]
+                "innings": [
+                    [s.inning, s.team_id, s.runs, s.wickets, s.legal_balls] for s in self.previous_score
+                ]
             },
             "previousBatting": {
                 f"{b.scoreboard}:{b.player_id}": [b.runs, b.balls, int(b.out)] for b in self.previous_batting
@@ -171,13 +173,17 @@ class MatchState:
         for key, row in (_mapping(item, "previousBatting") or {}).items():
             board, pid = _split_key(key, "previousBatting")
             path = f"previousBatting.{key}"
-            batting.append(BatterMemo(board, pid, _int(row, 0, path), _int(row, 1, path), bool(_int(row, 2, path))))
+            batting.append(
+                BatterMemo(board, pid, _int(row, 0, path), _int(row, 1, path), bool(_int(row, 2, path)))
+            )
         bowling = []
         for key, row in (_mapping(item, "previousBowling") or {}).items():
             board, pid = _split_key(key, "previousBowling")
             path = f"previousBowling.{key}"
             bowling.append(
-                BowlerMemo(board, pid, _int(row, 0, path), _int(row, 1, path), _int(row, 2, path), _int(row, 3, path))
+                BowlerMemo(
+                    board, pid, _int(row, 0, path), _int(row, 1, path), _int(row, 2, path), _int(row, 3, path)
+                )
             )
         balls = tuple(
             _ball_from_list(row, f"last30Balls[{i}]") for i, row in enumerate(_list(item, "last30Balls", ""))
@@ -218,10 +224,29 @@ class MatchState:
 #  "R" run out. Records written before the fielder was kept have 16 items.
 def _ball_to_list(b: Ball) -> list[Any]:
     flags = "".join(
-        ch for ch, on in (("4", b.four), ("6", b.six), ("W", b.is_wicket), ("w", b.wide), ("R", b.run_out)) if on
+        ch
+        for ch, on in (("4", b.four), ("6", b.six), ("W", b.is_wicket), ("w", b.wide), ("R", b.run_out))
+        if on
     )
-    return [b.id, b.scoreboard, b.over, b.team_id, b.batsman_id, b.bowler_id, b.out_id, list(b.crease),
-            b.score_id, b.score_name, b.runs, b.bye, b.leg_bye, b.noball, b.noball_runs, flags, b.fielder_id]
+    return [
+        b.id,
+        b.scoreboard,
+        b.over,
+        b.team_id,
+        b.batsman_id,
+        b.bowler_id,
+        b.out_id,
+        list(b.crease),
+        b.score_id,
+        b.score_name,
+        b.runs,
+        b.bye,
+        b.leg_bye,
+        b.noball,
+        b.noball_runs,
+        flags,
+        b.fielder_id,
+    ]
 
 
 def _ball_from_list(row: Any, path: str) -> Ball:

@@ -150,7 +150,9 @@ def parse_start_at(text: str) -> datetime:
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"--start-at: not an ISO 8601 date-time: {text!r} (e.g. 2026-12-04T00:15:00Z)") from None
+        raise ValueError(
+            f"--start-at: not an ISO 8601 date-time: {text!r} (e.g. 2026-12-04T00:15:00Z)"
+        ) from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 

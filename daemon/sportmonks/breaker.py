@@ -89,7 +89,9 @@ class CircuitBreaker:
     def record_failure(self) -> None:
         self._trial_in_flight = False
         self._failures += 1
-        if self._state == "half_open" or (self._state == "closed" and self._failures >= self.failure_threshold):
+        if self._state == "half_open" or (
+            self._state == "closed" and self._failures >= self.failure_threshold
+        ):
             self._open()
         # Already open (a call admitted before it opened failed late): keep the original cooldown.
 

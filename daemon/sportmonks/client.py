@@ -118,7 +118,6 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, seconds)
 
 
-
 def endpoint_of(path: str) -> str:
     """The budget entity of a request path: ``/fixtures/71344`` -> ``fixtures`` (SportMonks counts per entity)."""
     return path.strip("/").split("/", 1)[0] or "root"
@@ -191,7 +190,9 @@ class SportMonksClient:
         self.calls: dict[str, dict[str, int]] = {}
         metrics.SPORTMONKS_BREAKER_STATE.set(STATE_GAUGE["closed"])
         if self._token is None:
-            log.warning("sportmonks_no_token", hint=f"set sportmonks.api_token_file or ${settings.api_token_env}")
+            log.warning(
+                "sportmonks_no_token", hint=f"set sportmonks.api_token_file or ${settings.api_token_env}"
+            )
 
     # ---------------------------------------------------------------------------------------------- API
 
@@ -207,7 +208,9 @@ class SportMonksClient:
         self, include: Sequence[str] = DEFAULT_LIVE_INCLUDE, *, budget_wait_s: float | None = None
     ) -> LiveScores:
         """Like ``livescores`` but one malformed fixture spoils only itself (the feed's per-match isolation)."""
-        body, source = await self._call("/livescores", self._query(include=include), budget_wait_s=budget_wait_s)
+        body, source = await self._call(
+            "/livescores", self._query(include=include), budget_wait_s=budget_wait_s
+        )
         result: LiveScores = await self._decode(body, source, _split_livescores, "livescores")
         if result.invalid:
             self._count("livescores", "malformed")
@@ -239,7 +242,9 @@ class SportMonksClient:
     async def teams(
         self, include: Sequence[str] = (), *, budget_wait_s: float | None = None
     ) -> list[dict[str, Any]]:
-        return await self._paginated("/teams", self._query(include=include), models.TeamListEnvelope, budget_wait_s)
+        return await self._paginated(
+            "/teams", self._query(include=include), models.TeamListEnvelope, budget_wait_s
+        )
 
     async def leagues(
         self, include: Sequence[str] = (), *, budget_wait_s: float | None = None
@@ -316,7 +321,9 @@ class SportMonksClient:
             if key in seen_pages:
                 raise MalformedPayload([f"links.next: repeats an earlier page ({key})"], source=source)
             seen_pages.add(key)
-        raise SportMonksError(f"{self._source(path, query)}: more than max_pages={self.settings.max_pages} pages")
+        raise SportMonksError(
+            f"{self._source(path, query)}: more than max_pages={self.settings.max_pages} pages"
+        )
 
     def _next_page(self, next_url: str, path: str, query: Mapping[str, str]) -> tuple[str, dict[str, str]]:
         """The request for ``links.next``: its page parameters with our filters/include/sort re-added.
@@ -328,16 +335,21 @@ class SportMonksClient:
         parts = urlsplit(next_url)
         next_query = dict(parse_qsl(parts.query, keep_blank_values=True))
         next_query.pop("api_token", None)
-        merged = {**next_query, **query}  # ours win for filters, include and sort; the page comes from the link
+        merged = {
+            **next_query,
+            **query,
+        }  # ours win for filters, include and sort; the page comes from the link
         if "page" in next_query:
             merged["page"] = next_query["page"]
         base = urlsplit(self._base)
-        if parts.netloc and (parts.scheme, parts.netloc) == (base.scheme, base.netloc) and parts.path.startswith(
-            base.path
+        if (
+            parts.netloc
+            and (parts.scheme, parts.netloc) == (base.scheme, base.netloc)
+            and parts.path.startswith(base.path)
         ):
-            return parts.path[len(base.path):] or path, merged
+            return parts.path[len(base.path) :] or path, merged
         if not parts.netloc and parts.path.startswith(base.path + "/"):
-            return parts.path[len(base.path):], merged
+            return parts.path[len(base.path) :], merged
         return path, merged
 
     async def _call(
@@ -378,17 +390,23 @@ class SportMonksClient:
                     self.breaker.record_failure()
                     outcome_recorded = True
                     self._count(endpoint, "error")
-                    log.warning("sportmonks_body_too_large", source=source, max_bytes=self.settings.max_body_bytes)
+                    log.warning(
+                        "sportmonks_body_too_large", source=source, max_bytes=self.settings.max_body_bytes
+                    )
                     raise
                 except (trio.TooSlowError, httpx.RequestError) as exc:
                     self.breaker.record_failure()
                     outcome_recorded = True
-                    reason = "timed out" if isinstance(exc, trio.TooSlowError | httpx.TimeoutException) else (
-                        f"request error {type(exc).__name__}"
+                    reason = (
+                        "timed out"
+                        if isinstance(exc, trio.TooSlowError | httpx.TimeoutException)
+                        else (f"request error {type(exc).__name__}")
                     )
                     if last or self.breaker.state == "open":
                         self._count(endpoint, "error")
-                        log.warning("sportmonks_unavailable", source=source, reason=reason, attempts=attempt + 1)
+                        log.warning(
+                            "sportmonks_unavailable", source=source, reason=reason, attempts=attempt + 1
+                        )
                         raise SportMonksUnavailable(
                             f"{source}: {reason} after {attempt + 1} attempt(s)"
                         ) from None
@@ -411,7 +429,9 @@ class SportMonksClient:
                         self.budget.block_until(endpoint, self._clock() + retry_after)
                     if last or too_long or self.breaker.state == "open":
                         self._count(endpoint, "error")
-                        log.warning("sportmonks_http_error", source=source, status=status, attempts=attempt + 1)
+                        log.warning(
+                            "sportmonks_http_error", source=source, status=status, attempts=attempt + 1
+                        )
                         raise SportMonksHTTPError(
                             status, _error_message(content), source=source, retry_after=retry_after
                         )
@@ -434,7 +454,9 @@ class SportMonksClient:
                     self.breaker.abandon_trial()
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _get_capped(self, url: str, params: Mapping[str, str], source: str) -> tuple[httpx.Response, bytes]:
+    async def _get_capped(
+        self, url: str, params: Mapping[str, str], source: str
+    ) -> tuple[httpx.Response, bytes]:
         """GET, reading the body as it streams and stopping past ``max_body_bytes`` (decoded size, so a
         compressed bomb is caught too) with ``ResponseTooLarge``; a declared length past it is refused before
         any of the body is read."""
@@ -454,7 +476,9 @@ class SportMonksClient:
 
     def _backoff(self, attempt: int) -> float:
         s = self.settings
-        return backoff_delay(attempt + 1, base_s=s.backoff_base_s, cap_s=s.backoff_max_s, jitter=0.5, rng=self._rng)
+        return backoff_delay(
+            attempt + 1, base_s=s.backoff_base_s, cap_s=s.backoff_max_s, jitter=0.5, rng=self._rng
+        )
 
     async def _decode(self, body: bytes, source: str, check: Callable[[Any, str], Any], endpoint: str) -> Any:
         """JSON-decode, normalise and validate; big bodies go to a worker thread to keep the event loop free."""
@@ -548,8 +572,10 @@ def _split_livescores(payload: Any, source: str) -> LiveScores:
             models.Fixture.model_validate(item)
         except ValidationError as exc:
             fixture_id = item.get("id")
-            key = str(fixture_id) if isinstance(fixture_id, int) and not isinstance(fixture_id, bool) else (
-                f"data[{index}]"
+            key = (
+                str(fixture_id)
+                if isinstance(fixture_id, int) and not isinstance(fixture_id, bool)
+                else (f"data[{index}]")
             )
             problems = models.describe_validation_error(exc, prefix=("data", index))
             result.invalid[key] = MalformedPayload(problems, source=source)

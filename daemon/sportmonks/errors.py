@@ -32,7 +32,9 @@ class MalformedPayload(SportMonksError):
         self.field_path = self.problems[0].split(":", 1)[0]
         shown = "; ".join(self.problems[:3])
         more = f" (+{len(self.problems) - 3} more)" if len(self.problems) > 3 else ""
-        prefix = f"malformed SportMonks payload from {source}: " if source else "malformed SportMonks payload: "
+        prefix = (
+            f"malformed SportMonks payload from {source}: " if source else "malformed SportMonks payload: "
+        )
         super().__init__(prefix + shown + more)
 
 
@@ -64,7 +66,9 @@ class ResponseTooLarge(SportMonksError):
         self.source = source
         self.max_bytes = max_bytes
         size = f"declares {declared} bytes," if declared is not None else "is"
-        super().__init__(f"{source}: response body {size} more than max_body_bytes={max_bytes}; not read further")
+        super().__init__(
+            f"{source}: response body {size} more than max_body_bytes={max_bytes}; not read further"
+        )
 
 
 class BudgetExhausted(SportMonksError):
@@ -73,7 +77,9 @@ class BudgetExhausted(SportMonksError):
     def __init__(self, endpoint: str, retry_in: float) -> None:
         self.endpoint = endpoint
         self.retry_in = retry_in
-        super().__init__(f"hourly SportMonks budget for {endpoint!r} exhausted; next slot in {retry_in:.1f} s")
+        super().__init__(
+            f"hourly SportMonks budget for {endpoint!r} exhausted; next slot in {retry_in:.1f} s"
+        )
 
 
 class BreakerOpen(SportMonksError):

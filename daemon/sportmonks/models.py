@@ -492,8 +492,15 @@ _EXPECTED = {
     "missing": "required field is missing",
 }
 
-_JSON_TYPE = {type(None): "null", bool: "boolean", int: "integer", float: "number", str: "string",
-              list: "list", dict: "object"}
+_JSON_TYPE = {
+    type(None): "null",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "list",
+    dict: "object",
+}
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
@@ -517,9 +524,7 @@ def _describe_input(value: Any) -> str:
     return kind
 
 
-def describe_validation_error(
-    exc: ValidationError, *, prefix: tuple[int | str, ...] = ()
-) -> list[str]:
+def describe_validation_error(exc: ValidationError, *, prefix: tuple[int | str, ...] = ()) -> list[str]:
     """One ``"<path>: <problem>"`` line per error, e.g. ``"data[0].runs[1].score: expected integer, got string '12'"``."""
     problems = []
     for err in exc.errors(include_url=False):

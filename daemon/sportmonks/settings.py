@@ -18,23 +18,39 @@ class SportMonksSettings(BaseModel):
         "https://cricket.sportmonks.com/api/v2.0",
         description="API root; the replay server's URL in demo and tests",
     )
-    api_token: SecretStr | None = Field(None, description="API token; prefer api_token_file or the environment")
-    api_token_file: str | None = Field(None, description="file holding the API token (surrounding whitespace ignored)")
-    api_token_env: str = Field(
-        "SPORTMONKS_API_TOKEN", description="environment variable read for the token when no token or file is set"
+    api_token: SecretStr | None = Field(
+        None, description="API token; prefer api_token_file or the environment"
     )
-    timeout_s: float = Field(10.0, gt=0, le=120, description="deadline of one HTTP attempt (connect + full body)")
-    max_retries: int = Field(3, ge=0, le=10, description="retries after the first attempt, on 429, 5xx and timeouts")
-    backoff_base_s: float = Field(0.5, gt=0, le=60, description="first retry delay; doubles per retry, with jitter")
+    api_token_file: str | None = Field(
+        None, description="file holding the API token (surrounding whitespace ignored)"
+    )
+    api_token_env: str = Field(
+        "SPORTMONKS_API_TOKEN",
+        description="environment variable read for the token when no token or file is set",
+    )
+    timeout_s: float = Field(
+        10.0, gt=0, le=120, description="deadline of one HTTP attempt (connect + full body)"
+    )
+    max_retries: int = Field(
+        3, ge=0, le=10, description="retries after the first attempt, on 429, 5xx and timeouts"
+    )
+    backoff_base_s: float = Field(
+        0.5, gt=0, le=60, description="first retry delay; doubles per retry, with jitter"
+    )
     backoff_max_s: float = Field(30.0, gt=0, le=600, description="cap on one retry delay")
     retry_after_max_s: float = Field(
         60.0,
-        ge=0, le=3600,
+        ge=0,
+        le=3600,
         description="longest Retry-After honoured by sleeping inside a call; a longer one fails the call at once "
         "and blocks the endpoint's budget until then",
     )
-    breaker_failure_threshold: int = Field(5, ge=1, description="consecutive failed attempts that open the breaker")
-    breaker_cooldown_s: float = Field(30.0, gt=0, le=3600, description="time open before one half-open trial call")
+    breaker_failure_threshold: int = Field(
+        5, ge=1, description="consecutive failed attempts that open the breaker"
+    )
+    breaker_cooldown_s: float = Field(
+        30.0, gt=0, le=3600, description="time open before one half-open trial call"
+    )
     hourly_budget: int = Field(
         2000,
         ge=1,
@@ -49,10 +65,13 @@ class SportMonksSettings(BaseModel):
     )
     budget_max_wait_s: float = Field(
         10.0,
-        ge=0, le=3600,
+        ge=0,
+        le=3600,
         description="how long a call may wait for budget before BudgetExhausted (the feed passes 0: it skips)",
     )
-    max_pages: int = Field(100, ge=1, le=10_000, description="safety cap on pages followed for one paginated list")
+    max_pages: int = Field(
+        100, ge=1, le=10_000, description="safety cap on pages followed for one paginated list"
+    )
     max_body_bytes: int = Field(
         64 * 1024 * 1024,
         ge=1024,
@@ -66,7 +85,6 @@ class SportMonksSettings(BaseModel):
         description="bodies at least this large are decoded and validated in a worker thread, off the event loop",
     )
 
-
     @field_validator("endpoint_budgets")
     @classmethod
     def _known_endpoints(cls, value: dict[str, int]) -> dict[str, int]:
@@ -75,7 +93,9 @@ class SportMonksSettings(BaseModel):
             raise ValueError(f"unknown endpoint(s) {unknown}; known: {list(BUDGET_ENDPOINTS)}")
         out_of_range = sorted(k for k, v in value.items() if not 0 <= v <= MAX_HOURLY_BUDGET)
         if out_of_range:
-            raise ValueError(f"a budget must be between 0 and {MAX_HOURLY_BUDGET} calls an hour for {out_of_range}")
+            raise ValueError(
+                f"a budget must be between 0 and {MAX_HOURLY_BUDGET} calls an hour for {out_of_range}"
+            )
         return value
 
 
@@ -86,7 +106,9 @@ class FeedSettings(BaseModel):
     marquee_cadence_s: float = Field(
         2.5, gt=0, le=300, description="period of ball-by-ball data while any marquee match is subscribed"
     )
-    marquee_leagues: list[int] = Field(default_factory=list, description="league ids whose matches get ball-by-ball")
+    marquee_leagues: list[int] = Field(
+        default_factory=list, description="league ids whose matches get ball-by-ball"
+    )
     marquee_source: Literal["livescores", "fixture"] = Field(
         "livescores",
         description="'livescores': one /livescores call with balls per marquee cadence serves every match "
@@ -94,13 +116,19 @@ class FeedSettings(BaseModel):
         "cadence (cost grows with marquee matches, bounded by the budget)",
     )
     strip_balls_for_non_marquee: bool = Field(
-        True, description="non-marquee subscribers get fixtures without balls[] even when the call carried them"
+        True,
+        description="non-marquee subscribers get fixtures without balls[] even when the call carried them",
     )
     off_livescores_cadence_s: float = Field(
-        30.0, gt=0, le=3600, description="refetch period of /fixtures/{id} for a subscribed match absent from /livescores"
+        30.0,
+        gt=0,
+        le=3600,
+        description="refetch period of /fixtures/{id} for a subscribed match absent from /livescores",
     )
     not_found_max_tries: int = Field(
-        3, ge=1, le=20,
+        3,
+        ge=1,
+        le=20,
         description="a subscribed fixture whose /fixtures/{id} answers 404 this many times running is released "
         "(a corrupted id in /livescores): at most this many calls are spent on it per not_found_release_s",
     )
@@ -108,12 +136,20 @@ class FeedSettings(BaseModel):
         5.0, gt=0, le=600, description="wait before the second 404 try; doubled before each later one"
     )
     not_found_release_s: float = Field(
-        3600.0, ge=0, le=7 * 24 * 3600,
+        3600.0,
+        ge=0,
+        le=7 * 24 * 3600,
         description="how long a released id is not taken again, even if /livescores still lists it",
     )
     fixture_fetch_concurrency: int = Field(4, ge=1, description="parallel /fixtures/{id} calls per feed tick")
-    subscriber_buffer: int = Field(1, ge=0, description="updates buffered per subscriber beyond the newest one")
-    cache_ttl_live_s: int = Field(600, ge=1, description="cricket-fixture-cache TTL while a match is not over")
+    subscriber_buffer: int = Field(
+        1, ge=0, description="updates buffered per subscriber beyond the newest one"
+    )
+    cache_ttl_live_s: int = Field(
+        600, ge=1, description="cricket-fixture-cache TTL while a match is not over"
+    )
     cache_ttl_final_s: int = Field(
-        7 * 24 * 3600, ge=1, description="cricket-fixture-cache TTL once the status is terminal (Finished, ...)"
+        7 * 24 * 3600,
+        ge=1,
+        description="cricket-fixture-cache TTL once the status is terminal (Finished, ...)",
     )

@@ -96,7 +96,9 @@ class ActiveMatchRepository(Repository):
             and old.get("ownerEpoch") == 1
         )
 
-    async def claim_active_match(self, match_id: str, instance_id: str, *, now: float | None = None) -> int | None:
+    async def claim_active_match(
+        self, match_id: str, instance_id: str, *, now: float | None = None
+    ) -> int | None:
         """Take over an active match (the caller just acquired its lock): set ``instanceId`` to us and
         increment ``ownerEpoch``. Returns the new epoch - the fencing token for every later write - or
         None when the match is not registered or not active."""
@@ -129,9 +131,13 @@ class ActiveMatchRepository(Repository):
         t = self._now(now)
         for k in state:
             if k in FENCE_ATTRIBUTES or k == "lastTickAt":
-                raise ValueError(f"state.{k}: key, fence and lastTickAt attributes cannot be written as state")
+                raise ValueError(
+                    f"state.{k}: key, fence and lastTickAt attributes cannot be written as state"
+                )
         u = UpdateBuilder().fields(state).set("lastTickAt", iso(t))
-        return await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+        return (
+            await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+        )
 
     async def move_alert_watermark(self, match_id: str, instance_id: str, epoch: int, handed: str) -> bool:
         """Move the alert intent's watermark to ``handed`` (every session key up to it may be pushed next),
@@ -149,7 +155,9 @@ class ActiveMatchRepository(Repository):
     ) -> bool:
         """Replace the ``cooldowns`` map (event key -> expiry), with the same fence."""
         u = UpdateBuilder().set("cooldowns", dict(cooldowns))
-        return await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+        return (
+            await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+        )
 
     async def deactivate_match(
         self,
@@ -163,16 +171,25 @@ class ActiveMatchRepository(Repository):
         """Mark the match ended (``status=ended``, ``endedAt``, ``ttl = now + ttl_s``), with the fence."""
         t = self._now(now)
         u = UpdateBuilder().set("status", STATUS_ENDED).set("endedAt", iso(t)).set("ttl", int(t + ttl_s))
-        return await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+        return (
+            await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+        )
 
-    async def reopen_ended_match(self, match_id: str, instance_id: str, *, now: float | None = None) -> int | None:
+    async def reopen_ended_match(
+        self, match_id: str, instance_id: str, *, now: float | None = None
+    ) -> int | None:
         """Take an ended match back (the feed ended it wrongly and shows it live again; the caller holds its
         lock): ``status`` active, ``instanceId`` us, ``ownerEpoch`` incremented, ``ttl`` and ``endedAt``
         removed, the engine's state kept. Returns the new epoch, or None when the record is not ended."""
         t = self._now(now)
         u = (
-            UpdateBuilder().set("status", STATUS_ACTIVE).set("instanceId", instance_id).set("claimedAt", iso(t))
-            .add("ownerEpoch", 1).remove("ttl").remove("endedAt")
+            UpdateBuilder()
+            .set("status", STATUS_ACTIVE)
+            .set("instanceId", instance_id)
+            .set("claimedAt", iso(t))
+            .add("ownerEpoch", 1)
+            .remove("ttl")
+            .remove("endedAt")
         )
         cond = f"attribute_exists({u.name('matchId')}) AND {u.name('status')} = {u.value(STATUS_ENDED)}"
         resp = await self._update(self._key(match_id), u.kwargs(cond), ReturnValues="UPDATED_NEW")
@@ -193,7 +210,9 @@ class ActiveMatchRepository(Repository):
         registered again by anyone, as when an operator idles it."""
         t = self._now(now)
         u = UpdateBuilder().set("status", STATUS_IDLE).set("ttl", int(t + ttl_s))
-        return await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+        return (
+            await self._update(self._key(match_id), u.kwargs(self._fenced(u, instance_id, epoch))) is not None
+        )
 
     async def delete_active_match(self, match_id: str) -> None:
         """Delete the record (manual cleanup)."""

@@ -56,7 +56,9 @@ class Repository:
         for name in self.spec.key.attributes():
             value = item.get(name)
             if not isinstance(value, str) or not value:
-                raise ValueError(f"{name}: every {self.logical} item needs a non-empty string {name}, got {value!r}")
+                raise ValueError(
+                    f"{name}: every {self.logical} item needs a non-empty string {name}, got {value!r}"
+                )
             out.append(value)
         return tuple(out)
 
@@ -81,7 +83,9 @@ class Repository:
     # --- single-item operations ---------------------------------------------------------------------------
 
     async def _get(self, *key: str, consistent: bool = False, now: float | None = None) -> Item | None:
-        resp = await self.dynamo.call(self.logical, "get_item", Key=self._key(*key), ConsistentRead=consistent)
+        resp = await self.dynamo.call(
+            self.logical, "get_item", Key=self._key(*key), ConsistentRead=consistent
+        )
         raw = resp.get("Item")
         if raw is None:
             return None
@@ -115,7 +119,9 @@ class Repository:
             raise
         return True, None
 
-    async def _update(self, key: dict[str, Any], update: dict[str, Any], **kwargs: Any) -> dict[str, Any] | None:
+    async def _update(
+        self, key: dict[str, Any], update: dict[str, Any], **kwargs: Any
+    ) -> dict[str, Any] | None:
         """UpdateItem; returns the response, or None when the condition failed."""
         try:
             return await self.dynamo.call(self.logical, "update_item", Key=key, **update, **kwargs)
@@ -124,7 +130,9 @@ class Repository:
                 return None
             raise
 
-    async def _delete(self, key: dict[str, Any], *, condition: str | None = None, **kwargs: Any) -> tuple[bool, Item | None]:
+    async def _delete(
+        self, key: dict[str, Any], *, condition: str | None = None, **kwargs: Any
+    ) -> tuple[bool, Item | None]:
         """DeleteItem returning the old item; (False, None) when the condition failed."""
         params: dict[str, Any] = {"Key": key, "ReturnValues": "ALL_OLD", **kwargs}
         if condition:
@@ -177,9 +185,7 @@ class Repository:
             self.logical, operation, max_items=max_items, transform=from_item, **kwargs
         )
 
-    async def _query(
-        self, key_condition: str, *, index: str | None = None, **kwargs: Any
-    ) -> list[Item]:
+    async def _query(self, key_condition: str, *, index: str | None = None, **kwargs: Any) -> list[Item]:
         """Query every page; ``key_condition`` uses ``names``/``values`` placeholders."""
         if index is not None:
             kwargs["IndexName"] = index
@@ -204,7 +210,9 @@ class Repository:
 
     async def _batch_delete(self, keys: Iterable[Sequence[str]]) -> int:
         unique = list(dict.fromkeys(tuple(k) for k in keys))
-        await self.dynamo.batch_write(self.logical, [{"DeleteRequest": {"Key": self._key(*k)}} for k in unique])
+        await self.dynamo.batch_write(
+            self.logical, [{"DeleteRequest": {"Key": self._key(*k)}} for k in unique]
+        )
         return len(unique)
 
     async def _batch_get(self, keys: Iterable[Sequence[str]], *, now: float | None = None) -> list[Item]:

@@ -81,7 +81,12 @@ class DisplayStateCacheRepository(Repository):
         return state
 
     async def set_cached_display_state(
-        self, match_id: str, team_id: str, display_state: Mapping[str, Any], *, ttl_s: float,
+        self,
+        match_id: str,
+        team_id: str,
+        display_state: Mapping[str, Any],
+        *,
+        ttl_s: float,
         now: float | None = None,
     ) -> None:
         t = self._now(now)
@@ -153,8 +158,13 @@ class FixtureCacheRepository(Repository):
     logical = FIXTURE_CACHE
 
     def _item(
-        self, match_id: str, raw: Mapping[str, Any], league_id: str | None, starting_at: str | None,
-        ttl_s: float, t: float,
+        self,
+        match_id: str,
+        raw: Mapping[str, Any],
+        league_id: str | None,
+        starting_at: str | None,
+        ttl_s: float,
+        t: float,
     ) -> dict[str, Any]:
         item: dict[str, Any] = {
             "matchId": match_id,
@@ -182,11 +192,16 @@ class FixtureCacheRepository(Repository):
         items = await self._batch_get(((m,) for m in match_ids), now=now)
         return {it["matchId"]: decode_raw_fixture(it) for it in items}
 
-    async def get_fixtures_by_league(self, league_id: str, *, now: float | None = None) -> list[dict[str, Any]]:
+    async def get_fixtures_by_league(
+        self, league_id: str, *, now: float | None = None
+    ) -> list[dict[str, Any]]:
         """A league's unexpired raw fixtures by start time (GSI Query with ``ttl > :now``)."""
         items = await self._query(
-            "#lid = :lid", index=FIXTURE_CACHE_BY_LEAGUE_INDEX, names={"#lid": "leagueId"},
-            values={":lid": str(league_id)}, now=now,
+            "#lid = :lid",
+            index=FIXTURE_CACHE_BY_LEAGUE_INDEX,
+            names={"#lid": "leagueId"},
+            values={":lid": str(league_id)},
+            now=now,
         )
         return [decode_raw_fixture(it) for it in items]
 
@@ -195,15 +210,25 @@ class FixtureCacheRepository(Repository):
         return [decode_raw_fixture(it) for it in await self._scan(now=now)]
 
     async def put_single_fixture(
-        self, match_id: str, raw_fixture: Mapping[str, Any], *, league_id: str | None, starting_at: str | None,
-        ttl_s: float, fetched_at: float | None = None, source: str = "livescores", in_livescores: bool = True,
+        self,
+        match_id: str,
+        raw_fixture: Mapping[str, Any],
+        *,
+        league_id: str | None,
+        starting_at: str | None,
+        ttl_s: float,
+        fetched_at: float | None = None,
+        source: str = "livescores",
+        in_livescores: bool = True,
         now: float | None = None,
     ) -> None:
         """Cache one fixture, unfenced (a single instance's feed; the fleet's leader uses
         ``put_fixtures_fenced``)."""
         t = self._now(now)
         item = self._item(match_id, raw_fixture, league_id, starting_at, ttl_s, t)
-        item.update(fetchedAt=t if fetched_at is None else fetched_at, source=source, inLivescores=in_livescores)
+        item.update(
+            fetchedAt=t if fetched_at is None else fetched_at, source=source, inLivescores=in_livescores
+        )
         await self._put(item)
 
     async def batch_put_fixtures(
@@ -238,8 +263,12 @@ class FixtureCacheRepository(Repository):
             ttl = own_ttl if own_ttl is not None else (ttl_s(raw) if callable(ttl_s) else ttl_s)
             out.append(
                 self._item(
-                    str(match_id), raw, None if league is None else str(league),
-                    None if starting is None else str(starting), float(ttl), t,
+                    str(match_id),
+                    raw,
+                    None if league is None else str(league),
+                    None if starting is None else str(starting),
+                    float(ttl),
+                    t,
                 )
             )
         return await self._batch_put(out)
@@ -250,18 +279,29 @@ class FixtureCacheRepository(Repository):
         league = put.fixture.get("league_id")
         starting = put.fixture.get("starting_at")
         item = self._item(
-            put.match_id, put.fixture, None if league is None else str(league),
-            None if starting is None else str(starting), put.ttl_s, t,
+            put.match_id,
+            put.fixture,
+            None if league is None else str(league),
+            None if starting is None else str(starting),
+            put.ttl_s,
+            t,
         )
         item.update(
-            feedEpoch=epoch, feedSeq=put.seq, fetchedAt=put.fetched_at, source=put.source,
+            feedEpoch=epoch,
+            feedSeq=put.seq,
+            fetchedAt=put.fetched_at,
+            source=put.source,
             inLivescores=put.in_livescores,
         )
         return item
 
     async def put_fixtures_fenced(
-        self, puts: Sequence[FencedPut], condition: Callable[[], dict[str, Any]], epoch: int,
-        *, now: float | None = None,
+        self,
+        puts: Sequence[FencedPut],
+        condition: Callable[[], dict[str, Any]],
+        epoch: int,
+        *,
+        now: float | None = None,
     ) -> int:
         """Write ``puts`` in TransactWriteItems of at most 99 puts, each beside ``condition()`` (the lease's
         ConditionCheck, see ``LockRepository.lease_condition``). Raises ``FenceLost`` when the lease no
@@ -283,7 +323,9 @@ class FixtureCacheRepository(Repository):
             if not chunk:
                 continue
             try:
-                await self.dynamo.call(self.logical, "transact_write_items", TransactItems=[condition(), *chunk])
+                await self.dynamo.call(
+                    self.logical, "transact_write_items", TransactItems=[condition(), *chunk]
+                )
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
                     reasons = exc.response.get("CancellationReasons") or [{}]
@@ -294,8 +336,15 @@ class FixtureCacheRepository(Repository):
         return written
 
     async def put_livescores_summary(
-        self, region: str, summary: Sequence[Mapping[str, Any]], fetched_at: float,
-        condition: Callable[[], dict[str, Any]], epoch: int, *, ttl_s: float, now: float | None = None,
+        self,
+        region: str,
+        summary: Sequence[Mapping[str, Any]],
+        fetched_at: float,
+        condition: Callable[[], dict[str, Any]],
+        epoch: int,
+        *,
+        ttl_s: float,
+        now: float | None = None,
         state: Mapping[str, Any] | None = None,
     ) -> None:
         """The leader's last ``/livescores`` in short, fenced like the fixtures; ``state`` (JSON-able: the
@@ -368,11 +417,15 @@ class FixtureCacheRepository(Repository):
             item = from_item(r)
             if self._alive(item, t):
                 out[str(item["matchId"])] = (
-                    int(item.get("feedEpoch", 0)), int(item.get("feedSeq", 0)), float(item.get("fetchedAt", 0.0))
+                    int(item.get("feedEpoch", 0)),
+                    int(item.get("feedSeq", 0)),
+                    float(item.get("fetchedAt", 0.0)),
                 )
         return out
 
-    async def batch_get_entries(self, match_ids: Iterable[str], *, now: float | None = None) -> dict[str, CacheEntry]:
+    async def batch_get_entries(
+        self, match_ids: Iterable[str], *, now: float | None = None
+    ) -> dict[str, CacheEntry]:
         """The cached items of ``match_ids`` with their change stamps (one BatchGetItem per 100 ids),
         not decoded: the reader decodes only those whose stamp moved."""
         unique = list(dict.fromkeys(match_ids))

@@ -21,8 +21,12 @@ from daemon.store.tables import TABLE_SPECS, check_tables, create_tables
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sightscreen tables", description="Create or check the DynamoDB tables.")
-    p.add_argument("action", choices=["create", "check"], help="create what is missing, or check against the specs")
-    p.add_argument("--endpoint-url", default=None, help="DynamoDB endpoint (default: AWS's regional endpoint)")
+    p.add_argument(
+        "action", choices=["create", "check"], help="create what is missing, or check against the specs"
+    )
+    p.add_argument(
+        "--endpoint-url", default=None, help="DynamoDB endpoint (default: AWS's regional endpoint)"
+    )
     p.add_argument("--region", default=None, help="AWS region (default: us-east-1, as in DynamoSettings)")
     p.add_argument("--prefix", default="", help="table name prefix, e.g. 'staging-'")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for tables to become active")

@@ -39,7 +39,12 @@ class DeviceRepository(Repository):
     async def get_device_for_user(self, user_id: str, *, now: float | None = None) -> Item | None:
         """The user's device (Query ``Limit: 1``, expired records skipped - paging on until one is found)."""
         items = await self._query(
-            "#uid = :uid", names={"#uid": "userId"}, values={":uid": user_id}, now=now, max_items=1, Limit=1,
+            "#uid = :uid",
+            names={"#uid": "userId"},
+            values={":uid": user_id},
+            now=now,
+            max_items=1,
+            Limit=1,
         )
         return items[0] if items else None
 
@@ -66,8 +71,12 @@ class DeviceRepository(Repository):
         t = self._now(now)
         key = self._key(user_id, device_token)
         existing = await self._query(
-            "#uid = :uid", names={"#uid": "userId"}, values={":uid": user_id},
-            include_expired=True, fields=("userId", "deviceToken"), ConsistentRead=True,
+            "#uid = :uid",
+            names={"#uid": "userId"},
+            values={":uid": user_id},
+            include_expired=True,
+            fields=("userId", "deviceToken"),
+            ConsistentRead=True,
         )
         for old in existing:
             if old["deviceToken"] != device_token:

@@ -66,7 +66,9 @@ class BatchIncomplete(StoreError):
 
 def is_condition_failed(exc: BaseException) -> bool:
     """True for a failed ``ConditionExpression``: a normal outcome for conditional writes."""
-    return isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED
+    return (
+        isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED
+    )
 
 
 # --- per-task call counting ---------------------------------------------------------------------------
@@ -138,7 +140,6 @@ def _items_as_sent(response_dict: dict[str, Any], customized_response_dict: dict
 
 
 # --- the client ---------------------------------------------------------------------------------------
-
 
 
 _session: boto3.session.Session | None = None

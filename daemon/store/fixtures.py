@@ -34,7 +34,9 @@ class FixtureRepository(Repository):
     async def get_fixture(self, match_id: str, *, now: float | None = None) -> Item | None:
         return await self._get(match_id, now=now)
 
-    async def batch_get_fixtures(self, match_ids: Iterable[str], *, now: float | None = None) -> dict[str, Item]:
+    async def batch_get_fixtures(
+        self, match_ids: Iterable[str], *, now: float | None = None
+    ) -> dict[str, Item]:
         """The fixtures found, by matchId (BatchGetItem in 100s, unprocessed keys retried)."""
         items = await self._batch_get(((m,) for m in match_ids), now=now)
         return {it["matchId"]: it for it in items}
@@ -73,8 +75,12 @@ class FixtureRepository(Repository):
         return await self._update(self._key(match_id), u.kwargs(cond)) is not None
 
     async def swap_broadcast_channels(
-        self, match_id: str, old: Mapping[str, str] | None, new: Mapping[str, str] | None,
-        *, claim: Mapping[str, Any] | None = None,
+        self,
+        match_id: str,
+        old: Mapping[str, str] | None,
+        new: Mapping[str, str] | None,
+        *,
+        claim: Mapping[str, Any] | None = None,
     ) -> bool:
         """Replace ``broadcastChannels`` with ``new`` (None or empty removes it) only if it is still ``old``
         (None: absent) and, given ``claim``, only if ``broadcastChannelsClaim`` is still that claim; the claim
@@ -88,7 +94,9 @@ class FixtureRepository(Repository):
         u.remove("broadcastChannelsClaim")
         cond = f"attribute_exists({u.name('matchId')}) AND " + self._channels_condition(u, old)
         if claim is not None:
-            cond += f" AND {u.name('broadcastChannelsClaim')} = {u.value(dict(claim), 'broadcastChannelsClaim')}"
+            cond += (
+                f" AND {u.name('broadcastChannelsClaim')} = {u.value(dict(claim), 'broadcastChannelsClaim')}"
+            )
         return await self._update(self._key(match_id), u.kwargs(cond)) is not None
 
     async def claim_broadcast_channels(

@@ -164,7 +164,9 @@ class MatchFollowRepository(Repository):
         cond = f"{u.name('prematchClaimedMs')} = {u.value(claimed_ms)}"
         return await self._update(self._key(match_id, user_id), u.kwargs(cond)) is not None
 
-    async def claim_push_to_start(self, match_id: str, user_id: str, *, now: float, min_interval_s: float) -> bool:
+    async def claim_push_to_start(
+        self, match_id: str, user_id: str, *, now: float, min_interval_s: float
+    ) -> bool:
         """Claim this follower's push-to-start (self-healing, by the match's owner): ``pushToStartAt`` set to
         ``now`` unless one was claimed less than ``min_interval_s`` ago, by this owner or a previous one. False
         when refused (or no such follow): the push must not be sent. Taken before the send, so an owner that

@@ -66,15 +66,23 @@ class LiveActivityRepository(Repository):
             values[":st"] = status
             filt = "#st = :st"
         return await self._query(
-            "#mid = :mid", names=names, values=values, filter_expression=filt, now=now, fields=fields,
+            "#mid = :mid",
+            names=names,
+            values=values,
+            filter_expression=filt,
+            now=now,
+            fields=fields,
             ConsistentRead=True,
         )
 
     async def get_user_la_sessions(self, user_id: str, *, now: float | None = None) -> list[Item]:
         """Every session of a user across matches (Query on ``userId-index``, every page, expired filtered)."""
         return await self._query(
-            "#uid = :uid", index=LIVE_ACTIVITIES_BY_USER_INDEX, names={"#uid": "userId"},
-            values={":uid": user_id}, now=now,
+            "#uid = :uid",
+            index=LIVE_ACTIVITIES_BY_USER_INDEX,
+            names={"#uid": "userId"},
+            values={":uid": user_id},
+            now=now,
         )
 
     async def get_la_session(
@@ -104,8 +112,7 @@ class LiveActivityRepository(Repository):
         else:
             u.set("channelId", channel_id).remove("updateToken")
         u = (
-            u
-            .set("status", STATUS_ACTIVE)
+            u.set("status", STATUS_ACTIVE)
             .set("sessionStartedAt", iso(t))
             .remove("suspendedAt")
             .remove("endedAt")
@@ -160,7 +167,10 @@ class LiveActivityRepository(Repository):
             raise ValueError("updateToken: must be non-empty")
         u = UpdateBuilder().set("updateToken", update_token).set("tokenUpdatedAt", iso(self.clock()))
         cond = f"attribute_exists({u.name('visitorKey')})"
-        return await self._update(self._key(match_id, visitor_key(user_id, device_id)), u.kwargs(cond)) is not None
+        return (
+            await self._update(self._key(match_id, visitor_key(user_id, device_id)), u.kwargs(cond))
+            is not None
+        )
 
     async def end_la_session(
         self,

@@ -155,7 +155,12 @@ class LockRepository(Repository):
     # --- fenced region-wide leases -------------------------------------------------------------------------
 
     async def acquire_fenced(
-        self, lock_key: str, owner: str, lease_s: float, *, now: float | None = None,
+        self,
+        lock_key: str,
+        owner: str,
+        lease_s: float,
+        *,
+        now: float | None = None,
         fields: dict[str, Any] | None = None,
     ) -> tuple[Lease | None, dict[str, Any] | None]:
         """Take the lease if it is free or run out, with a new epoch. Returns (the lease, the lock item as
@@ -169,9 +174,18 @@ class LockRepository(Repository):
             raise ValueError("owner: must be a non-empty string")
         if lease_s <= 0:
             raise ValueError(f"lease_s: must be positive, got {lease_s!r}")
-        names = {"#k": "lockKey", "#exp": "expiresAt", "#owner": "owner", "#acq": "acquiredAt", "#ep": "epoch"}
+        names = {
+            "#k": "lockKey",
+            "#exp": "expiresAt",
+            "#owner": "owner",
+            "#acq": "acquiredAt",
+            "#ep": "epoch",
+        }
         values: dict[str, Any] = {
-            ":now": to_attr(t), ":owner": to_attr(owner), ":exp": to_attr(t + lease_s), ":one": to_attr(1),
+            ":now": to_attr(t),
+            ":owner": to_attr(owner),
+            ":exp": to_attr(t + lease_s),
+            ":one": to_attr(1),
         }
         sets = ["#owner = :owner", "#exp = :exp", "#acq = :now"]
         for i, (name, value) in enumerate((fields or {}).items()):
@@ -206,7 +220,9 @@ class LockRepository(Repository):
             raise ValueError(f"lease_s: must be positive, got {lease_s!r}")
         names = {"#exp": "expiresAt", "#owner": "owner", "#ep": "epoch"}
         values: dict[str, Any] = {
-            ":exp": to_attr(t + lease_s), ":owner": to_attr(lease.owner), ":ep": to_attr(lease.epoch),
+            ":exp": to_attr(t + lease_s),
+            ":owner": to_attr(lease.owner),
+            ":ep": to_attr(lease.epoch),
         }
         sets = ["#exp = :exp"]
         for i, (name, value) in enumerate((fields or {}).items()):
@@ -234,7 +250,9 @@ class LockRepository(Repository):
                 "ConditionExpression": "#owner = :owner AND #ep = :ep",
                 "ExpressionAttributeNames": {"#exp": "expiresAt", "#owner": "owner", "#ep": "epoch"},
                 "ExpressionAttributeValues": {
-                    ":zero": to_attr(0), ":owner": to_attr(lease.owner), ":ep": to_attr(lease.epoch),
+                    ":zero": to_attr(0),
+                    ":owner": to_attr(lease.owner),
+                    ":ep": to_attr(lease.epoch),
                 },
             },
         )
@@ -253,7 +271,9 @@ class LockRepository(Repository):
                 "ConditionExpression": "#owner = :owner AND #ep = :ep AND #exp > :now",
                 "ExpressionAttributeNames": {"#owner": "owner", "#ep": "epoch", "#exp": "expiresAt"},
                 "ExpressionAttributeValues": {
-                    ":owner": to_attr(lease.owner), ":ep": to_attr(lease.epoch), ":now": to_attr(self._now(now)),
+                    ":owner": to_attr(lease.owner),
+                    ":ep": to_attr(lease.epoch),
+                    ":now": to_attr(self._now(now)),
                 },
             }
         }

@@ -10,18 +10,30 @@ from pydantic import BaseModel, ConfigDict, Field
 class DynamoSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    endpoint_url: str | None = Field(None, description="DynamoDB endpoint; unset means AWS's regional endpoint")
+    endpoint_url: str | None = Field(
+        None, description="DynamoDB endpoint; unset means AWS's regional endpoint"
+    )
     region: str = Field("us-east-1", description="AWS region of the tables")
-    table_prefix: str = Field("", description="prefix for every table name, so environments can share an account")
+    table_prefix: str = Field(
+        "", description="prefix for every table name, so environments can share an account"
+    )
     retry_mode: Literal["standard", "adaptive"] = Field(
-        "standard", description="botocore retry mode; 'adaptive' adds client-side rate limiting when throttled"
+        "standard",
+        description="botocore retry mode; 'adaptive' adds client-side rate limiting when throttled",
     )
     max_attempts: int = Field(5, ge=1, le=20, description="botocore attempts per call, first included")
     max_threads: int = Field(8, ge=1, le=64, description="worker threads running boto3 calls")
     connect_timeout_s: float = Field(2.0, gt=0, le=60, description="TCP connect timeout per attempt, seconds")
     read_timeout_s: float = Field(5.0, gt=0, le=300, description="read timeout per attempt, seconds")
-    batch_deadline_s: float = Field(30.0, gt=0, le=600, description="give up retrying unprocessed batch items after this")
-    batch_backoff_base_s: float = Field(
-        0.05, gt=0, le=60, description="first backoff before resending unprocessed batch items (doubles, full jitter)"
+    batch_deadline_s: float = Field(
+        30.0, gt=0, le=600, description="give up retrying unprocessed batch items after this"
     )
-    batch_backoff_max_s: float = Field(2.0, gt=0, le=600, description="longest backoff between batch retries, seconds")
+    batch_backoff_base_s: float = Field(
+        0.05,
+        gt=0,
+        le=60,
+        description="first backoff before resending unprocessed batch items (doubles, full jitter)",
+    )
+    batch_backoff_max_s: float = Field(
+        2.0, gt=0, le=600, description="longest backoff between batch retries, seconds"
+    )

@@ -84,14 +84,22 @@ class TableSpec:
         }
         if self.gsis:
             params["GlobalSecondaryIndexes"] = [
-                {"IndexName": g.name, "KeySchema": g.key.schema(), "Projection": {"ProjectionType": g.projection}}
+                {
+                    "IndexName": g.name,
+                    "KeySchema": g.key.schema(),
+                    "Projection": {"ProjectionType": g.projection},
+                }
                 for g in self.gsis
             ]
         return params
 
 
 def _spec(
-    logical: str, hash_key: str, range_key: str | None = None, *, gsis: tuple[GsiSpec, ...] = (),
+    logical: str,
+    hash_key: str,
+    range_key: str | None = None,
+    *,
+    gsis: tuple[GsiSpec, ...] = (),
     ttl: str | None = None,
 ) -> tuple[str, TableSpec]:
     return logical, TableSpec(logical, KeySpec(hash_key, range_key), gsis, ttl)
@@ -116,12 +124,15 @@ FIXTURE_CACHE_BY_LEAGUE_INDEX = "leagueId-startingAt-index"
 TABLE_SPECS: dict[str, TableSpec] = dict(
     [
         _spec(
-            FIXTURES, "matchId",
+            FIXTURES,
+            "matchId",
             gsis=(GsiSpec(FIXTURES_BY_LEAGUE_INDEX, KeySpec("leagueCode", "startTime")),),
             ttl="ttl",
         ),
         _spec(
-            LIVE_ACTIVITIES, "matchId", "visitorKey",
+            LIVE_ACTIVITIES,
+            "matchId",
+            "visitorKey",
             gsis=(GsiSpec(LIVE_ACTIVITIES_BY_USER_INDEX, KeySpec("userId")),),
             ttl="ttl",
         ),
@@ -134,7 +145,8 @@ TABLE_SPECS: dict[str, TableSpec] = dict(
         _spec(LOCKS, "lockKey", ttl="expiresAt"),
         _spec(DISPLAY_STATE_CACHE, "matchId", ttl="ttl"),
         _spec(
-            FIXTURE_CACHE, "matchId",
+            FIXTURE_CACHE,
+            "matchId",
             gsis=(GsiSpec(FIXTURE_CACHE_BY_LEAGUE_INDEX, KeySpec("leagueId", "startingAt")),),
             ttl="ttl",
         ),
@@ -255,7 +267,9 @@ def compare_table(spec: TableSpec, name: str, table: dict[str, Any] | None, ttl:
         diffs.append(f"{name}: key is {_fmt_key(*have)}, spec says {_fmt_key(*want)}")
     for attr in spec.key_attributes():
         if attr in types and types[attr] != spec.attribute_type(attr):
-            diffs.append(f"{name}: attribute {attr} has type {types[attr]}, spec says {spec.attribute_type(attr)}")
+            diffs.append(
+                f"{name}: attribute {attr} has type {types[attr]}, spec says {spec.attribute_type(attr)}"
+            )
 
     live_gsis = {g["IndexName"]: g for g in table.get("GlobalSecondaryIndexes", [])}
     for gsi in spec.gsis:

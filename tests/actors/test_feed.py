@@ -21,11 +21,15 @@ from tests.sportmonks.fake_api import FakeSportMonks, Scripted, minimal_fixture
 MARQUEE_LEAGUE = 5
 
 
-def make_feed(fake: FakeSportMonks, *, feed: dict[str, Any] | None = None, cache: Any = None,
-              **client_settings: Any) -> FeedActor:
-    settings = SportMonksSettings(api_token="secret-token", base_url=fake.base_url,
-                                  **({"max_retries": 0} | client_settings))
-    client = SportMonksClient(settings, http=httpx.AsyncClient(transport=fake.transport()), rng=random.Random(3))
+def make_feed(
+    fake: FakeSportMonks, *, feed: dict[str, Any] | None = None, cache: Any = None, **client_settings: Any
+) -> FeedActor:
+    settings = SportMonksSettings(
+        api_token="secret-token", base_url=fake.base_url, **({"max_retries": 0} | client_settings)
+    )
+    client = SportMonksClient(
+        settings, http=httpx.AsyncClient(transport=fake.transport()), rng=random.Random(3)
+    )
     feed_settings = FeedSettings(**({"marquee_leagues": [MARQUEE_LEAGUE]} | (feed or {})))
     return FeedActor(client, feed_settings, fixture_cache=cache)
 
@@ -268,7 +272,10 @@ async def test_malformed_fixture_spoils_only_its_own_match(autojump_clock: trio.
         await trio.sleep(5)
     first, second = collector.updates["11"]
     assert first.fixture is None and first.in_livescores is True
-    assert first.error is not None and "data[0].runs[0].score: expected integer, got string 'lots'" in first.error
+    assert (
+        first.error is not None
+        and "data[0].runs[0].score: expected integer, got string 'lots'" in first.error
+    )
     assert second.fixture == minimal_fixture(11, score=4) and second.error is None
     assert [u.error for u in collector.updates["12"]] == [None, None]
     assert not fake.calls("/fixtures")  # a malformed match is not mistaken for a finished one
@@ -339,6 +346,7 @@ async def test_slow_subscriber_blocks_nobody_and_ends_with_the_newest(
 ) -> None:
     fake = FakeSportMonks()
     feed = make_feed(fake)
+
     def live(score: int) -> list[dict[str, Any]]:
         return [minimal_fixture(11, score=score), minimal_fixture(12, score=score)]
 
@@ -444,7 +452,9 @@ async def test_subscribe_rejects_a_non_numeric_match_id_and_normalises_numeric_o
 # ------------------------------------------------------------------------------------------------ orchestrator
 
 
-async def test_livescores_for_the_orchestrator_reuses_fresh_data(autojump_clock: trio.testing.MockClock) -> None:
+async def test_livescores_for_the_orchestrator_reuses_fresh_data(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     fake = FakeSportMonks()
     fake.live = [minimal_fixture(11), minimal_fixture(12)]
     feed = make_feed(fake)
@@ -526,14 +536,30 @@ class RecordingCache:
         self.puts: list[dict[str, Any]] = []
         self.fail = fail
 
-    async def put_single_fixture(self, match_id: str, raw_fixture: Any, *, league_id: str | None,
-                                 starting_at: str | None, ttl_s: float, fetched_at: float | None = None,
-                                 source: str = "livescores", in_livescores: bool = True) -> None:
+    async def put_single_fixture(
+        self,
+        match_id: str,
+        raw_fixture: Any,
+        *,
+        league_id: str | None,
+        starting_at: str | None,
+        ttl_s: float,
+        fetched_at: float | None = None,
+        source: str = "livescores",
+        in_livescores: bool = True,
+    ) -> None:
         await trio.lowlevel.checkpoint()
         if self.fail(match_id):
             raise RuntimeError("dynamodb is down")
-        self.puts.append({"match_id": match_id, "fixture": raw_fixture, "league_id": league_id,
-                          "starting_at": starting_at, "ttl_s": ttl_s})
+        self.puts.append(
+            {
+                "match_id": match_id,
+                "fixture": raw_fixture,
+                "league_id": league_id,
+                "starting_at": starting_at,
+                "ttl_s": ttl_s,
+            }
+        )
 
 
 async def test_cache_gets_changed_fixtures_with_a_state_dependent_ttl(
@@ -587,8 +613,9 @@ async def test_a_fixture_answering_404_is_tried_with_a_doubling_backoff_then_rel
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     fake = FakeSportMonks()  # knows no fixture 123: /fixtures/123 answers 404
-    feed = make_feed(fake, feed={"not_found_max_tries": 3, "not_found_backoff_s": 5.0,
-                                 "not_found_release_s": 600.0})
+    feed = make_feed(
+        fake, feed={"not_found_max_tries": 3, "not_found_backoff_s": 5.0, "not_found_release_s": 600.0}
+    )
     async with running(feed) as nursery:
         await trio.sleep(1)
         tries: list[float] = []
@@ -611,7 +638,9 @@ async def test_a_fixture_answering_404_is_tried_with_a_doubling_backoff_then_rel
         assert not feed.is_released("123")  # taken again only after not_found_release_s
 
 
-async def test_a_404_then_a_good_answer_starts_the_count_again(autojump_clock: trio.testing.MockClock) -> None:
+async def test_a_404_then_a_good_answer_starts_the_count_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     fake = FakeSportMonks()
     feed = make_feed(fake, feed={"not_found_max_tries": 2, "not_found_backoff_s": 5.0})
     async with running(feed) as nursery:
@@ -630,7 +659,9 @@ async def test_a_404_then_a_good_answer_starts_the_count_again(autojump_clock: t
         assert not any(u.released for u in collector.updates["12"])
 
 
-async def test_subscribing_again_does_not_start_the_404_count_over(autojump_clock: trio.testing.MockClock) -> None:
+async def test_subscribing_again_does_not_start_the_404_count_over(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     fake = FakeSportMonks()
     feed = make_feed(fake, feed={"not_found_max_tries": 3, "not_found_backoff_s": 5.0})
     async with running(feed) as nursery:

@@ -24,7 +24,9 @@ def real_fixture_data(real_fixture_path: Path) -> dict[str, Any]:
     return data
 
 
-async def wait_cached(repos: Any, match_id: str, predicate: Any, *, now: float | None = None) -> dict[str, Any]:
+async def wait_cached(
+    repos: Any, match_id: str, predicate: Any, *, now: float | None = None
+) -> dict[str, Any]:
     with trio.fail_after(20):
         while True:
             cached = await repos.fixture_cache.get_cached_fixture(match_id, now=now)
@@ -45,8 +47,9 @@ async def test_live_then_final_fixture_cached_with_short_then_long_ttl(
         SportMonksSettings(api_token="secret-token", base_url=fake.base_url, max_retries=0),
         http=httpx.AsyncClient(transport=fake.transport()),
     )
-    settings = FeedSettings(livescores_cadence_s=0.2, marquee_cadence_s=0.2, cache_ttl_live_s=600,
-                            cache_ttl_final_s=86400)
+    settings = FeedSettings(
+        livescores_cadence_s=0.2, marquee_cadence_s=0.2, cache_ttl_live_s=600, cache_ttl_final_s=86400
+    )
     feed = FeedActor(client, settings, fixture_cache=repos.fixture_cache)
     async with trio.open_nursery() as nursery:
         await nursery.start(feed.run)
@@ -64,8 +67,9 @@ async def test_live_then_final_fixture_cached_with_short_then_long_ttl(
         while (update := await updates.receive()).in_livescores:
             pass
         assert update.fixture == final and update.source == "fixture"
-        cached = await wait_cached(repos, "71344", lambda f: f["status"] == "Finished",
-                                   now=time.time() + 80000)
+        cached = await wait_cached(
+            repos, "71344", lambda f: f["status"] == "Finished", now=time.time() + 80000
+        )
         assert cached == final
         nursery.cancel_scope.cancel()
     assert feed.cache_errors == 0

@@ -105,14 +105,24 @@ def test_a_new_leader_takes_the_fresher_call_record_of_the_lock_item_and_the_sum
     assert newer_budget(None, later) == (later["budget"], 101.5)
     assert newer_budget(lock_item, {}) == ({"livescores": [[95.0, 7]]}, 99.0)
     assert newer_budget(lock_item, {"budget": {"livescores": []}, "budgetAt": "soon"}) == (
-        {"livescores": [[95.0, 7]]}, 99.0)  # an unreadable summary record is ignored
+        {"livescores": [[95.0, 7]]},
+        99.0,
+    )  # an unreadable summary record is ignored
 
 
 def test_parse_budget_and_leader_view() -> None:
     assert parse_budget(None) is None
     assert parse_budget({"budget": "not json"}) is None
-    item = {"lockKey": "feed:eu", "owner": "a", "epoch": 3, "expiresAt": 110.0, "acquiredAt": 90.0,
-            "lastPollAt": 99.0, "budget": '{"livescores": [[95.0, 7]]}', "budgetAt": 99.0}
+    item = {
+        "lockKey": "feed:eu",
+        "owner": "a",
+        "epoch": 3,
+        "expiresAt": 110.0,
+        "acquiredAt": 90.0,
+        "lastPollAt": 99.0,
+        "budget": '{"livescores": [[95.0, 7]]}',
+        "budgetAt": 99.0,
+    }
     view = leader_view(item, "b", 100.0)
     assert view["leader"] == "a" and view["epoch"] == 3 and not view["leading"]
     assert view["last_poll_age_s"] == 1.0 and view["region_calls_last_hour"] == {"livescores": 7}
@@ -142,18 +152,27 @@ class Member:
     scope: trio.CancelScope
 
 
-def _member(name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: Any
-            ) -> tuple[FakeSportMonks, FeedActor, FeedLeadership, CacheReader]:
+def _member(
+    name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: Any
+) -> tuple[FakeSportMonks, FeedActor, FeedLeadership, CacheReader]:
     fake = FakeSportMonks()
     fake.live = live  # the same list object: both fakes serve the same live matches
     client = SportMonksClient(
         SportMonksSettings(api_token="secret-token", base_url=fake.base_url, max_retries=0),
-        http=httpx.AsyncClient(transport=fake.transport()), rng=random.Random(1),
+        http=httpx.AsyncClient(transport=fake.transport()),
+        rng=random.Random(1),
     )
     settings = FeedSettings(**{"livescores_cadence_s": 0.2, "marquee_cadence_s": 0.2, **feed_settings})
     feed = FeedActor(client, settings, leading=False)
-    leadership = FeedLeadership(feed=feed, repos=repos, region="eu", instance_id=name, lease_s=LEASE_S,
-                                renew_every_s=RENEW_S, clock_skew_bound_s=SKEW_S)
+    leadership = FeedLeadership(
+        feed=feed,
+        repos=repos,
+        region="eu",
+        instance_id=name,
+        lease_s=LEASE_S,
+        renew_every_s=RENEW_S,
+        clock_skew_bound_s=SKEW_S,
+    )
     feed._cache = FencedFixtureCache(leadership, repos)
     reader = CacheReader(feed, repos, settings, region="eu", stale_after_s=2 * LEASE_S)
     feed.follower_livescores = reader.livescores
@@ -161,8 +180,9 @@ def _member(name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: 
 
 
 @asynccontextmanager
-async def member(nursery: trio.Nursery, name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: Any
-                 ) -> AsyncIterator[Member]:
+async def member(
+    nursery: trio.Nursery, name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: Any
+) -> AsyncIterator[Member]:
     fake, feed, leadership, reader = _member(name, repos, live, **feed_settings)
     scope = trio.CancelScope()
 
@@ -186,7 +206,9 @@ async def _next_good(channel: trio.MemoryReceiveChannel[FeedUpdate]) -> FeedUpda
             return update
 
 
-async def test_a_follower_gets_its_fixtures_from_the_leaders_cache_and_calls_sportmonks_never(repos: Any) -> None:
+async def test_a_follower_gets_its_fixtures_from_the_leaders_cache_and_calls_sportmonks_never(
+    repos: Any,
+) -> None:
     live = [minimal_fixture(11, score=1), minimal_fixture(12, score=5)]
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
@@ -194,7 +216,9 @@ async def test_a_follower_gets_its_fixtures_from_the_leaders_cache_and_calls_spo
                 assert a.leadership.leading and not b.leadership.leading
                 # the leader polls for the region's matches (active-matches) even though none runs on it
                 for match_id in ("11", "12"):
-                    assert await repos.active_matches.register_active_match(match_id, "b", fields={"leagueId": "3"})
+                    assert await repos.active_matches.register_active_match(
+                        match_id, "b", fields={"leagueId": "3"}
+                    )
                 u11 = b.feed.subscribe("11", marquee=False)
                 u12 = b.feed.subscribe("12", marquee=False)
                 first = await _next_good(u11)
@@ -209,10 +233,22 @@ async def test_a_follower_gets_its_fixtures_from_the_leaders_cache_and_calls_spo
                 # one BatchGetItem per read for both matches: reads, not reads per match
                 assert b.reader.reads >= 1 and b.reader.delivered >= 3
                 assert await b.feed.livescores(max_age_s=5) == [
-                    {"id": 11, "status": "1st Innings", "league_id": 3, "starting_at": live[0]["starting_at"],
-                     "localteam_id": 1, "visitorteam_id": 39},
-                    {"id": 12, "status": "1st Innings", "league_id": 3, "starting_at": live[1]["starting_at"],
-                     "localteam_id": 1, "visitorteam_id": 39},
+                    {
+                        "id": 11,
+                        "status": "1st Innings",
+                        "league_id": 3,
+                        "starting_at": live[0]["starting_at"],
+                        "localteam_id": 1,
+                        "visitorteam_id": 39,
+                    },
+                    {
+                        "id": 12,
+                        "status": "1st Innings",
+                        "league_id": 3,
+                        "starting_at": live[1]["starting_at"],
+                        "localteam_id": 1,
+                        "visitorteam_id": 39,
+                    },
                 ]
                 # the leader goes away: the follower takes the lease and polls on, its subscriber served
                 # in process now
@@ -259,7 +295,9 @@ async def test_a_leader_whose_lease_ran_out_writes_nothing_and_the_next_takes_ov
                             await trio.sleep(0.05)
                     assert b.leadership.lease is not None and b.leadership.lease.epoch == lease.epoch + 1
                     with trio.fail_after(5):
-                        while (await repos.fixture_cache.batch_get_entries(["21"]))["21"].epoch != lease.epoch + 1:
+                        while (await repos.fixture_cache.batch_get_entries(["21"]))[
+                            "21"
+                        ].epoch != lease.epoch + 1:
                             await trio.sleep(0.05)
                 nursery.cancel_scope.cancel()
 
@@ -274,11 +312,21 @@ class CountingJob:
         await trio.sleep_forever()
 
 
-async def test_a_region_job_runs_on_one_instance_at_a_time_and_moves_when_its_holder_stops(repos: Any) -> None:
+async def test_a_region_job_runs_on_one_instance_at_a_time_and_moves_when_its_holder_stops(
+    repos: Any,
+) -> None:
     jobs = {name: CountingJob() for name in ("a", "b", "c")}
     leased = {
-        name: LeasedJob("fixture-sync", job, locks=repos.locks, region="eu", owner=name, lease_s=LEASE_S,
-                        renew_every_s=RENEW_S, clock_skew_bound_s=SKEW_S)
+        name: LeasedJob(
+            "fixture-sync",
+            job,
+            locks=repos.locks,
+            region="eu",
+            owner=name,
+            lease_s=LEASE_S,
+            renew_every_s=RENEW_S,
+            clock_skew_bound_s=SKEW_S,
+        )
         for name, job in jobs.items()
     }
     scopes = {name: trio.CancelScope() for name in leased}
@@ -311,8 +359,17 @@ async def test_a_region_job_runs_on_one_instance_at_a_time_and_moves_when_its_ho
 async def test_a_job_tied_to_the_feed_leader_runs_only_there(repos: Any) -> None:
     job = CountingJob()
     leads = [False]
-    leased = LeasedJob("reference-sync", job, locks=repos.locks, region="eu", owner="a", lease_s=LEASE_S,
-                       renew_every_s=RENEW_S, clock_skew_bound_s=SKEW_S, may_run=lambda: leads[0])
+    leased = LeasedJob(
+        "reference-sync",
+        job,
+        locks=repos.locks,
+        region="eu",
+        owner="a",
+        lease_s=LEASE_S,
+        renew_every_s=RENEW_S,
+        clock_skew_bound_s=SKEW_S,
+        may_run=lambda: leads[0],
+    )
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(leased.run)
@@ -335,9 +392,20 @@ NOT_FOUND = {"not_found_max_tries": 3, "not_found_backoff_s": 0.1, "not_found_re
 
 def _match_actors(instance_id: str, repos: Any, feed: FeedActor) -> Any:
     def factory(match_id: str, epoch: int, marquee: bool) -> MatchActor:
-        return MatchActor(match_id, instance_id=instance_id, epoch=epoch, repos=repos, feed=feed, sender=None,
-                          topic="app.test", marquee=marquee, engine_settings=EngineSettings(),
-                          settings=MatchActorSettings(), lease=OrchestratorSettings())
+        return MatchActor(
+            match_id,
+            instance_id=instance_id,
+            epoch=epoch,
+            repos=repos,
+            feed=feed,
+            sender=None,
+            topic="app.test",
+            marquee=marquee,
+            engine_settings=EngineSettings(),
+            settings=MatchActorSettings(),
+            lease=OrchestratorSettings(),
+        )
+
     return factory
 
 
@@ -352,13 +420,19 @@ async def test_a_fixture_the_leader_released_after_404s_is_let_go_on_a_follower_
     live = [minimal_fixture(123, score=1)]
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            async with member(nursery, "a", repos, live, **NOT_FOUND) as a, \
-                    member(nursery, "b", repos, live, **NOT_FOUND) as b:
+            async with (
+                member(nursery, "a", repos, live, **NOT_FOUND) as a,
+                member(nursery, "b", repos, live, **NOT_FOUND) as b,
+            ):
                 assert a.leadership.leading and not b.leadership.leading
-                orch = Orchestrator(instance_id="b", repos=repos, feed=b.feed,
-                                    supervisor=Supervisor(nursery, max_restarts=3, window_s=60, backoff_s=0.1),
-                                    actor_factory=_match_actors("b", repos, b.feed),
-                                    settings=OrchestratorSettings())
+                orch = Orchestrator(
+                    instance_id="b",
+                    repos=repos,
+                    feed=b.feed,
+                    supervisor=Supervisor(nursery, max_restarts=3, window_s=60, backoff_s=0.1),
+                    actor_factory=_match_actors("b", repos, b.feed),
+                    settings=OrchestratorSettings(),
+                )
                 await a.feed.livescores()  # as the leader's own orchestrator asks each cycle
                 while not await _feed_state(repos):  # that summary is in the cache
                     await trio.sleep(0.05)
@@ -391,7 +465,10 @@ async def test_a_new_leader_spends_only_what_is_left_of_a_404_ids_tries(repos: A
     live = [minimal_fixture(124, score=1)]
     with trio.fail_after(40):
         async with trio.open_nursery() as nursery:
-            async with member(nursery, "a", repos, live, **slow) as a, member(nursery, "b", repos, live, **slow) as b:
+            async with (
+                member(nursery, "a", repos, live, **slow) as a,
+                member(nursery, "b", repos, live, **slow) as b,
+            ):
                 assert await repos.active_matches.register_active_match("124", "c", fields={"leagueId": "3"})
                 while not a.feed.stats()["subscribers"]:  # the leader polls for the region's match
                     await trio.sleep(0.05)

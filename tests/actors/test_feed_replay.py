@@ -12,7 +12,9 @@ from actors.feed import FeedActor, FeedUpdate
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
 
-replay_server = pytest.importorskip("daemon.replay.server", reason="the replay server is not in this checkout")
+replay_server = pytest.importorskip(
+    "daemon.replay.server", reason="the replay server is not in this checkout"
+)
 replay_tape = pytest.importorskip("daemon.replay.tape", reason="the replay tapes are not in this checkout")
 
 TAPE = Path(__file__).resolve().parents[2] / "daemon" / "replay" / "tapes" / "t20-demo.json"
@@ -25,10 +27,13 @@ async def test_feed_follows_a_replayed_match_to_its_end() -> None:
     updates: list[FeedUpdate] = []
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve)
-        client = SportMonksClient(SportMonksSettings(base_url=f"http://127.0.0.1:{port}/api/v2.0",
-                                                     api_token="tok", max_retries=1))
-        feed = FeedActor(client, FeedSettings(livescores_cadence_s=0.1, marquee_cadence_s=0.1,
-                                              off_livescores_cadence_s=0.5))
+        client = SportMonksClient(
+            SportMonksSettings(base_url=f"http://127.0.0.1:{port}/api/v2.0", api_token="tok", max_retries=1)
+        )
+        feed = FeedActor(
+            client,
+            FeedSettings(livescores_cadence_s=0.1, marquee_cadence_s=0.1, off_livescores_cadence_s=0.5),
+        )
         await nursery.start(feed.run)
         channel = feed.subscribe(str(tape.fixture_id), marquee=True)
         with trio.fail_after(60):
@@ -56,13 +61,21 @@ async def test_a_fixture_that_answers_404_is_released_after_bounded_tries_with_b
     updates: list[FeedUpdate] = []
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve)
-        client = SportMonksClient(SportMonksSettings(base_url=f"http://127.0.0.1:{port}/api/v2.0",
-                                                     api_token="tok", max_retries=1))
-        settings = FeedSettings(livescores_cadence_s=0.05, off_livescores_cadence_s=0.05,
-                                not_found_max_tries=3, not_found_backoff_s=0.1, not_found_release_s=600)
+        client = SportMonksClient(
+            SportMonksSettings(base_url=f"http://127.0.0.1:{port}/api/v2.0", api_token="tok", max_retries=1)
+        )
+        settings = FeedSettings(
+            livescores_cadence_s=0.05,
+            off_livescores_cadence_s=0.05,
+            not_found_max_tries=3,
+            not_found_backoff_s=0.1,
+            not_found_release_s=600,
+        )
         feed = FeedActor(client, settings)
         await nursery.start(feed.run)
-        channel = feed.subscribe("123", marquee=False)  # /livescores lists it no more; SportMonks knows no 123
+        channel = feed.subscribe(
+            "123", marquee=False
+        )  # /livescores lists it no more; SportMonks knows no 123
         with trio.fail_after(30):
             async for update in channel:
                 updates.append(update)

@@ -81,11 +81,19 @@ async def _world(repos: Any) -> tuple[Any, str]:
     tape = synthesise("T10", seed=3)
     match_id = str(tape.fixture_id)
     assert await repos.active_matches.register_active_match(match_id, "owner-a#1")
-    await repos.live_activities.import_items([
-        {"matchId": match_id, "visitorKey": f"u{i:03d}#d", "userId": f"u{i:03d}", "deviceId": "d",
-         "updateToken": f"{i:064x}", "status": "active"}
-        for i in range(SESSIONS)
-    ])
+    await repos.live_activities.import_items(
+        [
+            {
+                "matchId": match_id,
+                "visitorKey": f"u{i:03d}#d",
+                "userId": f"u{i:03d}",
+                "deviceId": "d",
+                "updateToken": f"{i:064x}",
+                "status": "active",
+            }
+            for i in range(SESSIONS)
+        ]
+    )
     return tape, match_id
 
 
@@ -116,7 +124,9 @@ def _alerting(pushes: list[Push]) -> bool:
     return any("alert" in _aps(p) for p in pushes)
 
 
-async def test_a_routine_tick_costs_what_it_did_and_an_alerting_tick_pays_for_its_watermarks(repos: Any) -> None:
+async def test_a_routine_tick_costs_what_it_did_and_an_alerting_tick_pays_for_its_watermarks(
+    repos: Any,
+) -> None:
     tape, match_id = await _world(repos)
     sender = Recorder()
     actor = _actor(match_id, repos, sender, "owner-a#1", 1)
@@ -145,8 +155,9 @@ async def test_a_routine_tick_costs_what_it_did_and_an_alerting_tick_pays_for_it
     assert item is not None and "alertIntent" not in item and "alertHanded" not in item
 
 
-async def _run_to_first_alert(repos: Any, tape: Any, match_id: str, die_after: int,
-                              *, kind: str = "update") -> Recorder:
+async def _run_to_first_alert(
+    repos: Any, tape: Any, match_id: str, die_after: int, *, kind: str = "update"
+) -> Recorder:
     """Tick the first owner until it dies in the first alerting fan-out of ``kind``, after ``die_after`` pushes."""
     sender = Recorder(die_after, kind)
     actor = _actor(match_id, repos, sender, "owner-a#1", 1)
@@ -212,7 +223,9 @@ def _events_of_intent(item: dict[str, Any]) -> set[tuple[str, str]]:
     return {(e["type"], e["subject"]) for e in json.loads(payload)["aps"]["content-state"]["events"]}
 
 
-async def test_an_owner_dying_mid_end_leaves_one_end_alert_per_token_and_the_match_wound_up(repos: Any) -> None:
+async def test_an_owner_dying_mid_end_leaves_one_end_alert_per_token_and_the_match_wound_up(
+    repos: Any,
+) -> None:
     tape, match_id = await _world(repos)
     first = await _run_to_first_alert(repos, tape, match_id, 7, kind="end")
     item = await repos.active_matches.get_active_match_state(match_id)

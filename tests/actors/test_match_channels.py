@@ -78,7 +78,9 @@ class Rig:
             channel = aps.get("input-push-channel")
             if channel:
                 self.server.subscribe(user, channel)
-                await self.repos.live_activities.register_la_session(MATCH, user, "phone", None, channel_id=channel)
+                await self.repos.live_activities.register_la_session(
+                    MATCH, user, "phone", None, channel_id=channel
+                )
             else:
                 token = self.update_tokens.setdefault(user, secrets.token_hex(32))
                 await self.repos.live_activities.register_la_session(MATCH, user, "phone", token)
@@ -87,7 +89,9 @@ class Rig:
         """The Live Activity updates ``user``'s phone saw, on either path, in order."""
         if user in self.update_tokens:
             token = self.update_tokens[user]
-            return [r["payload"]["aps"] for r in self.server.records if r["token"] == token and r["status"] == 200]
+            return [
+                r["payload"]["aps"] for r in self.server.records if r["token"] == token and r["status"] == 200
+            ]
         return self.server.seen_by(user)
 
 
@@ -95,34 +99,57 @@ def pts(user: str) -> str:
     return f"{user:0<64}".replace("u", "a")[:64]
 
 
-async def make_rig(start_apns_server: StartServer, nursery: trio.Nursery, key: SigningKeyPair, repos: Any,
-                   **server_kw: Any) -> Rig:
+async def make_rig(
+    start_apns_server: StartServer, nursery: trio.Nursery, key: SigningKeyPair, repos: Any, **server_kw: Any
+) -> Rig:
     server = await start_apns_server(**server_kw)
     await nursery.start(server.serve_management)
-    settings = sender_settings(server, key, management_host="127.0.0.1", management_port=server.management_port,
-                               max_retries=1)
+    settings = sender_settings(
+        server, key, management_host="127.0.0.1", management_port=server.management_port, max_retries=1
+    )
     sender = ApnsSender(settings, ssl_context=server.ssl_context_for_clients())
     await nursery.start(sender.run)
-    await repos.fixtures.batch_write_fixtures([{"matchId": MATCH, "leagueCode": "T20", "startTime": "2026-12-03"}])
+    await repos.fixtures.batch_write_fixtures(
+        [{"matchId": MATCH, "leagueCode": "T20", "startTime": "2026-12-03"}]
+    )
     assert await repos.locks.acquire(match_lock_key(MATCH), "me", 600.0)
     await repos.active_matches.register_active_match(MATCH, "me")
     for user, (team, version) in FOLLOWERS.items():
         await repos.follows.follow_match(MATCH, user, team, 4_000_000_000)
-        await repos.devices.register_device(user, secrets.token_hex(32), os_version=version,
-                                            push_to_start_token=pts(user))
+        await repos.devices.register_device(
+            user, secrets.token_hex(32), os_version=version, push_to_start_token=pts(user)
+        )
     return Rig(server, sender, repos)
 
 
 def wicket(n: int) -> KeyEvent:
-    return KeyEvent(type="wicket", subject=f"batter{n}", key=f"wicket:{n}", ball_id=str(n), over=f"{n}.1",
-                    priority=10, alert_worthy=True, title="Wicket!", body=f"Batter {n} out", text=f"W{n}",
-                    team_id="8")
+    return KeyEvent(
+        type="wicket",
+        subject=f"batter{n}",
+        key=f"wicket:{n}",
+        ball_id=str(n),
+        over=f"{n}.1",
+        priority=10,
+        alert_worthy=True,
+        title="Wicket!",
+        body=f"Batter {n} out",
+        text=f"W{n}",
+        team_id="8",
+    )
 
 
 def tick(ts: int, *, event: KeyEvent | None = None, ended: bool = False) -> TickResult:
     display = {k: {**v, "score": f"{ts % 1000}/1"} for k, v in DISPLAY.items()}
-    return TickResult(state=MatchState(), events=(event,) if event else (), best=event, display=display,
-                      display_changed=True, phase="completed" if ended else "live", ended=ended, timestamp=ts)
+    return TickResult(
+        state=MatchState(),
+        events=(event,) if event else (),
+        best=event,
+        display=display,
+        display_changed=True,
+        phase="completed" if ended else "live",
+        ended=ended,
+        timestamp=ts,
+    )
 
 
 async def recorded_channels(repos: Any) -> dict[str, str]:
@@ -179,8 +206,9 @@ async def test_recorded_channels_are_reused_after_a_restart_or_takeover(
     successor = rig.actor(epoch=2)
     assert await successor.channels.load() == channels  # type: ignore[union-attr]
     await repos.follows.follow_match(MATCH, "u5", "7", 4_000_000_000)
-    await repos.devices.register_device("u5", secrets.token_hex(32), os_version="18.2",
-                                        push_to_start_token="b" * 64)
+    await repos.devices.register_device(
+        "u5", secrets.token_hex(32), os_version="18.2", push_to_start_token="b" * 64
+    )
     await successor.refresh_sessions()
     await rig.phones_start()
     await successor.refresh_sessions()
@@ -236,12 +264,17 @@ async def test_the_sweep_deletes_only_channels_unrecorded_at_two_sweeps(
     from daemon.apns import broadcast
 
     leaked = await rig.sender.channels.request(broadcast.create_channel(BUNDLE_ID))
-    sweeper = ChannelSweeper(bundle=BUNDLE_ID, request=rig.sender.channels.request, fixtures=repos.fixtures,
-                             active_matches=lambda: _matches())
+    sweeper = ChannelSweeper(
+        bundle=BUNDLE_ID,
+        request=rig.sender.channels.request,
+        fixtures=repos.fixtures,
+        active_matches=lambda: _matches(),
+    )
     assert await sweeper.sweep_once() == []  # a suspect the first time: it may be being recorded right now
     assert await sweeper.sweep_once() == [leaked]
     assert rig.server.channels.count() == 3 and set(rig.server.channels.all(BUNDLE_ID)) == set(
-        (await recorded_channels(repos)).values())
+        (await recorded_channels(repos)).values()
+    )
 
 
 async def _matches() -> list[str]:
@@ -255,7 +288,9 @@ async def test_two_owners_racing_leave_one_channel_per_perspective(
     results: list[dict[str, str]] = []
 
     async def owner() -> None:
-        channels = MatchChannels(MATCH, bundle=BUNDLE_ID, request=rig.sender.channels.request, fixtures=repos.fixtures)
+        channels = MatchChannels(
+            MATCH, bundle=BUNDLE_ID, request=rig.sender.channels.request, fixtures=repos.fixtures
+        )
         results.append(await channels.ensure(["neutral", "7", "8"]))
 
     async with trio.open_nursery() as race:
@@ -269,10 +304,21 @@ async def test_two_owners_racing_leave_one_channel_per_perspective(
 def test_start_payload_names_the_channel_or_asks_for_a_token() -> None:
     from daemon.cricket import payloads
 
-    on_channel = json.loads(payloads.start_payload(DISPLAY["7"], attributes_type="A", attributes={}, timestamp=1,
-                                                   alert=None, input_push_channel="Y2hhbm5lbA=="))["aps"]
-    on_token = json.loads(payloads.start_payload(DISPLAY["7"], attributes_type="A", attributes={}, timestamp=1,
-                                                 alert=None, input_push_token=True))["aps"]
+    on_channel = json.loads(
+        payloads.start_payload(
+            DISPLAY["7"],
+            attributes_type="A",
+            attributes={},
+            timestamp=1,
+            alert=None,
+            input_push_channel="Y2hhbm5lbA==",
+        )
+    )["aps"]
+    on_token = json.loads(
+        payloads.start_payload(
+            DISPLAY["7"], attributes_type="A", attributes={}, timestamp=1, alert=None, input_push_token=True
+        )
+    )["aps"]
     assert on_channel["input-push-channel"] == "Y2hhbm5lbA==" and "input-push-token" not in on_channel
     assert on_token["input-push-token"] == 1 and "input-push-channel" not in on_token
 
@@ -300,19 +346,35 @@ async def test_an_owner_killed_between_creating_and_recording_leaves_one_recorde
     rig = await make_rig(start_apns_server, nursery, signing_key, repos)
     request = rig.sender.channels.request
     active = repos.active_matches.get_all_active_matches
-    dead = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=_DiesBeforeRecording(repos.fixtures),
-                         epoch=lambda: 1, active_matches=active)
+    dead = MatchChannels(
+        MATCH,
+        bundle=BUNDLE_ID,
+        request=request,
+        fixtures=_DiesBeforeRecording(repos.fixtures),
+        epoch=lambda: 1,
+        active_matches=active,
+    )
     try:
         await dead.ensure(["neutral", "7", "8"])
     except _Killed:
         pass
-    assert rig.server.channels.count() == 3 and await recorded_channels(repos) == {}  # created, never recorded
+    assert (
+        rig.server.channels.count() == 3 and await recorded_channels(repos) == {}
+    )  # created, never recorded
     assert await repos.active_matches.claim_active_match(MATCH, "successor") == 2
-    successor = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=repos.fixtures,
-                              epoch=lambda: 2, active_matches=active)
+    successor = MatchChannels(
+        MATCH,
+        bundle=BUNDLE_ID,
+        request=request,
+        fixtures=repos.fixtures,
+        epoch=lambda: 2,
+        active_matches=active,
+    )
     recorded = await successor.ensure(["neutral", "7", "8"])
     assert set(recorded) == {"neutral", "7", "8"} and await recorded_channels(repos) == recorded
-    assert sorted(rig.server.channels.all(BUNDLE_ID)) == sorted(recorded.values())  # the dead owner's are gone
+    assert sorted(rig.server.channels.all(BUNDLE_ID)) == sorted(
+        recorded.values()
+    )  # the dead owner's are gone
     assert successor.leaks_deleted == 3
     assert "broadcastChannelsClaim" not in (await repos.fixtures.get_fixture(MATCH) or {})
 
@@ -323,20 +385,34 @@ async def test_a_creation_in_flight_for_another_match_is_not_taken_for_a_leak(
     rig = await make_rig(start_apns_server, nursery, signing_key, repos)
     request = rig.sender.channels.request
     active = repos.active_matches.get_all_active_matches
-    await repos.fixtures.batch_write_fixtures([{"matchId": "501", "leagueCode": "T20", "startTime": "2026-12-03"}])
+    await repos.fixtures.batch_write_fixtures(
+        [{"matchId": "501", "leagueCode": "T20", "startTime": "2026-12-03"}]
+    )
     await repos.active_matches.register_active_match("501", "other")
     assert await repos.fixtures.claim_broadcast_channels("501", None, {"id": "x", "epoch": 1})
     from daemon.apns import broadcast
 
     theirs = await request(broadcast.create_channel(BUNDLE_ID))  # 501's owner is between create and record
-    dead = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=_DiesBeforeRecording(repos.fixtures),
-                         epoch=lambda: 1, active_matches=active)
+    dead = MatchChannels(
+        MATCH,
+        bundle=BUNDLE_ID,
+        request=request,
+        fixtures=_DiesBeforeRecording(repos.fixtures),
+        epoch=lambda: 1,
+        active_matches=active,
+    )
     try:
         await dead.ensure(["neutral"])
     except _Killed:
         pass
-    successor = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=repos.fixtures,
-                              epoch=lambda: 2, active_matches=active)
+    successor = MatchChannels(
+        MATCH,
+        bundle=BUNDLE_ID,
+        request=request,
+        fixtures=repos.fixtures,
+        epoch=lambda: 2,
+        active_matches=active,
+    )
     await repos.active_matches.claim_active_match(MATCH, "successor")
     recorded = await successor.ensure(["neutral"])
     assert successor.leaks_deleted == 0 and theirs in rig.server.channels.all(BUNDLE_ID)
@@ -351,8 +427,12 @@ async def test_push_to_start_looks_up_and_claims_a_chunk_side_by_side_and_never_
     for n in range(36):  # 40 followers with the rig's four, half of them on iOS 18
         user = f"v{n:02d}"
         await repos.follows.follow_match(MATCH, user, "7" if n % 2 else "8", 4_000_000_000)
-        await repos.devices.register_device(user, secrets.token_hex(32), os_version="18.0" if n % 2 else "17.4",
-                                            push_to_start_token=f"{n:02d}".ljust(64, "c"))
+        await repos.devices.register_device(
+            user,
+            secrets.token_hex(32),
+            os_version="18.0" if n % 2 else "17.4",
+            push_to_start_token=f"{n:02d}".ljust(64, "c"),
+        )
     calls = {"devices": 0, "claims": 0, "in_flight": 0, "most": 0}
 
     def counted(kind: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -364,6 +444,7 @@ async def test_push_to_start_looks_up_and_claims_a_chunk_side_by_side_and_never_
                 return await call(*args, **kwargs)
             finally:
                 calls["in_flight"] -= 1
+
         return wrapper
 
     repos.devices.get_device_for_user = counted("devices", repos.devices.get_device_for_user)
@@ -377,7 +458,9 @@ async def test_push_to_start_looks_up_and_claims_a_chunk_side_by_side_and_never_
     assert starts == [16, 16, 8]  # one send per chunk, each after its claims
     assert (calls["devices"], calls["claims"]) == (40, 40)  # one look-up and one claim per follower, no more
     assert 1 < calls["most"] <= 8  # side by side, never past the limit
-    started = [r for r in rig.server.records if (r.get("payload") or {}).get("aps", {}).get("event") == "start"]
+    started = [
+        r for r in rig.server.records if (r.get("payload") or {}).get("aps", {}).get("event") == "start"
+    ]
     assert len(started) == len({r["token"] for r in started}) == 40
     assert sum(1 for r in started if r["payload"]["aps"].get("input-push-channel")) == 18 + 2
     successor = rig.actor(epoch=2)  # the claims hold for a successor too: nobody is started twice
@@ -400,8 +483,14 @@ async def test_a_create_whose_answer_was_lost_leaves_no_channel_open_when_the_ow
                 raise OSError("connection reset")
         return answer
 
-    owner = MatchChannels(MATCH, bundle=BUNDLE_ID, request=request, fixtures=repos.fixtures, epoch=lambda: 1,
-                          active_matches=repos.active_matches.get_all_active_matches)
+    owner = MatchChannels(
+        MATCH,
+        bundle=BUNDLE_ID,
+        request=request,
+        fixtures=repos.fixtures,
+        epoch=lambda: 1,
+        active_matches=repos.active_matches.get_all_active_matches,
+    )
     try:
         await owner.ensure(["neutral", "7", "8"])
     except OSError:

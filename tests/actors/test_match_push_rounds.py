@@ -59,8 +59,9 @@ async def test_pushes_carry_the_actors_fence_which_follows_the_lease_and_falls_w
 
         async def push_one() -> None:
             await actor._push_all(
-                lambda reply_to, f: [Push("a" * 64, "liveactivity", "app.test", b"{}", 5, "update",
-                                          reply_to=reply_to, fence=f)]
+                lambda reply_to, f: [
+                    Push("a" * 64, "liveactivity", "app.test", b"{}", 5, "update", reply_to=reply_to, fence=f)
+                ]
             )
 
         nursery.start_soon(push_one)
@@ -102,15 +103,19 @@ async def _push_five(actor: MatchActor, sender: TricklingSender) -> dict[str, in
     async with trio.open_nursery() as nursery:
         sender._nursery = nursery
         total, counts = await actor._push_all(
-            lambda reply_to, f: [Push(f"{i}" * 64, "liveactivity", "app.test", b"{}", 5, "update",
-                                      reply_to=reply_to, fence=f) for i in range(1, 6)]
+            lambda reply_to, f: [
+                Push(f"{i}" * 64, "liveactivity", "app.test", b"{}", 5, "update", reply_to=reply_to, fence=f)
+                for i in range(1, 6)
+            ]
         )
         nursery.cancel_scope.cancel()
     assert total == 5
     return counts
 
 
-async def test_a_round_whose_results_keep_coming_is_waited_for_however_long_it_takes(autojump_clock: Any) -> None:
+async def test_a_round_whose_results_keep_coming_is_waited_for_however_long_it_takes(
+    autojump_clock: Any,
+) -> None:
     sender = TricklingSender(every_s=20.0)  # 100 s for the round, each result within 30 s of the last
     actor = make_match_actor("500", None, sender, push_result_timeout_s=30.0)
     start = trio.current_time()

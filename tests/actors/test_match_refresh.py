@@ -17,7 +17,9 @@ def _actor(repos: Any, **settings: Any) -> MatchActor:
     return make_match_actor("600", repos, **settings)
 
 
-async def test_refresh_keeps_active_sessions_shares_user_ids_and_reuses_unchanged_sessions(repos: Any) -> None:
+async def test_refresh_keeps_active_sessions_shares_user_ids_and_reuses_unchanged_sessions(
+    repos: Any,
+) -> None:
     for user, team in (("u1", "7"), ("u2", "8"), ("u3", "7")):
         await repos.follows.follow_match("600", user, team, 4_000_000_000)
     await repos.live_activities.register_la_session("600", "u1", "d1", "a" * 64)

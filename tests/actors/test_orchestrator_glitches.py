@@ -48,8 +48,14 @@ async def _orchestrator(nursery: trio.Nursery, repos: Any, feed: FakeFeed) -> tu
         return actor
 
     supervisor = Supervisor(nursery, max_restarts=3, window_s=60, backoff_s=0.1)
-    orch = Orchestrator(instance_id="me", repos=repos, feed=feed, supervisor=supervisor, actor_factory=factory,
-                        settings=OrchestratorSettings(lease_s=30))
+    orch = Orchestrator(
+        instance_id="me",
+        repos=repos,
+        feed=feed,
+        supervisor=supervisor,
+        actor_factory=factory,
+        settings=OrchestratorSettings(lease_s=30),
+    )
     return orch, started
 
 

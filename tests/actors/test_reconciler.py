@@ -24,8 +24,15 @@ class FakeFeed:
 
 async def _fixture(repos: Any, match_id: str) -> None:
     await repos.fixtures.batch_write_fixtures(
-        [{"matchId": match_id, "leagueCode": "T", "startTime": "2026-12-02T10:00:00Z", "live": True,
-          "liveUpdatedAt": "2026-12-02T10:30:00Z"}]
+        [
+            {
+                "matchId": match_id,
+                "leagueCode": "T",
+                "startTime": "2026-12-02T10:00:00Z",
+                "live": True,
+                "liveUpdatedAt": "2026-12-02T10:30:00Z",
+            }
+        ]
     )
 
 

@@ -29,7 +29,13 @@ StartServer = Callable[..., Awaitable[ApnsTestServer]]
 
 def payload(i: int = 0, pad: int = 0) -> bytes:
     return json.dumps(
-        {"aps": {"timestamp": 1_700_000_000 + i, "event": "update", "content-state": {"score": f"{i}/3", "p": "x" * pad}}}
+        {
+            "aps": {
+                "timestamp": 1_700_000_000 + i,
+                "event": "update",
+                "content-state": {"score": f"{i}/3", "p": "x" * pad},
+            }
+        }
     ).encode()
 
 
@@ -101,9 +107,7 @@ def _fields(push: Push) -> dict[str, Any]:
 
 
 @pytest.fixture
-def start_sender(
-    nursery: trio.Nursery, signing_key: SigningKeyPair
-) -> Callable[..., Awaitable[Harness]]:
+def start_sender(nursery: trio.Nursery, signing_key: SigningKeyPair) -> Callable[..., Awaitable[Harness]]:
     async def start(server: ApnsTestServer, **overrides: Any) -> Harness:
         janitor_send, janitor_recv = trio.open_memory_channel[PushResult](1000)
         key = overrides.pop("key", signing_key)
@@ -210,7 +214,10 @@ async def test_5xx_storm_is_retried_and_then_fails_once_the_budget_is_spent(
     server.storm(503)  # unending
     (failed,) = await harness.send_all([la_push(2)])
     assert (failed.outcome, failed.status, failed.reason, failed.attempts) == (
-        "failed", 503, "ServiceUnavailable", 3,
+        "failed",
+        503,
+        "ServiceUnavailable",
+        3,
     )
     assert harness.janitor_results() == []  # a failure is not a dead token
 
@@ -273,8 +280,9 @@ async def test_a_request_that_may_have_been_delivered_is_re_sent_with_its_resend
     await harness.send_all([la_push(0)])
     loud = json.loads(payload(1))
     loud["aps"]["alert"] = {"title": "WICKET!", "body": "29/2", "sound": "default"}
-    push = la_push(1, payload=json.dumps(loud).encode(), collapse_id="500:wicket:S1:914",
-                   resend_payload=payload(1))
+    push = la_push(
+        1, payload=json.dumps(loud).encode(), collapse_id="500:wicket:S1:914", resend_payload=payload(1)
+    )
     server.delay(30.0, count=1)  # its first request hangs past the deadline: APNs may have delivered it
     (result,) = await harness.send_all([push])
     assert (result.outcome, result.attempts) == ("accepted", 2)
@@ -421,7 +429,9 @@ async def test_invalid_provider_token_stops_the_sender_with_a_clear_error(
     server = await start_apns_server()
     stranger = generate_signing_key(signing_key.key_id)  # same kid, different key: signature fails
     sender = ApnsSender(sender_settings(server, stranger), ssl_context=server.ssl_context_for_clients())
-    refused_before = metrics.REGISTRY.get_sample_value("sightscreen_apns_errors_total", {"action": "configuration"})
+    refused_before = metrics.REGISTRY.get_sample_value(
+        "sightscreen_apns_errors_total", {"action": "configuration"}
+    )
     assert refused_before is not None, "the series exists at 0 before any error, so the alert sees the first"
     reply_send, reply_recv = trio.open_memory_channel[PushResult](10)
     caught: list[BaseException] = []
@@ -446,7 +456,9 @@ async def test_expired_provider_token_is_refreshed_and_the_push_retried_once(
 ) -> None:
     server = await start_apns_server()
     # Our clock runs 90 minutes slow until APNs has answered once: the first token is born expired.
-    harness = await start_sender(server, clock=lambda: time.time() - (5400 if server.records_total == 0 else 0))
+    harness = await start_sender(
+        server, clock=lambda: time.time() - (5400 if server.records_total == 0 else 0)
+    )
     (result,) = await harness.send_all([la_push(1)])
     assert (result.outcome, result.attempts) == ("accepted", 2)
     assert [r["status"] for r in server.records] == [403, 200]
@@ -504,7 +516,8 @@ async def test_invalid_push_fails_locally_without_a_request(
     harness = await start_sender(server)
     results = await harness.send_all([la_push(1, payload=b"x" * 5000), la_push(2, token="zz")])
     assert sorted((r.outcome, r.reason, r.attempts) for r in results) == [
-        ("failed", "BadDeviceToken", 0), ("failed", "PayloadTooLarge", 0),
+        ("failed", "BadDeviceToken", 0),
+        ("failed", "PayloadTooLarge", 0),
     ]
     assert server.records_total == 0
 
@@ -559,7 +572,12 @@ async def test_413_is_failed_not_retried_and_not_a_dead_token(
     server.set_token_status(f"{3:0160x}", 413, "PayloadTooLarge")
     harness = await start_sender(server)
     (result,) = await harness.send_all([la_push(3)])
-    assert (result.outcome, result.status, result.reason, result.attempts) == ("failed", 413, "PayloadTooLarge", 1)
+    assert (result.outcome, result.status, result.reason, result.attempts) == (
+        "failed",
+        413,
+        "PayloadTooLarge",
+        1,
+    )
     assert harness.janitor_results() == []
 
 
@@ -611,8 +629,12 @@ async def test_a_fence_moved_while_its_pushes_wait_in_the_queue_lets_them_out(
             renewed.until = trio.current_time() + 0.75
             await trio.sleep(0.05)
 
-    pushes = [la_push(1, fence=renewed), la_push(2, fence=stopped), la_push(3, fence=renewed),
-              la_push(4, fence=stopped)]
+    pushes = [
+        la_push(1, fence=renewed),
+        la_push(2, fence=stopped),
+        la_push(3, fence=renewed),
+        la_push(4, fence=stopped),
+    ]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(renew)
         results = {r.push.token: r for r in await harness.send_all(pushes)}

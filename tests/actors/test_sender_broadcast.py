@@ -23,22 +23,39 @@ StartServer = Callable[..., Awaitable[ApnsTestServer]]
 
 
 def update(i: int = 0) -> bytes:
-    return json.dumps({"aps": {"timestamp": 1_700_000_000 + i, "event": "update",
-                               "content-state": {"score": f"{i}/1"}}}).encode()
+    return json.dumps(
+        {"aps": {"timestamp": 1_700_000_000 + i, "event": "update", "content-state": {"score": f"{i}/1"}}}
+    ).encode()
 
 
 def bcast(channel: str, i: int = 0, **kw: Any) -> Push:
-    fields: dict[str, Any] = dict(token="", push_type="liveactivity", topic=BUNDLE_ID, payload=update(i),
-                                  priority=5, kind="update", expiration=0, channel_id=channel)
+    fields: dict[str, Any] = dict(
+        token="",
+        push_type="liveactivity",
+        topic=BUNDLE_ID,
+        payload=update(i),
+        priority=5,
+        kind="update",
+        expiration=0,
+        channel_id=channel,
+    )
     fields.update(kw)
     return Push(**fields)
 
 
-async def start(nursery: trio.Nursery, server: ApnsTestServer, key: SigningKeyPair, **overrides: Any) -> ApnsSender:
+async def start(
+    nursery: trio.Nursery, server: ApnsTestServer, key: SigningKeyPair, **overrides: Any
+) -> ApnsSender:
     if not server.management_port:
         await nursery.start(server.serve_management)
-    settings = sender_settings(server, key, management_host="127.0.0.1", management_port=server.management_port,
-                               ca_file=server.ca_file, **overrides)
+    settings = sender_settings(
+        server,
+        key,
+        management_host="127.0.0.1",
+        management_port=server.management_port,
+        ca_file=server.ca_file,
+        **overrides,
+    )
     sender = ApnsSender(settings, ssl_context=server.ssl_context_for_clients())
     await nursery.start(sender.run)
     return sender
@@ -138,8 +155,9 @@ async def test_a_configuration_error_on_management_stops_the_sender(
     try:
         async with trio.open_nursery() as inner:
             await inner.start(server.serve_management)
-            settings = sender_settings(server, signing_key, management_host="127.0.0.1",
-                                       management_port=server.management_port)
+            settings = sender_settings(
+                server, signing_key, management_host="127.0.0.1", management_port=server.management_port
+            )
             sender = ApnsSender(settings, ssl_context=server.ssl_context_for_clients())
             await inner.start(sender.run)
             try:  # the key does not cover another team's bundle: TopicMismatch

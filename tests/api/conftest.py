@@ -61,8 +61,9 @@ MakeApi = Callable[..., Any]
 
 @pytest.fixture
 async def make_api(repos: Any, issuer: LocalIssuer) -> AsyncIterator[MakeApi]:
-    async def make(api: dict[str, Any] | None = None, auth: dict[str, Any] | None = None,
-                   iss: LocalIssuer | None = None) -> Api:
+    async def make(
+        api: dict[str, Any] | None = None, auth: dict[str, Any] | None = None, iss: LocalIssuer | None = None
+    ) -> Api:
         use = iss or issuer
         auth_settings = auth_settings_for(use, **(auth or {}))
         keys = JwksKeys(
@@ -72,7 +73,10 @@ async def make_api(repos: Any, issuer: LocalIssuer) -> AsyncIterator[MakeApi]:
         )
         await keys.fetch("start")
         state = ApiState(
-            repos=repos, auth=Authenticator(keys, auth_settings), keys=keys, settings=ApiSettings(**(api or {}))
+            repos=repos,
+            auth=Authenticator(keys, auth_settings),
+            keys=keys,
+            settings=ApiSettings(**(api or {})),
         )
         return Api(repos, use, state)
 

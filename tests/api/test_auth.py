@@ -24,7 +24,12 @@ def iss() -> LocalIssuer:
 
 def verify(iss: LocalIssuer, token: str, **kw: object) -> object:
     return verify_token(
-        token, keys_from_jwks(iss.jwks()), issuer="https://issuer.test/pool", client_ids={CLIENT}, leeway_s=5.0, **kw
+        token,
+        keys_from_jwks(iss.jwks()),
+        issuer="https://issuer.test/pool",
+        client_ids={CLIENT},
+        leeway_s=5.0,
+        **kw,
     )
 
 
@@ -122,8 +127,9 @@ def _served() -> LocalIssuer:
 
 async def test_an_unknown_kid_flood_costs_one_fetch_per_cooldown() -> None:
     with _served() as iss:
-        settings = AuthSettings(issuer=iss.issuer, jwks_url=iss.jwks_url, client_ids=[iss.client_id],
-                                jwks_refetch_cooldown_s=0.5)
+        settings = AuthSettings(
+            issuer=iss.issuer, jwks_url=iss.jwks_url, client_ids=[iss.client_id], jwks_refetch_cooldown_s=0.5
+        )
         keys = JwksKeys(iss.jwks_url, refresh_s=3600, refetch_cooldown_s=settings.jwks_refetch_cooldown_s)
         auth = Authenticator(keys, settings)
         await keys.fetch("start")

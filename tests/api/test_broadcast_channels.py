@@ -17,7 +17,9 @@ async def test_activity_on_a_channel_is_stored_with_its_channel_and_no_token(
     api: Api, client: httpx.AsyncClient
 ) -> None:
     h = api.headers(A)
-    resp = await client.post("/user/activity/1001", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h)
+    resp = await client.post(
+        "/user/activity/1001", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h
+    )
     assert resp.status_code == 201 and resp.json()["channelId"] == CHANNEL
     session = await api.repos.live_activities.get_la_session("1001", A, "iphone-1")
     assert session["status"] == "active" and session["channelId"] == CHANNEL and "updateToken" not in session
@@ -31,25 +33,42 @@ async def test_activity_on_a_channel_is_stored_with_its_channel_and_no_token(
 
 async def test_activity_needs_exactly_one_of_token_and_channel(api: Api, client: httpx.AsyncClient) -> None:
     h = api.headers(A)
-    both = await client.post("/user/activity/1001", headers=h,
-                             json={"deviceId": "iphone-1", "updateToken": UPD, "channelId": CHANNEL})
+    both = await client.post(
+        "/user/activity/1001",
+        headers=h,
+        json={"deviceId": "iphone-1", "updateToken": UPD, "channelId": CHANNEL},
+    )
     neither = await client.post("/user/activity/1001", json={"deviceId": "iphone-1"}, headers=h)
-    bad = await client.post("/user/activity/1001", json={"deviceId": "iphone-1", "channelId": "not base64!"}, headers=h)
-    rotate = await client.patch("/user/activity/1001", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h)
+    bad = await client.post(
+        "/user/activity/1001", json={"deviceId": "iphone-1", "channelId": "not base64!"}, headers=h
+    )
+    rotate = await client.patch(
+        "/user/activity/1001", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h
+    )
     assert [r.status_code for r in (both, neither, bad, rotate)] == [422, 422, 422, 422]
     assert await api.repos.live_activities.get_la_session("1001", A, "iphone-1") is None
 
 
 async def test_match_answers_its_broadcast_channels(api: Api, client: httpx.AsyncClient) -> None:
-    await api.repos.fixtures.batch_write_fixtures([{"matchId": "1001", "leagueCode": "T20", "startTime": "2026"}])
-    assert await api.repos.fixtures.swap_broadcast_channels("1001", None, {"neutral": CHANNEL, "7": CHANNEL[::-1]})
+    await api.repos.fixtures.batch_write_fixtures(
+        [{"matchId": "1001", "leagueCode": "T20", "startTime": "2026"}]
+    )
+    assert await api.repos.fixtures.swap_broadcast_channels(
+        "1001", None, {"neutral": CHANNEL, "7": CHANNEL[::-1]}
+    )
     body = (await client.get("/matches/1001", headers=api.headers(A))).json()
     assert body["broadcastChannels"] == {"neutral": CHANNEL, "7": CHANNEL[::-1]}
-    assert not await api.repos.fixtures.swap_broadcast_channels("1001", None, {"neutral": "x"})  # not absent now
+    assert not await api.repos.fixtures.swap_broadcast_channels(
+        "1001", None, {"neutral": "x"}
+    )  # not absent now
 
 
-async def test_match_does_not_answer_the_owners_channel_creation_claim(api: Api, client: httpx.AsyncClient) -> None:
-    await api.repos.fixtures.batch_write_fixtures([{"matchId": "1001", "leagueCode": "T20", "startTime": "2026"}])
+async def test_match_does_not_answer_the_owners_channel_creation_claim(
+    api: Api, client: httpx.AsyncClient
+) -> None:
+    await api.repos.fixtures.batch_write_fixtures(
+        [{"matchId": "1001", "leagueCode": "T20", "startTime": "2026"}]
+    )
     assert await api.repos.fixtures.claim_broadcast_channels("1001", None, {"id": "ab", "epoch": 3})
     one = (await client.get("/matches/1001", headers=api.headers(A))).json()
     listed = (await client.get("/matches?ids=1001", headers=api.headers(A))).json()["matches"]

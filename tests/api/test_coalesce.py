@@ -9,7 +9,9 @@ import trio.testing
 from daemon.api.coalesce import Coalescer
 
 
-async def test_a_lone_write_goes_at_once_and_a_burst_leaves_in_batches(autojump_clock: trio.testing.MockClock) -> None:
+async def test_a_lone_write_goes_at_once_and_a_burst_leaves_in_batches(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     batches: list[list[int]] = []
 
     async def write(items: list[int]) -> None:

@@ -21,8 +21,15 @@ from daemon.demo import DemoRun
 @pytest.mark.slow
 async def test_a_session_registered_over_http_receives_a_wicket_from_the_engine() -> None:
     args = argparse.Namespace(
-        followers=3, speed=100.0, tape=None, exit_at_end=True, admin_socket=None, quiet=True, json_lines=False,
-        metrics_listen="", api_listen="127.0.0.1:0",
+        followers=3,
+        speed=100.0,
+        tape=None,
+        exit_at_end=True,
+        admin_socket=None,
+        quiet=True,
+        json_lines=False,
+        metrics_listen="",
+        api_listen="127.0.0.1:0",
     )
     demo = DemoRun(args, out=io.StringIO())
     with trio.fail_after(240):
@@ -36,6 +43,9 @@ async def test_a_session_registered_over_http_receives_a_wicket_from_the_engine(
     starts = {r["token"] for r in accepted if (r.get("payload") or {}).get("aps", {}).get("event") == "start"}
     assert starts == {p.push_to_start_token for p in phones}
     # and a wicket reached every session the API registered
-    wickets = {r["token"] for r in accepted
-               if r["token"] in update_tokens and "WICKET" in json.dumps(r.get("payload") or {})}
+    wickets = {
+        r["token"]
+        for r in accepted
+        if r["token"] in update_tokens and "WICKET" in json.dumps(r.get("payload") or {})
+    }
     assert wickets == update_tokens

@@ -28,8 +28,14 @@ async def seed_reference(repos: Any) -> None:
     )
     await repos.fixtures.batch_write_fixtures(
         [
-            {"matchId": "1001", "leagueCode": "BBL", "startTime": "2026-12-20T08:00:00Z", "live": True,
-             "localteamId": "10", "visitorteamId": "11"},
+            {
+                "matchId": "1001",
+                "leagueCode": "BBL",
+                "startTime": "2026-12-20T08:00:00Z",
+                "live": True,
+                "localteamId": "10",
+                "visitorteamId": "11",
+            },
             {"matchId": "1002", "leagueCode": "BBL", "startTime": "2026-12-22T08:00:00Z", "live": False},
             {"matchId": "1003", "leagueCode": "BBL", "startTime": "2027-01-30T08:00:00Z", "live": False},
             {"matchId": "2001", "leagueCode": "IPL", "startTime": "2026-12-21T08:00:00Z", "live": False},
@@ -45,12 +51,27 @@ async def test_healthz_readyz_and_openapi_need_no_token(client: httpx.AsyncClien
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["checks"] == {"keys": True, "dynamodb": True}
     doc = (await client.get("/openapi.json")).json()
-    for path in ("/matches", "/matches/{matchId}", "/matches/{matchId}/display", "/teams", "/teams/{teamId}",
-                 "/seasons/{seasonId}/teams", "/leagues", "/leagues/{leagueId}", "/user/device",
-                 "/user/device/push-to-start", "/user/follow/{matchId}", "/user/activity/{matchId}",
-                 "/user/activities"):
+    for path in (
+        "/matches",
+        "/matches/{matchId}",
+        "/matches/{matchId}/display",
+        "/teams",
+        "/teams/{teamId}",
+        "/seasons/{seasonId}/teams",
+        "/leagues",
+        "/leagues/{leagueId}",
+        "/user/device",
+        "/user/device/push-to-start",
+        "/user/follow/{matchId}",
+        "/user/activity/{matchId}",
+        "/user/activities",
+    ):
         assert path in doc["paths"], path
-    assert set(doc["components"]["schemas"]["ActivityIn"]["properties"]) == {"deviceId", "updateToken", "channelId"}
+    assert set(doc["components"]["schemas"]["ActivityIn"]["properties"]) == {
+        "deviceId",
+        "updateToken",
+        "channelId",
+    }
 
 
 async def test_readyz_is_503_without_keys(api: Api, client: httpx.AsyncClient) -> None:
@@ -71,10 +92,13 @@ async def test_matches_by_ids_answers_found_and_missing(api: Api, client: httpx.
     assert body["missing"] == ["4040"]
 
 
-async def test_matches_by_league_and_date_range_use_the_start_time(api: Api, client: httpx.AsyncClient) -> None:
+async def test_matches_by_league_and_date_range_use_the_start_time(
+    api: Api, client: httpx.AsyncClient
+) -> None:
     await seed_reference(api.repos)
     resp = await client.get(
-        "/matches", params={"league": "BBL", "from": "2026-12-01T00:00:00Z", "to": "2026-12-31T00:00:00+00:00"},
+        "/matches",
+        params={"league": "BBL", "from": "2026-12-01T00:00:00Z", "to": "2026-12-31T00:00:00+00:00"},
         headers=api.headers(A),
     )
     assert resp.status_code == 200
@@ -97,11 +121,16 @@ async def test_matches_refuses_ambiguous_or_bad_queries(api: Api, client: httpx.
         assert resp.json()["error"]["fields"][0]["field"] == field, params
 
 
-async def test_one_match_has_its_cached_raw_fixture_where_one_exists(api: Api, client: httpx.AsyncClient) -> None:
+async def test_one_match_has_its_cached_raw_fixture_where_one_exists(
+    api: Api, client: httpx.AsyncClient
+) -> None:
     await seed_reference(api.repos)
     await api.repos.fixture_cache.put_single_fixture(
-        "1001", {"id": 1001, "status": "1st Innings", "runs": [{"score": 54}]}, league_id="5",
-        starting_at="2026-12-20T08:00:00Z", ttl_s=600,
+        "1001",
+        {"id": 1001, "status": "1st Innings", "runs": [{"score": 54}]},
+        league_id="5",
+        starting_at="2026-12-20T08:00:00Z",
+        ttl_s=600,
     )
     h = api.headers(A)
     live = (await client.get("/matches/1001", headers=h)).json()
@@ -114,13 +143,21 @@ async def test_one_match_has_its_cached_raw_fixture_where_one_exists(api: Api, c
     assert [("rawFixture" in m) for m in listed.json()["matches"]] == [True, False]
 
 
-async def test_display_reads_the_engines_cache_per_team_and_neutral(api: Api, client: httpx.AsyncClient) -> None:
+async def test_display_reads_the_engines_cache_per_team_and_neutral(
+    api: Api, client: httpx.AsyncClient
+) -> None:
     cache = api.repos.display_cache
     await cache.set_cached_display_state("1001", "10", {"score": "154/3", "perspective": "10"}, ttl_s=60)
-    await cache.set_cached_display_state("1001", "neutral", {"score": "154/3", "perspective": "neutral"}, ttl_s=60)
+    await cache.set_cached_display_state(
+        "1001", "neutral", {"score": "154/3", "perspective": "neutral"}, ttl_s=60
+    )
     h = api.headers(A)
     team = await client.get("/matches/1001/display", params={"team": "10"}, headers=h)
-    assert team.json() == {"matchId": "1001", "team": "10", "displayState": {"score": "154/3", "perspective": "10"}}
+    assert team.json() == {
+        "matchId": "1001",
+        "team": "10",
+        "displayState": {"score": "154/3", "perspective": "10"},
+    }
     neutral = await client.get("/matches/1001/display", headers=h)
     assert neutral.json()["displayState"]["perspective"] == "neutral"
     assert (await client.get("/matches/1001/display", params={"team": "11"}, headers=h)).status_code == 404
@@ -142,7 +179,9 @@ async def test_display_reads_are_served_from_memory_within_the_cache_time(make_a
 # --- reference data ---------------------------------------------------------------------------------------
 
 
-async def test_teams_seasons_and_leagues_are_readable_by_any_user(api: Api, client: httpx.AsyncClient) -> None:
+async def test_teams_seasons_and_leagues_are_readable_by_any_user(
+    api: Api, client: httpx.AsyncClient
+) -> None:
     await seed_reference(api.repos)
     h = api.headers(B)
     assert {t["teamId"] for t in (await client.get("/teams", headers=h)).json()["teams"]} == {"10", "11"}
@@ -150,7 +189,10 @@ async def test_teams_seasons_and_leagues_are_readable_by_any_user(api: Api, clie
     assert (await client.get("/teams/77", headers=h)).status_code == 404
     season = (await client.get("/seasons/99/teams", headers=h)).json()["teams"]
     assert {t["teamId"] for t in season} == {"10", "11"}
-    assert {lg["code"] for lg in (await client.get("/leagues", headers=h)).json()["leagues"]} == {"BBL", "IPL"}
+    assert {lg["code"] for lg in (await client.get("/leagues", headers=h)).json()["leagues"]} == {
+        "BBL",
+        "IPL",
+    }
     assert (await client.get("/leagues/5", headers=h)).json()["name"] == "Big Bash"
     assert (await client.get("/leagues/77", headers=h)).status_code == 404
 
@@ -166,7 +208,9 @@ async def test_admins_patch_teams_and_leagues_and_delete_leagues(api: Api, clien
     assert (await client.patch("/teams/77", json={"name": "x"}, headers=admin)).status_code == 404
     assert await api.repos.teams.get_team("77") is None  # the condition kept a PATCH from creating one
 
-    resp = await client.patch("/leagues/7", json={"active": True, "imageUrl": "https://img.test/ipl.png"}, headers=admin)
+    resp = await client.patch(
+        "/leagues/7", json={"active": True, "imageUrl": "https://img.test/ipl.png"}, headers=admin
+    )
     assert resp.status_code == 200
     league = await api.repos.leagues.get_league("7")
     assert league["active"] is True and league["imageUrl"] == "https://img.test/ipl.png"
@@ -178,7 +222,9 @@ async def test_admins_patch_teams_and_leagues_and_delete_leagues(api: Api, clien
     assert (await client.delete("/leagues/7", headers=admin)).status_code == 404
 
 
-async def test_admin_endpoints_are_403_for_other_users_and_change_nothing(api: Api, client: httpx.AsyncClient) -> None:
+async def test_admin_endpoints_are_403_for_other_users_and_change_nothing(
+    api: Api, client: httpx.AsyncClient
+) -> None:
     await seed_reference(api.repos)
     h = api.headers(A)
     for method, path, body in (
@@ -269,7 +315,9 @@ async def test_follow_check_change_team_and_unfollow(api: Api, client: httpx.Asy
     assert await api.repos.follows.check_if_user_follows_match("1001", A) is None  # PATCH created nothing
 
 
-async def test_follow_without_a_body_or_team_and_of_unknown_matches(api: Api, client: httpx.AsyncClient) -> None:
+async def test_follow_without_a_body_or_team_and_of_unknown_matches(
+    api: Api, client: httpx.AsyncClient
+) -> None:
     await seed_reference(api.repos)
     h = api.headers(A)
     resp = await client.post("/user/follow/1002", headers=h)
@@ -286,16 +334,26 @@ async def test_follow_without_a_body_or_team_and_of_unknown_matches(api: Api, cl
 
 async def test_activity_register_rotate_list_and_end(api: Api, client: httpx.AsyncClient) -> None:
     h = api.headers(A)
-    resp = await client.post("/user/activity/1001", json={"deviceId": "iphone-1", "updateToken": UPD}, headers=h)
+    resp = await client.post(
+        "/user/activity/1001", json={"deviceId": "iphone-1", "updateToken": UPD}, headers=h
+    )
     assert resp.status_code == 201
     session = await api.repos.live_activities.get_la_session("1001", A, "iphone-1")
-    assert session["status"] == "active" and session["updateToken"] == UPD and session["visitorKey"] == f"{A}#iphone-1"
+    assert (
+        session["status"] == "active"
+        and session["updateToken"] == UPD
+        and session["visitorKey"] == f"{A}#iphone-1"
+    )
 
     new = "77" * 32
-    resp = await client.patch("/user/activity/1001", json={"deviceId": "iphone-1", "updateToken": new}, headers=h)
+    resp = await client.patch(
+        "/user/activity/1001", json={"deviceId": "iphone-1", "updateToken": new}, headers=h
+    )
     assert resp.status_code == 200
     assert (await api.repos.live_activities.get_la_session("1001", A, "iphone-1"))["updateToken"] == new
-    missing = await client.patch("/user/activity/1001", json={"deviceId": "ipad-9", "updateToken": new}, headers=h)
+    missing = await client.patch(
+        "/user/activity/1001", json={"deviceId": "ipad-9", "updateToken": new}, headers=h
+    )
     assert missing.status_code == 404
     assert await api.repos.live_activities.get_la_session("1001", A, "ipad-9") is None
 
@@ -307,7 +365,9 @@ async def test_activity_register_rotate_list_and_end(api: Api, client: httpx.Asy
     assert ended.status_code == 200
     session = await api.repos.live_activities.get_la_session("1001", A, "iphone-1")
     assert session["status"] == "ended" and session["endReason"] == "user"
-    assert (await client.delete("/user/activity/1001", params={"deviceId": "nope"}, headers=h)).status_code == 404
+    assert (
+        await client.delete("/user/activity/1001", params={"deviceId": "nope"}, headers=h)
+    ).status_code == 404
     assert (await client.delete("/user/activity/1001", headers=h)).status_code == 422  # deviceId required
 
 
@@ -326,14 +386,24 @@ async def test_users_cannot_see_or_change_each_others_items(api: Api, client: ht
     assert (await client.get("/user/follow/1001", headers=b)).json()["following"] is False
     assert (await client.get("/user/activities", headers=b)).json()["activities"] == []
     # B changes none of them
-    assert (await client.put("/user/device/push-to-start", json={"pushToStartToken": "00" * 32}, headers=b)).status_code == 404
+    assert (
+        await client.put("/user/device/push-to-start", json={"pushToStartToken": "00" * 32}, headers=b)
+    ).status_code == 404
     assert (await client.delete("/user/device", headers=b)).status_code == 404
     assert (await client.patch("/user/follow/1001", json={"teamId": "11"}, headers=b)).status_code == 404
     assert (await client.delete("/user/follow/1001", headers=b)).status_code == 404
-    assert (await client.patch("/user/activity/1001", json={"deviceId": "iphone-a", "updateToken": "00" * 32}, headers=b)).status_code == 404
-    assert (await client.delete("/user/activity/1001", params={"deviceId": "iphone-a"}, headers=b)).status_code == 404
+    assert (
+        await client.patch(
+            "/user/activity/1001", json={"deviceId": "iphone-a", "updateToken": "00" * 32}, headers=b
+        )
+    ).status_code == 404
+    assert (
+        await client.delete("/user/activity/1001", params={"deviceId": "iphone-a"}, headers=b)
+    ).status_code == 404
     # a user id in a body is refused, never used
-    resp = await client.post("/user/activity/1001", json={"deviceId": "iphone-a", "updateToken": "00" * 32, "userId": A}, headers=b)
+    resp = await client.post(
+        "/user/activity/1001", json={"deviceId": "iphone-a", "updateToken": "00" * 32, "userId": A}, headers=b
+    )
     assert resp.status_code == 422
 
     device = await api.repos.devices.get_device_for_user(A)
@@ -343,7 +413,9 @@ async def test_users_cannot_see_or_change_each_others_items(api: Api, client: ht
     assert session["status"] == "active" and session["updateToken"] == UPD
 
 
-async def test_display_refusals_have_the_same_shape_on_every_path(api: Api, client: httpx.AsyncClient) -> None:
+async def test_display_refusals_have_the_same_shape_on_every_path(
+    api: Api, client: httpx.AsyncClient
+) -> None:
     await api.repos.display_cache.set_cached_display_state("1001", "neutral", {"score": "1/0"}, ttl_s=60)
     resp = await client.get("/matches/1001/display")
     assert resp.status_code == 401 and resp.headers["www-authenticate"] == 'Bearer error="invalid_token"'
@@ -353,12 +425,16 @@ async def test_display_refusals_have_the_same_shape_on_every_path(api: Api, clie
     bad_id = await client.get("/matches/" + "9" * 65 + "/display", headers=h)
     assert bad_id.status_code == 422 and bad_id.json()["error"]["fields"][0]["field"] == "path.matchId"
     extra = await client.get("/matches/1001/display", params={"team": "10", "x": "1"}, headers=h)
-    assert extra.status_code == 404  # an unknown query parameter is ignored, as on every route; no state for 10
+    assert (
+        extra.status_code == 404
+    )  # an unknown query parameter is ignored, as on every route; no state for 10
     ok = await client.get("/matches/1001/display", params={}, headers=h)
     assert ok.status_code == 200 and ok.json()["displayState"] == {"score": "1/0"}
 
 
-async def test_a_registration_burst_is_written_in_batches_and_loses_nothing(make_api: Any, repos: Any) -> None:
+async def test_a_registration_burst_is_written_in_batches_and_loses_nothing(
+    make_api: Any, repos: Any
+) -> None:
     api: Api = await make_api(api={"write_parallel": 2})
     await repos.live_activities.register_la_session("1001", "user-00000", "iphone", "aa" * 32)
     await repos.live_activities.suspend_la_session("1001", "user-00000#iphone")
@@ -367,7 +443,8 @@ async def test_a_registration_burst_is_written_in_batches_and_loses_nothing(make
 
         async def register(i: int) -> None:
             resp = await client.post(
-                "/user/activity/1001", json={"deviceId": "iphone", "updateToken": f"{i:064x}"},
+                "/user/activity/1001",
+                json={"deviceId": "iphone", "updateToken": f"{i:064x}"},
                 headers=api.headers(f"user-{i:05d}"),
             )
             codes.append(resp.status_code)
@@ -380,7 +457,9 @@ async def test_a_registration_burst_is_written_in_batches_and_loses_nothing(make
     assert codes == [201] * 60
     sessions = await repos.live_activities.get_all_la_sessions_for_match("1001")
     assert len(sessions) == 60
-    assert all(s["status"] == "active" and s["updateToken"] == f"{int(s['userId'][5:]):064x}" for s in sessions)
+    assert all(
+        s["status"] == "active" and s["updateToken"] == f"{int(s['userId'][5:]):064x}" for s in sessions
+    )
     again = next(s for s in sessions if s["userId"] == "user-00000")
     assert "suspendedAt" not in again  # a re-registration reactivates, as the single upsert does
     assert api.state.registrations.batches < 60

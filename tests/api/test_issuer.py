@@ -30,11 +30,29 @@ def test_api_token_mints_from_the_state_the_demo_saved(tmp_path: Path) -> None:
         assert oct((tmp_path / "issuer-key.pem").stat().st_mode & 0o777) == "0o600"
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         out = subprocess.run(
-            [sys.executable, "-m", "daemon", "api-token", "--sub", "curl-user", "--admin", "--state-dir", str(tmp_path)],
-            capture_output=True, text=True, env=env, timeout=60, check=True,
+            [
+                sys.executable,
+                "-m",
+                "daemon",
+                "api-token",
+                "--sub",
+                "curl-user",
+                "--admin",
+                "--state-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=True,
         )
         principal = verify_token(
-            out.stdout.strip(), keys_from_jwks(iss.jwks()), issuer=iss.issuer, client_ids={iss.client_id}, leeway_s=0
+            out.stdout.strip(),
+            keys_from_jwks(iss.jwks()),
+            issuer=iss.issuer,
+            client_ids={iss.client_id},
+            leeway_s=0,
         )
         assert principal.sub == "curl-user" and principal.groups == ("admin",)
 
@@ -43,6 +61,9 @@ def test_api_token_says_clearly_when_no_demo_state_exists(tmp_path: Path) -> Non
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run(
         [sys.executable, "-m", "daemon", "api-token", "--sub", "u", "--state-dir", str(tmp_path / "none")],
-        capture_output=True, text=True, env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert out.returncode == 2 and "sightscreen demo" in out.stderr and out.stdout == ""

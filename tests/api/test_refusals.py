@@ -41,7 +41,9 @@ BAD_TOKENS: dict[str, Any] = {
     "garbage": lambda api: "Bearer abc",
     "expired": lambda api: f"Bearer {api.issuer.mint(U, now=time.time() - 7200)}",
     "wrong signature": lambda api: f"Bearer {api.issuer.mint(U, key=new_key(api.issuer.keys[0].kid))}",
-    "wrong issuer": lambda api: f"Bearer {api.issuer.mint(U, issuer='https://cognito-idp.eu-west-1.amazonaws.com/other')}",
+    "wrong issuer": lambda api: (
+        f"Bearer {api.issuer.mint(U, issuer='https://cognito-idp.eu-west-1.amazonaws.com/other')}"
+    ),
     "wrong client": lambda api: f"Bearer {api.issuer.mint(U, client_id='someone-elses-app')}",
     "wrong use (id token)": lambda api: f"Bearer {api.issuer.mint(U, token_use='id')}",
     "alg none": lambda api: f"Bearer {_forged(api, 'none')}",
@@ -62,14 +64,18 @@ async def test_every_bad_token_is_401_with_the_bearer_challenge_and_no_detail(
         assert resp.status_code == 401, case
         assert resp.headers["www-authenticate"] == 'Bearer error="invalid_token"', case
         assert resp.json()["error"] == {
-            "status": 401, "code": "invalid_token", "message": "the access token is missing or not valid",
+            "status": 401,
+            "code": "invalid_token",
+            "message": "the access token is missing or not valid",
             "fields": [],
         }, case
     assert await api.repos.live_activities.get_user_la_sessions(U) == []
 
 
 async def test_a_good_token_passes_the_same_request(api: Api, client: httpx.AsyncClient) -> None:
-    resp = await client.post("/user/activity/1001", json={"deviceId": "d1", "updateToken": "ab" * 32}, headers=api.headers(U))
+    resp = await client.post(
+        "/user/activity/1001", json={"deviceId": "d1", "updateToken": "ab" * 32}, headers=api.headers(U)
+    )
     assert resp.status_code == 201
 
 
@@ -83,29 +89,61 @@ BAD_BODIES: list[tuple[str, str, Any, int, str]] = [
     ("POST", "/user/device", b"[1, 2", 400, "body"),
     ("POST", "/user/device", b"\xff\xfe", 400, "body"),
     ("POST", "/user/device", [1, 2], 422, "body"),
-    ("POST", "/user/device", {"deviceToken": "ab" * 32, "osVersion": "18", "appVersion": 2}, 422, "body.appVersion"),
-    ("POST", "/user/device", {"deviceToken": "zz" * 32, "osVersion": "18", "appVersion": "1"}, 422, "body.deviceToken"),
-    ("POST", "/user/device", {"deviceToken": "ab" * 32, "osVersion": "18", "appVersion": "1", "userId": "x"}, 422,
-     "body.userId"),
-    ("POST", "/user/device", {"deviceToken": "ab" * 32, "osVersion": "18", "appVersion": "1", "platform": "android"},
-     422, "body.platform"),
+    (
+        "POST",
+        "/user/device",
+        {"deviceToken": "ab" * 32, "osVersion": "18", "appVersion": 2},
+        422,
+        "body.appVersion",
+    ),
+    (
+        "POST",
+        "/user/device",
+        {"deviceToken": "zz" * 32, "osVersion": "18", "appVersion": "1"},
+        422,
+        "body.deviceToken",
+    ),
+    (
+        "POST",
+        "/user/device",
+        {"deviceToken": "ab" * 32, "osVersion": "18", "appVersion": "1", "userId": "x"},
+        422,
+        "body.userId",
+    ),
+    (
+        "POST",
+        "/user/device",
+        {"deviceToken": "ab" * 32, "osVersion": "18", "appVersion": "1", "platform": "android"},
+        422,
+        "body.platform",
+    ),
     ("PUT", "/user/device/push-to-start", {"pushToStartToken": 12}, 422, "body.pushToStartToken"),
     ("POST", "/user/follow/1001", {"teamId": 10}, 422, "body.teamId"),
     ("POST", "/user/activity/1001", {"deviceId": "d1"}, 422, "body"),  # neither updateToken nor channelId
     ("POST", "/user/activity/1001", {"deviceId": "a#b", "updateToken": "ab" * 32}, 422, "body.deviceId"),
     ("POST", "/user/activity/1001", {"deviceId": "d1", "updateToken": "abc"}, 422, "body.updateToken"),
-    ("POST", "/user/activity/1001", {"deviceId": "d1", "updateToken": "ab" * 32, "status": "ended"}, 422, "body.status"),
+    (
+        "POST",
+        "/user/activity/1001",
+        {"deviceId": "d1", "updateToken": "ab" * 32, "status": "ended"},
+        422,
+        "body.status",
+    ),
     ("POST", "/user/activity/bad%23id", {"deviceId": "d1", "updateToken": "ab" * 32}, 422, "path.matchId"),
     ("POST", "/user/activity/" + "9" * 65, {"deviceId": "d1", "updateToken": "ab" * 32}, 422, "path.matchId"),
 ]
 
 
 async def test_bad_input_names_the_field_and_writes_nothing(api: Api, client: httpx.AsyncClient) -> None:
-    await api.repos.fixtures.batch_write_fixtures([{"matchId": "1001", "localteamId": "10", "visitorteamId": "11"}])
+    await api.repos.fixtures.batch_write_fixtures(
+        [{"matchId": "1001", "localteamId": "10", "visitorteamId": "11"}]
+    )
     for method, path, body, status, field in BAD_BODIES:
         case = f"{method} {path} {body!r}"
         kw: dict[str, Any] = {"content": body} if isinstance(body, bytes) else {"json": body}
-        resp = await client.request(method, path, headers={**api.headers(U), "Content-Type": "application/json"}, **kw)
+        resp = await client.request(
+            method, path, headers={**api.headers(U), "Content-Type": "application/json"}, **kw
+        )
         assert resp.status_code == status, case
         error = resp.json()["error"]
         assert error["status"] == status, case
@@ -145,7 +183,9 @@ async def test_the_rate_limit_answers_429_with_retry_after_per_user(make_api: An
         assert (await client.get("/user/activities", headers=other)).status_code == 200
 
 
-async def test_unknown_paths_and_methods_answer_in_the_error_shape(api: Api, client: httpx.AsyncClient) -> None:
+async def test_unknown_paths_and_methods_answer_in_the_error_shape(
+    api: Api, client: httpx.AsyncClient
+) -> None:
     resp = await client.get("/no/such/path", headers=api.headers(U))
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
     resp = await client.put("/user/activities", headers=api.headers(U))

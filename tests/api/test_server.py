@@ -42,12 +42,16 @@ async def test_served_over_http_with_a_graceful_stop(repos: Any, issuer: LocalIs
             assert (await http.get("/healthz")).status_code == 200
             assert (await http.get("/readyz")).json()["ready"] is True
             resp = await http.post(
-                "/user/activity/1001", json={"deviceId": "d1", "updateToken": "ab" * 32},
+                "/user/activity/1001",
+                json={"deviceId": "d1", "updateToken": "ab" * 32},
                 headers={"Authorization": f"Bearer {token}"},
             )
             assert resp.status_code == 201
-            big = await http.post("/user/device", content=b"{" + b" " * 20000 + b"}",
-                                  headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+            big = await http.post(
+                "/user/device",
+                content=b"{" + b" " * 20000 + b"}",
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            )
             assert big.status_code == 413
 
             answers: list[httpx.Response] = []
@@ -81,7 +85,10 @@ async def test_the_api_refuses_to_start_without_an_issuer_or_clients(repos: Any)
 def test_cognito_issuer_and_jwks_url_come_from_region_and_pool() -> None:
     auth = AuthSettings(region="eu-west-1", user_pool_id="eu-west-1_AbC123", client_ids=["app"])
     assert auth.effective_issuer() == "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_AbC123"
-    assert auth.effective_jwks_url() == "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_AbC123/.well-known/jwks.json"
+    assert (
+        auth.effective_jwks_url()
+        == "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_AbC123/.well-known/jwks.json"
+    )
     over = AuthSettings(issuer="http://127.0.0.1:9/", client_ids=["app"])
     assert over.effective_jwks_url() == "http://127.0.0.1:9/.well-known/jwks.json"
 
@@ -109,8 +116,9 @@ def test_the_api_role_needs_a_listen_address_and_an_issuer() -> None:
     with pytest.raises(ValueError, match="api.listen"):
         Config.model_validate({"instance": {"roles": ["api"]}})
     with pytest.raises(ValueError, match="auth.client_ids"):
-        Config.model_validate({"instance": {"roles": ["api"]}, "api": {"listen": "127.0.0.1:0"},
-                               "auth": {"user_pool_id": "p"}})
+        Config.model_validate(
+            {"instance": {"roles": ["api"]}, "api": {"listen": "127.0.0.1:0"}, "auth": {"user_pool_id": "p"}}
+        )
     assert Config.model_validate({}).instance.roles == ["engine"]
 
 
@@ -135,7 +143,9 @@ async def test_an_api_only_daemon_serves_the_api_and_takes_no_match(
         assert daemon.orchestrator is None
         assert daemon.supervisor is not None and set(daemon.supervisor.children) == {"api"}
         async with httpx.AsyncClient(base_url=daemon.api.url) as http:
-            resp = await http.get("/user/activities", headers={"Authorization": f"Bearer {issuer.mint('u1')}"})
+            resp = await http.get(
+                "/user/activities", headers={"Authorization": f"Bearer {issuer.mint('u1')}"}
+            )
             assert resp.status_code == 200
         ready = await daemon._h_ready([])
         assert ready["ready"] is True and set(ready["checks"]) == {"dynamodb", "api_keys"}
@@ -156,6 +166,12 @@ def test_the_engine_never_imports_the_api() -> None:
         "and m != 'daemon.api'))"
     )
     env_path = str(Path(__file__).resolve().parents[2])
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
-                         env={**__import__("os").environ, "PYTHONPATH": env_path})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**__import__("os").environ, "PYTHONPATH": env_path},
+    )
     assert out.stdout.strip() == "[]"

@@ -62,7 +62,9 @@ class H2TestClient:
 
     def __init__(self, stream: trio.SSLStream[trio.SocketStream]) -> None:
         self.stream = stream
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        )
         self.settings_received = trio.Event()
         self.closed = trio.Event()
         self.max_streams_seen: list[int] = []
@@ -148,7 +150,12 @@ class H2TestClient:
                 raise ConnectionError("connection closed")
             await self._changed.wait()
         sid = self.h2.get_next_available_stream_id()
-        all_headers = [(":method", method), (":path", path), (":scheme", "https"), (":authority", "localhost")]
+        all_headers = [
+            (":method", method),
+            (":path", path),
+            (":scheme", "https"),
+            (":authority", "localhost"),
+        ]
         all_headers += list((headers or {}).items())
         self.responses[sid] = H2Response(sid)
         self._done[sid] = trio.Event()
@@ -173,7 +180,12 @@ class H2TestClient:
         sids = []
         for path, headers, body in requests:
             sid = self.h2.get_next_available_stream_id()
-            all_headers = [(":method", "POST"), (":path", path), (":scheme", "https"), (":authority", "localhost")]
+            all_headers = [
+                (":method", "POST"),
+                (":path", path),
+                (":scheme", "https"),
+                (":authority", "localhost"),
+            ]
             self.responses[sid] = H2Response(sid)
             self._done[sid] = trio.Event()
             self.h2.send_headers(sid, all_headers + list(headers.items()), end_stream=not body)
@@ -194,11 +206,15 @@ class H2TestClient:
 
     async def control(self, method: str, path: str, body: Any = None) -> H2Response:
         data = json.dumps(body).encode() if body is not None else b""
-        return await self.request(path, {"content-type": "application/json"} if data else {}, data, method=method)
+        return await self.request(
+            path, {"content-type": "application/json"} if data else {}, data, method=method
+        )
 
 
 @asynccontextmanager
-async def open_h2_client(port: int, ctx: ssl.SSLContext, host: str = "127.0.0.1") -> AsyncIterator[H2TestClient]:
+async def open_h2_client(
+    port: int, ctx: ssl.SSLContext, host: str = "127.0.0.1"
+) -> AsyncIterator[H2TestClient]:
     tcp = await trio.open_tcp_stream(host, port)
     tls = trio.SSLStream(tcp, ctx, server_hostname="localhost", https_compatible=True)
     await tls.do_handshake()
@@ -247,8 +263,13 @@ def la_payload(event: str = "update", *, runs: int = 120, pad: int = 0) -> bytes
         "content-state": {"score": f"{runs}/3", "overs": "14.2", "note": "x" * pad},
     }
     if event == "start":
-        aps.update({"attributes-type": "MatchAttributes", "attributes": {"matchId": 1},
-                    "alert": {"title": "Live", "body": "Match started"}})
+        aps.update(
+            {
+                "attributes-type": "MatchAttributes",
+                "attributes": {"matchId": 1},
+                "alert": {"title": "Live", "body": "Match started"},
+            }
+        )
     return json.dumps({"aps": aps}).encode()
 
 

@@ -18,12 +18,31 @@ CHANNEL = "dHN1LMUT8eIXOOaqdvUt5HwhDrIJCxT7AAAAAAAAAAA="
 
 # Apple's documented reasons (apns.md §2.6 table) and the one observed by a TypeScript library.
 DOCUMENTED = {
-    400: ["FeatureNotEnabled", "MissingChannelId", "BadChannelId", "ChannelNotRegistered", "BadRequestParams",
-          "BadRequestPayload", "PayloadEmpty", "BadMessageId", "MissingPushType", "InvalidPushType",
-          "CannotCreateChannelConfig", "BadExpirationDate", "TopicDisallowed", "BadPriority",
-          "MissingChannelQueueSize"],
-    403: ["BadCertificate", "BadCertificateEnvironment", "TopicMismatch", "MissingProviderToken",
-          "ExpiredProviderToken", "InvalidProviderToken"],
+    400: [
+        "FeatureNotEnabled",
+        "MissingChannelId",
+        "BadChannelId",
+        "ChannelNotRegistered",
+        "BadRequestParams",
+        "BadRequestPayload",
+        "PayloadEmpty",
+        "BadMessageId",
+        "MissingPushType",
+        "InvalidPushType",
+        "CannotCreateChannelConfig",
+        "BadExpirationDate",
+        "TopicDisallowed",
+        "BadPriority",
+        "MissingChannelQueueSize",
+    ],
+    403: [
+        "BadCertificate",
+        "BadCertificateEnvironment",
+        "TopicMismatch",
+        "MissingProviderToken",
+        "ExpiredProviderToken",
+        "InvalidProviderToken",
+    ],
     404: ["BadPath"],
     405: ["MethodNotAllowed"],
     413: ["PayloadTooLarge"],
@@ -80,10 +99,17 @@ def test_create_request_has_apples_path_and_body() -> None:
 def test_read_delete_and_list_requests() -> None:
     read = broadcast.read_channel(BUNDLE, CHANNEL)
     assert (read.method, read.path, dict(read.headers)) == (
-        "GET", "/1/apps/com.sightscreen.app/channels", {"apns-channel-id": CHANNEL})
+        "GET",
+        "/1/apps/com.sightscreen.app/channels",
+        {"apns-channel-id": CHANNEL},
+    )
     delete = broadcast.delete_channel(BUNDLE, CHANNEL)
     assert (delete.method, delete.path, dict(delete.headers), delete.body) == (
-        "DELETE", "/1/apps/com.sightscreen.app/channels", {"apns-channel-id": CHANNEL}, b"")
+        "DELETE",
+        "/1/apps/com.sightscreen.app/channels",
+        {"apns-channel-id": CHANNEL},
+        b"",
+    )
     listing = broadcast.list_channels(BUNDLE)
     assert (listing.method, listing.path) == ("GET", "/1/apps/com.sightscreen.app/all-channels")
     assert broadcast.broadcast_path(BUNDLE) == "/4/broadcasts/apps/com.sightscreen.app"
@@ -93,7 +119,9 @@ def test_parse_answers() -> None:
     assert broadcast.parse_answer("create", 201, None, CHANNEL, None) == CHANNEL
     assert broadcast.parse_answer("delete", 204, None, None, None) is None
     assert broadcast.parse_answer("list", 200, None, None, b'{"channels":["a","b"]}') == ["a", "b"]
-    info = broadcast.parse_answer("read", 200, None, None, b'{"message-storage-policy":0,"push-type":"LiveActivity"}')
+    info = broadcast.parse_answer(
+        "read", 200, None, None, b'{"message-storage-policy":0,"push-type":"LiveActivity"}'
+    )
     assert info == broadcast.ChannelInfo(0, "LiveActivity")
 
 
@@ -112,8 +140,16 @@ def test_parse_errors_carry_the_decided_outcome() -> None:
 
 
 def _bcast(**kw: object) -> Push:
-    fields: dict[str, object] = dict(token="", push_type="liveactivity", topic=BUNDLE, payload=b'{"aps":{}}',
-                                     priority=5, kind="update", expiration=0, channel_id=CHANNEL)
+    fields: dict[str, object] = dict(
+        token="",
+        push_type="liveactivity",
+        topic=BUNDLE,
+        payload=b'{"aps":{}}',
+        priority=5,
+        kind="update",
+        expiration=0,
+        channel_id=CHANNEL,
+    )
     fields.update(kw)
     return Push(**fields)  # type: ignore[arg-type]
 

@@ -48,7 +48,9 @@ class ServerPeer:
     """h2's server connection with inbound validation on; records what it got."""
 
     def __init__(self, settings: dict[int, int] | None = None) -> None:
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+        )
         self.h2.initiate_connection()
         if settings:
             self.h2.update_settings(settings)
@@ -124,7 +126,9 @@ def test_no_request_before_the_servers_settings_arrive() -> None:
 def test_request_headers_and_body_reach_a_validating_server_intact() -> None:
     conn, server = connect()
     exchange(conn, server)
-    push = make_push(7, expiration=1700000000, collapse_id="wicket-1", apns_id="123e4567-e89b-12d3-a456-426614174000")
+    push = make_push(
+        7, expiration=1700000000, collapse_id="wicket-1", apns_id="123e4567-e89b-12d3-a456-426614174000"
+    )
     sid = conn.send(push, "ctx", 0.0)
     exchange(conn, server)
     headers = server.requests[sid]
@@ -336,7 +340,9 @@ def test_server_header_table_size_is_respected(table_size: int) -> None:
     sids = [conn.send(make_push(i, priority=10 if i % 2 else 5), i, 0.0) for i in range(20)]
     exchange(conn, server)
     assert all(server.requests[sid][":path"] == f"/3/device/{i:064x}" for i, sid in enumerate(sids))
-    assert all(server.requests[sid]["apns-priority"] == ("10" if i % 2 else "5") for i, sid in enumerate(sids))
+    assert all(
+        server.requests[sid]["apns-priority"] == ("10" if i % 2 else "5") for i, sid in enumerate(sids)
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -383,13 +389,16 @@ def test_encoder_stays_in_step_with_an_independent_hpack_decoder(ops: list[tuple
 
 
 WANTED = {b":status", b"apns-id", b"content-length"}
-header_names = st.sampled_from([b":status", b"apns-id", b"apns-unique-id", b"content-length", b"server", b"date",
-                                b"x-custom"])
+header_names = st.sampled_from(
+    [b":status", b"apns-id", b"apns-unique-id", b"content-length", b"server", b"date", b"x-custom"]
+)
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.lists(st.tuples(header_names, st.binary(min_size=0, max_size=40)), max_size=6), max_size=10),
-       st.booleans())
+@given(
+    st.lists(st.lists(st.tuples(header_names, st.binary(min_size=0, max_size=40)), max_size=6), max_size=10),
+    st.booleans(),
+)
 def test_response_decoder_agrees_with_hpack_on_the_fields_it_reads(
     blocks: list[list[tuple[bytes, bytes]]], huffman: bool
 ) -> None:
@@ -429,7 +438,9 @@ def test_client_advertises_a_zero_header_table_and_no_push() -> None:
 
 
 def _window_update(stream_id: int, increment: int) -> bytes:
-    return (4).to_bytes(3, "big") + bytes([0x8, 0]) + stream_id.to_bytes(4, "big") + increment.to_bytes(4, "big")
+    return (
+        (4).to_bytes(3, "big") + bytes([0x8, 0]) + stream_id.to_bytes(4, "big") + increment.to_bytes(4, "big")
+    )
 
 
 def test_window_updates_credit_the_connection_and_open_streams_and_ignore_closed_ones() -> None:

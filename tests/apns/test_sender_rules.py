@@ -69,5 +69,8 @@ def test_check_push_names_the_problem_like_apns_would(kw: dict[str, object], rea
 
 def test_liveactivity_topic_gets_its_suffix_once() -> None:
     assert push(push_type="liveactivity").wire_topic == "com.x.push-type.liveactivity"
-    assert push(push_type="liveactivity", topic="com.x.push-type.liveactivity").wire_topic.count("push-type") == 1
+    assert (
+        push(push_type="liveactivity", topic="com.x.push-type.liveactivity").wire_topic.count("push-type")
+        == 1
+    )
     assert push(push_type="alert").wire_topic == "com.x"

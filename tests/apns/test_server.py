@@ -83,9 +83,12 @@ async def test_concurrent_streams_on_several_connections_are_all_answered(
             statuses.append(first.status or 0)
             async with trio.open_nursery() as nursery:
                 for i in range(per_connection - 1):
+
                     async def push(i: int = i) -> None:
                         token = f"{i:04x}" * 8
-                        r = await client.request(f"/3/device/{token}", push_headers(provider_token), la_payload())
+                        r = await client.request(
+                            f"/3/device/{token}", push_headers(provider_token), la_payload()
+                        )
                         statuses.append(r.status or 0)
 
                     nursery.start_soon(push)
@@ -105,6 +108,7 @@ async def test_wait_for_records_returns_once_enough_requests_were_answered(
     apns_server: ApnsTestServer, open_client, provider_token
 ):
     async with trio.open_nursery() as nursery:
+
         async def push_three() -> None:
             async with open_client(apns_server) as client:
                 for _ in range(3):
@@ -127,8 +131,10 @@ async def test_record_file_gets_one_json_line_per_answered_request(
     server.flush_records()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(r["status"], r["reason"]) for r in lines] == [(200, None), (400, "BadDeviceToken")]
-    assert all({"time", "connection_id", "stream_id", "token", "headers", "payload", "apns_id"} <= r.keys()
-               for r in lines)
+    assert all(
+        {"time", "connection_id", "stream_id", "token", "headers", "payload", "apns_id"} <= r.keys()
+        for r in lines
+    )
 
 
 async def test_provider_token_of_unknown_key_or_wrong_team_is_invalid(

@@ -36,8 +36,13 @@ def auth(token: str, **extra: str) -> dict[str, str]:
 
 
 def bheaders(token: str, channel: str, **extra: str) -> dict[str, str]:
-    headers = {"authorization": f"bearer {token}", "apns-channel-id": channel, "apns-push-type": "liveactivity",
-               "apns-priority": "5", "apns-expiration": "0"}
+    headers = {
+        "authorization": f"bearer {token}",
+        "apns-channel-id": channel,
+        "apns-push-type": "liveactivity",
+        "apns-priority": "5",
+        "apns-expiration": "0",
+    }
     headers.update({k.replace("_", "-"): v for k, v in extra.items()})
     return {k: v for k, v in headers.items() if v != ""}
 
@@ -55,23 +60,32 @@ async def test_channel_lifecycle_create_read_list_delete(
         assert created.status == 201 and created.body == b""
         channel = created.headers["apns-channel-id"]
         assert "apns-request-id" in created.headers
-        read = await client.request(CHANNELS, auth(provider_token, **{"apns-channel-id": channel}), method="GET")
+        read = await client.request(
+            CHANNELS, auth(provider_token, **{"apns-channel-id": channel}), method="GET"
+        )
         assert (read.status, read.json()) == (200, {"message-storage-policy": 0, "push-type": "LiveActivity"})
         listed = await client.request(ALL, auth(provider_token), method="GET")
         assert (listed.status, listed.json()) == (200, {"channels": [channel]})
-        deleted = await client.request(CHANNELS, auth(provider_token, **{"apns-channel-id": channel}),
-                                       method="DELETE")
+        deleted = await client.request(
+            CHANNELS, auth(provider_token, **{"apns-channel-id": channel}), method="DELETE"
+        )
         assert deleted.status == 204
-        again = await client.request(CHANNELS, auth(provider_token, **{"apns-channel-id": channel}), method="GET")
+        again = await client.request(
+            CHANNELS, auth(provider_token, **{"apns-channel-id": channel}), method="GET"
+        )
         assert (again.status, again.reason) == (400, "ChannelNotRegistered")
     assert server.stats()["channels"] == {"open": 0, "created": 1, "deleted": 1}
 
 
-async def test_request_id_is_echoed(start_apns_server: StartServer, nursery: trio.Nursery, provider_token: str) -> None:
+async def test_request_id_is_echoed(
+    start_apns_server: StartServer, nursery: trio.Nursery, provider_token: str
+) -> None:
     server = await start_apns_server()
     request_id = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
     async with management(server, nursery) as client:
-        created = await client.request(CHANNELS, auth(provider_token, **{"apns-request-id": request_id}), CREATE)
+        created = await client.request(
+            CHANNELS, auth(provider_token, **{"apns-request-id": request_id}), CREATE
+        )
         assert created.headers["apns-request-id"] == request_id
 
 
@@ -83,23 +97,56 @@ async def test_request_id_is_echoed(start_apns_server: StartServer, nursery: tri
         ("POST", ALL, {}, b"", 405, "MethodNotAllowed"),
         ("POST", CHANNELS, {}, b"", 400, "PayloadEmpty"),
         ("POST", CHANNELS, {}, b"{not json", 400, "BadRequestPayload"),
-        ("POST", CHANNELS, {}, b'{"message-storage-policy":0,"push-type":"LiveActivity","x":1}', 400,
-         "BadRequestParams"),
+        (
+            "POST",
+            CHANNELS,
+            {},
+            b'{"message-storage-policy":0,"push-type":"LiveActivity","x":1}',
+            400,
+            "BadRequestParams",
+        ),
         ("POST", CHANNELS, {}, b'{"message-storage-policy":0}', 400, "MissingPushType"),
         ("POST", CHANNELS, {}, b'{"message-storage-policy":0,"push-type":"Alert"}', 400, "InvalidPushType"),
-        ("POST", CHANNELS, {}, b'{"message-storage-policy":2,"push-type":"LiveActivity"}', 400,
-         "MissingChannelQueueSize"),
-        ("POST", "/1/apps/com.sightscreen.app.push-type.liveactivity/channels", {}, CREATE, 400, "TopicDisallowed"),
+        (
+            "POST",
+            CHANNELS,
+            {},
+            b'{"message-storage-policy":2,"push-type":"LiveActivity"}',
+            400,
+            "MissingChannelQueueSize",
+        ),
+        (
+            "POST",
+            "/1/apps/com.sightscreen.app.push-type.liveactivity/channels",
+            {},
+            CREATE,
+            400,
+            "TopicDisallowed",
+        ),
         ("POST", "/1/apps/com.other.app/channels", {}, CREATE, 403, "TopicMismatch"),
         ("POST", CHANNELS, {"apns-request-id": "nope"}, CREATE, 400, "BadMessageId"),
         ("GET", CHANNELS, {}, b"", 400, "MissingChannelId"),
         ("GET", CHANNELS, {"apns-channel-id": "!!not-base64"}, b"", 400, "BadChannelId"),
-        ("DELETE", CHANNELS, {"apns-channel-id": "AAAAAAAAAAAAAAAAAAAAAA=="}, b"", 400, "ChannelNotRegistered"),
+        (
+            "DELETE",
+            CHANNELS,
+            {"apns-channel-id": "AAAAAAAAAAAAAAAAAAAAAA=="},
+            b"",
+            400,
+            "ChannelNotRegistered",
+        ),
     ],
 )
 async def test_management_validation(
-    start_apns_server: StartServer, nursery: trio.Nursery, provider_token: str,
-    method: str, path: str, headers: dict[str, str], body: bytes, status: int, reason: str,
+    start_apns_server: StartServer,
+    nursery: trio.Nursery,
+    provider_token: str,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes,
+    status: int,
+    reason: str,
 ) -> None:
     server = await start_apns_server()
     async with management(server, nursery) as client:
@@ -129,8 +176,11 @@ async def test_channel_limit_answers_cannot_create_channel_config(
         assert second.status == 201
         third = await create(client, provider_token)
         assert (third.status, third.reason) == (400, "CannotCreateChannelConfig")
-        await client.request(CHANNELS, auth(provider_token, **{"apns-channel-id": second.headers["apns-channel-id"]}),
-                             method="DELETE")
+        await client.request(
+            CHANNELS,
+            auth(provider_token, **{"apns-channel-id": second.headers["apns-channel-id"]}),
+            method="DELETE",
+        )
         assert (await create(client, provider_token)).status == 201
 
 
@@ -139,8 +189,9 @@ async def test_hosts_serve_only_their_own_paths(
 ) -> None:
     server = await start_apns_server()
     async with management(server, nursery) as client:
-        on_management = await client.request(BROADCAST, bheaders(provider_token, "AAAAAAAAAAAAAAAAAAAAAA=="),
-                                             la_payload())
+        on_management = await client.request(
+            BROADCAST, bheaders(provider_token, "AAAAAAAAAAAAAAAAAAAAAA=="), la_payload()
+        )
     async with open_client(server) as client:
         on_push = await client.request(CHANNELS, auth(provider_token), CREATE)
     assert (on_management.status, on_management.reason) == (404, "BadPath")
@@ -189,16 +240,23 @@ async def test_broadcast_reaches_every_subscribed_device_once(
     ],
 )
 async def test_broadcast_validation(
-    start_apns_server: StartServer, nursery: trio.Nursery, open_client: Any, provider_token: str,
-    overrides: dict[str, str], body: bytes | None, status: int, reason: str | None,
+    start_apns_server: StartServer,
+    nursery: trio.Nursery,
+    open_client: Any,
+    provider_token: str,
+    overrides: dict[str, str],
+    body: bytes | None,
+    status: int,
+    reason: str | None,
 ) -> None:
     server = await start_apns_server()
     async with management(server, nursery) as client:
         channel = (await create(client, provider_token)).headers["apns-channel-id"]
     server.subscribe("d1", channel)
     async with open_client(server) as client:
-        answer = await client.request(BROADCAST, bheaders(provider_token, channel, **overrides),
-                                      la_payload() if body is None else body)
+        answer = await client.request(
+            BROADCAST, bheaders(provider_token, channel, **overrides), la_payload() if body is None else body
+        )
     assert (answer.status, answer.reason) == (status, reason)
     assert len(server.seen_by("d1")) == (1 if status == 200 else 0)
 
@@ -208,11 +266,15 @@ async def test_policy_one_channel_accepts_an_expiration(
 ) -> None:
     server = await start_apns_server()
     async with management(server, nursery) as client:
-        created = await create(client, provider_token, b'{"message-storage-policy":1,"push-type":"LiveActivity"}')
+        created = await create(
+            client, provider_token, b'{"message-storage-policy":1,"push-type":"LiveActivity"}'
+        )
     async with open_client(server) as client:
         answer = await client.request(
-            BROADCAST, bheaders(provider_token, created.headers["apns-channel-id"], apns_expiration="1900000000"),
-            la_payload())
+            BROADCAST,
+            bheaders(provider_token, created.headers["apns-channel-id"], apns_expiration="1900000000"),
+            la_payload(),
+        )
     assert answer.status == 200
 
 
@@ -221,6 +283,7 @@ def test_broadcast_path_and_method_rules_without_io() -> None:
     topics = frozenset({BUNDLE_ID})
     assert decide_broadcast("GET", BROADCAST, {}, b"", store, topics).verdict.reason == "MethodNotAllowed"
     assert decide_broadcast("POST", "/4/broadcasts/apps/", {}, b"", store, topics).verdict.reason == "BadPath"
-    assert decide_broadcast("POST", "/4/broadcasts/apps/com.other", {}, b"", store, topics).verdict.reason == (
-        "TopicMismatch")
+    assert decide_broadcast(
+        "POST", "/4/broadcasts/apps/com.other", {}, b"", store, topics
+    ).verdict.reason == ("TopicMismatch")
     assert decide_management("GET", ALL, {}, b"", store, topics).body == b'{"channels":[]}'

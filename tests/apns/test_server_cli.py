@@ -68,8 +68,14 @@ async def test_cli_prints_address_serves_pushes_records_and_exits_0_on_sigterm(t
 async def test_cli_verifies_tokens_against_given_public_keys_and_exits_0_on_sigint(tmp_path, signing_key):
     _, public = write_key_files(signing_key, tmp_path)
     proc, info = await start_cli(
-        "--key-id", signing_key.key_id, "--public-key", str(public), "--team-id", "TEAMXYZ123",
-        "--script", json.dumps({"storm": {"status": 503, "count": 1}}),
+        "--key-id",
+        signing_key.key_id,
+        "--public-key",
+        str(public),
+        "--team-id",
+        "TEAMXYZ123",
+        "--script",
+        json.dumps({"storm": {"status": 503, "count": 1}}),
     )
     try:
         assert "private_key_file" not in info
@@ -92,7 +98,10 @@ async def test_cli_verifies_tokens_against_given_public_keys_and_exits_0_on_sigi
 def test_cli_refuses_unpaired_key_options_with_exit_2():
     result = subprocess.run(
         [sys.executable, "-m", "daemon", "apns-server", "--key-id", "K1"],
-        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=30,
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "--public-key" in result.stderr
@@ -101,7 +110,10 @@ def test_cli_refuses_unpaired_key_options_with_exit_2():
 def test_cli_refuses_a_bad_script_naming_the_field():
     result = subprocess.run(
         [sys.executable, "-m", "daemon", "apns-server", "--script", '{"storm": {"status": 404}}'],
-        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=30,
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "storm.status" in result.stderr
@@ -110,4 +122,6 @@ def test_cli_refuses_a_bad_script_naming_the_field():
 def _payload() -> bytes:
     import time
 
-    return json.dumps({"aps": {"timestamp": int(time.time()), "event": "update", "content-state": {}}}).encode()
+    return json.dumps(
+        {"aps": {"timestamp": int(time.time()), "event": "update", "content-state": {}}}
+    ).encode()

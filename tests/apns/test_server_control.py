@@ -77,9 +77,13 @@ async def test_large_record_listing_is_sent_within_the_clients_flow_control_wind
 async def test_reset_over_http_clears_faults_and_optionally_records(apns_server, open_client, provider_token):
     async with open_client(apns_server) as ctl, open_client(apns_server) as client:
         await ctl.control("POST", "/ctl/script", {"storm": {"status": 503}})
-        assert (await client.request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())).status == 503
+        assert (
+            await client.request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
+        ).status == 503
         await ctl.control("POST", "/ctl/reset?records=1")
-        assert (await client.request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())).status == 200
+        assert (
+            await client.request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
+        ).status == 200
     assert [r["status"] for r in apns_server.records] == [200]
 
 

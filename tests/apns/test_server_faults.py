@@ -37,7 +37,9 @@ async def open_up(client: H2TestClient, provider_token: str) -> None:
             await client._changed.wait()
 
 
-async def test_scripted_410_carries_reason_and_millisecond_timestamp(apns_server, open_client, provider_token):
+async def test_scripted_410_carries_reason_and_millisecond_timestamp(
+    apns_server, open_client, provider_token
+):
     apns_server.set_token_status(OTHER, 410, "Unregistered", timestamp_ms=1_700_000_000_123)
     async with open_client(apns_server) as client:
         dead = await push(client, provider_token, OTHER)
@@ -219,12 +221,22 @@ async def test_small_window_is_advertised_and_respected_bodies_still_arrive(
     assert apns_server.stats()["protocol_errors"] == []
 
 
-async def test_client_that_overruns_the_window_gets_flow_control_error(apns_server, open_client, provider_token):
+async def test_client_that_overruns_the_window_gets_flow_control_error(
+    apns_server, open_client, provider_token
+):
     apns_server.set_window(1000)
     async with open_client(apns_server) as client:
         sid = client.h2.get_next_available_stream_id()
-        client.h2.send_headers(sid, [(":method", "POST"), (":path", f"/3/device/{TOKEN}"), (":scheme", "https"),
-                                     (":authority", "localhost"), *push_headers(provider_token).items()])
+        client.h2.send_headers(
+            sid,
+            [
+                (":method", "POST"),
+                (":path", f"/3/device/{TOKEN}"),
+                (":scheme", "https"),
+                (":authority", "localhost"),
+                *push_headers(provider_token).items(),
+            ],
+        )
         client.responses[sid] = H2Response(sid)
         client._done[sid] = trio.Event()
         await client._flush()
@@ -286,8 +298,9 @@ async def test_token_switch_is_allowed_when_the_interval_is_scripted_to_zero(
 
 async def test_second_key_on_a_connection_is_unrelated_key_id(start_apns_server, open_client, signing_key):
     other = generate_signing_key("KEY0000002")
-    server = await start_apns_server(keys={signing_key.key_id: signing_key.public_pem,
-                                           other.key_id: other.public_pem})
+    server = await start_apns_server(
+        keys={signing_key.key_id: signing_key.public_pem, other.key_id: other.public_pem}
+    )
     async with open_client(server) as client:
         assert (await push(client, make_provider_token(signing_key, TEAM_ID))).status == 200
         resp = await push(client, make_provider_token(other, TEAM_ID))
@@ -373,9 +386,7 @@ async def test_idle_connection_gets_goaway_idle_timeout_and_busy_one_does_not(
     assert apns_server.stats()["idle_timeouts"] == 1
 
 
-async def test_streams_sent_before_acknowledging_settings_are_served_but_counted(
-    apns_server, provider_token
-):
+async def test_streams_sent_before_acknowledging_settings_are_served_but_counted(apns_server, provider_token):
     """A client that does not wait for SETTINGS (spec §1.7) is served, as RFC 9113 allows, and counted."""
     import h2.config
     import h2.connection
@@ -384,8 +395,13 @@ async def test_streams_sent_before_acknowledging_settings_are_served_but_counted
     tls = trio.SSLStream(tcp, apns_server.ssl_context_for_clients(), server_hostname="localhost")
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
-    headers = [(":method", "POST"), (":path", f"/3/device/{TOKEN}"), (":scheme", "https"),
-               (":authority", "localhost"), *push_headers(provider_token).items()]
+    headers = [
+        (":method", "POST"),
+        (":path", f"/3/device/{TOKEN}"),
+        (":scheme", "https"),
+        (":authority", "localhost"),
+        *push_headers(provider_token).items(),
+    ]
     for sid in (1, 3, 5):
         conn.send_headers(sid, headers)
         conn.send_data(sid, la_payload(), end_stream=True)

@@ -13,7 +13,12 @@ from hyperframe.frame import DataFrame, HeadersFrame, PingFrame, PriorityFrame
 
 from daemon.apns.server import LeanH2Connection
 
-REQUEST = [(":method", "POST"), (":path", "/3/device/abcd"), (":scheme", "https"), (":authority", "localhost")]
+REQUEST = [
+    (":method", "POST"),
+    (":path", "/3/device/abcd"),
+    (":scheme", "https"),
+    (":authority", "localhost"),
+]
 
 
 def pair(settings: dict[int, int] | None = None) -> tuple[h2.connection.H2Connection, LeanH2Connection, list]:
@@ -52,7 +57,10 @@ def test_request_and_response_round_trip_with_body_and_error_answer():
     answer = client.receive_data(server.data_to_send())
     response = next(e for e in answer if isinstance(e, h2.events.ResponseReceived))
     assert dict(response.headers)[b":status"] == b"410"
-    assert b"".join(e.data for e in answer if isinstance(e, h2.events.DataReceived)) == b'{"reason":"Unregistered"}'
+    assert (
+        b"".join(e.data for e in answer if isinstance(e, h2.events.DataReceived))
+        == b'{"reason":"Unregistered"}'
+    )
     assert any(isinstance(e, h2.events.StreamEnded) for e in answer)
     assert server.streams == {}
 
@@ -88,7 +96,9 @@ def test_window_updates_let_a_body_larger_than_the_window_through():
     while True:
         room = min(client.local_flow_control_window(1), len(body) - len(received))
         if room:
-            client.send_data(1, body[len(received) : len(received) + room], end_stream=len(received) + room == 3000)
+            client.send_data(
+                1, body[len(received) : len(received) + room], end_stream=len(received) + room == 3000
+            )
         for event in server.receive_data(client.data_to_send()):
             if isinstance(event, h2.events.DataReceived):
                 received += event.data
@@ -105,7 +115,9 @@ def test_data_beyond_the_window_is_a_flow_control_error_with_goaway():
     raw = client.data_to_send() + DataFrame(1, data=b"x" * 1500).serialize()
     with pytest.raises(h2.exceptions.FlowControlError):
         server.receive_data(raw)
-    terminated = [e for e in client.receive_data(server.data_to_send()) if isinstance(e, h2.events.ConnectionTerminated)]
+    terminated = [
+        e for e in client.receive_data(server.data_to_send()) if isinstance(e, h2.events.ConnectionTerminated)
+    ]
     assert terminated[0].error_code == h2.errors.ErrorCodes.FLOW_CONTROL_ERROR
 
 
@@ -145,7 +157,9 @@ def test_client_reset_is_reported_and_stream_forgotten():
     server.receive_data(client.data_to_send())
     client.reset_stream(1, h2.errors.ErrorCodes.CANCEL)
     events = server.receive_data(client.data_to_send())
-    assert isinstance(events[0], h2.events.StreamReset) and events[0].error_code == h2.errors.ErrorCodes.CANCEL
+    assert (
+        isinstance(events[0], h2.events.StreamReset) and events[0].error_code == h2.errors.ErrorCodes.CANCEL
+    )
     assert 1 not in server.streams
 
 

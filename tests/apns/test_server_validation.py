@@ -119,7 +119,12 @@ def test_topics_given_with_a_suffix_allow_their_bundle():
         ("liveactivity", la(event="events"), 400, "BadPayload"),
         ("liveactivity", la(**{"content-state": None}), 400, "BadPayload"),
         ("liveactivity", la(event="start"), 400, "BadPayload"),
-        ("liveactivity", la(event="start", alert={"title": "t"}, attributes={}, **{"attributes-type": "A"}), None, None),
+        (
+            "liveactivity",
+            la(event="start", alert={"title": "t"}, attributes={}, **{"attributes-type": "A"}),
+            None,
+            None,
+        ),
         ("liveactivity", la(event="end", **{"dismissal-date": 1_700_000_100}), None, None),
         ("liveactivity", la(**{"stale-date": "tomorrow"}), 400, "BadPayload"),
         ("alert", b'{"aps": {"alert": "hi"}}', None, None),
@@ -192,8 +197,12 @@ class TestProviderTokens:
     def test_hs256_token_is_invalid(self):
         import jwt
 
-        token = jwt.encode({"iss": TEAM, "iat": int(time.time())}, "k" * 32, algorithm="HS256",
-                           headers={"kid": self.key.key_id})
+        token = jwt.encode(
+            {"iss": TEAM, "iat": int(time.time())},
+            "k" * 32,
+            algorithm="HS256",
+            headers={"kid": self.key.key_id},
+        )
         assert self.verifier().check(f"bearer {token}", time.time()).reason == "InvalidProviderToken"
 
     def test_tampered_claims_fail_the_signature(self):
@@ -209,8 +218,11 @@ class TestProviderTokens:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import rsa
 
-        pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        pem = (
+            rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            .public_key()
+            .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
         with pytest.raises(ValueError, match="RSAKEY"):
             ProviderTokenVerifier(TEAM, {"RSAKEY": pem})
 
@@ -259,7 +271,10 @@ class TestFaultState:
         state.apply(FaultScript.model_validate({"tokens": {"ab": {"status": 429, "count": 2}}}), 0.0)
         rules = [state.token_rule("ab") for _ in range(3)]
         assert [(r.status, r.reason) if r else None for r in rules] == [
-            (429, "TooManyRequests"), (429, "TooManyRequests"), None]
+            (429, "TooManyRequests"),
+            (429, "TooManyRequests"),
+            None,
+        ]
 
     def test_token_rule_without_count_is_permanent_with_default_reason(self):
         state = FaultState()
@@ -273,7 +288,10 @@ class TestFaultState:
         state.apply(FaultScript.model_validate({"storm": {"status": 503, "count": 2}}), 0.0)
         verdicts = [state.storm_verdict(0.0) for _ in range(3)]
         assert [(v.status, v.reason) if v else None for v in verdicts] == [
-            (503, "ServiceUnavailable"), (503, "ServiceUnavailable"), None]
+            (503, "ServiceUnavailable"),
+            (503, "ServiceUnavailable"),
+            None,
+        ]
 
     def test_storm_by_duration(self):
         state = FaultState()
@@ -313,8 +331,11 @@ class TestResponseEncoder:
 
         encoder, decoder = ResponseEncoder(), hpack.Decoder()
         answers = [
-            [(b":status", b"200"), (b"apns-id", b"6f1c5f43-0d3e-4c77-a1a8-000000000001"),
-             (b"apns-unique-id", b"6f1c5f43-0d3e-4c77-a1a8-000000000002")],
+            [
+                (b":status", b"200"),
+                (b"apns-id", b"6f1c5f43-0d3e-4c77-a1a8-000000000001"),
+                (b"apns-unique-id", b"6f1c5f43-0d3e-4c77-a1a8-000000000002"),
+            ],
             [(b":status", b"410"), (b"content-type", b"application/json"), (b"apns-id", b"x" * 200)],
             [(b":status", b"429"), (b"content-type", b"application/json")],
             [(b":status", b"400"), (b"x-long-name-" + b"n" * 20, b"v")],
@@ -346,7 +367,9 @@ def test_generated_apns_ids_are_unique_canonical_uuids():
     ids = ApnsIds()
     values = [ids.next() for _ in range(1000)]
     assert len(set(values)) == 1000
-    assert all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-a[0-9a-f]{3}-[0-9a-f]{12}", v) for v in values)
+    assert all(
+        re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-a[0-9a-f]{3}-[0-9a-f]{12}", v) for v in values
+    )
 
 
 def test_storm_scripted_before_trio_runs_lasts_its_duration():

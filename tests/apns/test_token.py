@@ -35,7 +35,9 @@ def make_tokens(keypair: tuple[str, str], clock: FakeClock) -> ProviderTokens:
     return ProviderTokens(load_signing_key(keypair[0]), team_id=TEAM, key_id=KID, clock=clock)
 
 
-def test_token_is_es256_with_kid_iss_and_iat_and_verifies_with_the_public_key(keypair: tuple[str, str]) -> None:
+def test_token_is_es256_with_kid_iss_and_iat_and_verifies_with_the_public_key(
+    keypair: tuple[str, str],
+) -> None:
     clock = FakeClock()
     token = make_tokens(keypair, clock).current()
     header = jwt.get_unverified_header(token.jwt)
@@ -57,7 +59,9 @@ def test_one_token_is_reused_until_fifty_minutes_then_refreshed(keypair: tuple[s
     assert tokens.minted == 2
 
 
-def test_connection_keeps_its_token_within_twenty_minutes_of_its_last_switch(keypair: tuple[str, str]) -> None:
+def test_connection_keeps_its_token_within_twenty_minutes_of_its_last_switch(
+    keypair: tuple[str, str],
+) -> None:
     clock = FakeClock()
     tokens = make_tokens(keypair, clock)
     adopted = tokens.for_connection(None, None)
@@ -70,7 +74,9 @@ def test_connection_keeps_its_token_within_twenty_minutes_of_its_last_switch(key
     assert not choice.switched and choice.token is adopted.token
 
 
-def test_connection_switches_once_twenty_minutes_passed_and_a_newer_token_exists(keypair: tuple[str, str]) -> None:
+def test_connection_switches_once_twenty_minutes_passed_and_a_newer_token_exists(
+    keypair: tuple[str, str],
+) -> None:
     clock = FakeClock()
     tokens = make_tokens(keypair, clock)
     first = tokens.for_connection(None, None)

@@ -36,26 +36,33 @@ def test_bench_against_the_project_apns_server_delivers_every_push() -> None:
     assert result["seconds"] > 0 and result["p50_ms"] <= result["p99_ms"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("aioapns") is None, reason="aioapns (optional bench dependency) absent")
+@pytest.mark.skipif(
+    importlib.util.find_spec("aioapns") is None, reason="aioapns (optional bench dependency) absent"
+)
 def test_bench_drives_aioapns_through_the_same_server() -> None:
     result = run_bench("--spawn-server", "apns", "-n", "100", "--client", "aioapns")
     assert result["client"] == "aioapns" and result["pushes"] == 100 and result["failed"] == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("aioapns") is None, reason="aioapns (optional bench dependency) absent")
+@pytest.mark.skipif(
+    importlib.util.find_spec("aioapns") is None, reason="aioapns (optional bench dependency) absent"
+)
 def test_bench_compare_runs_both_clients_and_reports_the_ratio() -> None:
     result = run_bench("--spawn-server", "apns", "-n", "100", "--compare")
     assert result["client"] == "sightscreen" and result["failed"] == 0
     assert isinstance(result["vs_aioapns"], float) and result["vs_aioapns"] > 0
 
 
-@pytest.mark.skipif(shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="nginx absent")
+@pytest.mark.skipif(
+    shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(), reason="nginx absent"
+)
 def test_bench_works_against_any_http2_server_that_answers_200() -> None:
     result = run_bench("--spawn-server", "nginx", "-n", "300")
     assert result["pushes"] == 300 and result["failed"] == 0
 
 
 def test_bench_without_a_server_says_what_to_give() -> None:
-    proc = subprocess.run([sys.executable, str(BENCH), "-n", "1"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "-n", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "--url or --spawn-server" in proc.stderr

@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_page_decoding_bench_prints_both_figures() -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "dynamodb_pages.py"), "--items", "300", "--rounds", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

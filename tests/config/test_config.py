@@ -23,9 +23,13 @@ DEMO = PROJECT / "config" / "demo.toml"
 TOKEN = "smk-Tq93nX2pL7vR4wZ8yB1cD6eF"
 PEM = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgSeCrEtSeCrEt\n-----END PRIVATE KEY-----"
 # A real P-256 key, for files check-config must accept (PEM above only looks like one).
-REAL_PEM = ec.generate_private_key(ec.SECP256R1()).private_bytes(
-    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-).decode()
+REAL_PEM = (
+    ec.generate_private_key(ec.SECP256R1())
+    .private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    .decode()
+)
 APNS_IDS = '[apns]\nteam_id = "TEAM123456"\nkey_id = "KEY1234567"\ntopic = "com.example.app"\n'
 
 
@@ -33,8 +37,11 @@ def complete(folder: Path, extra: str = "", name: str = "sightscreen.toml") -> P
     """A file ``run`` starts with: an APNs key file, Apple ids, a topic and a SportMonks token file."""
     (folder / "apns.p8").write_text(REAL_PEM)
     (folder / "token").write_text(TOKEN)
-    return write(folder, extra + APNS_IDS + 'private_key_file = "apns.p8"\n[sportmonks]\napi_token_file = "token"\n',
-                 name)
+    return write(
+        folder,
+        extra + APNS_IDS + 'private_key_file = "apns.p8"\n[sportmonks]\napi_token_file = "token"\n',
+        name,
+    )
 
 
 def write(folder: Path, text: str, name: str = "sightscreen.toml") -> Path:
@@ -62,7 +69,9 @@ def test_example_config_is_generated_from_the_settings_classes() -> None:
 def test_example_config_loads_and_holds_exactly_the_defaults() -> None:
     config = load_config(EXAMPLE, {})
     defaults = Config()
-    assert config.model_dump(exclude={"instance": {"id"}}) == defaults.model_dump(exclude={"instance": {"id"}})
+    assert config.model_dump(exclude={"instance": {"id"}}) == defaults.model_dump(
+        exclude={"instance": {"id"}}
+    )
 
 
 def test_example_config_documents_every_key_with_its_default() -> None:
@@ -75,7 +84,9 @@ def test_example_config_documents_every_key_with_its_default() -> None:
             if sub is not None:
                 walk(field.annotation, f"{dotted}.{name}")
             else:
-                assert f"\n{name} = " in text or f"\n# {name} = " in text, f"{dotted}.{name} is not documented"
+                assert f"\n{name} = " in text or f"\n# {name} = " in text, (
+                    f"{dotted}.{name} is not documented"
+                )
 
     for section, field in Config.model_fields.items():
         walk(field.annotation, section)  # type: ignore[arg-type]
@@ -101,7 +112,9 @@ def test_no_file_means_every_default() -> None:
 
 
 def test_file_values_are_taken(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [instance]
 id = "eu-1"
 shutdown_grace_s = 12.5
@@ -113,7 +126,8 @@ level = "DEBUG"
 format = "json"
 [feed]
 marquee_leagues = [3, 5]
-""")
+""",
+    )
     config = load_config(path, {})
     assert config.instance.id == "eu-1"
     assert config.instance.shutdown_grace_s == 12.5
@@ -144,18 +158,31 @@ def test_environment_overrides_the_file_with_typed_values(tmp_path: Path) -> Non
 
 
 def test_a_wrong_environment_value_is_blamed_on_its_variable(tmp_path: Path) -> None:
-    found = problems_of(None, {"SIGHTSCREEN_ADMIN__MAX_CLIENTS": "lots", "SIGHTSCREEN_ADMN__MODE": "0660",
-                               "SIGHTSCREEN_ADMIN__SOCKT_PATH": "/x"})
-    assert "environment SIGHTSCREEN_ADMIN__SOCKT_PATH: unknown key admin.sockt_path (did you mean 'socket_path'?)" in found
+    found = problems_of(
+        None,
+        {
+            "SIGHTSCREEN_ADMIN__MAX_CLIENTS": "lots",
+            "SIGHTSCREEN_ADMN__MODE": "0660",
+            "SIGHTSCREEN_ADMIN__SOCKT_PATH": "/x",
+        },
+    )
+    assert (
+        "environment SIGHTSCREEN_ADMIN__SOCKT_PATH: unknown key admin.sockt_path (did you mean 'socket_path'?)"
+        in found
+    )
     assert "environment SIGHTSCREEN_ADMN__MODE: unknown key admn (did you mean 'admin'?)" in found
-    assert any(p.startswith("admin.max_clients (from SIGHTSCREEN_ADMIN__MAX_CLIENTS): wrong type") for p in found)
+    assert any(
+        p.startswith("admin.max_clients (from SIGHTSCREEN_ADMIN__MAX_CLIENTS): wrong type") for p in found
+    )
 
 
 # --- check-config on bad files -------------------------------------------------------------------------
 
 
 def test_every_wrong_key_is_named_with_its_dotted_path_and_why(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [apns]
 topik = "app.sightscreen"
 connections = 0
@@ -170,11 +197,15 @@ region = "eu-west-1"
 lease_s = 3.0
 renew_fraction = 0.5
 clock_skew_bound_s = 2.0
-""")
+""",
+    )
     found = problems_of(path)
     assert "apns.topik: unknown key (did you mean 'topic'?)" in found
     assert "apns.connections: out of range: input should be greater than or equal to 1 (got 0)" in found
-    assert "admin.max_clients: wrong type: input should be a valid integer, unable to parse string as an integer (got 'many')" in found
+    assert (
+        "admin.max_clients: wrong type: input should be a valid integer, unable to parse string as an integer (got 'many')"
+        in found
+    )
     assert any(p.startswith("admin.mode: must be an octal file mode") for p in found)
     assert "logging.format: Input should be 'auto', 'json' or 'console' (got 'xml')" in found
     assert "dynamodbb: unknown key (did you mean 'dynamodb'?)" in found
@@ -200,7 +231,9 @@ def test_check_config_exits_2_and_lists_problems(tmp_path: Path, capsys: pytest.
     ]
 
 
-def test_check_config_exits_0_with_one_line_on_a_good_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_config_exits_0_with_one_line_on_a_good_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = complete(tmp_path, '[instance]\nid = "ok-1"\n')
     assert check_main([str(path)]) == 0
     out = capsys.readouterr().out
@@ -211,7 +244,9 @@ def test_check_config_exits_0_with_one_line_on_a_good_file(tmp_path: Path, capsy
     ("text", "expected"),
     [("[apns\nurl = 1\n", "not valid TOML"), (b"\xff\xfe[x]", "not valid UTF-8")],
 )
-def test_a_file_that_is_not_toml_is_reported_not_raised(tmp_path: Path, text: str | bytes, expected: str) -> None:
+def test_a_file_that_is_not_toml_is_reported_not_raised(
+    tmp_path: Path, text: str | bytes, expected: str
+) -> None:
     path = tmp_path / "bad.toml"
     path.write_bytes(text.encode() if isinstance(text, str) else text)
     found = problems_of(path)
@@ -223,8 +258,13 @@ def test_a_missing_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_check_config_is_wired_into_the_cli(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "daemon", "check-config", str(complete(tmp_path))],
-                            capture_output=True, text=True, timeout=60, cwd=PROJECT)
+    result = subprocess.run(
+        [sys.executable, "-m", "daemon", "check-config", str(complete(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=PROJECT,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("OK: ")
 
@@ -236,7 +276,10 @@ def test_secret_files_are_read_relative_to_the_config(tmp_path: Path) -> None:
     (tmp_path / "secrets").mkdir()
     (tmp_path / "secrets" / "token").write_text(TOKEN + "\n")
     (tmp_path / "secrets" / "apns.p8").write_text(PEM + "\n")
-    path = write(tmp_path, '[sportmonks]\napi_token_file = "secrets/token"\n[apns]\nprivate_key_file = "secrets/apns.p8"\n')
+    path = write(
+        tmp_path,
+        '[sportmonks]\napi_token_file = "secrets/token"\n[apns]\nprivate_key_file = "secrets/apns.p8"\n',
+    )
     config = load_config(path, {})
     assert config.sportmonks.api_token is not None and config.sportmonks.api_token.get_secret_value() == TOKEN
     assert config.apns.private_key is not None and config.apns.private_key.get_secret_value() == PEM
@@ -245,8 +288,10 @@ def test_secret_files_are_read_relative_to_the_config(tmp_path: Path) -> None:
 
 def test_secret_files_can_come_from_systemd_credentials(tmp_path: Path) -> None:
     (tmp_path / "apns.p8").write_text(PEM)
-    env = {"CREDENTIALS_DIRECTORY": str(tmp_path),
-           "SIGHTSCREEN_APNS__PRIVATE_KEY_FILE": "$CREDENTIALS_DIRECTORY/apns.p8"}
+    env = {
+        "CREDENTIALS_DIRECTORY": str(tmp_path),
+        "SIGHTSCREEN_APNS__PRIVATE_KEY_FILE": "$CREDENTIALS_DIRECTORY/apns.p8",
+    }
     config = load_config(None, env)
     assert config.apns.private_key is not None and config.apns.private_key.get_secret_value() == PEM
     found = problems_of(None, {"SIGHTSCREEN_APNS__PRIVATE_KEY_FILE": "${CREDENTIALS_DIRECTORY}/apns.p8"})
@@ -254,24 +299,36 @@ def test_secret_files_can_come_from_systemd_credentials(tmp_path: Path) -> None:
 
 
 def test_secrets_from_the_environment_are_taken_verbatim() -> None:
-    config = load_config(None, {"SIGHTSCREEN_SPORTMONKS__API_TOKEN": "12345678", "SIGHTSCREEN_APNS__PRIVATE_KEY": PEM})
-    assert config.sportmonks.api_token is not None and config.sportmonks.api_token.get_secret_value() == "12345678"
+    config = load_config(
+        None, {"SIGHTSCREEN_SPORTMONKS__API_TOKEN": "12345678", "SIGHTSCREEN_APNS__PRIVATE_KEY": PEM}
+    )
+    assert (
+        config.sportmonks.api_token is not None
+        and config.sportmonks.api_token.get_secret_value() == "12345678"
+    )
     assert config.apns.private_key is not None and config.apns.private_key.get_secret_value() == PEM
 
 
 def test_unreadable_empty_or_doubled_secrets_are_errors(tmp_path: Path) -> None:
     (tmp_path / "empty").write_text("\n")
-    found = problems_of(write(tmp_path, '[sportmonks]\napi_token_file = "missing"\n[apns]\nprivate_key_file = "empty"\n'))
-    assert found == [f"apns.private_key_file: {tmp_path / 'empty'} is empty",
-                     f"sportmonks.api_token_file: cannot read {tmp_path / 'missing'}: No such file or directory"]
+    found = problems_of(
+        write(tmp_path, '[sportmonks]\napi_token_file = "missing"\n[apns]\nprivate_key_file = "empty"\n')
+    )
+    assert found == [
+        f"apns.private_key_file: {tmp_path / 'empty'} is empty",
+        f"sportmonks.api_token_file: cannot read {tmp_path / 'missing'}: No such file or directory",
+    ]
     (tmp_path / "token").write_text(TOKEN)
     found = problems_of(write(tmp_path, f'[sportmonks]\napi_token = "{TOKEN}"\napi_token_file = "token"\n'))
-    assert found == ["sportmonks.api_token_file: both api_token and api_token_file are set; keep one (the file is preferred)"]
+    assert found == [
+        "sportmonks.api_token_file: both api_token and api_token_file are set; keep one (the file is preferred)"
+    ]
     assert TOKEN not in "".join(found)
 
 
-def test_a_secret_never_appears_in_check_config_output(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_secret_never_appears_in_check_config_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "token").write_text(TOKEN)
     good = write(tmp_path, APNS_IDS + '[sportmonks]\napi_token_file = "token"\n', "good.toml")
     monkeypatch.setenv("SIGHTSCREEN_APNS__PRIVATE_KEY", REAL_PEM)
@@ -282,10 +339,14 @@ def test_a_secret_never_appears_in_check_config_output(tmp_path: Path, capsys: p
     assert shown["apns"]["private_key"] == "**********"
     # A wrong value for a secret key is refused without being echoed back.
     monkeypatch.delenv("SIGHTSCREEN_APNS__PRIVATE_KEY")
-    bad = write(tmp_path, f'[sportmonks]\napi_token = ["{TOKEN}"]\n[apns]\nprivate_key = 123456789\n', "bad.toml")
+    bad = write(
+        tmp_path, f'[sportmonks]\napi_token = ["{TOKEN}"]\n[apns]\nprivate_key = 123456789\n', "bad.toml"
+    )
     assert check_main([str(bad)]) == 2
     captured = capsys.readouterr()
-    assert "sportmonks.api_token: wrong type" in captured.err and "apns.private_key: wrong type" in captured.err
+    assert (
+        "sportmonks.api_token: wrong type" in captured.err and "apns.private_key: wrong type" in captured.err
+    )
     for text in (out, captured.out, captured.err):
         assert TOKEN not in text and "MIGHAgEAMBMG" not in text and "123456789" not in captured.err
         assert REAL_PEM.splitlines()[1] not in text
@@ -295,8 +356,9 @@ def test_a_loaded_secret_never_reaches_the_logs(tmp_path: Path, log_stream: io.S
     import logging
 
     (tmp_path / "token").write_text(TOKEN)
-    config = load_config(write(tmp_path, '[sportmonks]\napi_token_file = "token"\n'),
-                         {"SIGHTSCREEN_APNS__PRIVATE_KEY": PEM})
+    config = load_config(
+        write(tmp_path, '[sportmonks]\napi_token_file = "token"\n'), {"SIGHTSCREEN_APNS__PRIVATE_KEY": PEM}
+    )
     log = logs.get_logger("test.secrets")
     # Everything a careless caller might do: the whole config, the settings object, the raw value.
     log.info("config_loaded", config=config.model_dump(), sportmonks=config.sportmonks)

@@ -74,8 +74,11 @@ def test_every_scalar_float_setting_declares_both_bounds() -> None:
 
 @pytest.mark.parametrize(
     ("path", "value"),
-    [(("sportmonks", "breaker_cooldown_s"), math.inf), (("feed", "livescores_cadence_s"), 1e12),
-     (("orchestrator", "lease_s"), 1e9)],
+    [
+        (("sportmonks", "breaker_cooldown_s"), math.inf),
+        (("feed", "livescores_cadence_s"), 1e12),
+        (("orchestrator", "lease_s"), 1e9),
+    ],
 )
 def test_the_settings_the_report_named_are_refused(path: tuple[str, ...], value: float) -> None:
     with pytest.raises(ValidationError, match="less than or equal"):
@@ -91,7 +94,9 @@ def test_the_admin_socket_mode_is_at_most_0660(tmp_path: Path) -> None:
 
 
 def test_endpoint_budgets_refuse_negative_and_unknown_endpoints(tmp_path: Path) -> None:
-    ok = load_config(write(tmp_path, "[sportmonks]\nendpoint_budgets = { fixtures = 1500, livescores = 0 }\n"), {})
+    ok = load_config(
+        write(tmp_path, "[sportmonks]\nendpoint_budgets = { fixtures = 1500, livescores = 0 }\n"), {}
+    )
     assert ok.sportmonks.endpoint_budgets == {"fixtures": 1500, "livescores": 0}
     with pytest.raises(ConfigError, match=r"between 0 and 1000000 calls an hour for \['fixtures'\]"):
         load_config(write(tmp_path, "[sportmonks]\nendpoint_budgets = { fixtures = -5 }\n"), {})
@@ -119,33 +124,46 @@ def test_a_fifo_secret_is_refused_at_once(tmp_path: Path) -> None:
 
 def test_a_device_or_a_huge_file_is_refused_without_reading_it(tmp_path: Path) -> None:
     path = write(tmp_path, '[sportmonks]\napi_token_file = "/dev/zero"\n')
-    assert _problems(path) == ["sportmonks.api_token_file: /dev/zero is not a regular file (it is a character device)"]
+    assert _problems(path) == [
+        "sportmonks.api_token_file: /dev/zero is not a regular file (it is a character device)"
+    ]
     with open(tmp_path / "big", "wb") as handle:
         handle.truncate(10 * 1024 * 1024)  # sparse: 10 MB that take no disk
     path = write(tmp_path, '[apns]\nprivate_key_file = "big"\n')
     (found,) = _problems(path)
-    assert found.startswith(f"apns.private_key_file: {tmp_path / 'big'} is 10485760 bytes; a secret file holds at most")
+    assert found.startswith(
+        f"apns.private_key_file: {tmp_path / 'big'} is 10485760 bytes; a secret file holds at most"
+    )
 
 
 def test_a_directory_secret_is_refused(tmp_path: Path) -> None:
     (tmp_path / "dir").mkdir()
     path = write(tmp_path, '[sportmonks]\napi_token_file = "dir"\n')
-    assert _problems(path) == [f"sportmonks.api_token_file: {tmp_path / 'dir'} is not a regular file (it is a directory)"]
+    assert _problems(path) == [
+        f"sportmonks.api_token_file: {tmp_path / 'dir'} is not a regular file (it is a directory)"
+    ]
 
 
 # --- check-config builds what run builds --------------------------------------------------------------------
-def test_check_config_on_an_empty_file_says_what_is_missing(tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_config_on_an_empty_file_says_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write(tmp_path, "")
     assert check_main([str(path)]) == 2
     err = capsys.readouterr().err
-    for key in ("apns.private_key_file: required", "apns.team_id: required", "apns.key_id: required",
-                "apns.topic: required", "sportmonks.api_token_file: required"):
+    for key in (
+        "apns.private_key_file: required",
+        "apns.team_id: required",
+        "apns.key_id: required",
+        "apns.topic: required",
+        "sportmonks.api_token_file: required",
+    ):
         assert key in err, err
 
 
-def test_check_config_refuses_a_key_that_is_not_pem_naming_its_path(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_config_refuses_a_key_that_is_not_pem_naming_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = complete(tmp_path)
     (tmp_path / "apns.p8").write_text("this is not a key\n")
     assert check_main([str(path)]) == 2
@@ -153,20 +171,24 @@ def test_check_config_refuses_a_key_that_is_not_pem_naming_its_path(tmp_path: Pa
     assert f"apns.private_key_file: {tmp_path / 'apns.p8'}: not a PEM-encoded private key" in err
 
 
-def test_check_config_refuses_a_key_on_another_curve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_config_refuses_a_key_on_another_curve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
     path = complete(tmp_path)
     other = ec.generate_private_key(ec.SECP384R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     (tmp_path / "apns.p8").write_bytes(other)
     assert check_main([str(path)]) == 2
     assert "P-256" in capsys.readouterr().err
 
 
-def test_check_config_refuses_a_ca_file_that_is_not_certificates(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_config_refuses_a_ca_file_that_is_not_certificates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "ca.pem").write_text("not a certificate\n")
     path = complete(tmp_path, name="base.toml")
     text = path.read_text().replace("[apns]\n", '[apns]\nca_file = "ca.pem"\n')
@@ -178,14 +200,23 @@ def test_run_refuses_a_key_check_config_refuses_with_a_clear_error_and_no_traceb
     bad = complete(tmp_path)
     (tmp_path / "apns.p8").write_text("junk")
     env = {**os.environ, "PYTHONPATH": str(PROJECT)}
-    result = subprocess.run([sys.executable, "-m", "daemon", "run", "--config", str(bad)], capture_output=True,
-                            text=True, timeout=60, env=env, cwd=PROJECT)
+    result = subprocess.run(
+        [sys.executable, "-m", "daemon", "run", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=PROJECT,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "cannot start with" in result.stderr and "not a PEM-encoded private key" in result.stderr
 
 
 def test_an_api_only_instance_needs_no_apns_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, '[instance]\nroles = ["api"]\n[api]\nlisten = "127.0.0.1:0"\n'
-                 '[auth]\nuser_pool_id = "us-east-1_abcdef"\nclient_ids = ["app"]\n')
+    path = write(
+        tmp_path,
+        '[instance]\nroles = ["api"]\n[api]\nlisten = "127.0.0.1:0"\n'
+        '[auth]\nuser_pool_id = "us-east-1_abcdef"\nclient_ids = ["app"]\n',
+    )
     code = check_main([str(path)])
     assert code == 0, capsys.readouterr().err

@@ -32,8 +32,19 @@ SCORES: dict[str, dict[str, Any]] = {
 
 
 def score_obj(code: str) -> dict[str, Any]:
-    base = {"resource": "scores", "runs": 0, "four": False, "six": False, "bye": 0, "leg_bye": 0, "noball": 0,
-            "noball_runs": 0, "is_wicket": False, "ball": True, "out": False}
+    base = {
+        "resource": "scores",
+        "runs": 0,
+        "four": False,
+        "six": False,
+        "bye": 0,
+        "leg_bye": 0,
+        "noball": 0,
+        "noball_runs": 0,
+        "is_wicket": False,
+        "ball": True,
+        "out": False,
+    }
     base.update(SCORES[code])
     return base
 
@@ -55,8 +66,13 @@ def overs_value(legal_balls: int) -> float | int:
     return overs if balls == 0 else float(f"{overs}.{balls}")
 
 
-def rebuild(base: Mapping[str, Any], balls: Iterable[Mapping[str, Any]], *, status: str | None = None,
-            dismissed: Mapping[tuple[str, str], int] | None = None) -> dict[str, Any]:
+def rebuild(
+    base: Mapping[str, Any],
+    balls: Iterable[Mapping[str, Any]],
+    *,
+    status: str | None = None,
+    dismissed: Mapping[tuple[str, str], int] | None = None,
+) -> dict[str, Any]:
     """``base`` with runs/batting/bowling/status/note rebuilt from ``balls`` (sorted by id)."""
     fx = {k: copy.deepcopy(v) for k, v in base.items() if k not in ("balls", "runs", "batting", "bowling")}
     balls = sorted(balls, key=lambda b: b["id"])
@@ -73,9 +89,20 @@ def rebuild(base: Mapping[str, Any], balls: Iterable[Mapping[str, Any]], *, stat
         inn["at"] = max(inn["at"], b.get("updated_at") or "")
         if legal(s):
             inn["legal"] += 1
-        bowl = bowling.setdefault((sb, b["bowler_id"]), {
-            "player_id": b["bowler_id"], "scoreboard": sb, "team_id": None, "legal": 0, "runs": 0, "wickets": 0,
-            "medians": 0, "wide": 0, "noball": 0})
+        bowl = bowling.setdefault(
+            (sb, b["bowler_id"]),
+            {
+                "player_id": b["bowler_id"],
+                "scoreboard": sb,
+                "team_id": None,
+                "legal": 0,
+                "runs": 0,
+                "wickets": 0,
+                "medians": 0,
+                "wide": 0,
+                "noball": 0,
+            },
+        )
         bowl["runs"] += int(s["runs"])
         if s.get("ball") is False:
             bowl["wide"] += int(s["runs"])
@@ -101,17 +128,32 @@ def rebuild(base: Mapping[str, Any], balls: Iterable[Mapping[str, Any]], *, stat
             over = f"{float(b['ball']):.1f}"
             out = (dismissed or {}).get((sb, over)) or b.get("batsmanout_id") or b["batsman_id"]
             row = batting.setdefault((sb, out), _bat_row(sb, out, b["team_id"]))
-            row.update({"score_id": s["id"], "wicket_id": s["id"], "fow_score": inn["score"],
-                        "fow_balls": float(over), "bowling_player_id": b["bowler_id"],
-                        "catch_stump_player_id": b.get("catchstump_id")})
+            row.update(
+                {
+                    "score_id": s["id"],
+                    "wicket_id": s["id"],
+                    "fow_score": inn["score"],
+                    "fow_balls": float(over),
+                    "bowling_player_id": b["bowler_id"],
+                    "catch_stump_player_id": b.get("catchstump_id"),
+                }
+            )
     for (sb, _over, bowler), (runs, legal_count) in overs_runs.items():
         if legal_count == 6 and runs == 0:
             bowling[(sb, bowler)]["medians"] += 1
     ordered = sorted(boards.items(), key=lambda kv: int(kv[0][1:]))
     teams = {str(fx.get("localteam_id")), str(fx.get("visitorteam_id"))}
     fx["runs"] = [
-        {"resource": "runs", "fixture_id": fx["id"], "team_id": v["team_id"], "inning": int(sb[1:]),
-         "score": v["score"], "wickets": v["wickets"], "overs": overs_value(v["legal"]), "updated_at": v["at"]}
+        {
+            "resource": "runs",
+            "fixture_id": fx["id"],
+            "team_id": v["team_id"],
+            "inning": int(sb[1:]),
+            "score": v["score"],
+            "wickets": v["wickets"],
+            "overs": overs_value(v["legal"]),
+            "updated_at": v["at"],
+        }
         for sb, v in ordered
     ]
     sort_counter: dict[str, int] = {}
@@ -125,11 +167,20 @@ def rebuild(base: Mapping[str, Any], balls: Iterable[Mapping[str, Any]], *, stat
     for (sb, pid), row in bowling.items():
         batting_team = boards[sb]["team_id"]
         fielding = next((t for t in teams if t != str(batting_team)), None)
-        fx["bowling"].append({
-            "resource": "bowlings", "scoreboard": sb, "player_id": pid,
-            "team_id": int(fielding) if fielding and fielding.isdigit() else fielding,
-            "overs": overs_value(row["legal"]), "medians": row["medians"], "runs": row["runs"],
-            "wickets": row["wickets"], "wide": row["wide"], "noball": row["noball"]})
+        fx["bowling"].append(
+            {
+                "resource": "bowlings",
+                "scoreboard": sb,
+                "player_id": pid,
+                "team_id": int(fielding) if fielding and fielding.isdigit() else fielding,
+                "overs": overs_value(row["legal"]),
+                "medians": row["medians"],
+                "runs": row["runs"],
+                "wickets": row["wickets"],
+                "wide": row["wide"],
+                "noball": row["noball"],
+            }
+        )
     if status is None:
         status = f"{len(ordered)}{_suffix(len(ordered))} Innings" if ordered else "NS"
     fx["status"] = status
@@ -145,9 +196,23 @@ def _suffix(n: int) -> str:
 
 
 def _bat_row(sb: str, pid: int, team: int) -> dict[str, Any]:
-    return {"resource": "battings", "scoreboard": sb, "player_id": pid, "team_id": team, "ball": 0, "score": 0,
-            "four_x": 0, "six_x": 0, "score_id": 84, "wicket_id": 84, "fow_score": 0, "fow_balls": 0,
-            "catch_stump_player_id": None, "bowling_player_id": None, "runout_by_id": None}
+    return {
+        "resource": "battings",
+        "scoreboard": sb,
+        "player_id": pid,
+        "team_id": team,
+        "ball": 0,
+        "score": 0,
+        "four_x": 0,
+        "six_x": 0,
+        "score_id": 84,
+        "wicket_id": 84,
+        "fow_score": 0,
+        "fow_balls": 0,
+        "catch_stump_player_id": None,
+        "bowling_player_id": None,
+        "runout_by_id": None,
+    }
 
 
 def dismissed_from_table(fixture: Mapping[str, Any]) -> dict[tuple[str, str], int]:
@@ -164,28 +229,69 @@ def truncated(fixture: Mapping[str, Any], n: int, *, status: str | None = None) 
     return rebuild(fixture, balls, status=status, dismissed=dismissed_from_table(fixture))
 
 
-def make_ball(ball_id: int, over: str, code: str, *, batsman: int, bowler: int, crease: tuple[int, int],
-              team: int = 1, scoreboard: str = "S1", out: int | None = None, stamp: str | None = None
-              ) -> dict[str, Any]:
+def make_ball(
+    ball_id: int,
+    over: str,
+    code: str,
+    *,
+    batsman: int,
+    bowler: int,
+    crease: tuple[int, int],
+    team: int = 1,
+    scoreboard: str = "S1",
+    out: int | None = None,
+    stamp: str | None = None,
+) -> dict[str, Any]:
     return {
-        "resource": "balls", "id": ball_id, "fixture_id": 1, "team_id": team, "ball": float(over),
-        "scoreboard": scoreboard, "batsman_one_on_creeze_id": crease[0], "batsman_two_on_creeze_id": crease[1],
-        "batsman_id": batsman, "bowler_id": bowler,
+        "resource": "balls",
+        "id": ball_id,
+        "fixture_id": 1,
+        "team_id": team,
+        "ball": float(over),
+        "scoreboard": scoreboard,
+        "batsman_one_on_creeze_id": crease[0],
+        "batsman_two_on_creeze_id": crease[1],
+        "batsman_id": batsman,
+        "bowler_id": bowler,
         "batsmanout_id": (out or batsman) if SCORES[code].get("is_wicket") else None,
-        "catchstump_id": None, "runout_by_id": None, "score_id": SCORES[code]["id"], "score": score_obj(code),
+        "catchstump_id": None,
+        "runout_by_id": None,
+        "score_id": SCORES[code]["id"],
+        "score": score_obj(code),
         "updated_at": stamp or f"2026-01-01T10:{(ball_id // 60) % 60:02d}:{ball_id % 60:02d}.000000Z",
     }
 
 
-def base_fixture(*, fixture_id: int = 1, local: int = 1, visitor: int = 2, overs: int = 20,
-                 players: Iterable[tuple[int, str, str]] = ()) -> dict[str, Any]:
+def base_fixture(
+    *,
+    fixture_id: int = 1,
+    local: int = 1,
+    visitor: int = 2,
+    overs: int = 20,
+    players: Iterable[tuple[int, str, str]] = (),
+) -> dict[str, Any]:
     return {
-        "resource": "fixtures", "id": fixture_id, "league_id": 3, "type": "T20I", "round": "1st T20I",
-        "localteam_id": local, "visitorteam_id": visitor, "status": "NS", "note": None,
-        "total_overs_played": overs, "winner_team_id": None, "toss_won_team_id": None, "elected": None,
+        "resource": "fixtures",
+        "id": fixture_id,
+        "league_id": 3,
+        "type": "T20I",
+        "round": "1st T20I",
+        "localteam_id": local,
+        "visitorteam_id": visitor,
+        "status": "NS",
+        "note": None,
+        "total_overs_played": overs,
+        "winner_team_id": None,
+        "toss_won_team_id": None,
+        "elected": None,
         "localteam": {"id": local, "name": "Home", "code": "HOM"},
         "visitorteam": {"id": visitor, "name": "Away", "code": "AWY"},
-        "lineup": [{"id": pid, "firstname": first, "lastname": last, "fullname": f"{first} {last}"}
-                   for pid, first, last in players],
-        "balls": [], "runs": [], "batting": [], "bowling": [],
+        "lineup": [
+            {"id": pid, "firstname": first, "lastname": last, "fullname": f"{first} {last}"}
+            for pid, first, last in players
+        ],
+        "balls": [],
+        "runs": [],
+        "batting": [],
+        "bowling": [],
     }

@@ -48,19 +48,33 @@ class Script:
         self.base = base_fixture(players=HOME + AWAY, overs=self.overs, local=1, visitor=2)
 
     # ---- posting balls -------------------------------------------------------------------------------
-    def ball(self, code: str, bowler: int = 201, *, gap: float = 40.0, out_non_striker: bool = False) -> dict[str, Any]:
+    def ball(
+        self, code: str, bowler: int = 201, *, gap: float = 40.0, out_non_striker: bool = False
+    ) -> dict[str, Any]:
         s = score_obj(code)
         self.clock += gap
         self.next_id += 7
         striker = self.crease[self.strike]
         over = f"{self.over_index}.{self.legal_in_over + 1}"
         out = self.crease[1 - self.strike] if out_non_striker else striker
-        raw = make_ball(self.next_id, over, code, batsman=striker, bowler=bowler, crease=tuple(self.crease),
-                        team=1, out=out, stamp=iso(self.clock))
+        raw = make_ball(
+            self.next_id,
+            over,
+            code,
+            batsman=striker,
+            bowler=bowler,
+            crease=tuple(self.crease),
+            team=1,
+            out=out,
+            stamp=iso(self.clock),
+        )
         self.balls.append(raw)
         legal = s.get("ball") is not False and not s.get("noball")
-        ran = 0 if (s["four"] or s["six"]) else (s["runs"] + s["bye"] + s["leg_bye"]
-                                                 - (1 if s.get("ball") is False else 0) - s["noball"])
+        ran = (
+            0
+            if (s["four"] or s["six"])
+            else (s["runs"] + s["bye"] + s["leg_bye"] - (1 if s.get("ball") is False else 0) - s["noball"])
+        )
         if s["is_wicket"]:
             slot = self.crease.index(out)
             self.crease[slot] = self.next_batter
@@ -97,18 +111,32 @@ class Script:
             fx.pop("balls")
         return fx
 
-    def tick(self, status: str | None = None, *, now: float | None = None, winner: int | None = None,
-             note: str | None = None) -> TickResult:
+    def tick(
+        self,
+        status: str | None = None,
+        *,
+        now: float | None = None,
+        winner: int | None = None,
+        note: str | None = None,
+    ) -> TickResult:
         fx = self.fixture(status)
         if winner is not None:
             fx["winner_team_id"] = winner
         if note is not None:
             fx["note"] = note
-        result = process_tick(self.state, snapshot_from_fixture(fx), now=now if now is not None else self.clock,
-                              marquee=self.marquee, settings=self.settings)
+        result = process_tick(
+            self.state,
+            snapshot_from_fixture(fx),
+            now=now if now is not None else self.clock,
+            marquee=self.marquee,
+            settings=self.settings,
+        )
         # The record round trip, as the actor persists; the doubts being confirmed stay in its memory.
-        self.state = replace(MatchState.from_item(result.state.to_item()), end_doubt=result.state.end_doubt,
-                             score_doubt=result.state.score_doubt)
+        self.state = replace(
+            MatchState.from_item(result.state.to_item()),
+            end_doubt=result.state.end_doubt,
+            score_doubt=result.state.score_doubt,
+        )
         self.results.append(result)
         return result
 

@@ -24,8 +24,9 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[
     return code, lines
 
 
-def test_events_prints_one_line_per_pushed_event_then_the_counts(capsys: pytest.CaptureFixture[str],
-                                                               tape_file: Path) -> None:
+def test_events_prints_one_line_per_pushed_event_then_the_counts(
+    capsys: pytest.CaptureFixture[str], tape_file: Path
+) -> None:
     code, lines = run(capsys, str(tape_file), "--cadence", "10", "--marquee")
     assert code == 0
     *events, summary = lines
@@ -38,7 +39,9 @@ def test_events_prints_one_line_per_pushed_event_then_the_counts(capsys: pytest.
     assert any(e["type"] in ("four", "six") for e in events)
 
 
-def test_without_marquee_only_score_events_are_printed(capsys: pytest.CaptureFixture[str], tape_file: Path) -> None:
+def test_without_marquee_only_score_events_are_printed(
+    capsys: pytest.CaptureFixture[str], tape_file: Path
+) -> None:
     code, lines = run(capsys, str(tape_file), "--cadence", "5")
     assert code == 0
     kinds = set(lines[-1]["counts"])  # type: ignore[arg-type]
@@ -46,7 +49,9 @@ def test_without_marquee_only_score_events_are_printed(capsys: pytest.CaptureFix
     assert all(e["ball"] is None for e in lines[:-1])
 
 
-def test_the_same_wickets_are_reported_at_any_cadence(capsys: pytest.CaptureFixture[str], tape_file: Path) -> None:
+def test_the_same_wickets_are_reported_at_any_cadence(
+    capsys: pytest.CaptureFixture[str], tape_file: Path
+) -> None:
     subjects = []
     for cadence in ("2.5", "60", "600"):
         _, lines = run(capsys, str(tape_file), "--cadence", cadence, "--marquee")

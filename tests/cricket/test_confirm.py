@@ -41,8 +41,11 @@ def glitch(s: Script, status: str, *, at: float, **fields: Any) -> TickResult:
     fx.update(fields)
     before = s.state
     result = process_tick(before, snapshot_from_fixture(fx), now=at, marquee=True, settings=s.settings)
-    s.state = replace(MatchState.from_item(result.state.to_item()), end_doubt=result.state.end_doubt,
-                      score_doubt=result.state.score_doubt)
+    s.state = replace(
+        MatchState.from_item(result.state.to_item()),
+        end_doubt=result.state.end_doubt,
+        score_doubt=result.state.score_doubt,
+    )
     s.results.append(result)
     return result
 
@@ -96,8 +99,19 @@ def chase(s: Script, codes: str) -> None:
         s.clock += 40
         s.next_id += 7
         over, ball = divmod(n, 6)
-        s.balls.append(make_ball(s.next_id, f"{over}.{ball + 1}", code, batsman=201 + n % 2, bowler=101,
-                                 crease=(201, 202), team=2, scoreboard="S2", stamp=iso(s.clock)))
+        s.balls.append(
+            make_ball(
+                s.next_id,
+                f"{over}.{ball + 1}",
+                code,
+                batsman=201 + n % 2,
+                bowler=101,
+                crease=(201, 202),
+                team=2,
+                scoreboard="S2",
+                stamp=iso(s.clock),
+            )
+        )
 
 
 def test_an_end_the_fixture_corroborates_is_believed_at_once() -> None:
@@ -146,7 +160,9 @@ def test_a_match_ended_wrongly_and_taken_again_reports_its_real_end() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["Finished", "Aban."]), st.integers(1, 2), st.booleans()), max_size=6))
+@given(
+    st.lists(st.tuples(st.sampled_from(["Finished", "Aban."]), st.integers(1, 2), st.booleans()), max_size=6)
+)
 def test_glitches_shorter_than_the_confirmation_never_end_the_match_or_change_what_is_written(
     glitches: list[tuple[str, int, bool]],
 ) -> None:
@@ -174,7 +190,10 @@ def test_a_correction_sized_drop_is_taken_and_a_bigger_one_is_skipped_until_it_p
     assert good is not None and good.score_for("S1") is not None
     fx = s.fixture()
     fx["runs"][0]["score"] -= 4  # a boundary taken back: a correction
-    assert process_tick(good, snapshot_from_fixture(fx), now=s.clock, marquee=True, settings=s.settings).skipped is None
+    assert (
+        process_tick(good, snapshot_from_fixture(fx), now=s.clock, marquee=True, settings=s.settings).skipped
+        is None
+    )
     fx["runs"][0]["score"] = 0  # 21 runs gone at once
     t0 = s.clock
     for wait in (0, 1, 2):

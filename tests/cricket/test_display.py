@@ -12,9 +12,31 @@ from daemon.cricket.settings import EngineSettings
 from daemon.cricket.snapshot import snapshot_from_fixture
 from tests.cricket.fixture_builder import truncated
 
-KEYS = {"matchId", "phase", "perspective", "battingPerspective", "sentiment", "title", "subtitle", "status",
-        "teams", "score", "overs", "battingCode", "runRate", "target", "equation", "requiredRate", "batters",
-        "bowler", "thisOver", "event", "eventType", "result", "toss"}
+KEYS = {
+    "matchId",
+    "phase",
+    "perspective",
+    "battingPerspective",
+    "sentiment",
+    "title",
+    "subtitle",
+    "status",
+    "teams",
+    "score",
+    "overs",
+    "battingCode",
+    "runRate",
+    "target",
+    "equation",
+    "requiredRate",
+    "batters",
+    "bowler",
+    "thisOver",
+    "event",
+    "eventType",
+    "result",
+    "toss",
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +59,10 @@ def test_live_chase_shows_every_string_the_app_needs(raw: dict[str, Any]) -> Non
     assert set(neutral) == KEYS
     assert (neutral["score"], neutral["overs"], neutral["runRate"]) == ("10/0", "1.2", "RR 7.50")
     assert (neutral["target"], neutral["equation"], neutral["requiredRate"]) == (
-        "Target 183", "PAK need 173 off 112", "RRR 9.27")
+        "Target 183",
+        "PAK need 173 off 112",
+        "RRR 9.27",
+    )
     assert neutral["batters"] == [
         {"name": "S Farhan", "line": "5 (5)", "onStrike": False},
         {"name": "F Zaman", "line": "4 (3)", "onStrike": True},  # a four keeps the strike
@@ -54,7 +79,9 @@ def test_each_supported_team_sees_its_side_first(raw: dict[str, Any]) -> None:
     assert set(shown) == {"1", "39", "neutral"}
     sl, pak = shown["39"], shown["1"]
     assert [t["code"] for t in sl["teams"]] == ["SL", "PAK"] and sl["title"] == "SL v PAK"
-    assert sl["battingPerspective"] == "supported_bowling" and pak["battingPerspective"] == "supported_batting"
+    assert (
+        sl["battingPerspective"] == "supported_bowling" and pak["battingPerspective"] == "supported_batting"
+    )
     assert sl["score"] == pak["score"] == "10/0"  # the same match, reordered
 
 
@@ -75,7 +102,9 @@ def test_innings_break_and_completed_phases(raw: dict[str, Any]) -> None:
     done = copy.deepcopy(raw)
     done.update(status="Finished", winner_team_id=39, note="Sri Lanka won by 12 runs")
     final = display(done)["neutral"]
-    assert final["phase"] == "completed" and final["result"] == final["subtitle"] == "Sri Lanka won by 12 runs"
+    assert (
+        final["phase"] == "completed" and final["result"] == final["subtitle"] == "Sri Lanka won by 12 runs"
+    )
     abandoned = copy.deepcopy(raw)
     abandoned.update(status="Aban.", note="Target 183 runs")
     assert display(abandoned)["neutral"]["result"] == "Match abandoned"
@@ -91,5 +120,7 @@ def test_result_is_derived_when_the_feed_has_no_note(raw: dict[str, Any]) -> Non
 
 def test_pre_match_shows_the_toss_and_no_score(raw: dict[str, Any]) -> None:
     pre = display(truncated(raw, 0, status="NS"))["neutral"]
-    assert pre["phase"] == "pre" and pre["score"] == "" and pre["subtitle"] == "SL won the toss and chose to bat"
+    assert (
+        pre["phase"] == "pre" and pre["score"] == "" and pre["subtitle"] == "SL won the toss and chose to bat"
+    )
     assert pre["runRate"] is None and pre["batters"] == [] and pre["thisOver"] == []

@@ -116,8 +116,11 @@ def test_a_burst_of_balls_between_ticks_loses_no_event_and_headlines_the_wicket(
     result = s.tick()
     assert [e.type for e in result.events] == ["six", "four", "wicket"]
     assert result.best is not None and result.best.type == "wicket"
-    body = json.loads(payloads.update_payload(result.display["neutral"], timestamp=result.timestamp,
-                                              event=result.best, events=result.events))
+    body = json.loads(
+        payloads.update_payload(
+            result.display["neutral"], timestamp=result.timestamp, event=result.best, events=result.events
+        )
+    )
     assert [i["type"] for i in body["aps"]["content-state"]["events"]] == ["wicket", "six", "four"]
     assert body["aps"]["alert"]["title"].startswith("WICKET!")
 
@@ -233,7 +236,8 @@ def test_score_feed_reports_wickets_from_the_batting_table() -> None:
     s.balls_of("1 W 0")
     result = s.tick()
     assert [(e.type, e.subject, e.ball_id) for e in result.events if e.type == "wicket"] == [
-        ("wicket", "S1:102", None)]
+        ("wicket", "S1:102", None)
+    ]
     assert not any(e.type in ("four", "six", "maiden") for e in result.events)
 
 
@@ -319,7 +323,9 @@ def test_rerunning_a_tick_from_the_persisted_state_gives_the_same_events_and_tim
     snap = snapshot_from_fixture(s.fixture())
     a = process_tick(prev, snap, now=1.0, marquee=True, settings=s.settings)
     b = process_tick(prev, snap, now=99999.0, marquee=True, settings=s.settings)
-    assert a.events == b.events and a.timestamp == b.timestamp and a.state == b.state and a.display == b.display
+    assert (
+        a.events == b.events and a.timestamp == b.timestamp and a.state == b.state and a.display == b.display
+    )
 
 
 def test_a_repeated_snapshot_is_a_fixed_point() -> None:
@@ -357,6 +363,11 @@ def test_display_unchanged_when_nothing_shown_changed() -> None:
     s.ball("1")
     s.tick()
     snap = snapshot_from_fixture(s.fixture())
-    later = process_tick(s.state, replace(snap, updated_at=(snap.updated_at or 0) + 5), now=0,
-                         marquee=True, settings=s.settings)
+    later = process_tick(
+        s.state,
+        replace(snap, updated_at=(snap.updated_at or 0) + 5),
+        now=0,
+        marquee=True,
+        settings=s.settings,
+    )
     assert not later.display_changed and later.events == ()

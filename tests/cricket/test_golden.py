@@ -113,4 +113,6 @@ def test_without_boundary_cooldowns_every_boundary_of_the_feed_is_reported(real_
     boundaries = [(o, t, w) for o, t, w in got if t in ("four", "six")]
     fours_and_sixes = sum(1 for b in raw["balls"] if b["score"]["four"] or b["score"]["six"])
     assert len(boundaries) == fours_and_sixes == 19 + 3
-    assert [e for e in got if e[1] not in ("four", "six")] == [e for e in EXPECTED if e[1] not in ("four", "six")]
+    assert [e for e in got if e[1] not in ("four", "six")] == [
+        e for e in EXPECTED if e[1] not in ("four", "six")
+    ]

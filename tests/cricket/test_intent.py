@@ -29,20 +29,40 @@ from daemon.cricket.intent import (
 )
 
 WICKET = KeyEvent(
-    type="wicket", subject="S1:914", key="wicket:S1:914", ball_id="77", over="4.2", priority=1, alert_worthy=True,
-    title="WICKET!", body="CKG 29/2", text="Smith c Jones b Brown 12", team_id="7",
+    type="wicket",
+    subject="S1:914",
+    key="wicket:S1:914",
+    ball_id="77",
+    over="4.2",
+    priority=1,
+    alert_worthy=True,
+    title="WICKET!",
+    body="CKG 29/2",
+    text="Smith c Jones b Brown 12",
+    team_id="7",
 )
 
 
 def _update(alert_event: KeyEvent | None = WICKET) -> bytes:
-    return payloads.update_payload({"score": "29/2", "overs": "4.2"}, timestamp=1700, event=alert_event,
-                                   events=[alert_event] if alert_event else [], stale_date=2600)
+    return payloads.update_payload(
+        {"score": "29/2", "overs": "4.2"},
+        timestamp=1700,
+        event=alert_event,
+        events=[alert_event] if alert_event else [],
+        stale_date=2600,
+    )
 
 
 def _intent(handed: str | None = None) -> AlertIntent:
-    return AlertIntent(kind="update", timestamp=1700, priority=10, events=("wicket:S1:914",),
-                       payloads={"neutral": _update(), "7": _update()}, collapse_id=WICKET.collapse_id("500"),
-                       handed=handed)
+    return AlertIntent(
+        kind="update",
+        timestamp=1700,
+        priority=10,
+        events=("wicket:S1:914",),
+        payloads={"neutral": _update(), "7": _update()},
+        collapse_id=WICKET.collapse_id("500"),
+        handed=handed,
+    )
 
 
 def test_the_quiet_payload_is_the_same_update_without_its_alert() -> None:
@@ -109,7 +129,9 @@ def _device_view(keys: list[str], deaths: list[int], first: int, most: int) -> t
         p = plan(keys, handed, first=first, most=most)
         order = [(k, False) for k in p.quiet] + [(k, True) for c in p.chunks for k in c.keys]
         # each chunk's watermark is persisted before the chunk is handed over (the first with the intent)
-        marks = {len(p.quiet) + sum(len(c.keys) for c in p.chunks[:i]): c.watermark for i, c in enumerate(p.chunks)}
+        marks = {
+            len(p.quiet) + sum(len(c.keys) for c in p.chunks[:i]): c.watermark for i, c in enumerate(p.chunks)
+        }
         for i, (key, alert) in enumerate(order):
             if i in marks:
                 handed = marks[i]
@@ -139,7 +161,9 @@ def test_only_the_chunk_in_flight_loses_its_alert_when_the_owner_dies() -> None:
     # the owner dies after its first accepted push: only its first chunk is uncertain
     alerts, reached = _device_view(keys, [1], 16, 2048)
     assert reached == set(keys)
-    assert sum(alerts.values()) == 1 + (200 - 16), "the first chunk's 15 others get the event without the alert"
+    assert sum(alerts.values()) == 1 + (200 - 16), (
+        "the first chunk's 15 others get the event without the alert"
+    )
 
 
 def test_an_intent_round_trips_through_its_record_with_the_watermark() -> None:
@@ -157,7 +181,15 @@ def test_a_damaged_intent_is_named_not_guessed() -> None:
     with pytest.raises(IntentError, match="payloads"):
         AlertIntent.from_record({"alertIntent": {"kind": "update", "timestamp": 1, "priority": 10}})
     with pytest.raises(IntentError, match="kind"):
-        AlertIntent.from_record({"alertIntent": {"kind": "start", "timestamp": 1, "priority": 10,
-                                                 "payloads": {"neutral": _update().decode()}}})
+        AlertIntent.from_record(
+            {
+                "alertIntent": {
+                    "kind": "start",
+                    "timestamp": 1,
+                    "priority": 10,
+                    "payloads": {"neutral": _update().decode()},
+                }
+            }
+        )
     with pytest.raises(IntentError):
         AlertIntent.from_record({"alertIntent": "not a map"})

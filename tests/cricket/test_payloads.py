@@ -15,11 +15,27 @@ from daemon.cricket.settings import EngineSettings
 from daemon.cricket.snapshot import snapshot_from_fixture
 
 
-def event(type_: str = "wicket", *, alert: bool = True, text: str = "WICKET! L Udara 91 (55)",
-          ball: str | None = "11917729", subject: str = "S1:21906") -> KeyEvent:
-    return KeyEvent(type=type_, subject=subject, key=f"{type_}:{subject}", ball_id=ball, over="18.6",
-                    priority=5, alert_worthy=alert, title="WICKET! SL 172/7", body="L Udara c H Nawaz b N Shah 91",
-                    text=text, team_id="39")
+def event(
+    type_: str = "wicket",
+    *,
+    alert: bool = True,
+    text: str = "WICKET! L Udara 91 (55)",
+    ball: str | None = "11917729",
+    subject: str = "S1:21906",
+) -> KeyEvent:
+    return KeyEvent(
+        type=type_,
+        subject=subject,
+        key=f"{type_}:{subject}",
+        ball_id=ball,
+        over="18.6",
+        priority=5,
+        alert_worthy=alert,
+        title="WICKET! SL 172/7",
+        body="L Udara c H Nawaz b N Shah 91",
+        text=text,
+        team_id="39",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +47,25 @@ def state(real_fixture_path: Path) -> dict[str, Any]:
 def test_update_carries_the_headline_every_event_and_an_alert(state: dict[str, Any]) -> None:
     six = event("six", alert=False, text="SIX! D Shanaka", ball="11917594", subject="S1:178")
     wicket = event()
-    body = json.loads(payloads.update_payload(state, timestamp=1791558696, event=wicket, events=(six, wicket),
-                                              stale_date=1791560000))
+    body = json.loads(
+        payloads.update_payload(
+            state, timestamp=1791558696, event=wicket, events=(six, wicket), stale_date=1791560000
+        )
+    )
     aps = body["aps"]
     assert aps["event"] == "update" and aps["timestamp"] == 1791558696 and aps["stale-date"] == 1791560000
     assert aps["content-state"]["event"] == "WICKET! L Udara 91 (55)"
     assert [i["type"] for i in aps["content-state"]["events"]] == ["wicket", "six"]
-    assert aps["alert"] == {"title": "WICKET! SL 172/7", "body": "L Udara c H Nawaz b N Shah 91", "sound": "default"}
+    assert aps["alert"] == {
+        "title": "WICKET! SL 172/7",
+        "body": "L Udara c H Nawaz b N Shah 91",
+        "sound": "default",
+    }
     assert payloads.apns_priority(wicket) == 10 and payloads.apns_priority(six) == 5
     assert payloads.apns_priority(None) == 5
-    assert "event" not in state or state["event"] != "WICKET! L Udara 91 (55)"  # the caller's dict is untouched
+    assert (
+        "event" not in state or state["event"] != "WICKET! L Udara 91 (55)"
+    )  # the caller's dict is untouched
 
 
 def test_routine_update_has_no_alert(state: dict[str, Any]) -> None:
@@ -49,8 +74,15 @@ def test_routine_update_has_no_alert(state: dict[str, Any]) -> None:
 
 
 def test_start_has_attributes_and_an_alert_even_when_none_is_given(state: dict[str, Any]) -> None:
-    aps = json.loads(payloads.start_payload(state, attributes_type="LiveActivityAttributes",
-                                            attributes={"matchId": "71344"}, timestamp=7, alert=None))["aps"]
+    aps = json.loads(
+        payloads.start_payload(
+            state,
+            attributes_type="LiveActivityAttributes",
+            attributes={"matchId": "71344"},
+            timestamp=7,
+            alert=None,
+        )
+    )["aps"]
     assert aps["event"] == "start" and aps["attributes-type"] == "LiveActivityAttributes"
     assert aps["attributes"] == {"matchId": "71344"}
     assert aps["alert"]["title"] == "PAK v SL" and aps["alert"]["body"] == "PAK need 173 off 112"
@@ -66,19 +98,31 @@ def test_end_has_a_dismissal_date(state: dict[str, Any]) -> None:
 def test_end_carries_the_last_ticks_events_and_the_headlines_alert(state: dict[str, Any]) -> None:
     wicket = event()
     end = event("match_end", text="SL won by 4 wickets", ball=None, subject="match")
-    aps = json.loads(payloads.end_payload(state, timestamp=9, dismissal_date=100, event=end,
-                                          events=(wicket, end)))["aps"]
+    aps = json.loads(
+        payloads.end_payload(state, timestamp=9, dismissal_date=100, event=end, events=(wicket, end))
+    )["aps"]
     assert [(i["type"], i["subject"]) for i in aps["content-state"]["events"]] == [
-        ("match_end", "match"), ("wicket", "S1:21906")]
+        ("match_end", "match"),
+        ("wicket", "S1:21906"),
+    ]
     assert aps["content-state"]["eventType"] == "match_end"
     assert aps["alert"]["title"] == "WICKET! SL 172/7"  # the headline's own title (the helper's fixed one)
 
 
 def test_plain_alert_with_thread_and_custom_data() -> None:
-    body = json.loads(payloads.alert_payload("Match starting", "PAK v SL in 30 min", thread_id="71344",
-                                             data={"matchId": "71344"}))
-    assert body == {"aps": {"alert": {"title": "Match starting", "body": "PAK v SL in 30 min"},
-                            "sound": "default", "thread-id": "71344"}, "matchId": "71344"}
+    body = json.loads(
+        payloads.alert_payload(
+            "Match starting", "PAK v SL in 30 min", thread_id="71344", data={"matchId": "71344"}
+        )
+    )
+    assert body == {
+        "aps": {
+            "alert": {"title": "Match starting", "body": "PAK v SL in 30 min"},
+            "sound": "default",
+            "thread-id": "71344",
+        },
+        "matchId": "71344",
+    }
     with pytest.raises(ValueError, match="aps"):
         payloads.alert_payload("t", "b", data={"aps": 1})
 
@@ -108,22 +152,65 @@ text = st.text(min_size=0, max_size=400)
 
 
 @settings(max_examples=60, deadline=None)
-@given(title=text, body=text, texts=st.lists(text, max_size=25), names=st.lists(text, min_size=2, max_size=2),
-       subtitle=st.text(max_size=5000), over=st.lists(st.text(max_size=8), max_size=60))
-def test_every_payload_is_valid_json_within_4kb(state: dict[str, Any], title: str, body: str, texts: list[str],
-                                                 names: list[str], subtitle: str, over: list[str]) -> None:
+@given(
+    title=text,
+    body=text,
+    texts=st.lists(text, max_size=25),
+    names=st.lists(text, min_size=2, max_size=2),
+    subtitle=st.text(max_size=5000),
+    over=st.lists(st.text(max_size=8), max_size=60),
+)
+def test_every_payload_is_valid_json_within_4kb(
+    state: dict[str, Any],
+    title: str,
+    body: str,
+    texts: list[str],
+    names: list[str],
+    subtitle: str,
+    over: list[str],
+) -> None:
     cs = dict(state)
     cs["subtitle"] = subtitle
     cs["thisOver"] = over
     cs["batters"] = [{"name": n, "line": "1 (1)", "onStrike": False} for n in names]
-    evs = [KeyEvent(type="four", subject=f"S1:{i}", key=f"four:S1:{i}", ball_id=str(i), over="1.1", priority=13,
-                    alert_worthy=False, title=title, body=body, text=t, team_id="1") for i, t in enumerate(texts)]
-    headline = KeyEvent(type="wicket", subject="S1:9", key="wicket:S1:9", ball_id="9", over="1.2", priority=5,
-                        alert_worthy=True, title=title, body=body, text=title, team_id="1")
+    evs = [
+        KeyEvent(
+            type="four",
+            subject=f"S1:{i}",
+            key=f"four:S1:{i}",
+            ball_id=str(i),
+            over="1.1",
+            priority=13,
+            alert_worthy=False,
+            title=title,
+            body=body,
+            text=t,
+            team_id="1",
+        )
+        for i, t in enumerate(texts)
+    ]
+    headline = KeyEvent(
+        type="wicket",
+        subject="S1:9",
+        key="wicket:S1:9",
+        ball_id="9",
+        over="1.2",
+        priority=5,
+        alert_worthy=True,
+        title=title,
+        body=body,
+        text=title,
+        team_id="1",
+    )
     for data in (
         payloads.update_payload(cs, timestamp=1, event=headline, events=evs, stale_date=2),
-        payloads.start_payload(cs, attributes_type="LiveActivityAttributes", attributes={"matchId": title},
-                               timestamp=1, alert=(title, body)),
+        payloads.start_payload(
+            cs,
+            attributes_type="LiveActivityAttributes",
+            attributes={"matchId": title},
+            timestamp=1,
+            alert=(title, body),
+        ),
         payloads.end_payload(cs, timestamp=1, dismissal_date=2, alert=(title, body)),
         payloads.alert_payload(title * 20, body * 20, thread_id="71344", data={"note": body * 20}),
     ):

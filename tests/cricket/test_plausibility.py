@@ -41,7 +41,9 @@ def refused(fx: dict[str, Any]) -> ImplausibleSnapshot:
         ("bowling", "runs", -3, "bowling[S1:201].runs"),
     ],
 )
-def test_an_implausible_total_is_refused_naming_its_field(where: str, key: str, value: Any, field: str) -> None:
+def test_an_implausible_total_is_refused_naming_its_field(
+    where: str, key: str, value: Any, field: str
+) -> None:
     fx = live_fixture()
     fx[where][0][key] = value
     assert refused(fx).field == field
@@ -85,8 +87,19 @@ def test_every_scripted_innings_is_plausible(codes: str) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from([("runs", "score"), ("runs", "wickets"), ("batting", "score"), ("batting", "ball"),
-                        ("bowling", "runs"), ("bowling", "wickets")]), st.integers(max_value=-1))
+@given(
+    st.sampled_from(
+        [
+            ("runs", "score"),
+            ("runs", "wickets"),
+            ("batting", "score"),
+            ("batting", "ball"),
+            ("bowling", "runs"),
+            ("bowling", "wickets"),
+        ]
+    ),
+    st.integers(max_value=-1),
+)
 def test_any_negative_count_is_refused(place: tuple[str, str], value: int) -> None:
     fx = live_fixture()
     fx[place[0]][0][place[1]] = value

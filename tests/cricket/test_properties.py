@@ -53,8 +53,11 @@ def check_display(neutral: dict[str, Any], fixture: dict[str, Any]) -> None:
         assert team["innings"] == by_team.get(team["id"], [])
     # each batter shown is a not-out row of the current innings with exactly those figures
     board = f"S{cur['inning']}"
-    lines = [f"{r['score']} ({r['ball']})" for r in fixture.get("batting") or []
-             if r["scoreboard"] == board and not r.get("fow_balls")]
+    lines = [
+        f"{r['score']} ({r['ball']})"
+        for r in fixture.get("batting") or []
+        if r["scoreboard"] == board and not r.get("fow_balls")
+    ]
     for batter in neutral["batters"]:
         assert batter["line"] in lines or batter["line"] == "0 (0)", (batter, lines)
 
@@ -96,8 +99,9 @@ def replay_and_check(fmt: str, seed: int, cadence: float, marquee: bool) -> dict
                 if result.ended:
                     data = payloads.end_payload(content, timestamp=result.timestamp, dismissal_date=1)
                 else:
-                    data = payloads.update_payload(content, timestamp=result.timestamp, event=result.best,
-                                                   events=result.events)
+                    data = payloads.update_payload(
+                        content, timestamp=result.timestamp, event=result.best, events=result.events
+                    )
                 assert len(data) <= payloads.MAX_PAYLOAD
                 assert json.loads(data)["aps"]["timestamp"] == result.timestamp
     missing = [s for s in final_out if not standing_reported.get(s)]
@@ -108,7 +112,9 @@ def replay_and_check(fmt: str, seed: int, cadence: float, marquee: bool) -> dict
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), cadence=st.floats(1.0, 1500.0), marquee=st.booleans())
-def test_synthesised_t10_tapes_keep_every_invariant_at_any_cadence(seed: int, cadence: float, marquee: bool) -> None:
+def test_synthesised_t10_tapes_keep_every_invariant_at_any_cadence(
+    seed: int, cadence: float, marquee: bool
+) -> None:
     replay_and_check("T10", seed, cadence, marquee)
 
 

@@ -39,7 +39,9 @@ def test_two_players_with_one_short_name_get_their_full_names(real: dict[str, An
     assert snap.name("21906") == "L Udara"
 
 
-def test_dismissed_batter_comes_from_the_batting_table_when_batsmanout_id_is_wrong(real: dict[str, Any]) -> None:
+def test_dismissed_batter_comes_from_the_batting_table_when_batsmanout_id_is_wrong(
+    real: dict[str, Any],
+) -> None:
     snap = snapshot_from_fixture(real)
     ball = next(b for b in snap.balls if b.scoreboard == "S1" and b.over == "9.4")
     raw = next(b for b in real["data"]["balls"] if b["id"] == ball.id)
@@ -61,7 +63,12 @@ def test_extras_follow_the_feed_semantics(real: dict[str, Any]) -> None:
     noball_bye = next(b for b in s1 if b.score_name == "1 No Ball + 1 Bye")
     assert (noball_bye.legal, noball_bye.bat_runs, noball_bye.team_runs, noball_bye.runs) == (False, 0, 2, 1)
     five_wides = next(b for b in s1 if b.score_name == "5 Wides")
-    assert (five_wides.legal, five_wides.wide, five_wides.faced, five_wides.bat_runs) == (False, True, False, 0)
+    assert (five_wides.legal, five_wides.wide, five_wides.faced, five_wides.bat_runs) == (
+        False,
+        True,
+        False,
+        0,
+    )
     byes = next(b for b in s1 if b.score_name == "4 Byes")
     assert (byes.four, byes.bat_runs, byes.team_runs, byes.runs) == (False, 0, 4, 0)
     # the scorecard rebuilt from the balls equals the feed's totals
@@ -92,7 +99,9 @@ def test_includes_wrapped_in_data_are_accepted(real: dict[str, Any]) -> None:
         (lambda f: f.pop("id"), "id"),
     ],
 )
-def test_malformed_input_raises_an_error_naming_the_field(real: dict[str, Any], mutate: Any, field: str) -> None:
+def test_malformed_input_raises_an_error_naming_the_field(
+    real: dict[str, Any], mutate: Any, field: str
+) -> None:
     raw = copy.deepcopy(real["data"])
     mutate(raw)
     with pytest.raises(SnapshotError) as caught:

@@ -22,8 +22,17 @@ def _real_state(real_fixture_path: Path) -> MatchState:
 def test_item_round_trips_and_uses_the_data_model_names(real_fixture_path: Path) -> None:
     state = _real_state(real_fixture_path)
     item = state.to_item()
-    for key in ("matchPhase", "previousStatus", "previousBallId", "previousScore", "previousBatting",
-                "previousBowling", "last30Balls", "cooldowns", "lastTimestamp"):
+    for key in (
+        "matchPhase",
+        "previousStatus",
+        "previousBallId",
+        "previousScore",
+        "previousBatting",
+        "previousBowling",
+        "last30Balls",
+        "cooldowns",
+        "lastTimestamp",
+    ):
         assert key in item
     assert len(item["last30Balls"]) == 30
     assert MatchState.from_item(item) == state
@@ -49,9 +58,14 @@ def test_older_records_with_missing_keys_read_with_defaults() -> None:
 
 
 def test_numbers_may_come_back_as_decimals() -> None:
-    state = MatchState.from_item({"matchPhase": "live", "previousBallId": Decimal("11917822"),
-                                  "cooldowns": {"four:S1:1": Decimal("1791558700.5")},
-                                  "lastTimestamp": Decimal("1791558696")})
+    state = MatchState.from_item(
+        {
+            "matchPhase": "live",
+            "previousBallId": Decimal("11917822"),
+            "cooldowns": {"four:S1:1": Decimal("1791558700.5")},
+            "lastTimestamp": Decimal("1791558696"),
+        }
+    )
     assert state.previous_ball_id == 11917822 and state.cooldowns["four:S1:1"] == 1791558700.5
     assert state.last_timestamp == 1791558696
 

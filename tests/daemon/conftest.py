@@ -52,8 +52,14 @@ def make_handlers(calls: Calls) -> dict[str, Any]:
         await trio.sleep(0.05)
         return "done"
 
-    return {"health": health, "match": match, "crash": crash, "unserialisable": unserialisable, "big": big,
-            "slow": slow}
+    return {
+        "health": health,
+        "match": match,
+        "crash": crash,
+        "unserialisable": unserialisable,
+        "big": big,
+        "slow": slow,
+    }
 
 
 class Client:
@@ -102,7 +108,9 @@ async def admin(sock_dir: Path, log_stream: io.StringIO) -> AsyncIterator[tuple[
     """An AdminServer on a real Unix socket with the test handlers and short deadlines (logs to a buffer)."""
     calls = Calls()
     path = sock_dir / "admin.sock"
-    server = AdminServer(str(path), make_handlers(calls), max_line_bytes=1024, client_timeout_s=0.5, max_clients=4)
+    server = AdminServer(
+        str(path), make_handlers(calls), max_line_bytes=1024, client_timeout_s=0.5, max_clients=4
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
         yield server, path, calls

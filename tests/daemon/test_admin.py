@@ -66,8 +66,10 @@ def test_malformed_requests_are_rejected_with_a_reason(line: bytes, expected: st
 def test_answers_are_one_line_and_json_even_for_awkward_values() -> None:
     from decimal import Decimal
 
-    line = encode_answer(ok=True, result={"lag": Decimal("1.5"), "count": Decimal("3"), "p99": float("nan"),
-                                          "text": "two\nlines"})
+    line = encode_answer(
+        ok=True,
+        result={"lag": Decimal("1.5"), "count": Decimal("3"), "p99": float("nan"), "text": "two\nlines"},
+    )
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert line == b'{"ok": true, "result": {"lag": 1.5, "count": 3, "p99": null, "text": "two\\nlines"}}\n'
 
@@ -88,7 +90,9 @@ async def test_health_answers_ok_with_the_handlers_result(admin: tuple[AdminServ
     assert calls.args == [("health", [])]
 
 
-async def test_bare_line_and_json_reach_the_same_handler_with_args(admin: tuple[AdminServer, Path, Calls]) -> None:
+async def test_bare_line_and_json_reach_the_same_handler_with_args(
+    admin: tuple[AdminServer, Path, Calls],
+) -> None:
     _, path, calls = admin
     client = await Client.connect(path)
     expected = {"ok": True, "result": {"matchId": "71344", "phase": "2nd Innings"}}
@@ -100,7 +104,11 @@ async def test_bare_line_and_json_reach_the_same_handler_with_args(admin: tuple[
 async def test_request_id_is_echoed(admin: tuple[AdminServer, Path, Calls]) -> None:
     _, path, _ = admin
     client = await Client.connect(path)
-    assert await client.ask('{"cmd": "health", "id": "abc"}') == {"ok": True, "result": {"alive": True}, "id": "abc"}
+    assert await client.ask('{"cmd": "health", "id": "abc"}') == {
+        "ok": True,
+        "result": {"alive": True},
+        "id": "abc",
+    }
 
 
 async def test_help_lists_every_command_with_its_summary(admin: tuple[AdminServer, Path, Calls]) -> None:
@@ -114,7 +122,9 @@ async def test_help_lists_every_command_with_its_summary(admin: tuple[AdminServe
     assert commands["metrics"].startswith("Prometheus")
 
 
-async def test_metrics_returns_the_prometheus_text_of_the_registry(admin: tuple[AdminServer, Path, Calls]) -> None:
+async def test_metrics_returns_the_prometheus_text_of_the_registry(
+    admin: tuple[AdminServer, Path, Calls],
+) -> None:
     _, path, _ = admin
     metrics.ACTOR_RESTARTS.labels(actor="admin-test-actor").inc()
     client = await Client.connect(path)
@@ -124,7 +134,9 @@ async def test_metrics_returns_the_prometheus_text_of_the_registry(admin: tuple[
     assert "# TYPE sightscreen_push_latency_seconds histogram" in answer["result"]
 
 
-async def test_bad_json_gets_an_error_and_the_connection_stays_usable(admin: tuple[AdminServer, Path, Calls]) -> None:
+async def test_bad_json_gets_an_error_and_the_connection_stays_usable(
+    admin: tuple[AdminServer, Path, Calls],
+) -> None:
     _, path, _ = admin
     client = await Client.connect(path)
     answer = await client.ask('{"cmd": "health"')
@@ -135,7 +147,10 @@ async def test_bad_json_gets_an_error_and_the_connection_stays_usable(admin: tup
 async def test_unknown_command_gets_an_error_naming_it(admin: tuple[AdminServer, Path, Calls]) -> None:
     _, path, _ = admin
     client = await Client.connect(path)
-    assert await client.ask("helth") == {"ok": False, "error": "unknown command 'helth'; did you mean 'health'?"}
+    assert await client.ask("helth") == {
+        "ok": False,
+        "error": "unknown command 'helth'; did you mean 'health'?",
+    }
     assert await client.ask("zzz") == {"ok": False, "error": "unknown command 'zzz'; try 'help'"}
     assert (await client.ask("health"))["ok"] is True
 
@@ -204,7 +219,9 @@ async def test_an_oversized_line_gets_an_error_then_the_connection_is_closed(
     assert (await other.ask("health"))["ok"] is True
 
 
-async def test_an_oversized_line_with_its_newline_is_refused_too(admin: tuple[AdminServer, Path, Calls]) -> None:
+async def test_an_oversized_line_with_its_newline_is_refused_too(
+    admin: tuple[AdminServer, Path, Calls],
+) -> None:
     _, path, _ = admin
     client = await Client.connect(path)
     await client.send(b'{"cmd": "match", "args": ["' + b"7" * 1100 + b'"]}\n')
@@ -248,7 +265,9 @@ async def test_a_client_that_sends_slowly_is_disconnected_and_others_are_served(
     await wait_for_clients(server, 0)
 
 
-async def test_clients_past_the_limit_get_an_error_and_are_closed(admin: tuple[AdminServer, Path, Calls]) -> None:
+async def test_clients_past_the_limit_get_an_error_and_are_closed(
+    admin: tuple[AdminServer, Path, Calls],
+) -> None:
     server, path, _ = admin
     held = [await Client.connect(path) for _ in range(4)]  # max_clients=4
     for client in held:
@@ -289,7 +308,9 @@ async def test_a_stale_socket_file_is_replaced(sock_dir: Path) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def test_a_socket_a_live_server_answers_on_is_left_alone(admin: tuple[AdminServer, Path, Calls]) -> None:
+async def test_a_socket_a_live_server_answers_on_is_left_alone(
+    admin: tuple[AdminServer, Path, Calls],
+) -> None:
     _, path, _ = admin
     second = AdminServer(str(path), {})
     with pytest.raises(AdminSocketError, match="another process is serving"):
@@ -369,12 +390,16 @@ async def test_metrics_over_http_serves_the_registry_to_a_scraper(metrics_port: 
         (b"GET /metrics HTTP/1.1\r\nX: " + b"y" * 9000 + b"\r\n\r\n", b"431"),
     ],
 )
-async def test_metrics_over_http_refuses_anything_else(metrics_port: int, request_bytes: bytes, status: bytes) -> None:
+async def test_metrics_over_http_refuses_anything_else(
+    metrics_port: int, request_bytes: bytes, status: bytes
+) -> None:
     answer = await http_get(metrics_port, request_bytes)
     assert answer.split(b" ")[1] == status
 
 
-async def test_metrics_over_http_drops_a_client_that_sends_nothing_and_serves_the_next(metrics_port: int) -> None:
+async def test_metrics_over_http_drops_a_client_that_sends_nothing_and_serves_the_next(
+    metrics_port: int,
+) -> None:
     silent = [await trio.open_tcp_stream("127.0.0.1", metrics_port) for _ in range(2)]  # max_clients=2
     answer = await http_get(metrics_port, b"GET /metrics HTTP/1.0\r\n\r\n")  # waits for a slot, then served
     assert answer.startswith(b"HTTP/1.1 200 OK")

@@ -72,7 +72,9 @@ async def test_raw_prints_the_answer_line(
 
 
 async def test_socket_path_defaults_to_the_environment(
-    admin: tuple[AdminServer, Path, Calls], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    admin: tuple[AdminServer, Path, Calls],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, path, _ = admin
     monkeypatch.setenv("SIGHTSCREEN_ADMIN_SOCKET", str(path))
@@ -80,7 +82,9 @@ async def test_socket_path_defaults_to_the_environment(
     assert code == 0 and json.loads(out) == {"alive": True}
 
 
-def test_missing_socket_exits_2_saying_what_to_check(sock_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_socket_exits_2_saying_what_to_check(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = sock_dir / "nothing.sock"
     assert ctl.main(["--socket", str(path), "health"]) == 2
     err = capsys.readouterr().err
@@ -110,7 +114,9 @@ def test_a_server_that_never_answers_exits_2_after_the_timeout(
     assert "no answer" in capsys.readouterr().err
 
 
-def test_a_peer_that_does_not_speak_the_protocol_exits_2(sock_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_peer_that_does_not_speak_the_protocol_exits_2(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = sock_dir / "http.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))

@@ -57,8 +57,13 @@ async def test_match_id_bound_in_a_task_reaches_its_children_and_no_sibling(log_
 def test_device_tokens_are_shortened_and_secret_keys_hidden(log_stream: io.StringIO) -> None:
     log = logs.get_logger("actors.sender")
     log.info("push_rejected", device_token=DEVICE_TOKEN, reason="BadDeviceToken")
-    log.info("push_sent", token=logs.short_token(DEVICE_TOKEN), update_token=DEVICE_TOKEN,
-             authorization="bearer eyJhbGciOiJFUzI1NiJ9.x.y", tokens=12)
+    log.info(
+        "push_sent",
+        token=logs.short_token(DEVICE_TOKEN),
+        update_token=DEVICE_TOKEN,
+        authorization="bearer eyJhbGciOiJFUzI1NiJ9.x.y",
+        tokens=12,
+    )
     first, second = log_lines(log_stream)
     assert first["device_token"] == "a1b2c3…8f90"
     assert second["token"] == "a1b2c3…8f90" and second["update_token"] == "a1b2c3…8f90"
@@ -80,8 +85,13 @@ def test_stdlib_loggers_join_the_same_output_at_warning(log_stream: io.StringIO)
     logging.getLogger("botocore.retryhandler").info("retry 1")  # below the stdlib level: dropped
     logging.getLogger("botocore.retryhandler").warning("throttled %s", "PutItem")
     (line,) = log_lines(log_stream)
-    assert line == {**line, "event": "throttled PutItem", "logger": "botocore.retryhandler", "level": "warning",
-                    "instance_id": "i-1"}
+    assert line == {
+        **line,
+        "event": "throttled PutItem",
+        "logger": "botocore.retryhandler",
+        "level": "warning",
+        "instance_id": "i-1",
+    }
 
 
 def test_level_filters_the_daemon_loggers(log_stream: io.StringIO) -> None:

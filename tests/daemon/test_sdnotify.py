@@ -64,7 +64,9 @@ def test_abstract_namespace_socket_is_supported() -> None:
         sock.close()
 
 
-def test_a_newline_in_a_status_cannot_inject_another_assignment(notify_socket: tuple[str, socket.socket]) -> None:
+def test_a_newline_in_a_status_cannot_inject_another_assignment(
+    notify_socket: tuple[str, socket.socket],
+) -> None:
     path, sock = notify_socket
     SdNotifier({"NOTIFY_SOCKET": path}).status("ok\nREADY=1")
     assert received(sock, 1) == ["STATUS=ok READY=1"]
@@ -88,13 +90,25 @@ def test_watchdog_interval_is_half_of_watchdog_usec(notify_socket: tuple[str, so
     assert SdNotifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "30000000"}).watchdog_interval() == 15.0
     assert SdNotifier({"NOTIFY_SOCKET": path}).watchdog_interval() is None
     mine = str(os.getpid())
-    assert SdNotifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000", "WATCHDOG_PID": mine}).watchdog_interval() == 1.0
+    assert (
+        SdNotifier(
+            {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000", "WATCHDOG_PID": mine}
+        ).watchdog_interval()
+        == 1.0
+    )
     # The watchdog belongs to another process (this one inherited the environment): do not ping for it.
-    assert SdNotifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}).watchdog_interval() is None
+    assert (
+        SdNotifier(
+            {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}
+        ).watchdog_interval()
+        is None
+    )
     assert SdNotifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "soon"}).watchdog_interval() is None
 
 
-async def test_run_watchdog_pings_repeatedly_until_cancelled(notify_socket: tuple[str, socket.socket]) -> None:
+async def test_run_watchdog_pings_repeatedly_until_cancelled(
+    notify_socket: tuple[str, socket.socket],
+) -> None:
     path, sock = notify_socket
     notifier = SdNotifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "20000"})  # a ping every 10 ms
     async with trio.open_nursery() as nursery:

@@ -13,18 +13,29 @@ async def test_a_seeded_match_has_its_league_teams_fixture_follows_devices_and_s
     tape = load_tape(builtin_tape_path())
     starts = time.time() + 60
     seeded = await seed_match(
-        repos, tape, starts_at=starts, followers=4, league_name="Local", league_code="LOC",
-        devices=True, sessions=True,
+        repos,
+        tape,
+        starts_at=starts,
+        followers=4,
+        league_name="Local",
+        league_code="LOC",
+        devices=True,
+        sessions=True,
     )
     match_id = str(tape.fixture_id)
     assert seeded.match_id == match_id and len(seeded.followers) == 4
     assert (await repos.leagues.get_league(str(tape.league_id)))["code"] == "LOC"
-    assert {t["teamId"] for t in await repos.teams.get_all_teams()} == {str(tape.localteam.id), str(tape.visitorteam.id)}
+    assert {t["teamId"] for t in await repos.teams.get_all_teams()} == {
+        str(tape.localteam.id),
+        str(tape.visitorteam.id),
+    }
     fixture = await repos.fixtures.get_fixture(match_id)
     assert fixture["status"] == "NS" and fixture["live"] is False and fixture["leagueCode"] == "LOC"
     follows = await repos.follows.get_followers_for_match(match_id)
     # half the followers support each team
-    assert sorted(f["teamId"] for f in follows) == sorted([str(tape.localteam.id), str(tape.visitorteam.id)] * 2)
+    assert sorted(f["teamId"] for f in follows) == sorted(
+        [str(tape.localteam.id), str(tape.visitorteam.id)] * 2
+    )
     sessions = await repos.live_activities.get_all_la_sessions_for_match(match_id)
     assert {s["updateToken"]: s["visitorKey"] for s in sessions} == seeded.tokens
     for follower in seeded.followers:

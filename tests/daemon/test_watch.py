@@ -18,17 +18,39 @@ def _sample(at: float, *, accepted: int, rejected: int = 0, failed: int = 0, **o
     values: dict[str, Any] = dict(
         status={"instance_id": "i-1", "version": "1.2.3", "uptime_s": 3725.0, "draining": False},
         matches=[
-            {"match_id": "71344", "owner": "i-1", "epoch": 3, "phase": "innings2", "status": "active",
-             "last_tick_at": "2027-01-15T07:59:58Z", "lag_s": 0.4321, "tokens": 12000, "ticks": 99},
-            {"match_id": "70001", "owner": "i-2", "epoch": 1, "phase": "innings1", "status": "active",
-             "last_tick_at": "2027-01-15T07:59:59Z"},
+            {
+                "match_id": "71344",
+                "owner": "i-1",
+                "epoch": 3,
+                "phase": "innings2",
+                "status": "active",
+                "last_tick_at": "2027-01-15T07:59:58Z",
+                "lag_s": 0.4321,
+                "tokens": 12000,
+                "ticks": 99,
+            },
+            {
+                "match_id": "70001",
+                "owner": "i-2",
+                "epoch": 1,
+                "phase": "innings1",
+                "status": "active",
+                "last_tick_at": "2027-01-15T07:59:59Z",
+            },
         ],
-        apns={"connections": 2, "streams_in_flight": 7, "latency_ms": {"p50": 3.1, "p99": 9.8},
-              "pushes": {"accepted": accepted, "rejected": rejected, "failed": failed}},
-        feed={"breaker": "closed", "budget": {
-            "livescores": {"limit": 2000, "used": 1500, "remaining": 500, "delayed": 0, "skipped": 0},
-            "fixtures": {"limit": 2000, "used": 2000, "remaining": 0, "delayed": 3, "skipped": 7},
-        }},
+        apns={
+            "connections": 2,
+            "streams_in_flight": 7,
+            "latency_ms": {"p50": 3.1, "p99": 9.8},
+            "pushes": {"accepted": accepted, "rejected": rejected, "failed": failed},
+        },
+        feed={
+            "breaker": "closed",
+            "budget": {
+                "livescores": {"limit": 2000, "used": 1500, "remaining": 500, "delayed": 0, "skipped": 0},
+                "fixtures": {"limit": 2000, "used": 2000, "remaining": 0, "delayed": 3, "skipped": 7},
+            },
+        },
     )
     values.update(over)
     return Sample(at, **values)

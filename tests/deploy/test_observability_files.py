@@ -122,15 +122,23 @@ def test_the_dashboard_has_the_overview_and_the_five_rows_and_region_and_instanc
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: apt-get install prometheus)")
 def test_promtool_accepts_the_rules_and_their_unit_tests_pass() -> None:
     assert PROMTOOL is not None
-    check = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, check=False)
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     run = subprocess.run(
-        [PROMTOOL, "test", "rules", RULE_TESTS.name], cwd=PROM_DIR, capture_output=True, text=True, check=False
+        [PROMTOOL, "test", "rules", RULE_TESTS.name],
+        cwd=PROM_DIR,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def test_the_demo_serves_metrics_where_told_and_refuses_a_bad_address(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_demo_serves_metrics_where_told_and_refuses_a_bad_address(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from daemon.demo import _parse
 
     assert _parse(["--metrics-listen", "127.0.0.1:9464"]).metrics_listen == "127.0.0.1:9464"

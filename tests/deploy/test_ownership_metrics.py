@@ -64,7 +64,9 @@ async def test_owned_matches_export_their_epoch_and_a_takeover_bumps_it_and_coun
         assert first.owned == {MATCH}
         assert _sample("sightscreen_match_owner_epoch", match_id=MATCH) == 1.0
         assert _sample("sightscreen_match_wanted", match_id=MATCH) == 1.0
-        assert _sample("sightscreen_takeovers_total") == takeovers_before, "a fresh registration is no takeover"
+        assert _sample("sightscreen_takeovers_total") == takeovers_before, (
+            "a fresh registration is no takeover"
+        )
 
         # instance-a lets the match go (its lock is released on exit): the series disappears with it
         await supervisor.stop_and_wait(f"match:{MATCH}")
@@ -88,7 +90,9 @@ async def test_wanted_is_exactly_the_last_full_cycles_set(repos: Any) -> None:
         metrics.MATCH_WANTED.labels("stale-match").set(1)  # from an earlier cycle: must not survive the next
         await orch.cycle(full=True)
         assert _sample("sightscreen_match_wanted", match_id="880002") == 1.0
-        assert _sample("sightscreen_match_wanted", match_id="880003") is None, "a finished match is not wanted"
+        assert _sample("sightscreen_match_wanted", match_id="880003") is None, (
+            "a finished match is not wanted"
+        )
         assert _sample("sightscreen_match_wanted", match_id="stale-match") is None
 
         # the match leaves /livescores: the next full cycle forgets it as wanted even while it is still owned

@@ -58,9 +58,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _docker_context(context)
     out = tmp_path_factory.mktemp("dist")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(context), "--no-deps", "--no-build-isolation",
-         "--no-index", "-q", "-w", str(out)],
-        capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(context),
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     (found,) = out.glob("sightscreen-*.whl")
@@ -91,8 +104,13 @@ def test_the_wheel_holds_the_daemon_and_its_tapes_and_no_harness_or_tests(wheel:
     shipped_tapes = sorted(p.name for p in (ROOT / "daemon/replay/tapes").glob("*.json*"))
     assert shipped_tapes, "the source tree has no tapes"
     assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("daemon/replay/tapes/")) == shipped_tapes
-    for module in ("daemon/cli.py", "daemon/demo.py", "daemon/apns/server_cli.py", "daemon/replay/cli.py",
-                   "daemon/store/local.py"):
+    for module in (
+        "daemon/cli.py",
+        "daemon/demo.py",
+        "daemon/apns/server_cli.py",
+        "daemon/replay/cli.py",
+        "daemon/store/local.py",
+    ):
         assert module in names, f"{module} (the demo and the tools it ships) is missing from the wheel"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "sightscreen = daemon.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -136,7 +154,11 @@ def test_every_shipped_module_imports_without_the_demo_and_test_extras(wheel: Pa
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
         [sys.executable, "-c", _WITHOUT_EXTRAS, str(unpacked), ",".join(DEMO_EXTRA + TEST_EXTRA)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**env, "PYTHONPATH": str(unpacked)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(unpacked)},
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])

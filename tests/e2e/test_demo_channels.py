@@ -17,7 +17,13 @@ from daemon.demo import DemoRun
 @pytest.mark.slow
 async def test_demo_with_ios18_phones_reaches_every_device_on_either_path() -> None:
     args = argparse.Namespace(
-        followers=8, speed=2000.0, tape=None, exit_at_end=True, admin_socket=None, quiet=True, json_lines=False,
+        followers=8,
+        speed=2000.0,
+        tape=None,
+        exit_at_end=True,
+        admin_socket=None,
+        quiet=True,
+        json_lines=False,
         ios18_share=0.5,
     )
     out = io.StringIO()
@@ -35,6 +41,11 @@ async def test_demo_with_ios18_phones_reaches_every_device_on_either_path() -> N
     assert demo.apns.channels.count() == 0
     # token pushes went only to the iOS 17 phones' update tokens
     tokens = {p.update_token for p in demo.iphones.phones if not p.channel_id}
-    pushed = {r["token"] for r in demo.apns.records if r.get("status") == 200 and not r.get("channel_id")
-              and (r.get("payload") or {}).get("aps", {}).get("event") == "update"}
+    pushed = {
+        r["token"]
+        for r in demo.apns.records
+        if r.get("status") == 200
+        and not r.get("channel_id")
+        and (r.get("payload") or {}).get("aps", {}).get("event") == "update"
+    }
     assert pushed == tokens

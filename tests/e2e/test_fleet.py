@@ -23,9 +23,9 @@ pytestmark = pytest.mark.slow
 FEED_KEY = "feed:default"
 
 
-def _cluster(tmp_path: Path, moto_url: str, *, matches: int, seed: int, speed: float, lease_s: float) -> tuple[
-    Cluster, list[Any]
-]:
+def _cluster(
+    tmp_path: Path, moto_url: str, *, matches: int, seed: int, speed: float, lease_s: float
+) -> tuple[Cluster, list[Any]]:
     tapes = [synthesise("T20", seed=seed + i) for i in range(matches)]
     cluster = Cluster(
         tmp_path,

@@ -146,13 +146,17 @@ async def test_each_match_has_one_owner_at_a_time_and_every_session_gets_the_lif
 
 
 async def test_kill_9_mid_match_moves_matches_and_loses_no_wicket(tmp_path: Path, moto_server: Any) -> None:
-    cluster, tapes = await _run_cluster(tmp_path, moto_server.url, matches=3, instances=3, kill_every=6.0, seed=21)
+    cluster, tapes = await _run_cluster(
+        tmp_path, moto_server.url, matches=3, instances=3, kill_every=6.0, seed=21
+    )
     assert len(cluster.retired) > 3, "instances were killed during the run"
     _check_exclusive_ownership(cluster)
     _check_deliveries(cluster, tapes)
 
 
-def _one_match(tmp_path: Path, moto_url: str, *, seed: int, speed: float, lease_s: float) -> tuple[Cluster, list[Any]]:
+def _one_match(
+    tmp_path: Path, moto_url: str, *, seed: int, speed: float, lease_s: float
+) -> tuple[Cluster, list[Any]]:
     tapes = [synthesise("T20", seed=seed)]
     cluster = Cluster(
         tmp_path,
@@ -192,10 +196,7 @@ async def test_a_paused_instance_pushes_nothing_after_waking(tmp_path: Path, mot
             paused.proc.send_signal(signal.SIGCONT)
             woke_at = time.time()
             await trio.sleep(4.0)
-            late = [
-                r for r in cluster.apns.records
-                if record_kid(r) == paused.key_id and r["time"] > woke_at
-            ]
+            late = [r for r in cluster.apns.records if record_kid(r) == paused.key_id and r["time"] > woke_at]
             assert not late, f"the paused instance pushed {len(late)} times after waking"
             item = await cluster.repos.active_matches.get_active_match_state(match_id)
             assert item is not None and instance_of(item["instanceId"]) != paused.instance_id
@@ -228,7 +229,9 @@ async def test_sigterm_releases_every_lock_at_once_and_the_match_continues_elsew
                     await trio.sleep(0.05)
             assert owner.proc.returncode == 0
             lock = await cluster.repos.locks.get(f"match:{match_id}")
-            assert lock is None or instance_of(lock["owner"]) != owner.instance_id, "SIGTERM left the lock held"
+            assert lock is None or instance_of(lock["owner"]) != owner.instance_id, (
+                "SIGTERM left the lock held"
+            )
             # the other instance takes the match long before the 30 s lease could have run out
             with trio.fail_after(25):
                 while True:

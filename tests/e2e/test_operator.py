@@ -23,8 +23,12 @@ pytestmark = pytest.mark.slow
 
 
 async def ctl(socket_path: str, *args: str) -> tuple[int, str]:
-    result = await trio.run_process([sys.executable, "-m", "daemon", "ctl", "--socket", socket_path, *args],
-                                    capture_stdout=True, capture_stderr=True, check=False)
+    result = await trio.run_process(
+        [sys.executable, "-m", "daemon", "ctl", "--socket", socket_path, *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     return result.returncode, result.stdout.decode() + result.stderr.decode()
 
 
@@ -36,8 +40,14 @@ async def test_systemd_sees_ready_status_watchdog_then_stopping_and_ctl_answers(
     monkeypatch.setenv("NOTIFY_SOCKET", str(sock_dir / "notify"))
     monkeypatch.setenv("WATCHDOG_USEC", "1000000")  # WatchdogSec=1: a ping at least every 0.5 s
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
-    cluster = Cluster(sock_dir, moto_url=moto_server.url, tapes=[synthesise("T20", seed=5)],
-                      table_prefix="ops-notify-", speed=50.0, followers_per_match=1)
+    cluster = Cluster(
+        sock_dir,
+        moto_url=moto_server.url,
+        tapes=[synthesise("T20", seed=5)],
+        table_prefix="ops-notify-",
+        speed=50.0,
+        followers_per_match=1,
+    )
     messages: list[str] = []
 
     async def receive_until(predicate: Any, timeout: float) -> None:
@@ -50,8 +60,14 @@ async def test_systemd_sees_ready_status_watchdog_then_stopping_and_ctl_answers(
         instance = cluster.instances[0]
         socket_path = str(sock_dir / f"{instance.instance_id}.sock")
         try:
-            await receive_until(lambda: "READY=1" in messages and "WATCHDOG=1" in messages
-                                and any(m.startswith("STATUS=") for m in messages), 120)
+            await receive_until(
+                lambda: (
+                    "READY=1" in messages
+                    and "WATCHDOG=1" in messages
+                    and any(m.startswith("STATUS=") for m in messages)
+                ),
+                120,
+            )
             code, out = await ctl(socket_path, "health")
             assert code == 0, out
             assert json.loads(out)["alive"] is True

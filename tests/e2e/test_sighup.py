@@ -19,8 +19,15 @@ pytestmark = pytest.mark.slow
 
 async def test_sighup_stops_gracefully_and_releases_the_match_lock(sock_dir: Path, moto_server: Any) -> None:
     # A long lease: were the lock left held, it would still be held when the process is gone.
-    cluster = Cluster(sock_dir, moto_url=moto_server.url, tapes=[synthesise("T10", seed=21)],
-                      table_prefix="ops-sighup-", speed=20.0, followers_per_match=1, lease_s=60.0)
+    cluster = Cluster(
+        sock_dir,
+        moto_url=moto_server.url,
+        tapes=[synthesise("T10", seed=21)],
+        table_prefix="ops-sighup-",
+        speed=20.0,
+        followers_per_match=1,
+        lease_s=60.0,
+    )
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=1)
         instance = cluster.instances[0]

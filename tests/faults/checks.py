@@ -51,7 +51,10 @@ async def assert_state_whole(rig: FaultRig) -> None:
 
 
 def _summary(rig: FaultRig) -> list[str]:
-    return [f"{d.kind} {d.over} {d.score} {','.join(d.event_types)} {d.accepted}/{d.tokens}" for d in rig.deliveries]
+    return [
+        f"{d.kind} {d.over} {d.score} {','.join(d.event_types)} {d.accepted}/{d.tokens}"
+        for d in rig.deliveries
+    ]
 
 
 def first_updates(rig: FaultRig, n: int) -> Any:

@@ -20,10 +20,15 @@ def make_rig(tmp_path: Path, moto_server: Any, table_prefix: str) -> Callable[..
     daemon is stopped gracefully and every part of the rig is cancelled."""
 
     @asynccontextmanager
-    async def _make(*, seed: int = 1, fmt: str = "T10", add_tape: bool = True, **options: Any) -> AsyncIterator[FaultRig]:
+    async def _make(
+        *, seed: int = 1, fmt: str = "T10", add_tape: bool = True, **options: Any
+    ) -> AsyncIterator[FaultRig]:
         tape = synthesise(fmt, seed=seed)
         rig = FaultRig(
-            tmp_path / "rig", moto_url=moto_server.url, tape=tape, table_prefix=table_prefix,
+            tmp_path / "rig",
+            moto_url=moto_server.url,
+            tape=tape,
+            table_prefix=table_prefix,
             options=RigOptions(**options),
         )
         try:

@@ -124,8 +124,11 @@ async def test_the_stream_limit_falling_to_one_after_a_rejection_loses_nothing(m
         bad, *good = list(rig.tokens)
         changes = rig.apns.stats().get("stream_limit_changes", 0)
         rig.apns.set_token_status(bad, 400, "BadDeviceToken")
-        await rig.wait_for(lambda: any(r["token"] == bad and r["status"] == 400 for r in rig.apns.records), 30,
-                           "the rejection")
+        await rig.wait_for(
+            lambda: any(r["token"] == bad and r["status"] == 400 for r in rig.apns.records),
+            30,
+            "the rejection",
+        )
         await _wait_status(rig, bad, "suspended")
         await assert_nothing_lost(rig, tokens=good)
         server = rig.apns.stats()
@@ -147,8 +150,11 @@ async def test_an_apns_outage_longer_than_the_retry_budget_loses_no_key_event(ma
         failed = _sender(rig)["pushes"]["failed"]
         rig.replay.seek(rig.match_id, ball_id=wicket_ball)
         assert rig.served_wickets() - served, "a new wicket is on the feed"
-        await rig.wait_for(lambda: _sender(rig)["pushes"]["failed"] >= failed + len(rig.tokens), 60,
-                           "the wicket's pushes to run out of the sender's retries")
+        await rig.wait_for(
+            lambda: _sender(rig)["pushes"]["failed"] >= failed + len(rig.tokens),
+            60,
+            "the wicket's pushes to run out of the sender's retries",
+        )
         rig.apns.reset()
         rig.replay.play()
         await assert_nothing_lost(rig)

@@ -134,7 +134,9 @@ def _check_one_owner_at_a_time(rig: FaultRig, item: dict[str, Any]) -> None:
         stamp = int(aps(record)["timestamp"])
         seen = newest.get(record["token"])
         if seen is not None and seen[1] != kid:
-            assert stamp >= seen[0], f"{kid} delivered a display ({stamp}) older than {seen[1]}'s ({seen[0]}): blind"
+            assert stamp >= seen[0], (
+                f"{kid} delivered a display ({stamp}) older than {seen[1]}'s ({seen[0]}): blind"
+            )
         if seen is None or stamp >= seen[0]:
             newest[record["token"]] = (stamp, kid)
     epochs = int(item["ownerEpoch"])

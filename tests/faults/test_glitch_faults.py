@@ -70,8 +70,11 @@ async def test_a_match_ended_wrongly_is_taken_again_while_the_feed_shows_it_live
         wrong_end = len(rig.deliveries)
         item = await rig.match_item()
         epoch = int(item["ownerEpoch"])
-        await rig.wait_for(lambda: any(d.kind == "update" for d in rig.deliveries[wrong_end:]), 60,
-                           "the match taken again and updated")
+        await rig.wait_for(
+            lambda: any(d.kind == "update" for d in rig.deliveries[wrong_end:]),
+            60,
+            "the match taken again and updated",
+        )
         item = await rig.match_item()
         assert int(item["ownerEpoch"]) > epoch and item["status"] in ("active", "ended")
         assert await rig.wait_ended(120), "the real end never came"
@@ -120,8 +123,11 @@ async def test_an_enormous_body_is_cut_off_and_nothing_is_lost(make_rig: Any) ->
     async with make_rig(seed=15, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         rig.replay.inject("huge_body", size_bytes=16 * 1024 * 1024, endpoint="livescores", count=3)
-        await rig.wait_for(lambda: rig.daemon.client.calls["livescores"].get("error", 0) >= 3, 30,
-                           "the three huge bodies cut off")
+        await rig.wait_for(
+            lambda: rig.daemon.client.calls["livescores"].get("error", 0) >= 3,
+            30,
+            "the three huge bodies cut off",
+        )
         assert not rig.replay.faults()
         await assert_nothing_lost(rig)
 

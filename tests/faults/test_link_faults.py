@@ -41,7 +41,9 @@ async def test_apns_connections_reset_mid_match_are_re_established_and_nothing_i
         assert stats["connects"] >= connects + 2 and stats["pushes"]["failed"] == 0, stats
 
 
-async def test_an_apns_blackhole_times_requests_out_and_they_are_delivered_when_it_lifts(make_rig: Any) -> None:
+async def test_an_apns_blackhole_times_requests_out_and_they_are_delivered_when_it_lifts(
+    make_rig: Any,
+) -> None:
     async with make_rig(seed=3, extra={"apns": {**FAST_APNS, "request_timeout_s": 0.5}}) as rig:
         proxy = rig.proxies["apns"]
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
@@ -75,4 +77,6 @@ async def test_a_slow_narrow_link_to_sportmonks_delays_but_loses_nothing(make_ri
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         proxy.set(latency_s=0.1, bandwidth_bps=2_000_000)
         await assert_nothing_lost(rig)
-        assert rig.daemon.client.breaker.opened_count == 0, "slow answers within the deadline are not failures"
+        assert rig.daemon.client.breaker.opened_count == 0, (
+            "slow answers within the deadline are not failures"
+        )

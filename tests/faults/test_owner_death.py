@@ -49,14 +49,20 @@ def duplicate_alerts(rig: FaultRig) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def _kill_on(rig: FaultRig, wanted: Callable[[dict[str, Any]], bool]) -> tuple[trio.Event, list[dict[str, Any]]]:
+def _kill_on(
+    rig: FaultRig, wanted: Callable[[dict[str, Any]], bool]
+) -> tuple[trio.Event, list[dict[str, Any]]]:
     """Sever the owner when the APNs server answers the first accepted request ``wanted`` picks (kept)."""
     killed = trio.Event()
     at: list[dict[str, Any]] = []
 
     def on_answer(record: dict[str, Any]) -> None:
         token = record.get("token")
-        if killed.is_set() or record.get("status") != 200 or (token not in rig.tokens and token not in rig.start_tokens):
+        if (
+            killed.is_set()
+            or record.get("status") != 200
+            or (token not in rig.tokens and token not in rig.start_tokens)
+        ):
             return
         if wanted(record):
             rig.sever()
@@ -96,15 +102,22 @@ async def _die_and_be_succeeded(
 
 def _wicket_alert(record: dict[str, Any]) -> bool:
     state = aps(record).get("content-state") or {}
-    return "alert" in aps(record) and aps(record).get("event") == "update" and state.get("eventType") == "wicket"
+    return (
+        "alert" in aps(record) and aps(record).get("event") == "update" and state.get("eventType") == "wicket"
+    )
 
 
-async def test_an_owner_killed_after_a_wickets_first_accepted_push_leaves_no_double_alert(make_rig: Any) -> None:
+async def test_an_owner_killed_after_a_wickets_first_accepted_push_leaves_no_double_alert(
+    make_rig: Any,
+) -> None:
     async with make_rig(seed=1, followers=FOLLOWERS, lease_s=3.0, extra=CHUNKS) as rig:
         at = await _die_and_be_succeeded(rig, _wicket_alert, "a wicket's fan-out")
         wicket = _headline(at)
-        alerted = {r["token"] for r in rig.apns.records if r["status"] == 200 and "alert" in aps(r)
-                   and _headline(r) == wicket}
+        alerted = {
+            r["token"]
+            for r in rig.apns.records
+            if r["status"] == 200 and "alert" in aps(r) and _headline(r) == wicket
+        }
         # the dead owner's first chunk is uncertain (the update without its alert); every other token was
         # certainly not reached and gets the alert from the successor
         assert len(alerted) >= FOLLOWERS - CHUNKS["match"]["alert_chunk_first"] + 1, sorted(alerted)
@@ -115,14 +128,21 @@ async def test_an_owner_killed_after_the_first_display_went_out_loses_nothing(ma
         await _die_and_be_succeeded(rig, lambda r: aps(r).get("event") == "update", "the first tick")
 
 
-async def test_an_owner_killed_after_its_first_accepted_push_to_start_starts_nobody_twice(make_rig: Any) -> None:
+async def test_an_owner_killed_after_its_first_accepted_push_to_start_starts_nobody_twice(
+    make_rig: Any,
+) -> None:
     starters = 12
     async with make_rig(seed=5, followers=4, start_followers=starters, lease_s=3.0, extra=CHUNKS) as rig:
         at = await _die_and_be_succeeded(
-            rig, lambda r: aps(r).get("event") == "start" and r["token"] in rig.start_tokens, "the push-to-starts"
+            rig,
+            lambda r: aps(r).get("event") == "start" and r["token"] in rig.start_tokens,
+            "the push-to-starts",
         )
-        starts = [r for r in rig.apns.records
-                  if r["status"] == 200 and aps(r).get("event") == "start" and r["token"] in rig.start_tokens]
+        starts = [
+            r
+            for r in rig.apns.records
+            if r["status"] == 200 and aps(r).get("event") == "start" and r["token"] in rig.start_tokens
+        ]
         per_token = Counter(r["token"] for r in starts)
         assert set(per_token.values()) == {1}, "no follower was started (and alerted) twice"
         assert at["token"] in per_token
@@ -134,11 +154,18 @@ async def test_an_owner_killed_after_its_first_accepted_push_to_start_starts_nob
 
 async def test_an_owner_killed_after_the_ends_first_accepted_push_leaves_one_end_alert(make_rig: Any) -> None:
     async with make_rig(seed=3, followers=FOLLOWERS, lease_s=3.0, extra=CHUNKS) as rig:
-        await _die_and_be_succeeded(rig, lambda r: aps(r).get("event") == "end" and "alert" in aps(r), "the end")
-        ends = Counter(r["token"] for r in rig.apns.records if r["status"] == 200 and aps(r).get("event") == "end"
-                       and "alert" in aps(r))
+        await _die_and_be_succeeded(
+            rig, lambda r: aps(r).get("event") == "end" and "alert" in aps(r), "the end"
+        )
+        ends = Counter(
+            r["token"]
+            for r in rig.apns.records
+            if r["status"] == 200 and aps(r).get("event") == "end" and "alert" in aps(r)
+        )
         assert set(ends.values()) == {1}, "each token saw the end's alert once"
-        assert len(ends) >= FOLLOWERS - CHUNKS["match"]["alert_chunk_first"], "uncertain: at most the first chunk"
+        assert len(ends) >= FOLLOWERS - CHUNKS["match"]["alert_chunk_first"], (
+            "uncertain: at most the first chunk"
+        )
 
 
 async def test_two_instances_with_one_configured_id_never_own_the_match_together(make_rig: Any) -> None:
@@ -155,7 +182,11 @@ async def test_two_instances_with_one_configured_id_never_own_the_match_together
                 async def watch() -> None:
                     nonlocal together, samples
                     while True:
-                        mine = [d for d in (first, twin) if d.orchestrator and rig.match_id in d.orchestrator.owned]
+                        mine = [
+                            d
+                            for d in (first, twin)
+                            if d.orchestrator and rig.match_id in d.orchestrator.owned
+                        ]
                         together += len(mine) > 1
                         samples += 1
                         await trio.sleep(0.02)
@@ -166,7 +197,9 @@ async def test_two_instances_with_one_configured_id_never_own_the_match_together
                 with trio.CancelScope(shield=True):
                     await rig.stop_daemon(twin)
                 nursery.cancel_scope.cancel()
-        assert samples > 100 and together == 0, f"both instances owned the match in {together} of {samples} samples"
+        assert samples > 100 and together == 0, (
+            f"both instances owned the match in {together} of {samples} samples"
+        )
         pushers = {rig.record_kid(r) for r in rig.apns.records if r["status"] == 200}
         assert len(pushers) == 1, f"both instances pushed: {pushers}"
         item = await rig.match_item()

@@ -51,7 +51,9 @@ async def test_stopping_an_actor_that_loses_its_lease_at_that_moment_is_a_clean_
 
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(nursery, max_restarts=0, window_s=60, backoff_s=0)
-        await supervisor.start("match:1", lambda: actor, kind="match", normal_exits=(LeaseLost,), on_exit=on_exit)
+        await supervisor.start(
+            "match:1", lambda: actor, kind="match", normal_exits=(LeaseLost,), on_exit=on_exit
+        )
         await actor.renewing.wait()
         with trio.fail_after(5):
             await supervisor.stop_and_wait("match:1")

@@ -37,7 +37,9 @@ async def test_a_5xx_storm_opens_the_breaker_then_everything_missed_is_delivered
         assert breaker.opened_count - opened_before >= 2, "each failed half-open trial re-opened the breaker"
         await assert_nothing_lost(rig)
         assert breaker.state == "closed", "a successful call after the storm closes the breaker"
-        assert rig.daemon.client.calls["livescores"].get("skipped_breaker", 0) > 0, "the open breaker refused calls"
+        assert rig.daemon.client.calls["livescores"].get("skipped_breaker", 0) > 0, (
+            "the open breaker refused calls"
+        )
 
 
 async def test_429_with_retry_after_is_retried_and_nothing_is_lost(make_rig: Any) -> None:

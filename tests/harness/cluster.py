@@ -113,7 +113,9 @@ class Cluster:
         # session, they are started by the daemons' push-to-start on a broadcast channel (``start_phones``)
         self.ios18_share = ios18_share
         self.channel_phones: dict[str, tuple[str, Any]] = {}  # push-to-start token -> (match id, follower)
-        self.channel_started: dict[str, float] = {}  # a channel phone's device key -> when its activity started
+        self.channel_started: dict[
+            str, float
+        ] = {}  # a channel phone's device key -> when its activity started
         # iOS 18 phones started on an update token (a push-to-start sent before the match had channels)
         self.token_started: dict[str, float] = {}
         self.management_port = 0
@@ -190,8 +192,13 @@ class Cluster:
         """Each tape's match, starting at its offset, with ``followers_per_match`` running sessions."""
         for i, tape in enumerate(self.tapes):
             seeded = await seed_match(
-                self.repos, tape, starts_at=time.time() + self._start_offset_s(i),
-                followers=self.followers_per_match, league_name="Cluster", league_code="CL", sessions=True,
+                self.repos,
+                tape,
+                starts_at=time.time() + self._start_offset_s(i),
+                followers=self.followers_per_match,
+                league_name="Cluster",
+                league_code="CL",
+                sessions=True,
             )
             self.matches[seeded.match_id] = seeded
             if self.ios18_share > 0:
@@ -206,7 +213,9 @@ class Cluster:
             n = k // 2  # followers alternate teams: spread the share over each team
             if not int((n + 1) * self.ios18_share) > int(n * self.ios18_share):
                 continue
-            await self.repos.live_activities.end_la_session(seeded.match_id, follower.visitor_key, "ios18-seed")
+            await self.repos.live_activities.end_la_session(
+                seeded.match_id, follower.visitor_key, "ios18-seed"
+            )
             pts = secrets.token_hex(32)
             await self.repos.devices.register_device(
                 follower.user_id, secrets.token_hex(32), os_version="18.2", push_to_start_token=pts
@@ -268,8 +277,11 @@ class Cluster:
                 "key_id": kid,
                 "private_key_file": str(key_path),
                 "topic": TOPIC,
-                **({"management_host": "127.0.0.1", "management_port": self.management_port}
-                   if self.management_port else {}),
+                **(
+                    {"management_host": "127.0.0.1", "management_port": self.management_port}
+                    if self.management_port
+                    else {}
+                ),
             },
             "orchestrator": {"cycle_s": self.cycle_s, "lease_s": self.lease_s, "clock_skew_bound_s": 0.5},
             # sessions are seeded before the daemons start: a slow refresh keeps moto (one thread) free

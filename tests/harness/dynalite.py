@@ -99,8 +99,11 @@ class DynaliteServer:
         try:
             self.proc = subprocess.Popen(
                 [
-                    shutil.which("node") or "node", f"--max-old-space-size={self.heap_mb}", str(launcher),
-                    self.host, str(self.port),
+                    shutil.which("node") or "node",
+                    f"--max-old-space-size={self.heap_mb}",
+                    str(launcher),
+                    self.host,
+                    str(self.port),
                 ],
                 stdout=log,
                 stderr=log,

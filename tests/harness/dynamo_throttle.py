@@ -106,7 +106,10 @@ class DynamoThrottle:
             self.throttled[operation] += 1
             code = self.code
         body = json.dumps(
-            {"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": "Rate of requests exceeds the allowed throughput."}
+            {
+                "__type": f"com.amazonaws.dynamodb.v20120810#{code}",
+                "message": "Rate of requests exceeds the allowed throughput.",
+            }
         ).encode()
         headers = {"Content-Type": "application/x-amz-json-1.0", "x-amzn-RequestId": "fault-throttle"}
         return AWSResponse(request.url, 400, headers, _Body(body))

@@ -53,7 +53,9 @@ class FaultProxy:
     def set(self, **faults: Any) -> None:
         for name, value in faults.items():
             if not hasattr(self.faults, name):
-                raise ValueError(f"unknown fault {name!r}; known: latency_s, bandwidth_bps, blackhole, refuse")
+                raise ValueError(
+                    f"unknown fault {name!r}; known: latency_s, bandwidth_bps, blackhole, refuse"
+                )
             setattr(self.faults, name, value)
         self._changed.set()
         self._changed = trio.Event()

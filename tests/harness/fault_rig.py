@@ -83,7 +83,9 @@ class RigOptions:
 
 
 class FaultRig:
-    def __init__(self, workdir: Path, *, moto_url: str, tape: Any, table_prefix: str, options: RigOptions) -> None:
+    def __init__(
+        self, workdir: Path, *, moto_url: str, tape: Any, table_prefix: str, options: RigOptions
+    ) -> None:
         self.workdir = workdir
         self.moto_url = moto_url
         self.tape = tape
@@ -121,13 +123,19 @@ class FaultRig:
         self.repos = Repositories(self._dynamo)
         self._keys = {kid: generate_signing_key(kid) for kid in (KEY_ID, SECOND_KEY_ID)}
         self.apns = ApnsTestServer(
-            team_id=TEAM_ID, keys={kid: k.public_pem for kid, k in self._keys.items()}, topics=[TOPIC], ca=make_ca()
+            team_id=TEAM_ID,
+            keys={kid: k.public_pem for kid, k in self._keys.items()},
+            topics=[TOPIC],
+            ca=make_ca(),
         )
         await nursery.start(self.apns.serve)
         if opts.apns_storm_at_start:
             self.apns.storm(opts.apns_storm_at_start)
         self.replay = ReplayServer(
-            [], speed=opts.speed, innings_break_s=opts.innings_break_s, start_delay_s=opts.start_delay_wall_s * opts.speed
+            [],
+            speed=opts.speed,
+            innings_break_s=opts.innings_break_s,
+            start_delay_s=opts.start_delay_wall_s * opts.speed,
         )
         replay_port = await nursery.start(self.replay.serve)
         moto = urlsplit(self.moto_url)
@@ -177,7 +185,9 @@ class FaultRig:
         for section, values in opts.extra.items():
             extra.setdefault(section, {}).update(values)
         return demo_config(
-            dynamo_url=self.moto_url if dynamo_direct else f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
+            dynamo_url=self.moto_url
+            if dynamo_direct
+            else f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
             replay_url=f"http://127.0.0.1:{self.proxies['sportmonks'].port}",
             apns_url=self.apns.url if apns_direct else f"https://127.0.0.1:{self.proxies['apns'].port}",
             ca_file=self.apns.ca_file,
@@ -205,7 +215,11 @@ class FaultRig:
         from daemon.run import Daemon
 
         config = self.config(
-            instance_id, key_id=key_id, dynamo_direct=dynamo_direct, apns_direct=apns_direct, admin_name=admin_name
+            instance_id,
+            key_id=key_id,
+            dynamo_direct=dynamo_direct,
+            apns_direct=apns_direct,
+            admin_name=admin_name,
         )
         return Daemon(config, on_delivery=on_delivery or self.deliveries.append, with_jobs=False)
 
@@ -228,8 +242,13 @@ class FaultRig:
     async def seed(self) -> None:
         """The match, starting after ``start_delay_wall_s``, with ``followers`` running sessions."""
         seeded = await seed_match(
-            self.repos, self.tape, starts_at=time.time() + self.options.start_delay_wall_s,
-            followers=self.options.followers, league_name="Faults", league_code="FLT", sessions=True,
+            self.repos,
+            self.tape,
+            starts_at=time.time() + self.options.start_delay_wall_s,
+            followers=self.options.followers,
+            league_name="Faults",
+            league_code="FLT",
+            sessions=True,
         )
         self.tokens.update(seeded.tokens)
         await self._seed_start_followers()
@@ -327,7 +346,11 @@ class FaultRig:
         by_token = self.accepted_by_token()
         out: dict[str, set[str]] = {}
         for token, visitor in self.tokens.items():
-            got = set().union(*(event_ids(r) for r in by_token.get(token, []))) if by_token.get(token) else set()
+            got = (
+                set().union(*(event_ids(r) for r in by_token.get(token, [])))
+                if by_token.get(token)
+                else set()
+            )
             missing = {w for w in served if ("wicket", w) not in got}
             if missing:
                 out[visitor] = missing
@@ -339,7 +362,11 @@ class FaultRig:
         by_token = self.accepted_by_token()
         out: dict[str, set[str]] = {}
         for token in tokens if tokens is not None else list(self.tokens):
-            got = set().union(*(event_ids(r) for r in by_token.get(token, []))) if by_token.get(token) else set()
+            got = (
+                set().union(*(event_ids(r) for r in by_token.get(token, [])))
+                if by_token.get(token)
+                else set()
+            )
             missing = {w for w in wickets if ("wicket", w) not in got}
             if missing:
                 out[self.tokens[token]] = missing
@@ -347,11 +374,16 @@ class FaultRig:
 
     def ends_by_token(self) -> dict[str, int]:
         by_token = self.accepted_by_token()
-        return {self.tokens[t]: sum(1 for r in by_token.get(t, []) if aps(r).get("event") == "end") for t in self.tokens}
+        return {
+            self.tokens[t]: sum(1 for r in by_token.get(t, []) if aps(r).get("event") == "end")
+            for t in self.tokens
+        }
 
     def timestamps_by_token(self) -> dict[str, list[int]]:
         by_token = self.accepted_by_token()
         return {
-            self.tokens[t]: [int(aps(r)["timestamp"]) for r in by_token.get(t, []) if aps(r).get("event") == "update"]
+            self.tokens[t]: [
+                int(aps(r)["timestamp"]) for r in by_token.get(t, []) if aps(r).get("event") == "update"
+            ]
             for t in self.tokens
         }

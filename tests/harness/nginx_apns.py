@@ -121,7 +121,9 @@ class NginxApns:
             dir=d,
             port=self.port,
             load_module=f"load_module {ECHO_MODULE};" if logging and echo else "",
-            access_log=f"access_log {self.record_path} rec buffer=256k flush=1s;" if logging else "access_log off;",
+            access_log=f"access_log {self.record_path} rec buffer=256k flush=1s;"
+            if logging
+            else "access_log off;",
             answer=answer,
             backend=backend,
         )

@@ -18,7 +18,9 @@ import pytest
 
 from tests.harness.nginx_apns import NginxApns
 
-pytestmark = pytest.mark.slow  # starts the soak benchmark's peers (nginx, dynalite on node) as child processes
+pytestmark = (
+    pytest.mark.slow
+)  # starts the soak benchmark's peers (nginx, dynalite on node) as child processes
 
 HAS_NGINX = shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
 HAS_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
@@ -26,11 +28,15 @@ HAS_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 
 def _body(event: str, events: list[dict[str, str]]) -> bytes:
     state = {"title": "A v B", "events": events}
-    return json.dumps({"aps": {"timestamp": 1, "event": event, "content-state": state}}, separators=(",", ":")).encode()
+    return json.dumps(
+        {"aps": {"timestamp": 1, "event": event, "content-state": state}}, separators=(",", ":")
+    ).encode()
 
 
 @pytest.mark.skipif(not HAS_NGINX, reason="nginx is not installed (Debian: apt-get install nginx-light)")
-async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_carry_something(tmp_path: Path) -> None:
+async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_carry_something(
+    tmp_path: Path,
+) -> None:
     server = NginxApns(record_path=tmp_path / "records.jsonl", workdir=tmp_path / "nginx").start()
     try:
         context = ssl.create_default_context(cafile=server.ca_file)
@@ -61,8 +67,7 @@ async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_car
 def test_nginx_records_skip_a_body_cut_short_by_a_client_that_went_away(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     path.write_text(
-        '{"t":1.5,"s":499,"u":"/3/device/ddd","k":"update","b":"{\\"aps\\":{\\"timest"}\n'
-        "not json at all\n"
+        '{"t":1.5,"s":499,"u":"/3/device/ddd","k":"update","b":"{\\"aps\\":{\\"timest"}\nnot json at all\n'
     )
     (record,) = NginxApns(record_path=path).records()
     assert record == {"time": 1.5, "status": 499, "token": "ddd", "kind": "update", "payload": None}
@@ -71,8 +76,10 @@ def test_nginx_records_skip_a_body_cut_short_by_a_client_that_went_away(tmp_path
 def _abort_mid_request(port: int) -> None:
     """Half a request, then a reset (SO_LINGER 0): what a client killed mid-call leaves behind."""
     sock = socket.create_connection(("127.0.0.1", port))
-    sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n"
-                 b"X-Amz-Target: DynamoDB_20120810.GetItem\r\nContent-Length: 1000\r\n\r\n{\"TableN")
+    sock.sendall(
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n"
+        b'X-Amz-Target: DynamoDB_20120810.GetItem\r\nContent-Length: 1000\r\n\r\n{"TableN'
+    )
     time.sleep(0.2)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()

@@ -44,7 +44,10 @@ class Clock:
 
 async def seed_reference(repos: Any) -> None:
     await seed.seed_reference(
-        repos, league_id="3", league_name="Twenty20 International", league_code="T20I",
+        repos,
+        league_id="3",
+        league_name="Twenty20 International",
+        league_code="T20I",
         teams=[("1", "Pakistan", "PAK", None), ("39", "Sri Lanka", "SL", None)],
     )
 
@@ -63,7 +66,11 @@ async def follow(repos: Any, match_id: int, user: str, *, start: float, team_id:
 
 async def register(repos: Any, user: str, *, push_to_start: bool = True) -> None:
     device = seed.Follower(
-        user, None, "d0", device_token=token(user), push_to_start_token=token(user, "start") if push_to_start else None
+        user,
+        None,
+        "d0",
+        device_token=token(user),
+        push_to_start_token=token(user, "start") if push_to_start else None,
     )
     await seed.seed_devices(repos, [device])
 

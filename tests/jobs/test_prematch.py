@@ -462,10 +462,14 @@ async def test_a_follower_nothing_can_reach_costs_a_look_up_and_one_write(repos:
         await follow(repos, 7, user, start=START)
     await register(repos, "u1")  # u2 and u3 have no device
     writes, lookups = _calls(MATCH_FOLLOWS, "UpdateItem"), _calls(DEVICES, "Query")
-    report = await PrematchNotifier(repos, RecordingSender(), PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    report = await PrematchNotifier(
+        repos, RecordingSender(), PrematchSettings(), topic=TOPIC, clock=Clock()
+    ).run_cycle()
     assert (report.claimed, report.accepted, report.no_device) == (1, 1, 2)
     assert _calls(DEVICES, "Query") - lookups == 3, "one device look-up per follower"
-    assert _calls(MATCH_FOLLOWS, "UpdateItem") - writes == 2 + 1 + 1, "claim + confirm for u1, one write each else"
+    assert _calls(MATCH_FOLLOWS, "UpdateItem") - writes == 2 + 1 + 1, (
+        "claim + confirm for u1, one write each else"
+    )
     follows = {f["userId"]: f for f in await repos.follows.get_followers_for_match("7")}
     assert {u: (f["prematchState"], f.get("prematchResult")) for u, f in follows.items()} == {
         "u1": ("sent", "accepted"),

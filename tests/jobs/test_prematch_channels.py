@@ -26,8 +26,13 @@ CHANNELS = {"neutral": "bmV1dHJhbA==", "39": "dGVhbTM5"}
 
 
 async def _device(repos: Any, user: str, os_version: str) -> None:
-    await repos.devices.register_device(user, token(user), os_version=os_version, apns_token=token(user),
-                                        push_to_start_token=token(user, "start"))
+    await repos.devices.register_device(
+        user,
+        token(user),
+        os_version=os_version,
+        apns_token=token(user),
+        push_to_start_token=token(user, "start"),
+    )
 
 
 async def test_ios18_followers_start_on_the_recorded_channel_older_ones_on_a_token(repos: Any) -> None:
@@ -49,7 +54,7 @@ async def test_ios18_followers_start_on_the_recorded_channel_older_ones_on_a_tok
 
 
 async def test_without_recorded_channels_ios18_followers_wait_for_the_owner_unless_told_not_to(
-    repos: Any
+    repos: Any,
 ) -> None:
     await seed_reference(repos)
     await put_fixture(repos, 7, START)

@@ -102,9 +102,23 @@ def test_replay_serve_starts_the_tape_at_the_time_given_on_its_command_line(tmp_
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=14)
     stamp = start.strftime("%Y-%m-%dT%H:%M:%SZ")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "replay", "serve", "--tape", "t20-demo", "--port", "0",
-         "--start-at", stamp],
-        cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "daemon.cli",
+            "replay",
+            "serve",
+            "--tape",
+            "t20-demo",
+            "--port",
+            "0",
+            "--start-at",
+            stamp,
+        ],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None

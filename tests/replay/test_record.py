@@ -106,7 +106,9 @@ async def test_recording_a_replayed_match_reproduces_its_scorecard_and_result(
 async def test_recording_resumes_after_an_interruption(nursery: trio.Nursery, tmp_path: Path) -> None:
     source = synthesise("T10", 6)
     server, base = await _serve(nursery, source, ms_per_ball=10.0)
-    server.seek(source.fixture_id, 20)  # held part-way, so the first recording is cut off however slow the host
+    server.seek(
+        source.fixture_id, 20
+    )  # held part-way, so the first recording is cut off however slow the host
     server.pause()
     out = tmp_path / "rec.json.gz"
     first = await record(source.fixture_id, out, base_url=base, token="tok", interval_s=0.05, max_polls=5)

@@ -65,8 +65,9 @@ async def test_wrong_status_changed_id_and_implausible_totals_apply_for_their_ti
         assert (await http.get("/livescores")).json()["data"][0]["id"] == int(fid)
         assert (await http.get("/fixtures/123")).status_code == 404
 
-        await http.post("/replay/faults", json={"mode": "implausible", "count": 1,
-                                                "fixture_id": "999"})  # another fixture: untouched
+        await http.post(
+            "/replay/faults", json={"mode": "implausible", "count": 1, "fixture_id": "999"}
+        )  # another fixture: untouched
         runs = (await http.get("/livescores", params={"include": "runs"})).json()["data"][0]["runs"]
         assert all(row["score"] >= 0 for row in runs)
         await http.post("/replay/faults", json={"mode": "implausible", "count": 1, "value": 10**40})

@@ -41,8 +41,9 @@ class Seen:
     query: dict[str, str]
 
 
-def minimal_fixture(fixture_id: int, *, league_id: int = 3, status: str = "1st Innings", score: int = 0,
-                    balls: int = 0) -> dict[str, Any]:
+def minimal_fixture(
+    fixture_id: int, *, league_id: int = 3, status: str = "1st Innings", score: int = 0, balls: int = 0
+) -> dict[str, Any]:
     """A small but well-formed fixture, in the real key order, with ``balls`` balls when asked."""
     fixture: dict[str, Any] = {
         "resource": "fixtures",
@@ -60,24 +61,56 @@ def minimal_fixture(fixture_id: int, *, league_id: int = 3, status: str = "1st I
         "note": None,
         "winner_team_id": None,
         "runs": [
-            {"resource": "runs", "id": fixture_id * 10, "fixture_id": fixture_id, "team_id": 39, "inning": 1,
-             "score": score, "wickets": 0, "overs": 0.1, "pp1": None, "pp2": None, "pp3": None}
+            {
+                "resource": "runs",
+                "id": fixture_id * 10,
+                "fixture_id": fixture_id,
+                "team_id": 39,
+                "inning": 1,
+                "score": score,
+                "wickets": 0,
+                "overs": 0.1,
+                "pp1": None,
+                "pp2": None,
+                "pp3": None,
+            }
         ],
     }
     if balls:
         fixture["balls"] = [
-            {"resource": "balls", "id": fixture_id * 1000 + i, "fixture_id": fixture_id, "team_id": 39,
-             "ball": round(0.1 + i / 10, 1), "scoreboard": "S1", "score_id": 82,
-             "score": {"resource": "scores", "id": 82, "name": "No Run", "runs": 0, "four": False,
-                       "six": False, "bye": 0, "leg_bye": 0, "noball": 0, "noball_runs": 0,
-                       "is_wicket": False, "ball": True, "out": False}}
+            {
+                "resource": "balls",
+                "id": fixture_id * 1000 + i,
+                "fixture_id": fixture_id,
+                "team_id": 39,
+                "ball": round(0.1 + i / 10, 1),
+                "scoreboard": "S1",
+                "score_id": 82,
+                "score": {
+                    "resource": "scores",
+                    "id": 82,
+                    "name": "No Run",
+                    "runs": 0,
+                    "four": False,
+                    "six": False,
+                    "bye": 0,
+                    "leg_bye": 0,
+                    "noball": 0,
+                    "noball_runs": 0,
+                    "is_wicket": False,
+                    "ball": True,
+                    "out": False,
+                },
+            }
             for i in range(balls)
         ]
     return fixture
 
 
 class FakeSportMonks:
-    def __init__(self, *, token: str | None = "secret-token", base_url: str = PROD, per_page: int = 2) -> None:
+    def __init__(
+        self, *, token: str | None = "secret-token", base_url: str = PROD, per_page: int = 2
+    ) -> None:
         self.token = token
         self.base_url = base_url
         self.per_page = per_page
@@ -93,11 +126,21 @@ class FakeSportMonks:
 
     # --- scripting ----------------------------------------------------------------------------------------
 
-    def fail_next(self, status: int, *, times: int = 1, body: Any = None, headers: dict[str, str] | None = None,
-                  delay_s: float = 0.0) -> None:
+    def fail_next(
+        self,
+        status: int,
+        *,
+        times: int = 1,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        delay_s: float = 0.0,
+    ) -> None:
         for _ in range(times):
-            self._script.append(Scripted(status, body if body is not None else {"message": "scripted"},
-                                         headers or {}, delay_s))
+            self._script.append(
+                Scripted(
+                    status, body if body is not None else {"message": "scripted"}, headers or {}, delay_s
+                )
+            )
 
     def answer_next(self, scripted: Scripted) -> None:
         self._script.append(scripted)
@@ -126,7 +169,9 @@ class FakeSportMonks:
         if len(parts) == 2 and parts[0] == "fixtures":
             found = self.fixtures_by_id.get(int(parts[1])) if parts[1].isdigit() else None
             if found is None:
-                return Scripted(404, {"error": {"message": "No result(s) found matching your request.", "code": 404}})
+                return Scripted(
+                    404, {"error": {"message": "No result(s) found matching your request.", "code": 404}}
+                )
             return Scripted(200, {"data": found})
         if parts == ["teams"]:
             return self._page("teams", self.teams, query)
@@ -139,17 +184,30 @@ class FakeSportMonks:
     def _page(self, name: str, items: list[dict[str, Any]], query: dict[str, str]) -> Scripted:
         page = int(query.get("page", "1"))
         last = max(1, -(-len(items) // self.per_page))
-        chunk = items[(page - 1) * self.per_page: page * self.per_page]
+        chunk = items[(page - 1) * self.per_page : page * self.per_page]
         url = f"{self.base_url}/{name}"
-        return Scripted(200, {
-            "data": chunk,
-            # Like SportMonks: the links carry only page=N, not the caller's filters/include/token.
-            "links": {"first": f"{url}?page=1", "last": f"{url}?page={last}",
-                      "prev": f"{url}?page={page - 1}" if page > 1 else None,
-                      "next": f"{url}?page={page + 1}" if page < last else None},
-            "meta": {"current_page": page, "from": 1, "last_page": last, "path": url,
-                     "per_page": self.per_page, "to": len(chunk), "total": len(items)},
-        })
+        return Scripted(
+            200,
+            {
+                "data": chunk,
+                # Like SportMonks: the links carry only page=N, not the caller's filters/include/token.
+                "links": {
+                    "first": f"{url}?page=1",
+                    "last": f"{url}?page={last}",
+                    "prev": f"{url}?page={page - 1}" if page > 1 else None,
+                    "next": f"{url}?page={page + 1}" if page < last else None,
+                },
+                "meta": {
+                    "current_page": page,
+                    "from": 1,
+                    "last_page": last,
+                    "path": url,
+                    "per_page": self.per_page,
+                    "to": len(chunk),
+                    "total": len(items),
+                },
+            },
+        )
 
     @staticmethod
     def _encode(scripted: Scripted) -> bytes:
@@ -162,7 +220,7 @@ class FakeSportMonks:
             base_path = urlsplit(self.base_url).path
             path = request.url.path
             if path.startswith(base_path):
-                path = path[len(base_path):]
+                path = path[len(base_path) :]
             query = dict(parse_qsl(request.url.query.decode(), keep_blank_values=True))
             scripted = self.respond(path, query)
             if scripted.delay_s:
@@ -193,13 +251,17 @@ class FakeSportMonks:
             target = request.target.decode()
             parts = urlsplit(target)
             base_path = urlsplit(self.base_url).path
-            path = parts.path[len(base_path):] if parts.path.startswith(base_path) else parts.path
+            path = parts.path[len(base_path) :] if parts.path.startswith(base_path) else parts.path
             scripted = self.respond(path, dict(parse_qsl(parts.query, keep_blank_values=True)))
             if scripted.delay_s:
                 await trio.sleep(scripted.delay_s)
             body = self._encode(scripted)
-            headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                       ("Connection", "close"), *scripted.headers.items()]
+            headers = [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))),
+                ("Connection", "close"),
+                *scripted.headers.items(),
+            ]
             await stream.send_all(conn.send(h11.Response(status_code=scripted.status, headers=headers)))
             await stream.send_all(conn.send(h11.Data(data=body)))
             await stream.send_all(conn.send(h11.EndOfMessage()))

@@ -19,8 +19,9 @@ class Clock:
 def make(threshold: int = 3, cooldown: float = 30.0) -> tuple[CircuitBreaker, Clock, list[str]]:
     clock = Clock()
     changes: list[str] = []
-    breaker = CircuitBreaker(failure_threshold=threshold, cooldown_s=cooldown, clock=clock,
-                             on_change=changes.append)
+    breaker = CircuitBreaker(
+        failure_threshold=threshold, cooldown_s=cooldown, clock=clock, on_change=changes.append
+    )
     return breaker, clock, changes
 
 

@@ -80,13 +80,21 @@ async def test_fixtures_follows_links_next_with_the_query_re_added() -> None:
     fake = FakeSportMonks(per_page=2)
     fake.schedule = [minimal_fixture(i) for i in range(1, 6)]
     client = make_client(fake)
-    got = await client.fixtures(filters={"league_id": "3", "starts_between": "2026-10-09,2026-10-16"},
-                                include=("localteam",), sort="starting_at")
+    got = await client.fixtures(
+        filters={"league_id": "3", "starts_between": "2026-10-09,2026-10-16"},
+        include=("localteam",),
+        sort="starting_at",
+    )
     assert [f["id"] for f in got] == [1, 2, 3, 4, 5]
     pages = fake.calls("/fixtures")
     assert len(pages) == 3
-    expected = {"filter[league_id]": "3", "filter[starts_between]": "2026-10-09,2026-10-16",
-                "include": "localteam", "sort": "starting_at", "api_token": TOKEN}
+    expected = {
+        "filter[league_id]": "3",
+        "filter[starts_between]": "2026-10-09,2026-10-16",
+        "include": "localteam",
+        "sort": "starting_at",
+        "api_token": TOKEN,
+    }
     assert pages[0].query == expected
     assert pages[1].query == {**expected, "page": "2"}
     assert pages[2].query == {**expected, "page": "3"}
@@ -115,8 +123,13 @@ async def test_teams_leagues_and_season() -> None:
     fake = FakeSportMonks(per_page=2)
     fake.teams = [{"resource": "teams", "id": i, "name": f"T{i}", "code": f"T{i}"} for i in range(1, 4)]
     fake.leagues = [{"resource": "leagues", "id": 3, "name": "Twenty20 International", "code": "T20I"}]
-    fake.seasons[1715] = {"resource": "seasons", "id": 1715, "league_id": 3, "name": "2026",
-                          "teams": [{"resource": "teams", "id": 1, "name": "Pakistan"}]}
+    fake.seasons[1715] = {
+        "resource": "seasons",
+        "id": 1715,
+        "league_id": 3,
+        "name": "2026",
+        "teams": [{"resource": "teams", "id": 1, "name": "Pakistan"}],
+    }
     client = make_client(fake)
     assert [t["id"] for t in await client.teams()] == [1, 2, 3]
     assert (await client.leagues())[0]["code"] == "T20I"
@@ -213,7 +226,9 @@ async def test_429_honours_retry_after(autojump_clock: trio.testing.MockClock) -
     assert len(fake.requests) == 2
 
 
-async def test_long_retry_after_fails_fast_and_blocks_the_endpoint(autojump_clock: trio.testing.MockClock) -> None:
+async def test_long_retry_after_fails_fast_and_blocks_the_endpoint(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     fake = FakeSportMonks()
     fake.live = [minimal_fixture(1)]
     fake.fail_next(429, headers={"Retry-After": "900"})
@@ -294,23 +309,31 @@ async def test_budget_holds_under_a_burst_and_says_so() -> None:
     assert len(fake.requests) == 5
     assert client.budget.remaining("livescores") == 0
     assert client.calls["livescores"]["skipped_budget"] == 35
-    assert metrics.REGISTRY.get_sample_value(
-        "sightscreen_sportmonks_budget_remaining", {"endpoint": "livescores"}
-    ) == 0.0
-    assert metrics.REGISTRY.get_sample_value(
-        "sightscreen_sportmonks_budget_limit", {"endpoint": "livescores"}
-    ) == 5.0
+    assert (
+        metrics.REGISTRY.get_sample_value(
+            "sightscreen_sportmonks_budget_remaining", {"endpoint": "livescores"}
+        )
+        == 0.0
+    )
+    assert (
+        metrics.REGISTRY.get_sample_value("sightscreen_sportmonks_budget_limit", {"endpoint": "livescores"})
+        == 5.0
+    )
 
 
 async def test_budget_waits_when_allowed_and_counts_the_delay(autojump_clock: trio.testing.MockClock) -> None:
     fake = FakeSportMonks()
     client = make_client(fake, hourly_budget=1, endpoint_budgets={"teams": 1})
     await client.teams()
-    before = metrics.REGISTRY.get_sample_value("sightscreen_sportmonks_budget_delays_total", {"endpoint": "teams"})
+    before = metrics.REGISTRY.get_sample_value(
+        "sightscreen_sportmonks_budget_delays_total", {"endpoint": "teams"}
+    )
     start = trio.current_time()
     await client.teams(budget_wait_s=4000)
     assert trio.current_time() - start == pytest.approx(3600.0)
-    after = metrics.REGISTRY.get_sample_value("sightscreen_sportmonks_budget_delays_total", {"endpoint": "teams"})
+    after = metrics.REGISTRY.get_sample_value(
+        "sightscreen_sportmonks_budget_delays_total", {"endpoint": "teams"}
+    )
     assert (after or 0) - (before or 0) == 1
     assert len(fake.requests) == 2
 
@@ -318,7 +341,9 @@ async def test_budget_waits_when_allowed_and_counts_the_delay(autojump_clock: tr
 async def test_retries_spend_budget_and_stop_when_it_is_gone(autojump_clock: trio.testing.MockClock) -> None:
     fake = FakeSportMonks()
     fake.fail_next(500, times=5)
-    client = make_client(fake, hourly_budget=2, max_retries=5, budget_max_wait_s=0, breaker_failure_threshold=9)
+    client = make_client(
+        fake, hourly_budget=2, max_retries=5, budget_max_wait_s=0, breaker_failure_threshold=9
+    )
     with pytest.raises(BudgetExhausted):
         await client.livescores()
     assert len(fake.requests) == 2
@@ -335,8 +360,9 @@ async def test_fixture_and_fixtures_share_the_fixtures_entity_budget() -> None:
     assert client.budget.remaining("livescores") == 2
 
 
-async def test_token_never_appears_in_errors_or_logs(caplog: pytest.LogCaptureFixture,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+async def test_token_never_appears_in_errors_or_logs(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake = FakeSportMonks()
     fake.fail_next(400, body={"error": {"message": f"bad include (api_token={TOKEN})"}})
     client = make_client(fake, max_retries=0)
@@ -379,4 +405,7 @@ def test_pure_helpers() -> None:
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == pytest.approx(10.0)
     assert parse_retry_after("soon") is None
     assert parse_retry_after(None) is None
-    assert redact("https://x/y?include=a&api_token=abc123&page=2") == "https://x/y?include=a&api_token=***&page=2"
+    assert (
+        redact("https://x/y?include=a&api_token=abc123&page=2")
+        == "https://x/y?include=a&api_token=***&page=2"
+    )

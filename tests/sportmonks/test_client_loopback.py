@@ -19,8 +19,9 @@ async def test_real_http_round_trip_pagination_and_errors(real_fixture: dict[str
     fake.schedule = [minimal_fixture(i) for i in range(1, 6)]
     async with trio.open_nursery() as nursery:
         await nursery.start(fake.serve)
-        settings = SportMonksSettings(api_token="secret-token", base_url=fake.base_url, max_retries=0,
-                                      offload_parse_bytes=1024)
+        settings = SportMonksSettings(
+            api_token="secret-token", base_url=fake.base_url, max_retries=0, offload_parse_bytes=1024
+        )
         async with SportMonksClient(settings) as client:
             live = await client.livescores()
             assert live == [real_fixture]  # parsed in a worker thread (body above offload_parse_bytes)
@@ -38,8 +39,9 @@ async def test_real_timeout_is_a_cancel_scope_per_attempt() -> None:
     fake.answer_next(Scripted(200, {"data": []}, delay_s=30))
     async with trio.open_nursery() as nursery:
         await nursery.start(fake.serve)
-        settings = SportMonksSettings(api_token="secret-token", base_url=fake.base_url, max_retries=0,
-                                      timeout_s=0.2)
+        settings = SportMonksSettings(
+            api_token="secret-token", base_url=fake.base_url, max_retries=0, timeout_s=0.2
+        )
         async with SportMonksClient(settings) as client:
             with pytest.raises(SportMonksUnavailable, match="timed out"):
                 await client.livescores()

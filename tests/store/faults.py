@@ -41,11 +41,16 @@ class Throttle:
             return None
         self.injected += 1
         body = json.dumps({"__type": f"com.amazonaws.dynamodb.v20120810#{self.code}", "message": "injected"})
-        headers = {"Content-Type": "application/x-amz-json-1.0", "x-amzn-RequestId": f"injected-{self.injected}"}
+        headers = {
+            "Content-Type": "application/x-amz-json-1.0",
+            "x-amzn-RequestId": f"injected-{self.injected}",
+        }
         return AWSResponse(request.url, 400, headers, _Body(body.encode()))
 
 
-def throttle(client: Any, operation: str, times: int, code: str = "ProvisionedThroughputExceededException") -> Throttle:
+def throttle(
+    client: Any, operation: str, times: int, code: str = "ProvisionedThroughputExceededException"
+) -> Throttle:
     hook = Throttle(operation, times, code)
     client.meta.events.register(f"before-send.dynamodb.{operation}", hook)
     return hook
@@ -108,8 +113,13 @@ def always_unprocessed(client: Any) -> None:
     """Every batch call reports all of its requests unprocessed (the server may still have applied them):
     for testing the give-up deadline."""
 
-    def after(params: Any = None, parsed: dict[str, Any] | None = None, model: Any = None,
-              context: dict[str, Any] | None = None, **_: Any) -> None:
+    def after(
+        params: Any = None,
+        parsed: dict[str, Any] | None = None,
+        model: Any = None,
+        context: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
         assert parsed is not None and context is not None
         table, req = context["all_requests"]
         if model.name == "BatchWriteItem":

@@ -24,8 +24,11 @@ async def test_register_is_conditional_and_a_normal_false_when_already_active(re
 
 async def test_register_succeeds_over_an_idle_record(repos: Repositories):
     am = repos.active_matches
-    await am.dynamo.call("active-matches", "put_item",
-                         Item={"matchId": {"S": "9"}, "status": {"S": "idle"}, "instanceId": {"S": "old"}})
+    await am.dynamo.call(
+        "active-matches",
+        "put_item",
+        Item={"matchId": {"S": "9"}, "status": {"S": "idle"}, "instanceId": {"S": "old"}},
+    )
     assert await am.register_active_match("9", "inst-b") is True
     assert (await am.get_active_match_state("9"))["instanceId"] == "inst-b"
 
@@ -80,7 +83,10 @@ async def test_cooldowns_deactivate_and_ttl_filtering(repos: Repositories):
     am = repos.active_matches
     await am.register_active_match("7", "a")
     assert await am.update_cooldowns("7", "a", 1, {"six:b12": T0 + 30.5, "wicket": T0 + 60})
-    assert (await am.get_active_match_state("7", now=T0))["cooldowns"] == {"six:b12": T0 + 30.5, "wicket": T0 + 60}
+    assert (await am.get_active_match_state("7", now=T0))["cooldowns"] == {
+        "six:b12": T0 + 30.5,
+        "wicket": T0 + 60,
+    }
     assert await am.deactivate_match("7", "a", 1, ttl_s=3600, now=T0)
     rec = await am.get_active_match_state("7", now=T0 + 10)
     assert rec["status"] == "ended" and rec["ttl"] == int(T0 + 3600) and rec["endedAt"]
@@ -108,7 +114,9 @@ async def test_concurrent_claims_get_distinct_epochs_and_only_the_last_can_write
     moto_server, table_prefix, repos: Repositories
 ):
     await repos.active_matches.register_active_match("m", "inst-0")
-    clients = [Dynamo(DynamoSettings(endpoint_url=moto_server.url, table_prefix=table_prefix)) for _ in range(8)]
+    clients = [
+        Dynamo(DynamoSettings(endpoint_url=moto_server.url, table_prefix=table_prefix)) for _ in range(8)
+    ]
     ams = [ActiveMatchRepository(c) for c in clients]
     epochs: dict[int, int | None] = {}
 
@@ -120,7 +128,9 @@ async def test_concurrent_claims_get_distinct_epochs_and_only_the_last_can_write
             n.start_soon(claim, i)
     assert sorted(epochs.values()) == list(range(2, 10))
     last = max(epochs, key=lambda i: epochs[i] or 0)
-    results = {i: await ams[i].update_match_state("m", f"inst-{i + 1}", epochs[i], {"x": i}) for i in range(8)}
+    results = {
+        i: await ams[i].update_match_state("m", f"inst-{i + 1}", epochs[i], {"x": i}) for i in range(8)
+    }
     assert [i for i, ok in results.items() if ok] == [last]
     for c in clients:
         c.close()

@@ -15,7 +15,12 @@ T0 = 1_800_000_000.0
 
 async def test_display_state_cache_per_team_with_client_side_ttl(repos: Repositories):
     dc = repos.display_cache
-    state = {"score": "154/3", "overs": "17.2 ov", "rr": "RR 8.91", "batters": [{"name": "V Kohli", "runs": 72}]}
+    state = {
+        "score": "154/3",
+        "overs": "17.2 ov",
+        "rr": "RR 8.91",
+        "batters": [{"name": "V Kohli", "runs": 72}],
+    }
     await dc.set_cached_display_state("71344", "10", state, ttl_s=60, now=T0)
     await dc.set_cached_display_state("71344", "11", {"score": "x"}, ttl_s=60, now=T0)
     assert await dc.get_cached_display_state("71344", "10", now=T0 + 59) == state
@@ -26,15 +31,22 @@ async def test_display_state_cache_per_team_with_client_side_ttl(repos: Reposito
 
 
 def _raw(i: int, league: int = 3, **extra):
-    return {"id": 70000 + i, "league_id": league, "starting_at": f"2026-10-{i + 1:02d}T13:00:00.000000Z",
-            "note": "x", "rr": 8.91, **extra}
+    return {
+        "id": 70000 + i,
+        "league_id": league,
+        "starting_at": f"2026-10-{i + 1:02d}T13:00:00.000000Z",
+        "note": "x",
+        "rr": 8.91,
+        **extra,
+    }
 
 
 async def test_real_fixture_round_trips_exactly_and_compressed(repos: Repositories, real_fixture_path):
     raw = json.loads(real_fixture_path.read_text())["data"]
     fc = repos.fixture_cache
-    await fc.put_single_fixture(str(raw["id"]), raw, league_id=str(raw["league_id"]),
-                                starting_at=raw["starting_at"], ttl_s=30, now=T0)
+    await fc.put_single_fixture(
+        str(raw["id"]), raw, league_id=str(raw["league_id"]), starting_at=raw["starting_at"], ttl_s=30, now=T0
+    )
     assert await fc.get_cached_fixture(str(raw["id"]), now=T0 + 1) == raw
     item = await fc.dynamo.call("cricket-fixture-cache", "get_item", Key={"matchId": {"S": "71344"}})
     assert "B" in item["Item"]["rawFixture"] and len(item["Item"]["rawFixture"]["B"]) < 100_000
@@ -63,8 +75,16 @@ async def test_batch_put_refuses_a_fixture_without_id(repos: Repositories):
 async def test_batch_put_accepts_envelopes_with_their_own_ttl(repos: Repositories):
     fc = repos.fixture_cache
     await fc.batch_put_fixtures(
-        [{"matchId": "5", "rawFixture": {"id": 5, "x": 0.5}, "leagueId": "3", "startingAt": "2026", "ttl_s": 5},
-         _raw(1)],
+        [
+            {
+                "matchId": "5",
+                "rawFixture": {"id": 5, "x": 0.5},
+                "leagueId": "3",
+                "startingAt": "2026",
+                "ttl_s": 5,
+            },
+            _raw(1),
+        ],
         now=T0,
     )
     assert await fc.get_cached_fixture("5", now=T0 + 4) == {"id": 5, "x": 0.5}

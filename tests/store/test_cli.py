@@ -32,9 +32,15 @@ def test_create_then_check_then_drift_is_reported(moto_server, table_prefix, cap
     client.update_table(
         TableName=f"{table_prefix}cricket-teams",
         AttributeDefinitions=[{"AttributeName": "code", "AttributeType": "S"}],
-        GlobalSecondaryIndexUpdates=[{"Create": {"IndexName": "code-index",
-                                                 "KeySchema": [{"AttributeName": "code", "KeyType": "HASH"}],
-                                                 "Projection": {"ProjectionType": "ALL"}}}],
+        GlobalSecondaryIndexUpdates=[
+            {
+                "Create": {
+                    "IndexName": "code-index",
+                    "KeySchema": [{"AttributeName": "code", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            }
+        ],
     )
     assert sightscreen(["tables", "check", *opts]) == 1
     captured = capsys.readouterr()
@@ -53,9 +59,20 @@ def test_unknown_action_is_a_usage_error(capsys):
 
 def test_the_installed_entry_point_runs_the_command(moto_server, table_prefix):
     proc = subprocess.run(
-        [sys.executable, "-m", "daemon", "tables", "check", "--endpoint-url", moto_server.url,
-         "--prefix", table_prefix],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "daemon",
+            "tables",
+            "check",
+            "--endpoint-url",
+            moto_server.url,
+            "--prefix",
+            table_prefix,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 1
     assert f"{table_prefix}active-matches: table is missing" in proc.stdout

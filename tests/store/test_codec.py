@@ -20,7 +20,9 @@ plain = st.recursive(
     )
     | st.text(max_size=8)
     | st.binary(max_size=8),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4)
+    ),
     max_leaves=12,
 )
 

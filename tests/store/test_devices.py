@@ -25,7 +25,11 @@ async def test_re_registering_keeps_fields_not_given(repos: Repositories):
     await dev.register_device("u1", "tok", app_version="2.1.0")
     d = await dev.get_device_for_user("u1")
     assert (d["osVersion"], d["appVersion"], d["apnsToken"], d["pushToStartToken"]) == (
-        "18.2", "2.1.0", "apns-1", "p2s")
+        "18.2",
+        "2.1.0",
+        "apns-1",
+        "p2s",
+    )
 
 
 async def test_get_device_skips_expired_records(repos: Repositories):
@@ -33,8 +37,11 @@ async def test_get_device_skips_expired_records(repos: Repositories):
     await dev.register_device("u1", "tok", ttl=int(T0 - 1))
     assert await dev.get_device_for_user("u1", now=T0) is None
     # a record with a later key but alive is still found although Limit 1 hits the expired one first
-    await dev.dynamo.call("cricket-devices", "put_item", Item={
-        "userId": {"S": "u1"}, "deviceToken": {"S": "zzz"}, "ttl": {"N": str(int(T0 + 100))}})
+    await dev.dynamo.call(
+        "cricket-devices",
+        "put_item",
+        Item={"userId": {"S": "u1"}, "deviceToken": {"S": "zzz"}, "ttl": {"N": str(int(T0 + 100))}},
+    )
     assert (await dev.get_device_for_user("u1", now=T0))["deviceToken"] == "zzz"
 
 

@@ -17,7 +17,10 @@ from tests.store import faults
 
 
 def _calls(table: str, op: str) -> float:
-    return REGISTRY.get_sample_value("sightscreen_dynamodb_calls_total", {"table": table, "operation": op}) or 0.0
+    return (
+        REGISTRY.get_sample_value("sightscreen_dynamodb_calls_total", {"table": table, "operation": op})
+        or 0.0
+    )
 
 
 def test_table_names_take_the_prefix():
@@ -69,10 +72,13 @@ async def test_count_calls_counts_this_task_and_its_children_not_siblings(dynamo
 
 
 async def test_errors_propagate_and_are_counted(dynamo: Dynamo):
-    before = REGISTRY.get_sample_value(
-        "sightscreen_dynamodb_errors_total",
-        {"table": "no-such", "operation": "GetItem", "code": "ResourceNotFoundException"},
-    ) or 0.0
+    before = (
+        REGISTRY.get_sample_value(
+            "sightscreen_dynamodb_errors_total",
+            {"table": "no-such", "operation": "GetItem", "code": "ResourceNotFoundException"},
+        )
+        or 0.0
+    )
     with pytest.raises(ClientError):
         await dynamo.call("no-such", "get_item", Key={"x": {"S": "1"}})
     after = REGISTRY.get_sample_value(
@@ -138,16 +144,29 @@ async def test_batch_write_chunks_to_25_and_batch_get_to_100(dynamo: Dynamo):
 
 
 async def test_batch_gives_up_at_the_deadline_naming_what_is_left(moto_server, table_prefix):
-    d = Dynamo(DynamoSettings(endpoint_url=moto_server.url, table_prefix=table_prefix, batch_deadline_s=0.05,
-                              batch_backoff_base_s=0.01, batch_backoff_max_s=0.02))
+    d = Dynamo(
+        DynamoSettings(
+            endpoint_url=moto_server.url,
+            table_prefix=table_prefix,
+            batch_deadline_s=0.05,
+            batch_backoff_base_s=0.01,
+            batch_backoff_max_s=0.02,
+        )
+    )
     await create_tables(d, {"cricket-teams": TABLE_SPECS["cricket-teams"]})
     faults.always_unprocessed(d.client)
-    with pytest.raises(BatchIncomplete, match=r"BatchWriteItem on cricket-teams: \d+ request\(s\) still unprocessed"):
-        await d.batch_write("cricket-teams", [{"PutRequest": {"Item": {"teamId": {"S": str(i)}}}} for i in range(8)])
+    with pytest.raises(
+        BatchIncomplete, match=r"BatchWriteItem on cricket-teams: \d+ request\(s\) still unprocessed"
+    ):
+        await d.batch_write(
+            "cricket-teams", [{"PutRequest": {"Item": {"teamId": {"S": str(i)}}}} for i in range(8)]
+        )
 
 
 async def test_paginate_follows_every_page(dynamo: Dynamo):
-    await dynamo.batch_write("cricket-teams", [{"PutRequest": {"Item": {"teamId": {"S": str(i)}}}} for i in range(7)])
+    await dynamo.batch_write(
+        "cricket-teams", [{"PutRequest": {"Item": {"teamId": {"S": str(i)}}}} for i in range(7)]
+    )
     faults.page_size(dynamo.client, 2)
     with count_calls() as c:
         items = await dynamo.paginate("cricket-teams", "scan")
@@ -173,8 +192,11 @@ def _botocore_only(dynamo: Dynamo):  # type: ignore[no-untyped-def]
     import boto3
 
     return boto3.session.Session().client(
-        "dynamodb", endpoint_url=dynamo.settings.endpoint_url, region_name=dynamo.settings.region,
-        aws_access_key_id="local", aws_secret_access_key="local",
+        "dynamodb",
+        endpoint_url=dynamo.settings.endpoint_url,
+        region_name=dynamo.settings.region,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
     )
 
 
@@ -187,7 +209,9 @@ async def test_query_pages_decode_exactly_as_botocore_does(dynamo: Dynamo):
     raw_pages: list[int] = []  # pages whose Items the hook took, seen by a handler registered after it
     dynamo.client.meta.events.register(
         "before-parse.dynamodb.Query",
-        lambda customized_response_dict, **_: raw_pages.append(len(customized_response_dict.get("Items", []))),
+        lambda customized_response_dict, **_: raw_pages.append(
+            len(customized_response_dict.get("Items", []))
+        ),
     )
     ours = await dynamo.call("live-activities", "query", **query)
     assert ours["Items"] == plain["Items"] and len(ours["Items"]) == 5

@@ -52,7 +52,9 @@ async def test_throttled_and_partially_processed_batches_lose_nothing(repos: Rep
     assert await _all_fixture_ids(repos) == sorted(str(i) for i in range(60))
 
 
-async def test_throttling_past_max_attempts_raises_instead_of_losing_the_write(moto_server, table_prefix, dynamo):
+async def test_throttling_past_max_attempts_raises_instead_of_losing_the_write(
+    moto_server, table_prefix, dynamo
+):
     d = Dynamo(DynamoSettings(endpoint_url=moto_server.url, table_prefix=table_prefix, max_attempts=2))
     repos = Repositories(d)
     hook = faults.throttle(d.client, "UpdateItem", times=10)

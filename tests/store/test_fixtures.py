@@ -11,8 +11,14 @@ T0 = 1_800_000_000.0
 
 
 def _fixture(i: int, league: str = "IPL", day: int = 1, **extra):
-    return {"matchId": str(1000 + i), "leagueCode": league, "startTime": f"2027-04-{day:02d}T14:00:00Z",
-            "live": False, "displayState": {"score": "0/0", "rr": 0.0}, **extra}
+    return {
+        "matchId": str(1000 + i),
+        "leagueCode": league,
+        "startTime": f"2027-04-{day:02d}T14:00:00Z",
+        "live": False,
+        "displayState": {"score": "0/0", "rr": 0.0},
+        **extra,
+    }
 
 
 async def test_batch_write_and_batch_get_past_the_limits(repos: Repositories):

@@ -13,8 +13,13 @@ async def test_follow_upserts_and_keeps_created_at(repos: Repositories):
     await f.follow_match("m1", "u1", "team-7", T0 + 48 * 3600, now=T0)
     await f.follow_match("m1", "u1", "team-8", T0 + 50 * 3600, now=T0 + 60)
     got = await f.check_if_user_follows_match("m1", "u1", now=T0)
-    assert got == {"matchId": "m1", "userId": "u1", "teamId": "team-8", "expiresAt": int(T0 + 50 * 3600),
-                   "createdAt": "2027-01-15T08:00:00.000Z"}
+    assert got == {
+        "matchId": "m1",
+        "userId": "u1",
+        "teamId": "team-8",
+        "expiresAt": int(T0 + 50 * 3600),
+        "createdAt": "2027-01-15T08:00:00.000Z",
+    }
     assert await f.check_if_user_follows_match("m1", "u2", now=T0) is None
 
 

@@ -29,11 +29,20 @@ async def test_register_then_read_by_match_and_by_user(repos: Repositories):
     assert sorted(s["visitorKey"] for s in sessions) == ["u1#ipad", "u1#iphone", "u2#iphone"]
     s = next(s for s in sessions if s["visitorKey"] == "u1#ipad")
     assert s == {
-        "matchId": "m1", "visitorKey": "u1#ipad", "userId": "u1", "deviceId": "ipad", "updateToken": "tok-2",
-        "status": "active", "sessionStartedAt": "2027-01-15T08:00:00.000Z",
+        "matchId": "m1",
+        "visitorKey": "u1#ipad",
+        "userId": "u1",
+        "deviceId": "ipad",
+        "updateToken": "tok-2",
+        "status": "active",
+        "sessionStartedAt": "2027-01-15T08:00:00.000Z",
     }
     mine = await la.get_user_la_sessions("u1")
-    assert sorted((s["matchId"], s["deviceId"]) for s in mine) == [("m1", "ipad"), ("m1", "iphone"), ("m2", "iphone")]
+    assert sorted((s["matchId"], s["deviceId"]) for s in mine) == [
+        ("m1", "ipad"),
+        ("m1", "iphone"),
+        ("m2", "iphone"),
+    ]
 
 
 async def test_update_token_only_for_an_existing_session(repos: Repositories):
@@ -95,7 +104,10 @@ async def test_ending_many_sessions_in_batches_skips_ended_ones_and_keeps_their_
     sessions = await repos.live_activities.get_all_la_sessions_for_match("m9")
     ended = await repos.live_activities.end_la_sessions("m9", sessions, "match_end", now=1000.0, ttl_s=3600)
     assert ended == 59  # the one already ended keeps its own reason
-    after = {s["visitorKey"]: s for s in await repos.live_activities.get_all_la_sessions_for_match("m9", now=1000.0)}
+    after = {
+        s["visitorKey"]: s
+        for s in await repos.live_activities.get_all_la_sessions_for_match("m9", now=1000.0)
+    }
     assert len(after) == 60 and all(s["status"] == "ended" for s in after.values())
     assert after["u0#d"]["endReason"] == "user_unfollowed"
     assert after["u7#d"]["endReason"] == "match_end" and after["u7#d"]["ttl"] == 4600

@@ -17,7 +17,7 @@ def test_a_client_gone_quiet_mid_request_does_not_hold_the_only_thread() -> None
             # the headers and a piece of the body, then nothing (a link blackholed mid-request)
             stalled.sendall(
                 b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n"
-                b"X-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Length: 500\r\n\r\n{\"Lim"
+                b'X-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Length: 500\r\n\r\n{"Lim'
             )
             client = boto3.client(
                 "dynamodb",

@@ -21,7 +21,10 @@ async def test_teams(repos: Repositories):
 async def test_team_seasons(repos: Repositories):
     ts = repos.team_seasons
     await ts.write_season_team_records(
-        [{"seasonId": "708", "teamId": str(i), "leagueId": "1", "stats": {"won": i, "nrr": 0.25}} for i in range(8)]
+        [
+            {"seasonId": "708", "teamId": str(i), "leagueId": "1", "stats": {"won": i, "nrr": 0.25}}
+            for i in range(8)
+        ]
         + [{"seasonId": "709", "teamId": "1", "leagueId": "1"}]
     )
     got = await ts.get_teams_for_season("708")

@@ -9,8 +9,13 @@ from typing import Any
 from daemon.store.caches import CacheEntry, FencedPut, FenceLost
 from daemon.store.locks import Lease, feed_lock_key, job_lock_key, lease_holds, lease_is_free
 
-FIXTURE = {"id": 501, "league_id": 3, "starting_at": "2026-12-03T10:00:00.000000Z", "status": "1st Innings",
-           "runs": [{"score": 12.5}]}
+FIXTURE = {
+    "id": 501,
+    "league_id": 3,
+    "starting_at": "2026-12-03T10:00:00.000000Z",
+    "status": "1st Innings",
+    "runs": [{"score": 12.5}],
+}
 
 
 def test_lease_decisions_are_pure() -> None:
@@ -65,7 +70,9 @@ async def test_fenced_cache_writes_need_the_lease(repos: Any) -> None:
     later = {**FIXTURE, "status": "2nd Innings"}
     stale = FencedPut("501", later, ttl_s=600, seq=2, fetched_at=t + 40)
     try:
-        await cache.put_fixtures_fenced([stale], lambda: locks.lease_condition(lease, now=t + 31), lease.epoch)
+        await cache.put_fixtures_fenced(
+            [stale], lambda: locks.lease_condition(lease, now=t + 31), lease.epoch
+        )
     except FenceLost:
         pass
     else:
@@ -82,7 +89,8 @@ async def test_fenced_cache_writes_need_the_lease(repos: Any) -> None:
     assert (await cache.batch_get_entries(["501"]))["501"].fixture() == FIXTURE
     ok = await cache.put_fixtures_fenced(
         [FencedPut("501", later, ttl_s=600, seq=1, fetched_at=t + 41)],
-        lambda: locks.lease_condition(taken, now=t + 32), taken.epoch,
+        lambda: locks.lease_condition(taken, now=t + 32),
+        taken.epoch,
     )
     assert ok == 1
     entry = (await cache.batch_get_entries(["501"]))["501"]
@@ -95,8 +103,9 @@ async def test_livescores_summary_round_trip(repos: Any) -> None:
     lease, _ = await locks.acquire_fenced(feed_lock_key("eu"), "a", 30, now=t)
     assert lease is not None
     summary = [{"id": 501, "status": "1st Innings", "league_id": 3}]
-    await cache.put_livescores_summary("eu", summary, t, lambda: locks.lease_condition(lease), lease.epoch,
-                                       ttl_s=60)
+    await cache.put_livescores_summary(
+        "eu", summary, t, lambda: locks.lease_condition(lease), lease.epoch, ttl_s=60
+    )
     got = await cache.get_livescores_summary("eu")
     assert got == (summary, t)
     assert await cache.get_livescores_summary("us") is None
@@ -109,15 +118,22 @@ async def test_the_leaders_feed_state_rides_with_the_summary_and_a_bad_one_is_ig
     assert lease is not None
     summary = [{"id": 502, "status": "1st Innings", "league_id": 3}]
     state = {"budget": {"livescores": [[t, 4]]}, "budgetAt": t, "notFound": {"released": {"123": t + 600}}}
-    await cache.put_livescores_summary("eu", summary, t, lambda: locks.lease_condition(lease), lease.epoch,
-                                       ttl_s=60, state=state)
+    await cache.put_livescores_summary(
+        "eu", summary, t, lambda: locks.lease_condition(lease), lease.epoch, ttl_s=60, state=state
+    )
     assert await cache.get_livescores_summary_and_state("eu") == (summary, t, state)
     assert await cache.get_livescores_summary("eu") == (summary, t)
-    await cache.put_livescores_summary("eu", summary, t, lambda: locks.lease_condition(lease), lease.epoch,
-                                       ttl_s=60)
+    await cache.put_livescores_summary(
+        "eu", summary, t, lambda: locks.lease_condition(lease), lease.epoch, ttl_s=60
+    )
     assert await cache.get_livescores_summary_and_state("eu") == (summary, t, {})
-    await repos.dynamo.call(cache.logical, "update_item", TableName=repos.dynamo.table(cache.logical),
-                            Key={"matchId": {"S": "livescores:eu"}}, UpdateExpression="SET feedState = :s",
-                            ExpressionAttributeValues={":s": {"S": "[not json"}})
+    await repos.dynamo.call(
+        cache.logical,
+        "update_item",
+        TableName=repos.dynamo.table(cache.logical),
+        Key={"matchId": {"S": "livescores:eu"}},
+        UpdateExpression="SET feedState = :s",
+        ExpressionAttributeValues={":s": {"S": "[not json"}},
+    )
     assert await cache.get_livescores_summary_and_state("eu") == (summary, t, {})  # the summary still served
     assert await cache.get_livescores_summary_and_state("us") is None

@@ -9,8 +9,16 @@ from daemon.store.tables import GsiSpec, KeySpec, TableSpec, compare_table
 def test_specs_cover_the_eleven_tables_of_the_data_model():
     assert sorted(TABLE_SPECS) == sorted(
         [
-            "cricket-fixtures", "live-activities", "active-matches", "cricket-teams", "cricket-team-seasons",
-            "cricket-leagues", "cricket-devices", "cricket-match-follows", "cricket-locks", "DisplayStateCache",
+            "cricket-fixtures",
+            "live-activities",
+            "active-matches",
+            "cricket-teams",
+            "cricket-team-seasons",
+            "cricket-leagues",
+            "cricket-devices",
+            "cricket-match-follows",
+            "cricket-locks",
+            "DisplayStateCache",
             "cricket-fixture-cache",
         ]
     )
@@ -44,12 +52,20 @@ async def test_create_makes_every_table_with_prefix_ttl_and_is_idempotent(moto_s
 async def test_check_names_each_difference(moto_server, table_prefix):
     d = Dynamo(DynamoSettings(endpoint_url=moto_server.url, table_prefix=table_prefix))
     # a wrong live table: locks keyed on lockId, no TTL; fixtures missing its GSI; the rest missing
-    await d.call("cricket-locks", "create_table", KeySchema=[{"AttributeName": "lockId", "KeyType": "HASH"}],
-                 AttributeDefinitions=[{"AttributeName": "lockId", "AttributeType": "S"}],
-                 BillingMode="PAY_PER_REQUEST")
-    await d.call("cricket-fixtures", "create_table", KeySchema=[{"AttributeName": "matchId", "KeyType": "HASH"}],
-                 AttributeDefinitions=[{"AttributeName": "matchId", "AttributeType": "N"}],
-                 BillingMode="PAY_PER_REQUEST")
+    await d.call(
+        "cricket-locks",
+        "create_table",
+        KeySchema=[{"AttributeName": "lockId", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "lockId", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    await d.call(
+        "cricket-fixtures",
+        "create_table",
+        KeySchema=[{"AttributeName": "matchId", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "matchId", "AttributeType": "N"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
     diffs = await check_tables(d)
     text = "\n".join(diffs)
     assert f"{table_prefix}cricket-locks: key is HASH lockId, spec says HASH lockKey" in text
@@ -70,10 +86,16 @@ def test_compare_reports_extra_gsi_projection_and_unexpected_ttl():
         "KeySchema": [{"AttributeName": "a", "KeyType": "HASH"}],
         "AttributeDefinitions": [{"AttributeName": "a", "AttributeType": "S"}],
         "GlobalSecondaryIndexes": [
-            {"IndexName": "g", "KeySchema": [{"AttributeName": "b", "KeyType": "HASH"}],
-             "Projection": {"ProjectionType": "KEYS_ONLY"}},
-            {"IndexName": "h", "KeySchema": [{"AttributeName": "c", "KeyType": "HASH"}],
-             "Projection": {"ProjectionType": "ALL"}},
+            {
+                "IndexName": "g",
+                "KeySchema": [{"AttributeName": "b", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            },
+            {
+                "IndexName": "h",
+                "KeySchema": [{"AttributeName": "c", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "ALL"},
+            },
         ],
     }
     diffs = compare_table(spec, "p-t", live, {"TimeToLiveStatus": "ENABLED", "AttributeName": "ttl"})

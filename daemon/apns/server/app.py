@@ -92,7 +92,9 @@ class ApnsTestServer:
         self.verifier = ProviderTokenVerifier(team_id, keys)
         self.ca = ca if ca is not None else certs.make_ca()
         self._hostnames = tuple(hostnames)
-        self.faults = FaultState(max_concurrent_streams=max_concurrent_streams, initial_streams=initial_streams)
+        self.faults = FaultState(
+            max_concurrent_streams=max_concurrent_streams, initial_streams=initial_streams
+        )
         self._initial_faults = (max_concurrent_streams, initial_streams)
         self.fast = fast
         if engine not in ("h2", "lean"):
@@ -146,7 +148,11 @@ class ApnsTestServer:
         return certs.client_ssl_context(ca=self.ca)
 
     async def serve(
-        self, host: str = "127.0.0.1", port: int = 0, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Listen on ``host:port`` (0 picks a free port) until cancelled; ``started(port)`` once bound."""
         server_ctx = certs.server_ssl_context(self.ca, (*self._hostnames, host))
@@ -182,7 +188,11 @@ class ApnsTestServer:
         return f"https://{self.host}:{self.management_port}"
 
     async def serve_management(
-        self, host: str = "127.0.0.1", port: int = 0, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """The channel-management host (Apple's api-manage-broadcast...), its own listener: it answers
         ``/1/apps/...`` only, as the push listener answers everything but them. ``started(port)`` once bound."""
@@ -224,18 +234,40 @@ class ApnsTestServer:
     # Individual fault helpers (thin wrappers over ``script``).
 
     def set_token_status(
-        self, token: str, status: int = 410, reason: str | None = None, *, count: int | None = None,
-        timestamp_ms: int | None = None, delay_s: float = 0.0,
+        self,
+        token: str,
+        status: int = 410,
+        reason: str | None = None,
+        *,
+        count: int | None = None,
+        timestamp_ms: int | None = None,
+        delay_s: float = 0.0,
     ) -> None:
-        self.script(tokens={token: {"status": status, "reason": reason, "count": count,
-                                    "timestamp_ms": timestamp_ms, "delay_s": delay_s}})
+        self.script(
+            tokens={
+                token: {
+                    "status": status,
+                    "reason": reason,
+                    "count": count,
+                    "timestamp_ms": timestamp_ms,
+                    "delay_s": delay_s,
+                }
+            }
+        )
 
-    def storm(self, status: int = 500, *, count: int | None = None, duration_s: float | None = None,
-              reason: str | None = None) -> None:
+    def storm(
+        self,
+        status: int = 500,
+        *,
+        count: int | None = None,
+        duration_s: float | None = None,
+        reason: str | None = None,
+    ) -> None:
         self.script(storm={"status": status, "count": count, "duration_s": duration_s, "reason": reason})
 
-    def goaway(self, reason: str = "Shutdown", *, after: int = 0, error_code: int = 0,
-               graceful: bool = True) -> None:
+    def goaway(
+        self, reason: str = "Shutdown", *, after: int = 0, error_code: int = 0, graceful: bool = True
+    ) -> None:
         self.script(goaway={"after": after, "reason": reason, "error_code": error_code, "graceful": graceful})
 
     def drop_connections(self, *, after: int = 0) -> None:
@@ -247,10 +279,16 @@ class ApnsTestServer:
     def delay(self, seconds: float, *, count: int | None = None) -> None:
         self.script(delay={"seconds": seconds, "count": count})
 
-    def set_window(self, initial_window_size: int, *, connection_window: int | None = None,
-                   update_delay_s: float = 0.0) -> None:
-        self.script(window={"initial_window_size": initial_window_size,
-                            "connection_window": connection_window, "update_delay_s": update_delay_s})
+    def set_window(
+        self, initial_window_size: int, *, connection_window: int | None = None, update_delay_s: float = 0.0
+    ) -> None:
+        self.script(
+            window={
+                "initial_window_size": initial_window_size,
+                "connection_window": connection_window,
+                "update_delay_s": update_delay_s,
+            }
+        )
 
     async def wait_for_records(self, n: int) -> list[dict[str, Any]]:
         """Wait until at least ``n`` requests have been answered in total; returns ``records``."""
@@ -271,8 +309,11 @@ class ApnsTestServer:
                 + [c.max_open for c in self._connections.values()]
             ),
             "protocol_errors": list(self.protocol_errors),
-            "channels": {"open": self.channels.count(), "created": self.channels.created,
-                         "deleted": self.channels.deleted},
+            "channels": {
+                "open": self.channels.count(),
+                "created": self.channels.created,
+                "deleted": self.channels.deleted,
+            },
         }
 
     def flush_records(self) -> None:
@@ -311,7 +352,9 @@ class ApnsTestServer:
             return []
         return [(b"apns-unique-id", self._ids.next().encode())]
 
-    async def _handle_tcp(self, tcp: trio.SocketStream, server_ctx: ssl.SSLContext, role: str = "push") -> None:
+    async def _handle_tcp(
+        self, tcp: trio.SocketStream, server_ctx: ssl.SSLContext, role: str = "push"
+    ) -> None:
         tls = trio.SSLStream(tcp, server_ctx, server_side=True, https_compatible=True)
         try:
             with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
@@ -340,8 +383,9 @@ class ApnsTestServer:
             log.error("apns_server_internal_error", connection_id=conn.id, error=message, exc_info=True)
         finally:
             del self._connections[conn.id]
-            self._stats["max_open_streams_closed"] = max(self._stats.get("max_open_streams_closed", 0),
-                                                         conn.max_open)
+            self._stats["max_open_streams_closed"] = max(
+                self._stats.get("max_open_streams_closed", 0), conn.max_open
+            )
             log.debug("apns_server_connection_closed", connection_id=conn.id, answered=conn.answered)
 
     def _stream_limit_violation(self, conn: ServerConnection, stream_id: int, open_streams: int) -> None:
@@ -382,7 +426,9 @@ class ApnsTestServer:
             auth = conn.auth
             if check.token != auth.token or auth.poisoned or check.reason is not None:
                 verdict = auth.admit(
-                    check, time.monotonic(), min_interval_s=faults.token_update_interval_s,
+                    check,
+                    time.monotonic(),
+                    min_interval_s=faults.token_update_interval_s,
                     pin_key=faults.pin_key_id,
                 )
                 if verdict is not None and verdict.reason == "TooManyProviderTokenUpdates":
@@ -390,7 +436,9 @@ class ApnsTestServer:
         if verdict is None:
             verdict = validate_headers(headers, self.topics)
         if verdict is None:
-            payload, verdict = validate_payload(headers.get("apns-push-type", ""), req.body, parse=not self.fast)
+            payload, verdict = validate_payload(
+                headers.get("apns-push-type", ""), req.body, parse=not self.fast
+            )
         if verdict is None and faults.storm_status:
             verdict = faults.storm_verdict(time.monotonic())
         if verdict is None and faults.tokens:
@@ -432,7 +480,9 @@ class ApnsTestServer:
             auth = conn.auth
             if check.token != auth.token or auth.poisoned or check.reason is not None:
                 verdict = auth.admit(
-                    check, time.monotonic(), min_interval_s=self.faults.token_update_interval_s,
+                    check,
+                    time.monotonic(),
+                    min_interval_s=self.faults.token_update_interval_s,
                     pin_key=self.faults.pin_key_id,
                 )
         if verdict is not None:
@@ -454,26 +504,48 @@ class ApnsTestServer:
             answer_body = error_body(verdict)
         channel_id = outcome.channel_id if outcome is not None else headers.get("apns-channel-id", "")
         if management:
-            entry = {"time": time.time(), "op": outcome.op if outcome else "", "channel_id": channel_id,
-                     "status": verdict.status, "reason": verdict.reason}
+            entry = {
+                "time": time.time(),
+                "op": outcome.op if outcome else "",
+                "channel_id": channel_id,
+                "status": verdict.status,
+                "reason": verdict.reason,
+            }
             if verdict.detail:
                 entry["detail"] = verdict.detail
             self.channel_log.append(entry)
         else:
             payload = outcome.payload if outcome is not None else _try_json(body)
-            record = self._make_record(conn, req.stream_id, "", headers, check, payload, verdict, request_id,
-                                       len(body))
+            record = self._make_record(
+                conn, req.stream_id, "", headers, check, payload, verdict, request_id, len(body)
+            )
             record["channel_id"] = channel_id
             if verdict.accepted and outcome is not None:
                 extra = ((b"apns-unique-id", self._ids.next().encode()),)
                 record["devices"] = self.subscriptions.deliver(channel_id, outcome.payload["aps"])
-        answer = Answer(req.stream_id, verdict.status, verdict.reason, request_id, record, answer_body, extra,
-                        b"apns-request-id")
+        answer = Answer(
+            req.stream_id,
+            verdict.status,
+            verdict.reason,
+            request_id,
+            record,
+            answer_body,
+            extra,
+            b"apns-request-id",
+        )
         return answer, self.faults.take_delay()
 
     def _make_record(
-        self, conn: ServerConnection, stream_id: int, token: str, headers: dict[str, str],
-        check: TokenCheck | None, payload: Any, verdict: Verdict, apns_id: str, payload_bytes: int,
+        self,
+        conn: ServerConnection,
+        stream_id: int,
+        token: str,
+        headers: dict[str, str],
+        check: TokenCheck | None,
+        payload: Any,
+        verdict: Verdict,
+        apns_id: str,
+        payload_bytes: int,
     ) -> dict[str, Any]:
         shown = headers  # a fresh dict per request (headers_to_dict); the record may keep it
         if "authorization" in shown:
@@ -518,8 +590,13 @@ class ApnsTestServer:
                     still.append((n, event))
             self._record_waiters = still
         if answer.status != 200:
-            log.debug("apns_server_rejected", token=short_token(record["token"]), status=answer.status,
-                      reason=answer.reason, detail=record.get("detail", ""))
+            log.debug(
+                "apns_server_rejected",
+                token=short_token(record["token"]),
+                status=answer.status,
+                reason=answer.reason,
+                detail=record.get("detail", ""),
+            )
 
     async def _record_flush_loop(self) -> None:
         while True:

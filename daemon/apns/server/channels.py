@@ -140,7 +140,9 @@ def is_broadcast_path(path: str) -> bool:
     return path.startswith("/4/")
 
 
-def _channel_header(headers: Mapping[str, str], store: ChannelStore, bundle: str) -> tuple[str, int | None, Verdict | None]:
+def _channel_header(
+    headers: Mapping[str, str], store: ChannelStore, bundle: str
+) -> tuple[str, int | None, Verdict | None]:
     channel_id = headers.get("apns-channel-id")
     if not channel_id:
         return "", None, Verdict(400, "MissingChannelId", "apns-channel-id is missing")
@@ -153,7 +155,12 @@ def _channel_header(headers: Mapping[str, str], store: ChannelStore, bundle: str
 
 
 def decide_management(
-    method: str, path: str, headers: Mapping[str, str], body: bytes, store: ChannelStore, topics: frozenset[str]
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    store: ChannelStore,
+    topics: frozenset[str],
 ) -> Outcome:
     """Validate and carry out one channel-management request (authorization is checked by the caller)."""
     match = _MANAGEMENT.fullmatch(path.split("?", 1)[0])
@@ -188,7 +195,9 @@ def decide_management(
             return Outcome(Verdict(400, "InvalidPushType", "only LiveActivity channels exist"), op, bundle)
         policy = parsed.get("message-storage-policy")
         if type(policy) is not int or policy not in (0, 1):
-            return Outcome(Verdict(400, "MissingChannelQueueSize", "message-storage-policy must be 0 or 1"), op, bundle)
+            return Outcome(
+                Verdict(400, "MissingChannelQueueSize", "message-storage-policy must be 0 or 1"), op, bundle
+            )
         channel_id = store.create(bundle, policy)
         if channel_id is None:
             return Outcome(
@@ -199,15 +208,21 @@ def decide_management(
     if verdict is not None:
         return Outcome(verdict, op, bundle, channel_id)
     if op == "read":
-        data = json.dumps({"message-storage-policy": policy, "push-type": "LiveActivity"},
-                          separators=(",", ":")).encode()
+        data = json.dumps(
+            {"message-storage-policy": policy, "push-type": "LiveActivity"}, separators=(",", ":")
+        ).encode()
         return Outcome(Verdict(200), op, bundle, channel_id, body=data)
     store.delete(bundle, channel_id)
     return Outcome(Verdict(204), op, bundle, channel_id)
 
 
 def decide_broadcast(
-    method: str, path: str, headers: Mapping[str, str], body: bytes, store: ChannelStore, topics: frozenset[str]
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    store: ChannelStore,
+    topics: frozenset[str],
 ) -> Outcome:
     """Validate one broadcast (authorization is checked by the caller); the payload when accepted."""
     match = _BROADCAST.fullmatch(path.split("?", 1)[0])
@@ -218,7 +233,9 @@ def decide_broadcast(
     bundle = match.group(1)
     verdict = _bundle_verdict(bundle, topics) or _request_id_verdict(headers)
     if verdict is None and "apns-topic" in headers:
-        verdict = Verdict(400, "TopicDisallowed", "broadcasts take no apns-topic (the bundle id is in the path)")
+        verdict = Verdict(
+            400, "TopicDisallowed", "broadcasts take no apns-topic (the bundle id is in the path)"
+        )
     if verdict is not None:
         return Outcome(verdict, "broadcast", bundle)
     channel_id, policy, verdict = _channel_header(headers, store, bundle)
@@ -226,36 +243,66 @@ def decide_broadcast(
         return Outcome(verdict, "broadcast", bundle, channel_id)
     push_type = headers.get("apns-push-type")
     if not push_type:
-        return Outcome(Verdict(400, "MissingPushType", "apns-push-type is missing"), "broadcast", bundle, channel_id)
+        return Outcome(
+            Verdict(400, "MissingPushType", "apns-push-type is missing"), "broadcast", bundle, channel_id
+        )
     if push_type.lower() != "liveactivity":
-        return Outcome(Verdict(400, "InvalidPushType", f"{push_type!r} is not liveactivity"), "broadcast", bundle,
-                       channel_id)
+        return Outcome(
+            Verdict(400, "InvalidPushType", f"{push_type!r} is not liveactivity"),
+            "broadcast",
+            bundle,
+            channel_id,
+        )
     if headers.get("apns-priority") not in ("10", "5", "1"):
-        return Outcome(Verdict(400, "BadPriority", "apns-priority must be 10, 5 or 1"), "broadcast", bundle, channel_id)
+        return Outcome(
+            Verdict(400, "BadPriority", "apns-priority must be 10, 5 or 1"), "broadcast", bundle, channel_id
+        )
     expiration = headers.get("apns-expiration")
     if expiration is None or not expiration.isdigit():
-        return Outcome(Verdict(400, "BadExpirationDate", "apns-expiration is required (epoch seconds)"),
-                       "broadcast", bundle, channel_id)
+        return Outcome(
+            Verdict(400, "BadExpirationDate", "apns-expiration is required (epoch seconds)"),
+            "broadcast",
+            bundle,
+            channel_id,
+        )
     if policy == 0 and expiration != "0":
-        return Outcome(Verdict(400, "BadExpirationDate", "a no-storage channel takes apns-expiration 0 only"),
-                       "broadcast", bundle, channel_id)
+        return Outcome(
+            Verdict(400, "BadExpirationDate", "a no-storage channel takes apns-expiration 0 only"),
+            "broadcast",
+            bundle,
+            channel_id,
+        )
     if not body:
         return Outcome(Verdict(400, "PayloadEmpty", "broadcast has no body"), "broadcast", bundle, channel_id)
     if len(body) > BROADCAST_PAYLOAD_LIMIT:
-        return Outcome(Verdict(413, "PayloadTooLarge", f"payload is {len(body)} bytes, limit 5120"), "broadcast",
-                       bundle, channel_id)
+        return Outcome(
+            Verdict(413, "PayloadTooLarge", f"payload is {len(body)} bytes, limit 5120"),
+            "broadcast",
+            bundle,
+            channel_id,
+        )
     try:
         payload = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
-        return Outcome(Verdict(400, "BadRequestPayload", f"payload is not JSON: {exc}"), "broadcast", bundle,
-                       channel_id)
+        return Outcome(
+            Verdict(400, "BadRequestPayload", f"payload is not JSON: {exc}"), "broadcast", bundle, channel_id
+        )
     aps = payload.get("aps") if isinstance(payload, dict) else None
     if not isinstance(aps, dict):
-        return Outcome(Verdict(400, "BadRequestPayload", "payload has no aps object"), "broadcast", bundle, channel_id)
+        return Outcome(
+            Verdict(400, "BadRequestPayload", "payload has no aps object"), "broadcast", bundle, channel_id
+        )
     la = validate_live_activity(aps)
     if la is not None:
-        return Outcome(Verdict(400, "BadRequestPayload", la.detail), "broadcast", bundle, channel_id, payload=payload)
+        return Outcome(
+            Verdict(400, "BadRequestPayload", la.detail), "broadcast", bundle, channel_id, payload=payload
+        )
     if aps.get("event") == "start":
-        return Outcome(Verdict(400, "BadRequestPayload", "a channel cannot start an activity"), "broadcast", bundle,
-                       channel_id, payload=payload)
+        return Outcome(
+            Verdict(400, "BadRequestPayload", "a channel cannot start an activity"),
+            "broadcast",
+            bundle,
+            channel_id,
+            payload=payload,
+        )
     return Outcome(Verdict(200), "broadcast", bundle, channel_id, payload=payload)

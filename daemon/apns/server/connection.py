@@ -76,7 +76,9 @@ class Answer:
 class ServerConnection:
     """Drives one TLS stream through an ``h2`` server connection; owned by ``ApnsTestServer``."""
 
-    def __init__(self, server: ApnsTestServer, conn_id: int, stream: trio.SSLStream[trio.SocketStream]) -> None:
+    def __init__(
+        self, server: ApnsTestServer, conn_id: int, stream: trio.SSLStream[trio.SocketStream]
+    ) -> None:
         self.server = server
         self.id = conn_id
         self.stream = stream
@@ -330,8 +332,11 @@ class ServerConnection:
             if 200 <= status < 300 and (answer.headers or answer.body or answer.id_header != b"apns-id"):
                 self.h2.send_headers(
                     sid,
-                    [(b":status", str(status).encode()), (answer.id_header, answer.apns_id.encode()),
-                     *answer.headers],
+                    [
+                        (b":status", str(status).encode()),
+                        (answer.id_header, answer.apns_id.encode()),
+                        *answer.headers,
+                    ],
                     end_stream=not answer.body,
                 )
                 if answer.body:

@@ -141,7 +141,9 @@ class LeanH2Connection:
             stream.recv_window += stream.recv_unacked
             stream.recv_unacked = 0
 
-    def send_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool = False) -> None:
+    def send_headers(
+        self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool = False
+    ) -> None:
         stream = self._sendable(stream_id)
         block = self.encoder.encode(headers)
         limit = self._remote_max_frame
@@ -249,7 +251,9 @@ class LeanH2Connection:
             for old in list(closed)[:1024]:
                 del closed[old]
 
-    def _receive_frame(self, ftype: int, flags: int, sid: int, payload: bytes, events: list[h2.events.Event]) -> None:
+    def _receive_frame(
+        self, ftype: int, flags: int, sid: int, payload: bytes, events: list[h2.events.Event]
+    ) -> None:
         if self._headers_sid and ftype != CONTINUATION:
             raise h2.exceptions.ProtocolError("header block interrupted before END_HEADERS")
         if ftype == HEADERS:
@@ -304,12 +308,17 @@ class LeanH2Connection:
             self._headers_block = bytearray(payload)
 
     def _finish_headers(self, sid: int, flags: int, block: bytes, events: list[h2.events.Event]) -> None:
-        headers: list[Any] = list(self.decoder.decode(block, raw=True))  # decoded always: HPACK state advances
+        headers: list[Any] = list(
+            self.decoder.decode(block, raw=True)
+        )  # decoded always: HPACK state advances
         stream = self.streams.get(sid)
         if stream is None:
             if sid <= self._highest_inbound:
-                raise h2.exceptions.StreamClosedError(sid) if sid in self._closed_streams else \
-                    h2.exceptions.ProtocolError(f"stream {sid} is not above {self._highest_inbound}")
+                raise (
+                    h2.exceptions.StreamClosedError(sid)
+                    if sid in self._closed_streams
+                    else h2.exceptions.ProtocolError(f"stream {sid} is not above {self._highest_inbound}")
+                )
             self._highest_inbound = sid
             initial = self.local_settings.initial_window_size
             if not self._local_acked_once:
@@ -337,7 +346,9 @@ class LeanH2Connection:
         if stream is None or not stream.remote_open:
             if sid in self._closed_streams or (stream is not None and not stream.remote_open):
                 # A stream we already closed: tell the client, and give the connection window back.
-                self._out += frame(RST_STREAM, 0, sid, int(h2.errors.ErrorCodes.STREAM_CLOSED).to_bytes(4, "big"))
+                self._out += frame(
+                    RST_STREAM, 0, sid, int(h2.errors.ErrorCodes.STREAM_CLOSED).to_bytes(4, "big")
+                )
                 self.acknowledge_received_data(flow_length, sid)
                 return
             raise h2.exceptions.ProtocolError(f"DATA on idle stream {sid}")

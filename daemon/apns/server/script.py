@@ -35,16 +35,24 @@ class StormFault(_ScriptModel):
 
 
 class GoawayFault(_ScriptModel):
-    after: int = Field(0, ge=0, description="the connection that answers the Nth next request (server-wide) "
-                       "sends it; 0 = every connection now")
-    reason: str = Field("Shutdown", description="GOAWAY debug data is {\"reason\": ...}")
+    after: int = Field(
+        0,
+        ge=0,
+        description="the connection that answers the Nth next request (server-wide) "
+        "sends it; 0 = every connection now",
+    )
+    reason: str = Field("Shutdown", description='GOAWAY debug data is {"reason": ...}')
     error_code: int = Field(0, ge=0, description="HTTP/2 error code (0 NO_ERROR)")
     graceful: bool = Field(True, description="answer streams <= last_stream_id before sending GOAWAY")
 
 
 class DropFault(_ScriptModel):
-    after: int = Field(0, ge=0, description="answer N more requests server-wide, then close the TCP "
-                       "connection that receives the next one; 0 = close every connection now")
+    after: int = Field(
+        0,
+        ge=0,
+        description="answer N more requests server-wide, then close the TCP "
+        "connection that receives the next one; 0 = close every connection now",
+    )
 
 
 class DelayFault(_ScriptModel):
@@ -53,10 +61,18 @@ class DelayFault(_ScriptModel):
 
 
 class WindowFault(_ScriptModel):
-    initial_window_size: int = Field(..., ge=1, le=2**31 - 1, description="SETTINGS_INITIAL_WINDOW_SIZE "
-                                     "advertised to new connections (stream receive window)")
-    connection_window: int | None = Field(None, ge=1, le=2**31 - 1, description="connection receive window "
-                                          "of new connections (HTTP/2 starts it at 65535)")
+    initial_window_size: int = Field(
+        ...,
+        ge=1,
+        le=2**31 - 1,
+        description="SETTINGS_INITIAL_WINDOW_SIZE advertised to new connections (stream receive window)",
+    )
+    connection_window: int | None = Field(
+        None,
+        ge=1,
+        le=2**31 - 1,
+        description="connection receive window of new connections (HTTP/2 starts it at 65535)",
+    )
     update_delay_s: float = Field(0.0, ge=0, description="delay every WINDOW_UPDATE by this long")
 
 
@@ -76,8 +92,9 @@ class FaultScript(_ScriptModel):
     drop_streams_on_rejection: bool | None = Field(None, description="limit falls to 1 after a 4xx")
     token_update_interval_s: float | None = Field(None, ge=0, description="min time between token switches")
     pin_key_id: bool | None = Field(None, description="UnrelatedKeyIdInToken for a second kid")
-    idle_timeout_s: float | None = Field(None, ge=0, description="GOAWAY IdleTimeout after this long without "
-                                         "a request; 0 = never")
+    idle_timeout_s: float | None = Field(
+        None, ge=0, description="GOAWAY IdleTimeout after this long without a request; 0 = never"
+    )
 
     @model_validator(mode="after")
     def _tokens_are_named(self) -> FaultScript:
@@ -124,7 +141,9 @@ class FaultState:
             self.tokens.pop(token, None)
         for token, fault in (script.tokens or {}).items():
             reason = fault.reason or DEFAULT_REASON_BY_STATUS.get(fault.status, "InternalServerError")
-            self.tokens[token] = _TokenRule(fault.status, reason, fault.count, fault.timestamp_ms, fault.delay_s)
+            self.tokens[token] = _TokenRule(
+                fault.status, reason, fault.count, fault.timestamp_ms, fault.delay_s
+            )
         if script.storm is not None:
             storm = script.storm
             self.storm_status = storm.status

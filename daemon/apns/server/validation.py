@@ -156,7 +156,9 @@ def validate_headers(headers: Mapping[str, str], topics: frozenset[str]) -> Verd
 
 
 def _is_epoch_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    )
 
 
 def validate_live_activity(aps: Mapping[str, Any]) -> Verdict | None:

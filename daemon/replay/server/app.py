@@ -320,7 +320,9 @@ class ReplayServer:
         include = q.reference_include(kind, query.get("include", ""))
 
         def fixture_of(tape: Tape) -> dict[str, Any]:
-            served: dict[str, Any] = json.loads(self._matches[tape.fixture_id].fixture_bytes(now, frozenset())[0])
+            served: dict[str, Any] = json.loads(
+                self._matches[tape.fixture_id].fixture_bytes(now, frozenset())[0]
+            )
             return served
 
         tapes = [m.tape for m in self._matches.values()]
@@ -328,7 +330,9 @@ class ReplayServer:
         if len(segments) == 2:
             obj = objects.get(segments[1])
             if obj is None:
-                raise ReplayRequestError(f"No query results for model [{kind[:-1].title()}] {segments[1]}", 404)
+                raise ReplayRequestError(
+                    f"No query results for model [{kind[:-1].title()}] {segments[1]}", 404
+                )
             return b'{"data":' + encode_json(obj) + b"}"
         return q.page([encode_json(o) for o in objects.values()], query, host, path, self.page_size)
 

@@ -63,10 +63,14 @@ class FaultSpec(BaseModel):
         default=None, description="wrong_type: the value to put there (default: a wrong-typed one)"
     )
     size_bytes: int = Field(
-        default=64 * 1024 * 1024, ge=1, le=1024**3, description="huge_body: bytes of padding added to the body"
+        default=64 * 1024 * 1024,
+        ge=1,
+        le=1024**3,
+        description="huge_body: bytes of padding added to the body",
     )
     fixture_id: str | None = Field(
-        default=None, description="the fixture a feed change, stall or wrong_status/changed_id/implausible "
+        default=None,
+        description="the fixture a feed change, stall or wrong_status/changed_id/implausible "
         "applies to (default: every fixture)",
     )
     ball_id: int | None = None
@@ -187,7 +191,9 @@ def change_feed(m: ServedMatch, spec: FaultSpec, now: float) -> tuple[str, int]:
         raise ReplayRequestError(f"fixture {m.tape.fixture_id}: no ball has been served yet")
     ball_id = spec.ball_id if spec.ball_id is not None else max(visible)
     if ball_id not in visible:
-        raise ReplayRequestError(f"ball_id: {ball_id} is not currently served for fixture {m.tape.fixture_id}")
+        raise ReplayRequestError(
+            f"ball_id: {ball_id} is not currently served for fixture {m.tape.fixture_id}"
+        )
     if spec.mode == "delete_ball":
         entry = TapeEntry(op="delete", ball_id=ball_id)
     else:

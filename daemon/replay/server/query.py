@@ -156,9 +156,7 @@ def page(items: list[bytes], query: dict[str, str], host: str, path: str, page_s
         "current_page": number,
         "from": first_index,
         "last_page": last_page,
-        "links": [
-            {"url": link(n), "label": str(n), "active": n == number} for n in range(1, last_page + 1)
-        ],
+        "links": [{"url": link(n), "label": str(n), "active": n == number} for n in range(1, last_page + 1)],
         "path": base_url,
         "per_page": page_size,
         "to": (first_index + len(chunk) - 1) if first_index else None,

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from daemon.replay.tape.scorecard import Scorecard
 
 
-
 # Real key order of a fixture's includes (spec §5); snapshots emit them in this order.
 FIXTURE_INCLUDES: tuple[str, ...] = (
     "league",
@@ -454,6 +453,12 @@ class Tape(BaseModel):
         from daemon.replay.tape.render import fixture_at
 
         return fixture_at(
-            self, cursor, status=status, include=include, now=now, entry_times=entry_times,
-            ball_cache=ball_cache, scorecard=scorecard,
+            self,
+            cursor,
+            status=status,
+            include=include,
+            now=now,
+            entry_times=entry_times,
+            ball_cache=ball_cache,
+            scorecard=scorecard,
         )
