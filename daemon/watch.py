@@ -140,7 +140,10 @@ def render(sample: Sample, previous: Sample | None, *, now: float, width: int = 
         head += "  DRAINING"
     lines = [f"{head}  {stamp}", ""]
 
-    owned = [m for m in sample.matches if m.get("owner") == instance]
+    # A match's owner is the process's lock identity ({instance id}#{nonce}), not the configured id: a
+    # match held by an earlier process started from the same configuration is not this one's.
+    owner = str(status.get("owner") or instance)
+    owned = [m for m in sample.matches if m.get("owner") == owner]
     owned.sort(key=lambda m: str(m.get("match_id")))
     lines.append(f"Owned matches: {len(owned)}")
     if owned:
