@@ -16,7 +16,13 @@ NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 
 def _sample(at: float, *, accepted: int, rejected: int = 0, failed: int = 0, **over: Any) -> Sample:
     values: dict[str, Any] = dict(
-        status={"instance_id": "i-1", "owner": "i-1#a1b2c3", "version": "1.2.3", "uptime_s": 3725.0, "draining": False},
+        status={
+            "instance_id": "i-1",
+            "owner": "i-1#a1b2c3",
+            "version": "1.2.3",
+            "uptime_s": 3725.0,
+            "draining": False,
+        },
         matches=[
             {
                 "match_id": "71344",
