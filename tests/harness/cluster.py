@@ -81,7 +81,10 @@ class Cluster:
         cadence_s: float = 0.2,
         cycle_s: float = 1.0,
         innings_break_s: float = 1200.0,
-        start_delay_wall_s: float = 3.0,
+        # Healthy is not yet owning: the orchestrator's first cycle, the feed leader's first poll and the
+        # match actor's first tick follow, and a tick that first sees a match mid-play takes what it shows as
+        # history. 8 s leaves room for that on a loaded 2-core machine (3 s lost a first-over wicket there).
+        start_delay_wall_s: float = 8.0,
         keep_records: int | None = None,
         extra_config: dict[str, dict[str, Any]] | None = None,
         apns_peer: tuple[str, str] | None = None,
