@@ -238,6 +238,25 @@ def _not_found(what: str) -> ApiError:
     return ApiError(404, "not_found", f"no such {what}")
 
 
+async def _admin_change(
+    api: ApiState,
+    user: Principal,
+    table: str,
+    id_name: str,
+    item_id: str,
+    fields: dict[str, Any],
+    update: Callable[[str, dict[str, Any]], Awaitable[bool]],
+) -> Response:
+    """An admin's change of a reference item's fields: conditioned on the item existing (404 otherwise), the
+    table's scan cache dropped on this instance, the change logged, and the item's id with the new fields
+    answered."""
+    if not await update(item_id, fields):
+        raise _not_found(table.removesuffix("s"))
+    api.scan_cache.invalidate(table)
+    log.info("api_admin_change", table=table, id=item_id, fields=sorted(fields), user=user.short_sub)
+    return json_response({id_name: item_id, **fields})
+
+
 def _invalid(field_name: str, reason: str) -> ApiError:
     return ApiError(
         422, "invalid_request", f"{field_name}: {reason}", fields=[{"field": field_name, "reason": reason}]
@@ -459,13 +478,9 @@ def _add_routes(app: FastAPI) -> None:
     )
     async def patch_team(request: Request, user: Admin, teamId: AnyId, body: TeamPatch) -> Response:
         api = _state(request)
-        if not await api.repos.teams.update_team_fields(teamId, body.fields()):
-            raise _not_found("team")
-        api.scan_cache.invalidate("teams")
-        log.info(
-            "api_admin_change", table="teams", id=teamId, fields=sorted(body.fields()), user=user.short_sub
+        return await _admin_change(
+            api, user, "teams", "teamId", teamId, body.fields(), api.repos.teams.update_team_fields
         )
-        return json_response({"teamId": teamId, **body.fields()})
 
     @app.get(
         "/seasons/{seasonId}/teams",
@@ -510,17 +525,9 @@ def _add_routes(app: FastAPI) -> None:
     )
     async def patch_league(request: Request, user: Admin, leagueId: AnyId, body: LeaguePatch) -> Response:
         api = _state(request)
-        if not await api.repos.leagues.update_league_fields(leagueId, body.fields()):
-            raise _not_found("league")
-        api.scan_cache.invalidate("leagues")
-        log.info(
-            "api_admin_change",
-            table="leagues",
-            id=leagueId,
-            fields=sorted(body.fields()),
-            user=user.short_sub,
+        return await _admin_change(
+            api, user, "leagues", "leagueId", leagueId, body.fields(), api.repos.leagues.update_league_fields
         )
-        return json_response({"leagueId": leagueId, **body.fields()})
 
     @app.delete(
         "/leagues/{leagueId}",
