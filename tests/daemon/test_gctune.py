@@ -98,7 +98,10 @@ class Box:
 
 def test_freezing_the_startup_heap_hides_it_from_later_collections(restore_gc: None) -> None:
     frozen = gctune.freeze_startup_heap()
-    assert frozen == gc.get_freeze_count() > 1000  # at least the modules loaded for this test
+    assert frozen > 1000  # at least the modules loaded for this test
+    # A frozen object can still be freed by reference counting (another thread dropping its last
+    # reference), which takes it out of the count; nothing enters the count but a freeze.
+    assert frozen - 100 <= gc.get_freeze_count() <= frozen
     survivors = [[i] for i in range(1000)]
     assert len(gc.get_objects()) < frozen  # a full walk no longer sees them
     del survivors
