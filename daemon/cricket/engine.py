@@ -128,6 +128,9 @@ def process_tick(
     settings: EngineSettings,
     fetched_at: float | None = None,
 ) -> TickResult:
+    """One tick: ``prev`` (None for a match nobody has persisted) and the snapshot give the events, the display
+    and the next state. ``fetched_at`` is when the region's feed leader fetched the snapshot's fixture (None
+    where unknown: no order is then kept); a fixture fetched before the state's is skipped (``behind``)."""
     if prev is not None and is_behind(prev.fetched_at, fetched_at):
         return replace(
             _skipped(prev, snap, "behind", prev),

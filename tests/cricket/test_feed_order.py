@@ -9,6 +9,7 @@ tape, fixture by fixture, with the fetch times the feed would stamp.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -44,7 +45,7 @@ def first_wicket(tape: Any) -> tuple[int, str]:
 
 
 def run(
-    tape: Any, ticks: list[tuple[int, float | None]], state: MatchState | None = None
+    tape: Any, ticks: Sequence[tuple[int, float | None]], state: MatchState | None = None
 ) -> tuple[MatchState | None, list[TickResult]]:
     """Feed (cursor, fetched_at) pairs through the engine as the match actor does; the state goes through its
     record form each tick, as it does through DynamoDB."""
