@@ -99,6 +99,36 @@ async def test_a_corrupted_fixture_id_is_released_after_bounded_tries(make_rig: 
         assert "123" not in rig.daemon.orchestrator.owned
 
 
+async def test_a_fixture_listed_that_never_shows_play_is_released_after_bounded_backed_off_tries(
+    make_rig: Any,
+) -> None:
+    # The rule's clock shortened: three looks over at least 3 s, the by-id period doubling from 0.2 s to 1 s.
+    extra = {
+        "feed": {
+            "ghost_max_tries": 3,
+            "ghost_min_s": 3.0,
+            "ghost_backoff_max_s": 1.0,
+            "off_livescores_cadence_s": 0.2,
+        }
+    }
+    async with make_rig(seed=17, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        by_id_before = rig.replay.requests_served.get("fixture", 0)
+        rig.replay.inject("ghost", fixture_id="4242", duration_s=1.5)
+        await rig.wait_for(lambda: "4242" in rig.daemon.orchestrator.owned, 10, "the ghost taken")
+        await rig.wait_for(lambda: rig.daemon.feed.is_released("4242"), 30, "fixture 4242 released")
+        await rig.wait_for(lambda: "4242" not in rig.daemon.orchestrator.owned, 10, "its actor gone")
+        record = await rig.repos.active_matches.get_active_match_state("4242")
+        assert record is not None and record["status"] == "idle"  # let go, nothing ended
+        calls = rig.replay.requests_served.get("fixture", 0) - by_id_before
+        await trio.sleep(3.0)
+        assert rig.replay.requests_served.get("fixture", 0) - by_id_before == calls, "polled after its release"
+        # Listed looks count too; by id the period doubles from 0.2 s to 1 s until 3 s have passed: at most 6.
+        assert 1 <= calls <= 6, f"/fixtures/4242 was asked {calls} times"
+        await assert_nothing_lost(rig)  # the real match went on untouched
+        assert "4242" not in rig.daemon.orchestrator.owned
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("runs.score", -5), ("runs.score", 10**40), ("runs.overs", 1e300), ("runs.wickets", 11)],
