@@ -10,6 +10,8 @@ are driven the same way, through the daemon's own admin socket.
 from __future__ import annotations
 
 import json
+import secrets
+import time
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ import trio
 
 from daemon.admin import AdminError
 from tests.faults.checks import assert_nothing_lost, assert_state_whole, first_updates
-from tests.harness.fault_rig import aps
+from tests.harness.fault_rig import aps, event_ids
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +83,94 @@ async def test_a_match_ended_wrongly_is_taken_again_while_the_feed_shows_it_live
         await assert_state_whole(rig)  # the final record is the tape's end, not the glitch's
         real_end = ends(rig)[-1]
         assert len(ends(rig)) == 2 and real_end.event_types and "match_end" in real_end.event_types
+
+
+class App:
+    """The app on the start followers' phones, as far as this test needs it: a push-to-start the APNs server
+    accepted starts a Live Activity, whose fresh update token is registered as the session (what
+    ``POST /user/activity/{matchId}`` stores)."""
+
+    def __init__(self, rig: Any) -> None:
+        self.rig = rig
+        self.seen = 0
+        self.starts: dict[str, list[float]] = {}  # user -> when each push-to-start was accepted (wall)
+        self.sessions: dict[str, list[tuple[str, float]]] = {}  # user -> (update token, registered at)
+
+    async def run(self) -> None:
+        while True:
+            records = self.rig.apns.records  # grows while this loop awaits: read up to its end each time
+            while self.seen < len(records):
+                record = records[self.seen]
+                self.seen += 1
+                user = self.rig.start_tokens.get(record.get("token"))
+                if user is None or record.get("status") != 200 or aps(record).get("event") != "start":
+                    continue
+                self.starts.setdefault(user, []).append(time.time())
+                token = secrets.token_hex(32)
+                n = len(self.sessions.get(user, []))
+                await self.rig.repos.live_activities.register_la_session(
+                    self.rig.match_id, user, f"{user}-a{n}", token
+                )
+                self.rig.tokens[token] = f"{user}#{user}-a{n}"
+                self.sessions.setdefault(user, []).append((token, time.time()))
+            await trio.sleep(0.05)
+
+
+async def test_followers_of_a_match_ended_wrongly_are_started_again_and_get_its_later_key_events(
+    make_rig: Any,
+) -> None:
+    extra = {
+        "engine": {"confirm_polls": 3, "confirm_s": 1.0},  # an 8-s glitch is taken as the end
+        "match": {"heal_every_s": 0.5, "follower_refresh_s": 0.5, "session_refresh_s": 0.5},
+        "orchestrator": {"follows_grace_s": 2.0},
+    }
+    async with make_rig(
+        seed=12, speed=100.0, followers=0, start_followers=3, extra=extra, start_delay_wall_s=START_DELAY_S
+    ) as rig:
+        app = App(rig)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(app.run)
+            users = set(rig.start_tokens.values())
+            await rig.wait_for(lambda: set(app.sessions) == users, 60, "every follower's activity started")
+            await rig.wait_for(first_updates(rig, 3), 60, "the match under way")
+            rig.replay.inject("wrong_status", value="Finished", duration_s=8.0)
+            await rig.wait_for(lambda: bool(ends(rig)), 30, "the glitch confirmed as an end")
+            wrong_end = time.time()
+            follows = await rig.repos.follows.get_followers_for_match(rig.match_id)
+            assert {f["userId"] for f in follows} == users, "the end removed the follows at once"
+            await rig.wait_for(
+                lambda: all(any(t > wrong_end for t in app.starts.get(u, [])) for u in users),
+                60,
+                "a push-to-start to every follower after the match was taken again",
+            )
+            assert await rig.wait_ended(180), "the real end never came"
+            by_token = rig.accepted_by_token()
+            final = rig.replay.tape(rig.match_id).fixture_at(len(rig.replay.tape(rig.match_id)))
+            wickets = [
+                (f"{b['scoreboard']}:{b['batsmanout_id']}", rig.replay.ball_id_served_at(rig.match_id, b["id"]))
+                for b in final.get("balls") or []
+                if (b.get("score") or {}).get("is_wicket") and b.get("batsmanout_id")
+            ]
+            for user in users:
+                token, registered = app.sessions[user][-1]
+                assert registered > wrong_end
+                got = set().union(*(event_ids(r) for r in by_token.get(token, [])))
+                later = {w for w, at in wickets if at is not None and at > registered + 2.0}
+                assert later, "no wicket after the restart: this check would prove nothing"
+                assert {("wicket", w) for w in later} <= got, (user, sorted(later), sorted(got))
+                assert any(aps(r).get("event") == "end" for r in by_token.get(token, [])), user
+            # The real end's grace passes with the feed no longer showing the match: the follows go.
+            with trio.fail_after(30):
+                while not await _follows_removed(rig):
+                    await trio.sleep(0.25)
+            nursery.cancel_scope.cancel()
+
+
+async def _follows_removed(rig: Any) -> bool:
+    """The follows are gone and the ended record says so (the grace passed)."""
+    item = await rig.match_item()
+    follows = await rig.repos.follows.get_followers_for_match(rig.match_id)
+    return not follows and bool(item and item.get("followsRemovedAt"))
 
 
 async def test_a_corrupted_fixture_id_is_released_after_bounded_tries(make_rig: Any) -> None:
