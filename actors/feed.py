@@ -695,6 +695,9 @@ class FeedActor:
         """One more look at a fixture for ``daemon.sportmonks.ghost``: None when it shows play or its wait is
         explained, the backoff before its next ``/fixtures/{id}`` call while it is under suspicion, or inf
         once it has been released as a ghost (the subscriber got its ``released`` update)."""
+        if played(fixture):  # the common case, every tick of a live match: nothing to remember
+            self._ghosts.pop(sub.match_id, None)
+            return None
         watch, verdict = judge(
             self._ghosts.get(sub.match_id),
             sighting(fixture, listed=listed or sub.match_id in self._seen_listed),
