@@ -122,7 +122,8 @@ async def test_followers_of_a_match_ended_wrongly_are_started_again_and_get_its_
     extra = {
         "engine": {"confirm_polls": 3, "confirm_s": 1.0},  # an 8-s glitch is taken as the end
         "match": {"heal_every_s": 0.5, "follower_refresh_s": 0.5, "session_refresh_s": 0.5},
-        "orchestrator": {"follows_grace_s": 2.0},
+        # longer than the glitch (8 s) and the retake, far shorter than the default's 30 min
+        "orchestrator": {"follows_grace_s": 15.0},
     }
     async with make_rig(
         seed=12, speed=100.0, followers=0, start_followers=3, extra=extra, start_delay_wall_s=START_DELAY_S
@@ -160,7 +161,7 @@ async def test_followers_of_a_match_ended_wrongly_are_started_again_and_get_its_
                 assert {("wicket", w) for w in later} <= got, (user, sorted(later), sorted(got))
                 assert any(aps(r).get("event") == "end" for r in by_token.get(token, [])), user
             # The real end's grace passes with the feed no longer showing the match: the follows go.
-            with trio.fail_after(30):
+            with trio.fail_after(45):
                 while not await _follows_removed(rig):
                     await trio.sleep(0.25)
             nursery.cancel_scope.cancel()
