@@ -1,4 +1,10 @@
-"""Fixtures of the fault tests: a ``FaultRig`` (one in-process daemon behind three fault proxies) per test."""
+"""Fixtures of the fault tests: a ``FaultRig`` (one in-process daemon behind three fault proxies) per test.
+
+Each test plays a whole match: a synthesised T10 shortened to ``SHORT_OVERS`` overs an innings unless it asks
+for more (``overs=None``: the whole T10). A fault is injected a second or so after the first ball and clears
+within a few seconds, at the feed's real pace (400 x, a ball every tenth of a second): the shortened match
+leaves the same window around the fault, first innings, break, chase and end included, in half the balls.
+"""
 
 from __future__ import annotations
 
@@ -13,17 +19,25 @@ import trio
 from daemon.replay.synth import synthesise
 from tests.harness.fault_rig import FaultRig, RigOptions
 
+SHORT_OVERS = 5
+
 
 @pytest.fixture
 def make_rig(tmp_path: Path, moto_server: Any, table_prefix: str) -> Callable[..., Any]:
-    """``async with make_rig(seed=..., **options) as rig:`` a started rig, its match clock running; on exit the
-    daemon is stopped gracefully and every part of the rig is cancelled."""
+    """``async with make_rig(seed=..., **options) as rig:`` a started rig, its match served (its first ball comes
+    once the daemon has taken it); on exit the daemon is stopped gracefully and every part of the rig is
+    cancelled. ``overs``: overs an innings (``None``: the format's)."""
 
     @asynccontextmanager
     async def _make(
-        *, seed: int = 1, fmt: str = "T10", add_tape: bool = True, **options: Any
+        *,
+        seed: int = 1,
+        fmt: str = "T10",
+        overs: int | None = SHORT_OVERS,
+        add_tape: bool = True,
+        **options: Any,
     ) -> AsyncIterator[FaultRig]:
-        tape = synthesise(fmt, seed=seed)
+        tape = synthesise(fmt, seed=seed, overs=overs)
         rig = FaultRig(
             tmp_path / "rig",
             moto_url=moto_server.url,

@@ -106,7 +106,7 @@ async def test_a_wicket_corrected_away_after_it_was_served_leaves_the_state_whol
 
 
 async def test_a_ball_deleted_after_it_was_served_leaves_the_state_whole(make_rig: Any) -> None:
-    async with make_rig(seed=8) as rig:
+    async with make_rig(seed=10) as rig:
         await rig.wait_for(first_updates(rig, 9), 60, "the match under way")
         rig.replay.inject("delete_ball")
         await trio.sleep(1.0)

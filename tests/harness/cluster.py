@@ -81,10 +81,12 @@ class Cluster:
         cadence_s: float = 0.2,
         cycle_s: float = 1.0,
         innings_break_s: float = 1200.0,
-        # Healthy is not yet owning: the orchestrator's first cycle, the feed leader's first poll and the
-        # match actor's first tick follow, and a tick that first sees a match mid-play takes what it shows as
-        # history. 8 s leaves room for that on a loaded 2-core machine (3 s lost a first-over wicket there).
+        # The scheduled start, from the instances being healthy: the latest the first ball comes. Healthy is
+        # not yet owning (the orchestrator's first cycle, the feed's first poll and the match actor's first
+        # tick follow, and a tick that first sees a match mid-play takes what it shows as history), so a match
+        # starts sooner only once its owner has persisted its first, pre-match tick (``start_once_taken``).
         start_delay_wall_s: float = 8.0,
+        start_once_taken: bool = True,
         keep_records: int | None = None,
         extra_config: dict[str, dict[str, Any]] | None = None,
         apns_peer: tuple[str, str] | None = None,
@@ -101,10 +103,11 @@ class Cluster:
         self.cadence_s = cadence_s
         self.cycle_s = cycle_s
         self.innings_break_s = innings_break_s
-        # wall seconds from the instances being up (``start`` waits for that) to the first ball: time for the
-        # owner's first tick to see the match before it starts (a match picked up mid-way does not replay its
-        # history)
+        # wall seconds from the instances being up (``start`` waits for that) to the first ball at the latest:
+        # the owner's first tick must see the match before it starts (a match picked up mid-way does not replay
+        # its history); with ``start_once_taken`` the first ball comes as soon as that tick is persisted
         self.start_delay_wall_s = start_delay_wall_s
+        self.start_once_taken = start_once_taken
         self.keep_records = keep_records
         self.extra_config = extra_config or {}
         # (url, CA file) of an APNs peer the caller runs (e.g. nginx for the soak); None: the project's
@@ -186,10 +189,29 @@ class Cluster:
         await self.wait_healthy(timeout=120)
         for i, tape in enumerate(self.tapes):
             self.replay.add_tape(tape, start_delay_s=self._start_offset_s(i) * self.speed)
+        if self.start_once_taken:
+            for i, tape in enumerate(self.tapes):
+                nursery.start_soon(self._start_once_taken, str(tape.fixture_id), i * self.stagger_wall_s)
 
     def _start_offset_s(self, i: int) -> float:
-        """Wall seconds from now to the first ball of the i-th match (the fixture's startTime says the same)."""
+        """Wall seconds from now to the first ball of the i-th match at the latest (the fixture's startTime
+        says the same)."""
         return self.start_delay_wall_s + i * self.stagger_wall_s
+
+    async def _start_once_taken(self, match_id: str, not_before_s: float) -> None:
+        """Bowl the match's first ball once its owner has persisted its first (pre-match) tick, the baseline
+        its balls are diffed against, and not before ``not_before_s`` from now; unless it has started."""
+        not_before = trio.current_time() + not_before_s
+        while not self.replay.status()[match_id]["started"]:
+            try:
+                item = await self.repos.active_matches.get_active_match_state(match_id)
+            except Exception:  # moto saturated: not known to be taken yet, look again
+                item = None
+            if item is not None and item.get("matchPhase") and trio.current_time() >= not_before:
+                if not self.replay.status()[match_id]["started"]:
+                    self.replay.seek(match_id, 0)
+                return
+            await trio.sleep(0.2)
 
     async def seed(self) -> None:
         """Each tape's match, starting at its offset, with ``followers_per_match`` running sessions."""
@@ -228,7 +250,7 @@ class Cluster:
     async def start_phones(self, records: Iterable[dict[str, Any]]) -> None:
         """iOS 18 phones a push-to-start reached: their activity starts on the channel it named (they listen
         at once: subscribed at the APNs server) and the app registers the session with its channelId."""
-        sessions = []
+        sessions: list[tuple[Any, ...]] = []
         for record in records:
             phone = self.channel_phones.get(str(record.get("token")))
             if phone is None or record.get("status") != 200:
