@@ -360,7 +360,9 @@ def synthesise(
     if seed < 0:
         raise ValueError(f"seed: must be >= 0, got {seed}")
     if overs is not None and not (isinstance(overs, int) and 1 <= overs <= _FORMAT_OVERS[fmt]):
-        raise ValueError(f"overs: must be a whole number from 1 to {_FORMAT_OVERS[fmt]} for {fmt}, got {overs!r}")
+        raise ValueError(
+            f"overs: must be a whole number from 1 to {_FORMAT_OVERS[fmt]} for {fmt}, got {overs!r}"
+        )
     rng = random.Random(f"{fmt}-{seed}")
     overs = overs or _FORMAT_OVERS[fmt]
     home = _team_from(localteam, rng, set())
@@ -466,7 +468,7 @@ def _play_innings(
     crease = [order[0], order[1]]  # slot one, slot two: a new batter takes the dismissed batter's slot
     striker = 0  # index into crease
     next_in = 2
-    quota = max(1, overs // 5)
+    quota = -(-overs // 5)  # a fifth of the overs each, rounded up (as the laws have it for shortened matches)
     bowled: Counter[int] = Counter()
     prev_bowler: int | None = None
     run_of_wickets: Counter[int] = Counter()  # consecutive wicket deliveries per bowler (hat-trick watch)

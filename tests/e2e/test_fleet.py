@@ -13,33 +13,19 @@ from typing import Any
 import pytest
 import trio
 
-from daemon.replay.synth import synthesise
 from daemon.store.locks import instance_of
-from tests.e2e.test_multi_instance import _check_deliveries, _check_exclusive_ownership
-from tests.harness.cluster import Cluster, Instance, admin_request
+from tests.harness.cluster import (
+    Cluster,
+    Instance,
+    admin_request,
+    build_cluster,
+    check_deliveries,
+    check_exclusive_ownership,
+)
 
 pytestmark = pytest.mark.slow
 
 FEED_KEY = "feed:default"
-
-
-def _cluster(
-    tmp_path: Path, moto_url: str, *, matches: int, seed: int, speed: float, lease_s: float
-) -> tuple[Cluster, list[Any]]:
-    tapes = [synthesise("T20", seed=seed + i) for i in range(matches)]
-    cluster = Cluster(
-        tmp_path,
-        moto_url=moto_url,
-        tapes=tapes,
-        table_prefix=f"fl{seed}-",
-        speed=speed,
-        followers_per_match=3,
-        lease_s=lease_s,
-        cadence_s=0.25,
-        cycle_s=1.0,
-        innings_break_s=600.0,
-    )
-    return cluster, tapes
 
 
 async def _leader(cluster: Cluster) -> tuple[Instance, int]:
@@ -78,7 +64,11 @@ def _metric(text: str, name: str, **labels: str) -> float:
 async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_the_feed_on(
     tmp_path: Path, moto_server: Any
 ) -> None:
-    cluster, tapes = _cluster(tmp_path, moto_server.url, matches=2, seed=61, speed=300.0, lease_s=3.0)
+    # T20s shortened to 10 overs an innings (~20 s): the leader is killed ~10 s in, and most of the play
+    # (wickets included) is polled by its successor
+    cluster = build_cluster(
+        tmp_path, moto_server.url, matches=2, seed=61, prefix="fl61-", speed=300.0, lease_s=3.0, overs=10
+    )
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=3)
         try:
@@ -132,15 +122,15 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
         finally:
             await cluster.stop_all()
             nursery.cancel_scope.cancel()
-    _check_exclusive_ownership(cluster)
-    _check_deliveries(cluster, tapes)
+    check_exclusive_ownership(cluster)
+    check_deliveries(cluster)
 
 
 async def test_a_feed_leader_paused_past_its_lease_writes_nothing_to_the_cache_after_waking(
     tmp_path: Path, moto_server: Any
 ) -> None:
-    cluster, tapes = _cluster(tmp_path, moto_server.url, matches=1, seed=71, speed=150.0, lease_s=3.0)
-    match_id = str(tapes[0].fixture_id)
+    cluster = build_cluster(tmp_path, moto_server.url, seed=71, prefix="fl71-", speed=150.0, lease_s=3.0)
+    match_id = str(cluster.tapes[0].fixture_id)
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=2)
         cache = cluster.repos.fixture_cache

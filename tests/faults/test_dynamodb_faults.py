@@ -46,7 +46,9 @@ async def test_intermittent_throttling_is_absorbed_by_botocore_retries(make_rig:
 async def test_throttling_past_the_retry_budget_and_the_lease_then_the_owner_resumes_without_a_gap(
     make_rig: Any,
 ) -> None:
-    async with make_rig(seed=1, lease_s=3.0, extra={"dynamodb": {"max_attempts": 2}}) as rig:
+    # the whole T10: the owner lets go, stays refused 6 s and takes the match back ~12 s after the first
+    # wicket, with play still to come
+    async with make_rig(seed=1, overs=None, lease_s=3.0, extra={"dynamodb": {"max_attempts": 2}}) as rig:
         await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "the first wicket served")
         orchestrator = rig.daemon.orchestrator
         assert orchestrator is not None
@@ -81,7 +83,8 @@ async def test_a_slow_and_resetting_link_to_dynamodb_loses_nothing(make_rig: Any
 async def test_dynamodb_unreachable_past_a_lease_the_owner_stops_and_another_instance_resumes(
     make_rig: Any,
 ) -> None:
-    async with make_rig(seed=1, lease_s=3.0) as rig:
+    # the whole T10: the hand-over (a lease, then 2 s of two owners) is done with play still to come
+    async with make_rig(seed=1, overs=None, lease_s=3.0) as rig:
         first = rig.daemon
         await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "the first wicket served")
         async with trio.open_nursery() as nursery:

@@ -27,6 +27,7 @@ import trio
 
 from daemon.seed import SeededMatch, seed_match
 from daemon.store.local import die_with_parent
+from tests.harness.records import aps, event_ids, record_kid, standing_wickets
 
 TEAM_ID = "CLUSTER001"
 TOPIC = "app.sightscreen.cluster"
@@ -426,8 +427,86 @@ async def admin_request(path: str, cmd: str, args: list[str] | None = None) -> A
     return answer.get("result") if answer.get("ok") else None
 
 
-def record_kid(record: dict[str, Any]) -> str | None:
-    auth = (record.get("headers") or {}).get("authorization", "")
-    if "kid=" not in auth:
-        return None
-    return auth.split("kid=", 1)[1].split()[0].rstrip(">")
+def build_cluster(
+    workdir: Path,
+    moto_url: str,
+    *,
+    seed: int,
+    prefix: str,
+    speed: float,
+    lease_s: float,
+    matches: int = 1,
+    followers: int = 3,
+    fmt: str = "T20",
+    overs: int | None = None,
+) -> Cluster:
+    """The end-to-end tests' cluster: ``matches`` synthesised matches (seeds ``seed``, ``seed + 1``, ...; the
+    format shortened to ``overs`` an innings when given), ``followers`` sessions each, the feed polled every
+    0.25 s, the orchestrator cycling every second and a 600-s innings break. Not started."""
+    from daemon.replay.synth import synthesise
+
+    tapes = [synthesise(fmt, seed=seed + i, overs=overs) for i in range(matches)]
+    return Cluster(
+        workdir,
+        moto_url=moto_url,
+        tapes=tapes,
+        table_prefix=prefix,
+        speed=speed,
+        followers_per_match=followers,
+        lease_s=lease_s,
+        cadence_s=0.25,
+        cycle_s=1.0,
+        innings_break_s=600.0,
+    )
+
+
+def check_exclusive_ownership(cluster: Cluster) -> None:
+    """Per match, the accepted pushes in arrival order come in one run per signing key (process): no two
+    processes ever pushed one match in turns."""
+    per_match: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    token_match = {tok: m.match_id for m in cluster.matches.values() for tok in m.tokens}
+    for record in cluster.apns.records:
+        match_id = token_match.get(record["token"])
+        if match_id is not None and record.get("status") == 200:
+            per_match[match_id].append((record["time"], record_kid(record) or "?"))
+    for match_id, seq in per_match.items():
+        seq.sort()
+        runs: list[str] = []
+        for _, kid in seq:
+            if not runs or runs[-1] != kid:
+                runs.append(kid)
+        assert len(runs) == len(set(runs)), f"match {match_id} pushed by interleaved owners: {runs}"
+
+
+def check_deliveries(cluster: Cluster) -> None:
+    """Every seeded token got every wicket that stands on its match's tape, updates, and one end with a
+    dismissal date; no alert was shown twice on one device (a repeat carries the original's timestamp)."""
+    deliveries = cluster.deliveries()
+    by_id = {str(t.fixture_id): t for t in cluster.tapes}
+    for match in cluster.matches.values():
+        wickets = standing_wickets(by_id[match.match_id])
+        assert wickets, "the synthesised match has wickets (otherwise this check proves nothing)"
+        for token in match.tokens:
+            records = deliveries.get(token, [])
+            ends = [r for r in records if aps(r).get("event") == "end"]
+            assert ends, f"token of {match.match_id} got no end"
+            assert all("dismissal-date" in aps(r) for r in ends)
+            got = set().union(*(event_ids(r) for r in records)) if records else set()
+            missing = {b for b in wickets if ("wicket", b) not in got}
+            assert not missing, f"{match.match_id}: wickets {sorted(missing)} never reached a token"
+            stamps = [int(aps(r)["timestamp"]) for r in records if aps(r).get("event") == "update"]
+            # arrival order may interleave a repeat, but the device keeps the newest: a repeat carries
+            # the same timestamp as the original, so at most one timestamp per alerting event
+            alerts: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+            for r in records:
+                payload = aps(r)
+                if payload.get("alert") and payload.get("event") == "update":
+                    state = payload.get("content-state") or {}
+                    head = (state.get("events") or [{}])[0]
+                    # the same event is the same ball too: a catch overturned on review and the batter's
+                    # real dismissal later are two alerts, not one shown twice
+                    key = (str(state.get("eventType")), str(head.get("subject")), str(head.get("ballId")))
+                    alerts[key].add(int(payload["timestamp"]))
+            for key, ts in alerts.items():
+                assert len(ts) == 1, f"alert {key} shown {len(ts)} times on one device"
+            assert stamps, "updates were delivered"

@@ -35,34 +35,13 @@ import trio
 from daemon.seed import seed_match
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.lazy_proxy import LazyFaultProxy
+from tests.harness.records import aps, event_ids, record_kid, standing_wickets
 
 TEAM_ID = "FAULTTEAM1"
 KEY_ID = "FAULTKEY01"
 # a second instance signs with its own key, so the APNs server's record says which instance pushed
 SECOND_KEY_ID = "FAULTKEY02"
 TOPIC = "app.sightscreen.faults"
-
-
-def aps(record: dict[str, Any]) -> dict[str, Any]:
-    return (record.get("payload") or {}).get("aps") or {}
-
-
-def event_ids(record: dict[str, Any]) -> set[tuple[str, str]]:
-    """(type, subject) of every key event an accepted push carried."""
-    state = aps(record).get("content-state") or {}
-    return {(str(ev.get("type")), str(ev.get("subject"))) for ev in state.get("events") or []}
-
-
-def standing_wickets(tape: Any) -> set[str]:
-    """The wickets that stand at the end of the tape (corrected or deleted ones excluded), named as the
-    engine names them: innings and dismissed batter ("S1:900401")."""
-    fixture = tape.fixture_at(len(tape))
-    out: set[str] = set()
-    for ball in fixture.get("balls") or []:
-        score = ball.get("score") or {}
-        if score.get("is_wicket") and ball.get("batsmanout_id"):
-            out.add(f"{ball['scoreboard']}:{ball['batsmanout_id']}")
-    return out
 
 
 @dataclass
@@ -320,13 +299,7 @@ class FaultRig:
                 out[record["token"]].append(record)
         return out
 
-    @staticmethod
-    def record_kid(record: dict[str, Any]) -> str | None:
-        """The key id of the provider token a request was signed with (which instance sent it)."""
-        auth = (record.get("headers") or {}).get("authorization", "")
-        if "kid=" not in auth:
-            return None
-        return str(auth.split("kid=", 1)[1].split()[0].rstrip(">"))
+    record_kid = staticmethod(record_kid)
 
     def accepted_updates(self) -> int:
         return sum(1 for r in self.apns.records if r.get("status") == 200 and aps(r).get("event") == "update")
