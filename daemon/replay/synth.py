@@ -468,7 +468,8 @@ def _play_innings(
     crease = [order[0], order[1]]  # slot one, slot two: a new batter takes the dismissed batter's slot
     striker = 0  # index into crease
     next_in = 2
-    quota = -(-overs // 5)  # a fifth of the overs each, rounded up (as the laws have it for shortened matches)
+    # a fifth of the overs each, rounded up (as the laws have it for shortened matches)
+    quota = -(-overs // 5)
     bowled: Counter[int] = Counter()
     prev_bowler: int | None = None
     run_of_wickets: Counter[int] = Counter()  # consecutive wicket deliveries per bowler (hat-trick watch)
