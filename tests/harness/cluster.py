@@ -365,18 +365,21 @@ class Cluster:
         return inst
 
     async def stop_all(self, timeout: float = 20.0) -> None:
-        for inst in list(self.instances.values()):
-            if inst.alive:
-                inst.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for inst in list(self.instances.values()):
-            while inst.alive and time.monotonic() < deadline:
-                await trio.sleep(0.05)
-            if inst.alive:
-                inst.proc.kill()
-                inst.proc.wait()
-            self.retired.append(inst)
-        self.instances.clear()
+        """SIGTERM every instance, SIGKILL what is still up after ``timeout``. Shielded: a test cancelled or
+        timed out still stops its instances, rather than leaving them to load the machine for the next."""
+        with trio.CancelScope(shield=True):
+            for inst in list(self.instances.values()):
+                if inst.alive:
+                    inst.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for inst in list(self.instances.values()):
+                while inst.alive and time.monotonic() < deadline:
+                    await trio.sleep(0.05)
+                if inst.alive:
+                    inst.proc.kill()
+                    inst.proc.wait()
+                self.retired.append(inst)
+            self.instances.clear()
 
     def all_instances(self) -> Iterable[Instance]:
         return [*self.retired, *self.instances.values()]
