@@ -7,6 +7,11 @@ change stamps only, a few bytes per match), then one more for the fixtures whose
 (``FeedActor.offer_cached``), so a match actor sees the same ``FeedUpdate`` stream as on the leader, with
 the leader's ``fetched_at``. Only changed items are decoded (gunzip + JSON).
 
+The first BatchGetItem also carries the leader's 404 verdicts (``feedNotFound`` on the region's summary
+item): when they change, the reader hands them to the feed (``adopt_not_found``), so a fixture the leader
+released reaches its match actor here (a ``released`` update, on which it lets go) within one read, not at
+the orchestrator's next cycle.
+
 When it reads: the leader writes once per cadence, so the reader aims just after the next write
 (``next_read_in``: newest fetch + cadence + a margin), and reads every half cadence while nothing new comes
 (the match is between balls, or the leader is late or changing). On the leader it only waits: the feed
@@ -86,6 +91,8 @@ class CacheReader:
         self._summary: tuple[list[dict[str, Any]], float, float] | None = (
             None  # (fixtures, fetchedAt, read at)
         )
+        self._verdicts: dict[str, Any] | None = None  # the leader's 404 verdicts as last adopted
+        self.released_by_read = 0  # ids this reader's reads released here
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -100,11 +107,14 @@ class CacheReader:
             await trio.sleep(next_read_in(cadence, self.newest_fetched_at, self._wall()))
 
     async def read_once(self, subs: dict[str, bool] | None = None) -> int:
-        """One BatchGetItem of the change stamps of every subscribed match, then one of the fixtures that
-        changed (none when nothing did); returns how many changed fixtures were handed on."""
+        """One BatchGetItem of the change stamps of every subscribed match (and of the leader's 404
+        verdicts), then one of the fixtures that changed (none when nothing did); returns how many changed
+        fixtures were handed on."""
         subs = self._feed.local_subscriptions() if subs is None else subs
         try:
-            stamps = await self._cache.batch_get_stamps(list(subs))
+            got = await self._cache.batch_get_region_stamps(list(subs), self.region)
+            self._adopt_verdicts(got.not_found)
+            stamps = got.stamps
             for stamp in stamps.values():
                 if self.newest_fetched_at is None or stamp[2] > self.newest_fetched_at:
                     self.newest_fetched_at = stamp[2]
@@ -139,6 +149,15 @@ class CacheReader:
             del self.seen[gone]
         return handed
 
+    def _adopt_verdicts(self, verdicts: dict[str, Any] | None) -> None:
+        """Hand the leader's 404 verdicts to the feed when they changed since the last read (a released id's
+        local subscriber gets its ``released`` update now)."""
+        if verdicts is None or verdicts == self._verdicts:
+            return
+        self._verdicts = verdicts
+        released = self._feed.adopt_not_found(verdicts, to_wall=self._wall() - trio.current_time())
+        self.released_by_read += len(released)
+
     async def livescores(self, max_age_s: float) -> list[dict[str, Any]]:
         """The leader's last ``/livescores`` in short (id, status, league, start), for a follower."""
         now = self._wall()
@@ -163,6 +182,7 @@ class CacheReader:
             "reads": self.reads,
             "delivered": self.delivered,
             "errors": self.errors,
+            "released_by_read": self.released_by_read,
             "last_read_age_s": None if self.last_read_at is None else round(now - self.last_read_at, 3),
             "newest_fixture_age_s": (
                 None if self.newest_fetched_at is None else round(now - self.newest_fetched_at, 3)
