@@ -12,10 +12,13 @@ item): when they change, the reader hands them to the feed (``adopt_not_found``)
 released reaches its match actor here (a ``released`` update, on which it lets go) within one read, not at
 the orchestrator's next cycle.
 
-When it reads: the leader writes once per cadence, so the reader aims just after the next write
-(``next_read_in``: newest fetch + cadence + a margin), and reads every half cadence while nothing new comes
-(the match is between balls, or the leader is late or changing). On the leader it only waits: the feed
-serves the subscribers in process.
+When it reads: the leader polls once per cadence and writes each poll's changed fixtures, then the poll's
+summary, whose ``fetchedAt`` comes back with every read (the same BatchGetItem): it is the leader's
+heartbeat, present whether or not a fixture changed, and a read that sees it sees that poll's fixtures.
+So the reader aims just after the next poll's writes (``next_read_in``: last poll + cadence + a margin);
+when that poll is not in yet, it looks again a margin later, for up to a cadence; past that (no leader
+is polling: it died, or is being replaced) every half cadence. Without a summary it aims by the newest
+fixture instead. On the leader it only waits: the feed serves the subscribers in process.
 
 It also answers the orchestrator's ``livescores()`` on a follower, from the leader's
 summary item, and hands the 404 verdicts written with it to the feed (``adopt_not_found``: a fixture the
@@ -45,16 +48,19 @@ READ_MARGIN_S = 0.25  # after the leader's expected write: its transaction takes
 
 
 def next_read_in(
-    cadence_s: float, newest_fetched_at: float | None, now_wall: float, margin_s: float = READ_MARGIN_S
+    cadence_s: float, last_poll_at: float | None, now_wall: float, margin_s: float = READ_MARGIN_S
 ) -> float:
-    """Seconds to the next read: just after the leader's next write when the newest fixture is recent,
-    else half a cadence (never less than a tenth of one)."""
+    """Seconds to the next read, from the leader's last poll (wall clock): just after its next poll's
+    writes; a margin later while that poll is late (up to a cadence); half a cadence once no leader seems
+    to poll. Never less than a tenth of a cadence."""
     floor = cadence_s / 10
-    if newest_fetched_at is None:
+    if last_poll_at is None:
         return cadence_s / 2
-    behind = now_wall - newest_fetched_at
+    behind = now_wall - last_poll_at
     if behind < cadence_s + margin_s:
         return max(floor, cadence_s + margin_s - behind)
+    if behind < 2 * cadence_s + margin_s:
+        return max(floor, min(margin_s, cadence_s / 2))
     return max(floor, cadence_s / 2)
 
 
@@ -84,6 +90,7 @@ class CacheReader:
         self._wall = wall_clock
         self.seen: dict[str, tuple[int, int]] = {}
         self.newest_fetched_at: float | None = None
+        self.last_poll_at: float | None = None  # the leader's last /livescores poll, from its summary
         self.reads = 0
         self.delivered = 0
         self.errors = 0
@@ -104,7 +111,8 @@ class CacheReader:
                 await trio.sleep(cadence / 2)
                 continue
             await self.read_once(subs)
-            await trio.sleep(next_read_in(cadence, self.newest_fetched_at, self._wall()))
+            heartbeat = self.last_poll_at if self.last_poll_at is not None else self.newest_fetched_at
+            await trio.sleep(next_read_in(cadence, heartbeat, self._wall()))
 
     async def read_once(self, subs: dict[str, bool] | None = None) -> int:
         """One BatchGetItem of the change stamps of every subscribed match (and of the leader's 404
@@ -114,6 +122,8 @@ class CacheReader:
         try:
             got = await self._cache.batch_get_region_stamps(list(subs), self.region)
             self._adopt_verdicts(got.not_found)
+            if got.polled_at is not None:
+                self.last_poll_at = got.polled_at
             stamps = got.stamps
             for stamp in stamps.values():
                 if self.newest_fetched_at is None or stamp[2] > self.newest_fetched_at:
@@ -188,5 +198,6 @@ class CacheReader:
                 None if self.newest_fetched_at is None else round(now - self.newest_fetched_at, 3)
             ),
             "livescores_age_s": None if self._summary is None else round(now - self._summary[1], 3),
+            "last_poll_age_s": None if self.last_poll_at is None else round(now - self.last_poll_at, 3),
             "stale_after_s": self._stale_after_s if math.isfinite(self._stale_after_s) else None,
         }

@@ -153,6 +153,7 @@ class RegionStamps:
 
     stamps: dict[str, tuple[int, int, float]]  # match id -> (feedEpoch, feedSeq, fetchedAt)
     not_found: dict[str, Any] | None  # ``FeedActor.not_found_state``'s shape; None when absent or unreadable
+    polled_at: float | None = None  # the summary's fetchedAt: the leader's last /livescores poll
 
 
 class FenceLost(Exception):
@@ -423,7 +424,8 @@ class FixtureCacheRepository(Repository):
         self, match_ids: Iterable[str], region: str, *, now: float | None = None
     ) -> RegionStamps:
         """``batch_get_stamps`` and, in the same BatchGetItem, the 404 verdicts the region's leader wrote with
-        its last summary (``feedNotFound``): a follower's read each tick."""
+        its last summary (``feedNotFound``) and when that poll was (the summary's ``fetchedAt``): a
+        follower's read each tick."""
         return await self._stamps(match_ids, region, now)
 
     async def _stamps(self, match_ids: Iterable[str], region: str | None, now: float | None) -> RegionStamps:
@@ -443,19 +445,21 @@ class FixtureCacheRepository(Repository):
         t = self._now(now)
         out: dict[str, tuple[int, int, float]] = {}
         not_found: dict[str, Any] | None = None
+        polled_at: float | None = None
         for r in raw:
             item = from_item(r)
             if not self._alive(item, t):
                 continue
             if item["matchId"] == summary_key:
                 not_found = _not_found_verdicts(item.get("feedNotFound"), region)
+                polled_at = float(item.get("fetchedAt", 0.0))
                 continue
             out[str(item["matchId"])] = (
                 int(item.get("feedEpoch", 0)),
                 int(item.get("feedSeq", 0)),
                 float(item.get("fetchedAt", 0.0)),
             )
-        return RegionStamps(out, not_found)
+        return RegionStamps(out, not_found, polled_at)
 
     async def batch_get_entries(
         self, match_ids: Iterable[str], *, now: float | None = None

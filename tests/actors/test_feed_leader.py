@@ -77,9 +77,13 @@ def test_a_follower_contends_just_after_the_lease_it_saw_runs_out() -> None:
 
 def test_the_reader_aims_just_after_the_leaders_next_write() -> None:
     assert next_read_in(2.0, 100.0, 100.5, margin_s=0.25) == 1.75
-    assert next_read_in(2.0, 100.0, 103.0, margin_s=0.25) == 1.0  # nothing new: every half cadence
+    # the next poll is late: look again a margin later (never faster than a tenth of a cadence)
+    assert next_read_in(2.0, 100.0, 102.3, margin_s=0.25) == 0.25
+    assert next_read_in(2.0, 100.0, 102.3, margin_s=0.1) == 0.2
+    assert next_read_in(2.0, 100.0, 104.0, margin_s=0.25) == 0.25
+    # no leader polls any more (it died, or is being replaced): every half cadence
+    assert next_read_in(2.0, 100.0, 104.3, margin_s=0.25) == 1.0
     assert next_read_in(2.0, None, 100.0) == 1.0
-    assert next_read_in(2.0, 100.0, 102.2, margin_s=0.25) == 0.2  # never faster than a tenth of a cadence
     settings = FeedSettings(livescores_cadence_s=5.0, marquee_cadence_s=2.5)
     assert reader_cadence(settings, True) == 2.5 and reader_cadence(settings, False) == 5.0
 
@@ -557,6 +561,10 @@ async def test_a_release_reaches_a_followers_match_actor_with_the_next_cache_rea
                 while orch.owned:
                     await trio.sleep(0.05)
                 assert b.reader.reads == reads + 1 and b.reader.released_by_read == 1
+                # the same read brought the leader's heartbeat: its last poll, from the summary
+                summary = await repos.fixture_cache.get_livescores_summary("eu")
+                assert summary is not None and b.reader.last_poll_at is not None
+                assert b.reader.last_poll_at <= summary[1]
                 assert b.feed.is_released("125")
                 assert (await repos.active_matches.get_active_match_state("125"))["status"] == "idle"
                 assert await repos.locks.get(match_lock_key("125")) is None

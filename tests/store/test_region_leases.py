@@ -152,7 +152,7 @@ async def test_a_followers_stamp_read_carries_the_leaders_404_verdicts_in_the_sa
     )
     # no summary yet: the stamps alone, no verdicts
     got = await cache.batch_get_region_stamps(["501"], "eu")
-    assert got.stamps == {"501": (1, 3, t)} and got.not_found is None
+    assert got.stamps == {"501": (1, 3, t)} and got.not_found is None and got.polled_at is None
     not_found = {"released": {"123": t + 600}, "tries": {"124": 2}}
     state = {"budget": {"livescores": [[t, 4]]}, "budgetAt": t, "notFound": not_found}
     await cache.put_livescores_summary(
@@ -162,7 +162,7 @@ async def test_a_followers_stamp_read_carries_the_leaders_404_verdicts_in_the_sa
         got = await cache.batch_get_region_stamps(["501", "999"], "eu")
     assert calls.n == 1  # one BatchGetItem for the stamps and the verdicts
     assert got.stamps == {"501": (1, 3, t)}  # the summary item is not taken for a match
-    assert got.not_found == not_found
+    assert got.not_found == not_found and got.polled_at == t  # and the poll it marks
     assert (await cache.batch_get_region_stamps([], "eu")).not_found == not_found  # verdicts alone
     assert (await cache.batch_get_region_stamps(["501"], "us")).not_found is None  # another region's
     # an unreadable verdict attribute is ignored (logged); the stamps are still served
