@@ -33,6 +33,7 @@ from actors.match import MatchActor
 from actors.orchestrator import Orchestrator
 from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.cricket.settings import EngineSettings
+from daemon.metrics import REGISTRY
 from daemon.sportmonks.budget import CallBudget
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
@@ -616,4 +617,37 @@ async def test_a_new_leaders_first_poll_serves_every_match_of_the_region(repos: 
                 # one poll, one fetch time (the fixtures do not change: neither is written twice)
                 assert entries["51"].fetched_at == entries["52"].fetched_at
                 assert sorted(e.seq for e in entries.values()) == [1, 2]
+                nursery.cancel_scope.cancel()
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_the_fleet_metrics_count_leader_changes_cache_age_at_read_and_the_regions_calls(
+    repos: Any,
+) -> None:
+    live = [minimal_fixture(61, score=1)]
+    changes0 = _sample("sightscreen_feed_leader_changes_total")
+    ages0 = _sample("sightscreen_fixture_cache_age_seconds_count")
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            assert await repos.active_matches.register_active_match("61", "b", fields={"leagueId": "3"})
+            async with member(nursery, "a", repos, live) as a, member(nursery, "b", repos, live) as b:
+                assert a.leadership.leading and not b.leadership.leading
+                assert _sample("sightscreen_feed_leader_changes_total") - changes0 == 1
+                u61 = b.feed.subscribe("61", marquee=False)
+                await _next_good(u61)  # read from the cache on b: its age at read is observed
+                assert _sample("sightscreen_fixture_cache_age_seconds_count") - ages0 >= 1
+                # the region's calls in the last hour: the leader's count, renewed with its lease
+                while not _sample("sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores"):
+                    await trio.sleep(0.05)
+                assert len(a.fake.calls("/livescores")) >= _sample(
+                    "sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores"
+                )
+                a.scope.cancel()
+                while not b.leadership.leading:
+                    await trio.sleep(0.05)
+                assert _sample("sightscreen_feed_leader_changes_total") - changes0 == 2
+                assert _sample("sightscreen_feed_leader") == 1
                 nursery.cancel_scope.cancel()
