@@ -33,7 +33,7 @@ from actors.match import MatchActor
 from actors.orchestrator import Orchestrator
 from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.cricket.settings import EngineSettings
-from daemon.metrics import REGISTRY
+from daemon.metrics import REGISTRY, SPORTMONKS_REGION_CALLS
 from daemon.sportmonks.budget import CallBudget
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
@@ -628,6 +628,7 @@ async def test_the_fleet_metrics_count_leader_changes_cache_age_at_read_and_the_
     repos: Any,
 ) -> None:
     live = [minimal_fixture(61, score=1)]
+    SPORTMONKS_REGION_CALLS.labels("livescores").set(0)  # a gauge: what earlier tests left is not ours
     changes0 = _sample("sightscreen_feed_leader_changes_total")
     ages0 = _sample("sightscreen_fixture_cache_age_seconds_count")
     with trio.fail_after(30):
