@@ -49,6 +49,13 @@ whatever moment an owner dies; this holds by construction, not by timing:
   DynamoDB writes per alerting tick = 1 + chunks (the state write carries the intent; each later chunk's
   watermark; the removal), 5 for 200 sessions, 12 for 10,000 at the default chunks (16, doubling, capped
   at 2,048); a routine tick pays nothing for it.
+- A key event is detected once: the state keeps when the fixture that last changed it was fetched
+  (``fetched_at``, persisted with it), and a fixture fetched earlier is skipped (``fixture_behind_state``),
+  not taken as a correction. The feed hands this actor fixtures in process on the region's leader and from
+  the fixture cache elsewhere, the cache written after the in-process delivery: on a switch (the leader
+  stepping down, an owner taking over) an older fixture than the state can come, and taken as news it would
+  withdraw the newest wicket and report it again on the next tick. It costs no write (the position rides on
+  the tick's own state write).
 - The first tick of a match nobody has persisted yet detects nothing (what the feed shows then is history),
   so it never alerts; its state, the baseline later ticks are diffed against, is persisted *before* its
   display goes out, so an owner that dies during that first fan-out leaves its successor a baseline rather
@@ -64,9 +71,13 @@ A tick the engine doubts goes out as the match was before it: a final status not
 processes the tick with the previous status), a score gone back further than a correction can (skipped);
 implausible numbers are refused at the snapshot and skipped like a malformed tick. Each is logged.
 
-At match end (confirmed by the engine): ``end`` (with a dismissal date) to every session, sessions marked ended, follows removed, the
-match deactivated in ``active-matches`` and the lock released. A restarted or new owner that finds the
-persisted phase already terminal runs the same end sequence again (each step is idempotent).
+At match end (confirmed by the engine): ``end`` (with a dismissal date) to every session, sessions marked ended, the
+match deactivated in ``active-matches`` and the lock released. Follows are kept: the orchestrator removes them
+once the end has stood ``follows_grace_s``. A restarted or new owner that finds the persisted phase already
+terminal runs the same end sequence again (each step is idempotent). A match ended wrongly and taken again
+(its record reopened, its persisted phase final) re-starts its followers at its first live heal: every
+follower without an active session gets a push-to-start at once, whatever the per-device interval, since the
+wrong end closed their Live Activities (docs/delivery.md).
 """
 
 from __future__ import annotations
@@ -212,6 +223,7 @@ class MatchActor:
         self._last_display: dict[str, Any] | None = None
         self._last_snapshot: MatchSnapshot | None = None
         self._push_to_start_sent: dict[str, float] = {}
+        self._restart_followers = False  # reopened after a wrong end: the first live heal starts every follower
         self._sessions_loaded = trio.Event()
         self._first_display = trio.Event()
         # iOS 18 broadcast channels (None: off, or a sender without channel management)
@@ -270,6 +282,8 @@ class MatchActor:
             return
         self.state = MatchState.from_item(item) if item.get("matchPhase") else None
         self.phase = self.state.match_phase if self.state else None
+        # Active with a final phase: reopened after a wrong end, whose sessions were all ended.
+        self._restart_followers = self.phase in TERMINAL_PHASES
         intent = AlertIntent.from_record(item)
         self._ending = intent is not None and intent.kind == "end"
         self.log.info(
@@ -445,7 +459,12 @@ class MatchActor:
         with count_calls() as calls:
             started = trio.current_time()
             result = process_tick(
-                self.state, snapshot, now=self._now(), marquee=self.marquee, settings=self._engine_settings
+                self.state,
+                snapshot,
+                now=self._now(),
+                marquee=self.marquee,
+                settings=self._engine_settings,
+                fetched_at=update.fetched_at,
             )
             if self._doubtful(result, snapshot):
                 return False
@@ -481,6 +500,10 @@ class MatchActor:
 
     def _doubtful(self, result: TickResult, snapshot: MatchSnapshot) -> bool:
         """Log the engine's doubts; True when the tick is skipped (nothing pushed, nothing written)."""
+        if result.behind is not None:
+            # an older fixture than the state's (a feed leader change, a take-over): not news, not a correction
+            self.log.info("fixture_behind_state", reason=result.behind)
+            return True
         if result.end_withdrawn:
             self.log.warning("match_end_withdrawn", status=snapshot.status)
         if result.end_pending and (self.state is None or self.state.end_doubt is None):
@@ -887,8 +910,9 @@ class MatchActor:
         await self._wind_up(result.phase)
 
     async def _wind_up(self, phase: str) -> None:
-        """The end's last steps, each idempotent: sessions ended, follows removed, the match deactivated, the
-        lock released."""
+        """The end's last steps, each idempotent: sessions ended, the match deactivated, the lock released.
+        Follows stay for the orchestrator to remove after ``follows_grace_s`` (a wrong end is undone by taking
+        the match again, and its followers are found through them)."""
         reason = "match_abandoned" if phase == "abandoned" else "match_end"
         if self.channels is not None:  # after the end broadcast: the channels are of no more use
             try:
@@ -899,7 +923,6 @@ class MatchActor:
         await self._repos.live_activities.end_la_sessions(
             self.match_id, sessions, reason, ttl_s=self._settings.session_ttl_after_end_s
         )
-        await self._repos.follows.remove_all_follows_for_match(self.match_id)
         await self._repos.active_matches.deactivate_match(
             self.match_id, self.instance_id, self.epoch, ttl_s=int(self._lease.ended_ttl_s)
         )
@@ -921,7 +944,13 @@ class MatchActor:
         await self._first_display.wait()
         while True:
             try:
-                await self.heal()
+                again = None
+                if self._restart_followers and self.phase in ("live", "innings_break"):
+                    again = set(self.follower_team)
+                await self.heal(again=again)
+                if again is not None:
+                    self._restart_followers = False
+                    self.log.warning("followers_restarted_after_wrong_end", followers=len(again))
             except LeaseLost:
                 raise
             except Exception as exc:
@@ -946,7 +975,8 @@ class MatchActor:
             if user_id in with_session:
                 continue
             last = self._push_to_start_sent.get(user_id)
-            if last is not None and now - last < self._settings.push_to_start_min_interval_s:
+            recent = last is not None and now - last < self._settings.push_to_start_min_interval_s
+            if recent and user_id not in (again or ()):
                 continue
             due.append(user_id)
         sent = 0

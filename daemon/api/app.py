@@ -22,6 +22,7 @@ structlog line and the Prometheus metrics per request.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -149,7 +150,7 @@ class ApiState:
     keys: JwksKeys
     settings: ApiSettings
     limiter: RateLimiter = field(init=False)
-    display_cache: TtlCache[bytes | None] = field(init=False)
+    display_cache: TtlCache[DisplayAnswer | None] = field(init=False)
     scan_cache: TtlCache[list[dict[str, Any]]] = field(init=False)
     registrations: Coalescer[tuple[str, str, str, str | None, int | None, str | None]] = field(init=False)
     in_flight: int = 0
@@ -200,22 +201,109 @@ async def current_user(request: Request) -> Principal:
     return await authorize(_state(request), request.headers.get("authorization"), request.scope)
 
 
-async def display_answer(api: ApiState, match_id: str, team: str | None) -> Response:
+@dataclass(frozen=True)
+class DisplayAnswer:
+    """One display state encoded once per cache load: the JSON body, its ETag and the ASGI header lists of
+    a 200 and of a 304, ready to send as they are. ``Cache-Control: private, no-cache``: a client (or
+    URLSession's cache) keeps the answer and revalidates it with ``If-None-Match``; a shared cache never
+    stores it (it answers a bearer token)."""
+
+    body: bytes
+    etag: str
+    headers: list[tuple[bytes, bytes]]
+    not_modified_headers: list[tuple[bytes, bytes]]
+
+    @classmethod
+    def encode(cls, body: bytes) -> DisplayAnswer:
+        etag = '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+        validators = [(b"etag", etag.encode()), (b"cache-control", DISPLAY_CACHE_CONTROL)]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *validators,
+        ]
+        return cls(body, etag, headers, validators)
+
+    def messages(self, if_none_match: str | None) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """(status, headers, body): 304 without a body when ``If-None-Match`` names this answer's ETag."""
+        if if_none_match is not None and etag_matches(if_none_match, self.etag):
+            return 304, self.not_modified_headers, b""
+        return 200, self.headers, self.body
+
+
+DISPLAY_CACHE_CONTROL = b"private, no-cache"
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    """``If-None-Match`` against one strong ETag, by weak comparison as RFC 9110 has it for this header:
+    ``*`` or any listed tag equal to it, a ``W/`` prefix ignored."""
+    value = if_none_match.strip()
+    if value == "*":
+        return True
+    for tag in value.split(","):
+        tag = tag.strip()
+        if tag.startswith("W/"):
+            tag = tag[2:]
+        if tag == etag:
+            return True
+    return False
+
+
+class RawResponse(Response):
+    """A response whose status, headers and body are sent as given (the display answer's prebuilt ones)."""
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status_code = status
+        self.raw_headers = headers
+        self.body = body
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_raw(send, self.status_code, self.raw_headers, self.body)
+
+
+async def send_raw(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def display_answer(api: ApiState, match_id: str, team: str | None) -> DisplayAnswer:
     """The display state the engine cached for ``team`` (neutral without one), from memory within
-    ``[api].display_cache_s``: the encoded answer is what is cached, so a read costs no DynamoDB call and no
-    JSON encoding."""
+    ``[api].display_cache_s``: what is cached is the encoded answer (body, ETag, headers), so a read costs
+    no DynamoDB call and no encoding; concurrent misses of one key share one read. 404 when the engine has
+    cached none."""
     perspective = team or NEUTRAL
 
-    async def load() -> bytes | None:
+    async def load() -> DisplayAnswer | None:
         state = await api.repos.display_cache.get_cached_display_state(match_id, perspective)
         if state is None:
             return None
-        return bytes(json_response({"matchId": match_id, "team": perspective, "displayState": state}).body)
+        body = json_response({"matchId": match_id, "team": perspective, "displayState": state}).body
+        return DisplayAnswer.encode(bytes(body))
 
-    body = await api.display_cache.get(("display", match_id, perspective), load)
-    if body is None:
+    answer = await api.display_cache.get(("display", match_id, perspective), load)
+    if answer is None:
         raise _not_found("display state for this match and team")
-    return Response(body, media_type="application/json")
+    return answer
+
+
+async def league_cached_fixtures(api: ApiState, code: str) -> list[dict[str, Any]]:
+    """The cached SportMonks fixtures of the league with ``code`` (the data model's "Get fixtures by league"
+    on the fixture cache, unexpired ones by start time), each as ``{"matchId", "leagueCode", "rawFixture"}``.
+    The cache is keyed by the SportMonks league id, the app knows leagues by code: the code is resolved
+    through the leagues scan (cached in memory); 404 when no league has it."""
+    leagues = await api.scan_cache.get("leagues", api.repos.leagues.get_all_leagues)
+    league_ids = sorted({str(item["leagueId"]) for item in leagues if item.get("code") == code})
+    if not league_ids:
+        raise _not_found("league with this code")
+    matches = []
+    for league_id in league_ids:
+        for raw in await api.repos.fixture_cache.get_fixtures_by_league(league_id):
+            if raw.get("id") is not None:
+                matches.append({"matchId": str(raw["id"]), "leagueCode": code, "rawFixture": raw})
+    if len(league_ids) > 1:  # each query is in start-time order; several leagues are merged into one
+        matches.sort(key=lambda m: str(m["rawFixture"].get("starting_at") or ""))
+    return matches
 
 
 async def admin_user(request: Request, user: Annotated[Principal, Depends(current_user)]) -> Principal:
@@ -366,7 +454,8 @@ def _add_routes(app: FastAPI) -> None:
         tags=["matches"],
         response_model=FixtureList,
         responses=ERRORS,
-        summary="fixtures by ids (BatchGetItem) or by league and start-time range (GSI)",
+        summary="fixtures by ids (BatchGetItem), by league and start-time range (GSI), or a league's cached "
+        "SportMonks fixtures (league without from and to)",
     )
     async def list_matches(
         request: Request,
@@ -387,6 +476,8 @@ def _add_routes(app: FastAPI) -> None:
                 raise _invalid("query", "give either ids or league with from and to, not both")
             wanted = _ids_param(ids, api.settings.max_match_ids)
             found = await api.repos.fixtures.batch_get_fixtures(wanted)
+        elif league is not None and from_ is None and to is None:
+            return json_response({"matches": await league_cached_fixtures(api, league), "missing": []})
         elif league is not None:
             if from_ is None or to is None:
                 raise _invalid("query.from" if from_ is None else "query.to", "required with league")
@@ -453,7 +544,8 @@ def _add_routes(app: FastAPI) -> None:
         matchId: MatchId,
         team: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
     ) -> Response:
-        return await display_answer(_state(request), matchId, team)
+        answer = await display_answer(_state(request), matchId, team)
+        return RawResponse(*answer.messages(request.headers.get("if-none-match")))
 
     # --- reference data -------------------------------------------------------------------------------------
     @app.get("/teams", tags=["reference"], response_model=TeamList, responses=ERRORS, summary="every team")
@@ -768,25 +860,19 @@ def _follow_expiry(fixture: Mapping[str, Any], after_start_s: float) -> float:
 # --- ASGI middlewares -------------------------------------------------------------------------------------
 
 
+DISPLAY_ROUTE = "/matches/{matchId}/display"
 _DISPLAY_PATH = re.compile(r"/matches/([A-Za-z0-9_.:-]{1,64})/display")
 _ID = re.compile(ID_PATTERN)
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return None
 
 
 class DisplayFastPath:
     """``GET /matches/{matchId}/display`` answered before FastAPI's routing and dependency resolution.
 
-    It is the route every open app polls during a match, so its cost per request is the API's capacity;
-    FastAPI's per-request machinery is about a third of that cost. The answer is the same as the FastAPI
-    route's (same authorisation, rate limit, cache and error shape); a request of any other shape (another
-    query parameter, an id that does not match) falls through to the FastAPI route, which answers it
-    (422 with the field, ...)."""
+    It is the route every open app polls during a match, so its cost per request is the API's capacity. The
+    answer is the FastAPI route's (same authorisation, rate limit, cache, ETag and error shape), sent as the
+    prebuilt ASGI messages of the cached answer; a request of any other shape (another query parameter, an
+    id that does not match, HEAD) falls through to the FastAPI route, which answers it (422 with the field,
+    ...)."""
 
     def __init__(self, app: ASGIApp, state: ApiState) -> None:
         self.app = app
@@ -797,10 +883,16 @@ class DisplayFastPath:
             m = _DISPLAY_PATH.fullmatch(scope.get("path", ""))
             team = _team_param(scope.get("query_string", b"")) if m else False
             if m and team is not False:
-                scope["sightscreen.route"] = "/matches/{matchId}/display"
+                scope["sightscreen.route"] = DISPLAY_ROUTE
+                authorization = if_none_match = None
+                for key, value in scope.get("headers", ()):
+                    if key == b"authorization":
+                        authorization = bytes(value).decode("latin-1")
+                    elif key == b"if-none-match":
+                        if_none_match = bytes(value).decode("latin-1")
                 try:
-                    await authorize(self.state, _header(scope, b"authorization"), scope)
-                    response = await display_answer(self.state, m.group(1), team)
+                    await authorize(self.state, authorization, scope)
+                    answer = await display_answer(self.state, m.group(1), team)
                 except ApiError as exc:
                     response = error_response(exc.status, exc.code, exc.message, exc.fields, exc.headers)
                 except (ClientError, BotoCoreError) as exc:
@@ -811,6 +903,9 @@ class DisplayFastPath:
                         "the data store is unavailable; retry later",
                         headers={"Retry-After": "1"},
                     )
+                else:
+                    await send_raw(send, *answer.messages(if_none_match))
+                    return
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -907,6 +1002,8 @@ class AccessLog:
     def __init__(self, app: ASGIApp, state: ApiState) -> None:
         self.app = app
         self.state = state
+        # the metrics' children by (route template, status): both sets are small and fixed
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -930,8 +1027,12 @@ class AccessLog:
             template = getattr(route, "path_format", None) or scope.get("sightscreen.route")
             if template is None:
                 template = "/openapi.json" if scope.get("path") == "/openapi.json" else "unmatched"
-            API_REQUESTS.labels(template, str(status[0])).inc()
-            API_LATENCY.labels(template).observe(duration)
+            children = self._children.get((template, status[0]))
+            if children is None:
+                children = (API_REQUESTS.labels(template, str(status[0])), API_LATENCY.labels(template))
+                self._children[(template, status[0])] = children
+            children[0].inc()
+            children[1].observe(duration)
             log.info(
                 "api_request",
                 method=scope.get("method"),

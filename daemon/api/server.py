@@ -63,6 +63,7 @@ class ApiServer:
         cfg.bind = [self.listen]
         cfg.graceful_timeout = self.settings.shutdown_grace_s
         cfg.accesslog = None  # the app writes its own access lines through structlog
+        cfg.include_server_header = False  # nothing to gain from naming the server and its version
         cfg.errorlog = logging.getLogger("hypercorn.error")
         cfg.keep_alive_timeout = 75.0
         cfg.backlog = 1024

@@ -38,7 +38,9 @@ class ApiSettings(BaseModel):
         30.0,
         ge=0,
         le=3600,
-        description="how long the team and league scans are served from memory (0: never)",
+        description="how long the team and league scans are served from memory (0: never); also how long "
+        "another API instance may serve a list from before an admin's change (the instance that made the "
+        "change drops its copy at once; instances are not told of each other's changes)",
     )
     max_match_ids: int = Field(100, ge=1, le=100, description="most ids one GET /matches?ids= may name")
     follow_ttl_after_start_s: float = Field(

@@ -10,7 +10,15 @@ import jwt
 import pytest
 import trio
 
-from daemon.api.auth import Authenticator, AuthError, JwksKeys, UnknownKid, keys_from_jwks, verify_token
+from daemon.api.auth import (
+    Authenticator,
+    AuthError,
+    JwksKeys,
+    Principal,
+    UnknownKid,
+    keys_from_jwks,
+    verify_token,
+)
 from daemon.api.issuer import LocalIssuer, new_key
 from daemon.api.settings import AuthSettings
 
@@ -208,3 +216,67 @@ async def test_a_verified_token_is_remembered_but_not_past_its_key() -> None:
         await keys.fetch("refresh")
         with pytest.raises(AuthError):
             await auth.authenticate(f"Bearer {token}")
+
+
+class CountingAuthenticator(Authenticator):
+    """Counts the signature checks it makes (the memo's hits make none)."""
+
+    verified = 0
+
+    def _verify(self, token: str) -> Principal:
+        self.verified += 1
+        return super()._verify(token)
+
+
+async def _authenticator(served: LocalIssuer, **settings: object) -> CountingAuthenticator:
+    auth_settings = AuthSettings(
+        issuer=served.issuer, jwks_url=served.jwks_url, client_ids=[served.client_id], **settings
+    )
+    keys = JwksKeys(served.jwks_url, refresh_s=3600, refetch_cooldown_s=60)
+    await keys.fetch("start")
+    return CountingAuthenticator(keys, auth_settings, memo_size=3)
+
+
+async def test_a_token_is_verified_once_however_often_it_is_used() -> None:
+    with _served() as served:
+        auth = await _authenticator(served)
+        token = served.mint("u")
+        for _ in range(5):
+            assert (await auth.authenticate(f"Bearer {token}")).sub == "u"
+        assert auth.verified == 1
+
+
+async def test_a_remembered_token_is_refused_once_it_expires() -> None:
+    with _served() as served:
+        auth = await _authenticator(served, leeway_s=0.0)
+        token = served.mint("u", ttl_s=1.0)
+        assert (await auth.authenticate(f"Bearer {token}")).sub == "u"
+        exp = jwt.decode(token, options={"verify_signature": False})["exp"]
+        await trio.sleep(max(0.0, exp - time.time()) + 0.1)
+        with pytest.raises(AuthError) as refused:
+            await auth.authenticate(f"Bearer {token}")
+        assert refused.value.reason == "expired"
+
+
+async def test_a_tampered_copy_of_a_remembered_token_is_verified_and_refused() -> None:
+    with _served() as served:
+        auth = await _authenticator(served)
+        token = served.mint("u")
+        assert (await auth.authenticate(f"Bearer {token}")).sub == "u"
+        header, payload, signature = token.split(".")
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        forged_payload = _b64({**claims, "sub": "someone-else"})
+        with pytest.raises(AuthError) as refused:
+            await auth.authenticate(f"Bearer {header}.{forged_payload}.{signature}")
+        assert refused.value.reason == "bad_signature" and auth.verified == 2
+
+
+async def test_the_memo_of_verified_tokens_stays_bounded() -> None:
+    with _served() as served:
+        auth = await _authenticator(served)
+        tokens = [served.mint(f"u{i}") for i in range(10)]
+        for token in tokens:
+            await auth.authenticate(f"Bearer {token}")
+        assert len(auth._memo) <= 3
+        assert (await auth.authenticate(f"Bearer {tokens[-1]}")).sub == "u9"  # the newest are kept
+        assert auth.verified == 10

@@ -105,6 +105,37 @@ async def test_matches_by_league_and_date_range_use_the_start_time(
     assert [m["matchId"] for m in resp.json()["matches"]] == ["1001", "1002"]
 
 
+async def test_a_league_code_alone_lists_the_leagues_cached_fixtures_by_start_time(
+    api: Api, client: httpx.AsyncClient
+) -> None:
+    await seed_reference(api.repos)
+    fc = api.repos.fixture_cache
+    now = time.time()
+    for mid, league, starting, ttl_s, at in (
+        ("2002", "5", "2026-12-22T08:00:00Z", 600, now),
+        ("2001", "5", "2026-12-20T08:00:00Z", 600, now),
+        ("2003", "5", "2026-12-19T08:00:00Z", 10, now - 60),  # expired: not listed
+        ("2004", "7", "2026-12-21T08:00:00Z", 600, now),  # another league
+    ):
+        raw = {"id": int(mid), "league_id": int(league), "starting_at": starting, "status": "NS"}
+        await fc.put_single_fixture(mid, raw, league_id=league, starting_at=starting, ttl_s=ttl_s, now=at)
+    h = api.headers(A)
+    resp = await client.get("/matches", params={"league": "BBL"}, headers=h)
+    assert resp.status_code == 200
+    body = resp.json()
+    assert [m["matchId"] for m in body["matches"]] == ["2001", "2002"]
+    assert body["matches"][0] == {
+        "matchId": "2001",
+        "leagueCode": "BBL",
+        "rawFixture": {"id": 2001, "league_id": 5, "starting_at": "2026-12-20T08:00:00Z", "status": "NS"},
+    }
+    ipl = (await client.get("/matches", params={"league": "IPL"}, headers=h)).json()
+    assert [m["matchId"] for m in ipl["matches"]] == ["2004"]
+    unknown = await client.get("/matches", params={"league": "XYZ"}, headers=h)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+    assert (await client.get("/matches", params={"league": "BBL"})).status_code == 401
+
+
 async def test_matches_refuses_ambiguous_or_bad_queries(api: Api, client: httpx.AsyncClient) -> None:
     h = api.headers(A)
     for params, field in (
@@ -174,6 +205,38 @@ async def test_display_reads_are_served_from_memory_within_the_cache_time(make_a
             again = await client.get("/matches/1001/display", headers=h)
             assert again.json() == first.json()
     assert api.state.display_cache.loads == 1
+
+
+async def test_a_display_answer_has_an_etag_and_an_unchanged_one_is_answered_304_on_every_path(
+    make_api: Any, repos: Any
+) -> None:
+    api: Api = await make_api(api={"display_cache_s": 0.0, "rate_burst": 1000})  # 0: every read loads
+    await repos.display_cache.set_cached_display_state("1001", "neutral", {"score": "1/0"}, ttl_s=60)
+    async with api.client() as client:
+        h = api.headers(A)
+        first = await client.get("/matches/1001/display", headers=h)
+        etag = first.headers["etag"]
+        assert first.status_code == 200 and etag.startswith('"') and etag.endswith('"')
+        assert first.headers["cache-control"] == "private, no-cache"
+        # the fast path, and the FastAPI route (an unknown query parameter takes the request there)
+        for params in ({}, {"x": "1"}):
+            for sent in (etag, f'"other", W/{etag}', "*"):
+                same = await client.get(
+                    "/matches/1001/display", params=params, headers={**h, "If-None-Match": sent}
+                )
+                assert same.status_code == 304, (params, sent)
+                assert same.content == b"" and same.headers["etag"] == etag
+            other = await client.get(
+                "/matches/1001/display", params=params, headers={**h, "If-None-Match": '"other"'}
+            )
+            assert other.status_code == 200 and other.json() == first.json()
+        # a token is needed whatever If-None-Match says
+        refused = await client.get("/matches/1001/display", headers={"If-None-Match": etag})
+        assert refused.status_code == 401
+        await repos.display_cache.set_cached_display_state("1001", "neutral", {"score": "2/0"}, ttl_s=60)
+        changed = await client.get("/matches/1001/display", headers={**h, "If-None-Match": etag})
+        assert changed.status_code == 200 and changed.headers["etag"] != etag
+        assert changed.json()["displayState"] == {"score": "2/0"}
 
 
 # --- reference data ---------------------------------------------------------------------------------------
