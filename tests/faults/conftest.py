@@ -1,9 +1,10 @@
 """Fixtures of the fault tests: a ``FaultRig`` (one in-process daemon behind three fault proxies) per test.
 
-Each test plays a whole match: a synthesised T10 shortened to ``SHORT_OVERS`` overs an innings unless it asks
-for more (``overs=None``: the whole T10). A fault is injected a second or so after the first ball and clears
-within a few seconds, at the feed's real pace (400 x, a ball every tenth of a second): the shortened match
-leaves the same window around the fault, first innings, break, chase and end included, in half the balls.
+Each test plays a whole match: a synthesised T10, or, with ``overs=SHORT_OVERS`` (``tests.faults.checks``), the
+same format shortened to 5 overs an innings. A fault injected a second or so after the first ball that clears within a few seconds, at
+the feed's pace (400 x, a ball every tenth of a second), has the same window around it in the shortened
+match, first innings, break, chase and end included, in half the balls; a fault whose window is longer (a
+lease running out and a hand-over) plays the whole T10.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import trio
 from daemon.replay.synth import synthesise
 from tests.harness.fault_rig import FaultRig, RigOptions
 
-SHORT_OVERS = 5
-
 
 @pytest.fixture
 def make_rig(tmp_path: Path, moto_server: Any, table_prefix: str) -> Callable[..., Any]:
@@ -33,7 +32,7 @@ def make_rig(tmp_path: Path, moto_server: Any, table_prefix: str) -> Callable[..
         *,
         seed: int = 1,
         fmt: str = "T10",
-        overs: int | None = SHORT_OVERS,
+        overs: int | None = None,
         add_tape: bool = True,
         **options: Any,
     ) -> AsyncIterator[FaultRig]:
