@@ -49,6 +49,13 @@ whatever moment an owner dies; this holds by construction, not by timing:
   DynamoDB writes per alerting tick = 1 + chunks (the state write carries the intent; each later chunk's
   watermark; the removal), 5 for 200 sessions, 12 for 10,000 at the default chunks (16, doubling, capped
   at 2,048); a routine tick pays nothing for it.
+- A key event is detected once: the state keeps when the fixture that last changed it was fetched
+  (``fetched_at``, persisted with it), and a fixture fetched earlier is skipped (``fixture_behind_state``),
+  not taken as a correction. The feed hands this actor fixtures in process on the region's leader and from
+  the fixture cache elsewhere, the cache written after the in-process delivery: on a switch (the leader
+  stepping down, an owner taking over) an older fixture than the state can come, and taken as news it would
+  withdraw the newest wicket and report it again on the next tick. It costs no write (the position rides on
+  the tick's own state write).
 - The first tick of a match nobody has persisted yet detects nothing (what the feed shows then is history),
   so it never alerts; its state, the baseline later ticks are diffed against, is persisted *before* its
   display goes out, so an owner that dies during that first fan-out leaves its successor a baseline rather
@@ -445,7 +452,12 @@ class MatchActor:
         with count_calls() as calls:
             started = trio.current_time()
             result = process_tick(
-                self.state, snapshot, now=self._now(), marquee=self.marquee, settings=self._engine_settings
+                self.state,
+                snapshot,
+                now=self._now(),
+                marquee=self.marquee,
+                settings=self._engine_settings,
+                fetched_at=update.fetched_at,
             )
             if self._doubtful(result, snapshot):
                 return False
@@ -481,6 +493,10 @@ class MatchActor:
 
     def _doubtful(self, result: TickResult, snapshot: MatchSnapshot) -> bool:
         """Log the engine's doubts; True when the tick is skipped (nothing pushed, nothing written)."""
+        if result.behind is not None:
+            # an older fixture than the state's (a feed leader change, a take-over): not news, not a correction
+            self.log.info("fixture_behind_state", reason=result.behind)
+            return True
         if result.end_withdrawn:
             self.log.warning("match_end_withdrawn", status=snapshot.status)
         if result.end_pending and (self.state is None or self.state.end_doubt is None):

@@ -30,6 +30,17 @@ Policies the match actor relies on:
   state is the previous one, with the doubt counted) until it has persisted as long. A match whose state
   is final and that the feed shows live again (it was ended wrongly, then taken again) carries on, its
   ``match_end`` cooldown dropped so the real end is reported.
+- **Never behind its own state**: each tick is given when the region's feed leader fetched its fixture
+  (``fetched_at``), and the state keeps that of the fixture that last changed it. A fixture fetched earlier
+  than that is *behind* the state: it is skipped (``behind``), nothing is detected, pushed or written. The
+  pipeline hands a match actor fixtures from two sources (the leader's own polls in process, the fixture
+  cache elsewhere) and a match from one owner to the next, and the cache is written after the in-process
+  delivery, so a switch (the leader stepping down, an owner taking over) can hand on a fixture older than
+  the state it would be diffed against. Taken as news, such a fixture looks like a correction that withdrew
+  the newest wicket; the next fresh fixture shows it again and it would be reported a second time, to every
+  device. Within one leader the order is its own clock; across leaders the hosts' clocks agree within the
+  clock-skew bound the leases already assume, and a new leader fetches only after the old one's lease ran
+  out.
 - **Wickets exactly once**: reported wickets are kept in the state (bounded) keyed by innings and dismissed
   batter (``S1:914``; see ``detectors.detect_wickets`` for why not ball ids). A key is forgotten, with its
   cooldown, only when the snapshot shows the wicket corrected away (the batter not out and no wicket ball
@@ -92,6 +103,7 @@ class TickResult:
     end_pending: bool = False  # the feed shows a final status not yet confirmed; the match goes on
     end_withdrawn: bool = False  # a final status seen on earlier ticks is gone again
     skipped: str | None = None  # why this tick changed nothing (a doubtful regression being confirmed)
+    behind: str | None = None  # why this tick was skipped as older than the state (see ``is_behind``)
 
 
 def _legal_balls(snap: MatchSnapshot) -> int:
@@ -102,7 +114,37 @@ def _had_play(state: MatchState) -> bool:
     return any(s.legal_balls or s.runs or s.wickets for s in state.previous_score)
 
 
+def is_behind(state_fetched_at: float | None, fetched_at: float | None) -> bool:
+    """Whether a fixture fetched at ``fetched_at`` is older than the one the state was last changed by."""
+    return state_fetched_at is not None and fetched_at is not None and fetched_at < state_fetched_at
+
+
 def process_tick(
+    prev: MatchState | None,
+    snap: MatchSnapshot,
+    *,
+    now: float,
+    marquee: bool,
+    settings: EngineSettings,
+    fetched_at: float | None = None,
+) -> TickResult:
+    if prev is not None and is_behind(prev.fetched_at, fetched_at):
+        return replace(
+            _skipped(prev, snap, "behind", prev),
+            skipped=None,
+            behind=f"fetched at {fetched_at:.3f}, before the state's fixture ({prev.fetched_at:.3f})",
+        )
+    result = _process(prev, snap, now=now, marquee=marquee, settings=settings)
+    if result.skipped is not None:
+        return result  # the previous state, position and all
+    # The position moves only with a change of state, so a fixture that changes nothing costs no write.
+    position = prev.fetched_at if prev is not None else None
+    if fetched_at is not None and (prev is None or replace(result.state, fetched_at=position) != prev):
+        position = fetched_at
+    return replace(result, state=replace(result.state, fetched_at=position))
+
+
+def _process(
     prev: MatchState | None, snap: MatchSnapshot, *, now: float, marquee: bool, settings: EngineSettings
 ) -> TickResult:
     base = prev if prev is not None else MatchState()

@@ -3,8 +3,8 @@
 Owns ``MatchState`` (what one tick leaves for the next) and its item encoding: camelCase keys named as the
 data model names them (``matchPhase``, ``previousStatus``, ``previousBallId``, ``previousScore``,
 ``previousBatting``, ``previousBowling``, ``last30Balls``, ``cooldowns``) plus the engine's own extras
-(``lastTimestamp``, ``feedClock``, ``reportedWickets``, ``endedInnings``, ``seenBatters``, ``displayHash``,
-``recentEvent``). Values are JSON-plain and compact (balls are short lists, not objects) so the record stays
+(``lastTimestamp``, ``feedClock``, ``feedFetchedAt``, ``reportedWickets``, ``endedInnings``, ``seenBatters``,
+``displayHash``, ``recentEvent``). Values are JSON-plain and compact (balls are short lists, not objects) so the record stays
 near the data model's ~5 KB. Pure: it must not read or write DynamoDB itself (the match actor does).
 
 ``from_item`` accepts records written by older versions (missing keys take their defaults, numbers may come
@@ -96,6 +96,9 @@ class MatchState:
     seen_batters: tuple[str, ...] = ()
     display_hash: str = ""
     recent_event: RecentEvent | None = None
+    # When the region's feed leader fetched the fixture that last changed this state (its wall clock, as the
+    # Feed and the fixture cache stamp it); None before any. A fixture fetched earlier is behind this state.
+    fetched_at: float | None = None
     # Doubts being confirmed: kept in memory by the actor only (not in the record, not compared), so a doubt
     # that goes away costs no write; an owner that restarts starts confirming again.
     end_doubt: Doubt | None = field(default=None, compare=False)
@@ -148,6 +151,8 @@ class MatchState:
         }
         if self.previous_ball_id is not None:
             item["previousBallId"] = str(self.previous_ball_id)
+        if self.fetched_at is not None:
+            item["feedFetchedAt"] = float(self.fetched_at)
         if self.recent_event is not None:
             e = self.recent_event
             item["recentEvent"] = {"type": e.type, "text": e.text, "atBalls": e.at_balls}
@@ -193,6 +198,7 @@ class MatchState:
             cooldowns[str(key)] = _float(value, f"cooldowns.{key}")
         ball_id = item.get("previousBallId")
         recent = _mapping(item, "recentEvent")
+        fetched_at = item.get("feedFetchedAt")
         return cls(
             match_phase=str(item.get("matchPhase") or "pre"),
             previous_status=str(item.get("previousStatus") or ""),
@@ -208,6 +214,7 @@ class MatchState:
             ended_innings=tuple(str(x) for x in _list(item, "endedInnings", "")),
             seen_batters=tuple(str(x) for x in _list(item, "seenBatters", "")),
             display_hash=str(item.get("displayHash") or ""),
+            fetched_at=_float(fetched_at, "feedFetchedAt") if fetched_at not in (None, "") else None,
             recent_event=RecentEvent(
                 type=str(recent.get("type", "")),
                 text=str(recent.get("text", "")),
