@@ -71,9 +71,13 @@ A tick the engine doubts goes out as the match was before it: a final status not
 processes the tick with the previous status), a score gone back further than a correction can (skipped);
 implausible numbers are refused at the snapshot and skipped like a malformed tick. Each is logged.
 
-At match end (confirmed by the engine): ``end`` (with a dismissal date) to every session, sessions marked ended, follows removed, the
-match deactivated in ``active-matches`` and the lock released. A restarted or new owner that finds the
-persisted phase already terminal runs the same end sequence again (each step is idempotent).
+At match end (confirmed by the engine): ``end`` (with a dismissal date) to every session, sessions marked ended, the
+match deactivated in ``active-matches`` and the lock released. Follows are kept: the orchestrator removes them
+once the end has stood ``follows_grace_s``. A restarted or new owner that finds the persisted phase already
+terminal runs the same end sequence again (each step is idempotent). A match ended wrongly and taken again
+(its record reopened, its persisted phase final) re-starts its followers at its first live heal: every
+follower without an active session gets a push-to-start at once, whatever the per-device interval, since the
+wrong end closed their Live Activities (docs/delivery.md).
 """
 
 from __future__ import annotations
@@ -219,6 +223,7 @@ class MatchActor:
         self._last_display: dict[str, Any] | None = None
         self._last_snapshot: MatchSnapshot | None = None
         self._push_to_start_sent: dict[str, float] = {}
+        self._restart_followers = False  # reopened after a wrong end: the first live heal starts every follower
         self._sessions_loaded = trio.Event()
         self._first_display = trio.Event()
         # iOS 18 broadcast channels (None: off, or a sender without channel management)
@@ -277,6 +282,8 @@ class MatchActor:
             return
         self.state = MatchState.from_item(item) if item.get("matchPhase") else None
         self.phase = self.state.match_phase if self.state else None
+        # Active with a final phase: reopened after a wrong end, whose sessions were all ended.
+        self._restart_followers = self.phase in TERMINAL_PHASES
         intent = AlertIntent.from_record(item)
         self._ending = intent is not None and intent.kind == "end"
         self.log.info(
@@ -903,8 +910,9 @@ class MatchActor:
         await self._wind_up(result.phase)
 
     async def _wind_up(self, phase: str) -> None:
-        """The end's last steps, each idempotent: sessions ended, follows removed, the match deactivated, the
-        lock released."""
+        """The end's last steps, each idempotent: sessions ended, the match deactivated, the lock released.
+        Follows stay for the orchestrator to remove after ``follows_grace_s`` (a wrong end is undone by taking
+        the match again, and its followers are found through them)."""
         reason = "match_abandoned" if phase == "abandoned" else "match_end"
         if self.channels is not None:  # after the end broadcast: the channels are of no more use
             try:
@@ -915,7 +923,6 @@ class MatchActor:
         await self._repos.live_activities.end_la_sessions(
             self.match_id, sessions, reason, ttl_s=self._settings.session_ttl_after_end_s
         )
-        await self._repos.follows.remove_all_follows_for_match(self.match_id)
         await self._repos.active_matches.deactivate_match(
             self.match_id, self.instance_id, self.epoch, ttl_s=int(self._lease.ended_ttl_s)
         )
@@ -937,7 +944,13 @@ class MatchActor:
         await self._first_display.wait()
         while True:
             try:
-                await self.heal()
+                again = None
+                if self._restart_followers and self.phase in ("live", "innings_break"):
+                    again = set(self.follower_team)
+                await self.heal(again=again)
+                if again is not None:
+                    self._restart_followers = False
+                    self.log.warning("followers_restarted_after_wrong_end", followers=len(again))
             except LeaseLost:
                 raise
             except Exception as exc:
@@ -962,7 +975,8 @@ class MatchActor:
             if user_id in with_session:
                 continue
             last = self._push_to_start_sent.get(user_id)
-            if last is not None and now - last < self._settings.push_to_start_min_interval_s:
+            recent = last is not None and now - last < self._settings.push_to_start_min_interval_s
+            if recent and user_id not in (again or ()):
                 continue
             due.append(user_id)
         sent = 0

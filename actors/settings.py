@@ -72,6 +72,13 @@ class OrchestratorSettings(BaseModel):
         description="fixture statuses that mean the match is in progress",
     )
     ended_ttl_s: int = Field(48 * 3600, gt=0, description="TTL of an ended active-matches record")
+    follows_grace_s: float = Field(
+        1800.0,
+        ge=0,
+        le=47 * 3600,
+        description="an ended match's follows are removed once its end has stood this long and the feed does "
+        "not show it live (a match ended wrongly and taken again re-starts its followers' Live Activities)",
+    )
 
     @property
     def renew_every_s(self) -> float:
