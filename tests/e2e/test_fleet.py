@@ -66,9 +66,10 @@ def _calls(feed: dict[str, Any]) -> int:
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of exactly ``name`` whose labels include ``labels``."""
     total = 0.0
     for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
+        if line.startswith("#") or line.split("{", 1)[0].split(" ", 1)[0] != name:
             continue
         if all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
@@ -100,10 +101,16 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
             assert abs((served1 - served0) - made[leader.slot]) <= 3, (served1 - served0, made)
             # the region's jobs run on one instance: the leader (they call SportMonks)
             runs = {}
+            metrics: dict[int, str] = {}
             for inst in cluster.instances.values():
-                text = await admin_request(cluster.admin_socket(inst), "metrics")
+                text = metrics[inst.slot] = await admin_request(cluster.admin_socket(inst), "metrics")
                 runs[inst.slot] = _metric(text, "sightscreen_job_cycles_total", job="fixture_sync_near")
             assert runs[leader.slot] >= 1 and all(n == 0 for s, n in runs.items() if s != leader.slot), runs
+            # the fleet's metrics: who leads, the region's calls on every instance (the leader's count)
+            for slot, text in metrics.items():
+                assert _metric(text, "sightscreen_feed_leader") == (1 if slot == leader.slot else 0)
+                assert _metric(text, "sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores") > 0
+            assert _metric(metrics[leader.slot], "sightscreen_feed_leader_changes_total") >= 1
             # the admin socket: every instance names the same leader; a follower's cache is fresh
             for inst in cluster.instances.values():
                 feed = await _feed(cluster, inst)
@@ -116,6 +123,8 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
                     if feed["subscribers"]:  # a follower that owns a match reads it from the cache
                         assert feed["cache_reader"]["reads"] > 0
                         assert feed["cache_reader"]["newest_fixture_age_s"] is not None
+                        assert feed["cache_reader"]["last_poll_age_s"] is not None
+                        assert _metric(metrics[inst.slot], "sightscreen_fixture_cache_age_seconds_count") > 0
             # kill -9 the leader mid-match: another instance takes the lease and polls on
             cluster.kill(leader.slot)
             with trio.fail_after(60):
@@ -125,6 +134,11 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
                         break
                     await trio.sleep(0.1)
             assert instance_of(str(item["owner"])) != leader.instance_id
+            successor = next(
+                i for i in cluster.instances.values() if i.alive and instance_of(str(item["owner"])) == i.instance_id
+            )
+            text = await admin_request(cluster.admin_socket(successor), "metrics")
+            assert _metric(text, "sightscreen_feed_leader_changes_total") >= 1
             cluster.spawn(leader.slot)
             with trio.fail_after(400):
                 while not await cluster.wait_all_ended(1.0):
