@@ -800,17 +800,13 @@ class FeedActor:
             self._cache_wake.set()
 
     async def _cache_writer(self) -> None:
+        """Writes what the polls left pending: a poll's fixtures first, then its summary, so a follower that
+        sees a summary (its ``fetchedAt`` marks the poll) also sees every fixture that poll changed."""
         assert self._cache is not None
         while True:
             await self._cache_wake.wait()
             self._cache_wake = trio.Event()
-            if self._summary_pending is not None:
-                summary, self._summary_pending = self._summary_pending, None
-                try:
-                    await self._cache.publish_livescores(*summary)  # type: ignore[attr-defined]
-                except Exception as exc:  # noqa: BLE001 - as for fixtures below
-                    self.cache_errors += 1
-                    log.warning("feed_cache_summary_failed", error=f"{type(exc).__name__}: {exc}")
+            summary, self._summary_pending = self._summary_pending, None
             while self._cache_pending:
                 match_id = next(iter(self._cache_pending))
                 update = self._cache_pending.pop(match_id)
@@ -842,3 +838,9 @@ class FeedActor:
                 self.cache_writes += 1
                 if match_id in self._subs:
                     self._cache_written[match_id] = (fixture, now)
+            if summary is not None:
+                try:
+                    await self._cache.publish_livescores(*summary)  # type: ignore[attr-defined]
+                except Exception as exc:  # noqa: BLE001 - as for fixtures above
+                    self.cache_errors += 1
+                    log.warning("feed_cache_summary_failed", error=f"{type(exc).__name__}: {exc}")

@@ -27,6 +27,7 @@ import trio
 
 from daemon.seed import SeededMatch, seed_match
 from daemon.store.local import die_with_parent
+from tests.harness.records import aps, event_ids, record_kid, standing_wickets
 
 TEAM_ID = "CLUSTER001"
 TOPIC = "app.sightscreen.cluster"
@@ -81,10 +82,12 @@ class Cluster:
         cadence_s: float = 0.2,
         cycle_s: float = 1.0,
         innings_break_s: float = 1200.0,
-        # Healthy is not yet owning: the orchestrator's first cycle, the feed leader's first poll and the
-        # match actor's first tick follow, and a tick that first sees a match mid-play takes what it shows as
-        # history. 8 s leaves room for that on a loaded 2-core machine (3 s lost a first-over wicket there).
+        # The scheduled start, from the instances being healthy: the latest the first ball comes. Healthy is
+        # not yet owning (the orchestrator's first cycle, the feed's first poll and the match actor's first
+        # tick follow, and a tick that first sees a match mid-play takes what it shows as history), so a match
+        # starts sooner only once its owner has persisted its first, pre-match tick (``start_once_taken``).
         start_delay_wall_s: float = 8.0,
+        start_once_taken: bool = True,
         keep_records: int | None = None,
         extra_config: dict[str, dict[str, Any]] | None = None,
         apns_peer: tuple[str, str] | None = None,
@@ -101,10 +104,11 @@ class Cluster:
         self.cadence_s = cadence_s
         self.cycle_s = cycle_s
         self.innings_break_s = innings_break_s
-        # wall seconds from the instances being up (``start`` waits for that) to the first ball: time for the
-        # owner's first tick to see the match before it starts (a match picked up mid-way does not replay its
-        # history)
+        # wall seconds from the instances being up (``start`` waits for that) to the first ball at the latest:
+        # the owner's first tick must see the match before it starts (a match picked up mid-way does not replay
+        # its history); with ``start_once_taken`` the first ball comes as soon as that tick is persisted
         self.start_delay_wall_s = start_delay_wall_s
+        self.start_once_taken = start_once_taken
         self.keep_records = keep_records
         self.extra_config = extra_config or {}
         # (url, CA file) of an APNs peer the caller runs (e.g. nginx for the soak); None: the project's
@@ -188,10 +192,29 @@ class Cluster:
         await self.wait_healthy(timeout=120)
         for i, tape in enumerate(self.tapes):
             self.replay.add_tape(tape, start_delay_s=self._start_offset_s(i) * self.speed)
+        if self.start_once_taken:
+            for i, tape in enumerate(self.tapes):
+                nursery.start_soon(self._start_once_taken, str(tape.fixture_id), i * self.stagger_wall_s)
 
     def _start_offset_s(self, i: int) -> float:
-        """Wall seconds from now to the first ball of the i-th match (the fixture's startTime says the same)."""
+        """Wall seconds from now to the first ball of the i-th match at the latest (the fixture's startTime
+        says the same)."""
         return self.start_delay_wall_s + i * self.stagger_wall_s
+
+    async def _start_once_taken(self, match_id: str, not_before_s: float) -> None:
+        """Bowl the match's first ball once its owner has persisted its first (pre-match) tick, the baseline
+        its balls are diffed against, and not before ``not_before_s`` from now; unless it has started."""
+        not_before = trio.current_time() + not_before_s
+        while not self.replay.status()[match_id]["started"]:
+            try:
+                item = await self.repos.active_matches.get_active_match_state(match_id)
+            except Exception:  # moto saturated: not known to be taken yet, look again
+                item = None
+            if item is not None and item.get("matchPhase") and trio.current_time() >= not_before:
+                if not self.replay.status()[match_id]["started"]:
+                    self.replay.seek(match_id, 0)
+                return
+            await trio.sleep(0.2)
 
     async def seed(self) -> None:
         """Each tape's match, starting at its offset, with ``followers_per_match`` running sessions."""
@@ -274,7 +297,7 @@ class Cluster:
     async def start_phones(self, records: Iterable[dict[str, Any]]) -> None:
         """iOS 18 phones a push-to-start reached: their activity starts on the channel it named (they listen
         at once: subscribed at the APNs server) and the app registers the session with its channelId."""
-        sessions = []
+        sessions: list[tuple[Any, ...]] = []
         for record in records:
             phone = self.channel_phones.get(str(record.get("token")))
             if phone is None or record.get("status") != 200:
@@ -389,18 +412,21 @@ class Cluster:
         return inst
 
     async def stop_all(self, timeout: float = 20.0) -> None:
-        for inst in list(self.instances.values()):
-            if inst.alive:
-                inst.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for inst in list(self.instances.values()):
-            while inst.alive and time.monotonic() < deadline:
-                await trio.sleep(0.05)
-            if inst.alive:
-                inst.proc.kill()
-                inst.proc.wait()
-            self.retired.append(inst)
-        self.instances.clear()
+        """SIGTERM every instance, SIGKILL what is still up after ``timeout``. Shielded: a test cancelled or
+        timed out still stops its instances, rather than leaving them to load the machine for the next."""
+        with trio.CancelScope(shield=True):
+            for inst in list(self.instances.values()):
+                if inst.alive:
+                    inst.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for inst in list(self.instances.values()):
+                while inst.alive and time.monotonic() < deadline:
+                    await trio.sleep(0.05)
+                if inst.alive:
+                    inst.proc.kill()
+                    inst.proc.wait()
+                self.retired.append(inst)
+            self.instances.clear()
 
     def all_instances(self) -> Iterable[Instance]:
         return [*self.retired, *self.instances.values()]
@@ -451,8 +477,86 @@ async def admin_request(path: str, cmd: str, args: list[str] | None = None) -> A
     return answer.get("result") if answer.get("ok") else None
 
 
-def record_kid(record: dict[str, Any]) -> str | None:
-    auth = (record.get("headers") or {}).get("authorization", "")
-    if "kid=" not in auth:
-        return None
-    return auth.split("kid=", 1)[1].split()[0].rstrip(">")
+def build_cluster(
+    workdir: Path,
+    moto_url: str,
+    *,
+    seed: int,
+    prefix: str,
+    speed: float,
+    lease_s: float,
+    matches: int = 1,
+    followers: int = 3,
+    fmt: str = "T20",
+    overs: int | None = None,
+) -> Cluster:
+    """The end-to-end tests' cluster: ``matches`` synthesised matches (seeds ``seed``, ``seed + 1``, ...; the
+    format shortened to ``overs`` an innings when given), ``followers`` sessions each, the feed polled every
+    0.25 s, the orchestrator cycling every second and a 600-s innings break. Not started."""
+    from daemon.replay.synth import synthesise
+
+    tapes = [synthesise(fmt, seed=seed + i, overs=overs) for i in range(matches)]
+    return Cluster(
+        workdir,
+        moto_url=moto_url,
+        tapes=tapes,
+        table_prefix=prefix,
+        speed=speed,
+        followers_per_match=followers,
+        lease_s=lease_s,
+        cadence_s=0.25,
+        cycle_s=1.0,
+        innings_break_s=600.0,
+    )
+
+
+def check_exclusive_ownership(cluster: Cluster) -> None:
+    """Per match, the accepted pushes in arrival order come in one run per signing key (process): no two
+    processes ever pushed one match in turns."""
+    per_match: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    token_match = {tok: m.match_id for m in cluster.matches.values() for tok in m.tokens}
+    for record in cluster.apns.records:
+        match_id = token_match.get(record["token"])
+        if match_id is not None and record.get("status") == 200:
+            per_match[match_id].append((record["time"], record_kid(record) or "?"))
+    for match_id, seq in per_match.items():
+        seq.sort()
+        runs: list[str] = []
+        for _, kid in seq:
+            if not runs or runs[-1] != kid:
+                runs.append(kid)
+        assert len(runs) == len(set(runs)), f"match {match_id} pushed by interleaved owners: {runs}"
+
+
+def check_deliveries(cluster: Cluster) -> None:
+    """Every seeded token got every wicket that stands on its match's tape, updates, and one end with a
+    dismissal date; no alert was shown twice on one device (a repeat carries the original's timestamp)."""
+    deliveries = cluster.deliveries()
+    by_id = {str(t.fixture_id): t for t in cluster.tapes}
+    for match in cluster.matches.values():
+        wickets = standing_wickets(by_id[match.match_id])
+        assert wickets, "the synthesised match has wickets (otherwise this check proves nothing)"
+        for token in match.tokens:
+            records = deliveries.get(token, [])
+            ends = [r for r in records if aps(r).get("event") == "end"]
+            assert ends, f"token of {match.match_id} got no end"
+            assert all("dismissal-date" in aps(r) for r in ends)
+            got = set().union(*(event_ids(r) for r in records)) if records else set()
+            missing = {b for b in wickets if ("wicket", b) not in got}
+            assert not missing, f"{match.match_id}: wickets {sorted(missing)} never reached a token"
+            stamps = [int(aps(r)["timestamp"]) for r in records if aps(r).get("event") == "update"]
+            # arrival order may interleave a repeat, but the device keeps the newest: a repeat carries
+            # the same timestamp as the original, so at most one timestamp per alerting event
+            alerts: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+            for r in records:
+                payload = aps(r)
+                if payload.get("alert") and payload.get("event") == "update":
+                    state = payload.get("content-state") or {}
+                    head = (state.get("events") or [{}])[0]
+                    # the same event is the same ball too: a catch overturned on review and the batter's
+                    # real dismissal later are two alerts, not one shown twice
+                    key = (str(state.get("eventType")), str(head.get("subject")), str(head.get("ballId")))
+                    alerts[key].add(int(payload["timestamp"]))
+            for key, ts in alerts.items():
+                assert len(ts) == 1, f"alert {key} shown {len(ts)} times on one device"
+            assert stamps, "updates were delivered"
