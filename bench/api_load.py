@@ -155,12 +155,12 @@ def _client(base: str, jobs: list[dict[str, Any]], concurrency: int, duration_s:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
                 continue
-            head = bytes(buf[:end]).lower()
+            answer_head = bytes(buf[:end]).lower()
             length = 0
-            at = head.find(b"\r\ncontent-length:")
+            at = answer_head.find(b"\r\ncontent-length:")
             if at >= 0:
-                stop = head.find(b"\r\n", at + 2)
-                length = int(head[at + 17 : stop if stop >= 0 else len(head)])
+                stop = answer_head.find(b"\r\n", at + 2)
+                length = int(answer_head[at + 17 : stop if stop >= 0 else len(answer_head)])
             if len(buf) < end + 4 + length:
                 continue
             status = bytes(buf[9:12]).decode("latin-1")
