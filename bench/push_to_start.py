@@ -21,18 +21,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actors.match import MatchActor  # noqa: E402
+from actors.settings import MatchActorSettings, OrchestratorSettings  # noqa: E402
 from daemon import logs  # noqa: E402
 from daemon.apns.types import Push, PushResult  # noqa: E402
+from daemon.cricket.settings import EngineSettings  # noqa: E402
 from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables  # noqa: E402
 from daemon.store.dynamo import count_calls  # noqa: E402
 from daemon.store.local import MotoServer  # noqa: E402
-from tests.actors.match_helpers import make_match_actor  # noqa: E402
 from tests.harness.dynalite import DynaliteServer  # noqa: E402
 
 MATCH = "700"
@@ -81,7 +83,19 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     await repos.devices.import_items(devices)
     await repos.follows.import_items(follows)
     sender = AcceptingSender()
-    actor = make_match_actor(MATCH, repos, sender, heal_chunk=args.chunk, heal_concurrency=args.concurrency)
+    actor = MatchActor(
+        MATCH,
+        instance_id="bench",
+        epoch=1,
+        repos=repos,
+        feed=cast(Any, None),  # heal alone: no ticks
+        sender=sender,
+        topic="app.bench",
+        marquee=True,
+        engine_settings=EngineSettings(),
+        settings=MatchActorSettings(heal_chunk=args.chunk, heal_concurrency=args.concurrency),
+        lease=OrchestratorSettings(),
+    )
     actor._lease_until = trio.current_time() + 3600
     actor._fence.until = actor._lease_until
     actor.phase = "live"
