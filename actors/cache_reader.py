@@ -7,10 +7,18 @@ change stamps only, a few bytes per match), then one more for the fixtures whose
 (``FeedActor.offer_cached``), so a match actor sees the same ``FeedUpdate`` stream as on the leader, with
 the leader's ``fetched_at``. Only changed items are decoded (gunzip + JSON).
 
-When it reads: the leader writes once per cadence, so the reader aims just after the next write
-(``next_read_in``: newest fetch + cadence + a margin), and reads every half cadence while nothing new comes
-(the match is between balls, or the leader is late or changing). On the leader it only waits: the feed
-serves the subscribers in process.
+The first BatchGetItem also carries the leader's 404 verdicts (``feedNotFound`` on the region's summary
+item): when they change, the reader hands them to the feed (``adopt_not_found``), so a fixture the leader
+released reaches its match actor here (a ``released`` update, on which it lets go) within one read, not at
+the orchestrator's next cycle.
+
+When it reads: the leader polls once per cadence and writes each poll's changed fixtures, then the poll's
+summary, whose ``fetchedAt`` comes back with every read (the same BatchGetItem): it is the leader's
+heartbeat, present whether or not a fixture changed, and a read that sees it sees that poll's fixtures.
+So the reader aims just after the next poll's writes (``next_read_in``: last poll + cadence + a margin);
+when that poll is not in yet, it looks again a margin later, for up to a cadence; past that (no leader
+is polling: it died, or is being replaced) every half cadence. Without a summary it aims by the newest
+fixture instead. On the leader it only waits: the feed serves the subscribers in process.
 
 It also answers the orchestrator's ``livescores()`` on a follower, from the leader's
 summary item, and hands the 404 verdicts written with it to the feed (``adopt_not_found``: a fixture the
@@ -40,16 +48,19 @@ READ_MARGIN_S = 0.25  # after the leader's expected write: its transaction takes
 
 
 def next_read_in(
-    cadence_s: float, newest_fetched_at: float | None, now_wall: float, margin_s: float = READ_MARGIN_S
+    cadence_s: float, last_poll_at: float | None, now_wall: float, margin_s: float = READ_MARGIN_S
 ) -> float:
-    """Seconds to the next read: just after the leader's next write when the newest fixture is recent,
-    else half a cadence (never less than a tenth of one)."""
+    """Seconds to the next read, from the leader's last poll (wall clock): just after its next poll's
+    writes; a margin later while that poll is late (up to a cadence); half a cadence once no leader seems
+    to poll. Never less than a tenth of a cadence."""
     floor = cadence_s / 10
-    if newest_fetched_at is None:
+    if last_poll_at is None:
         return cadence_s / 2
-    behind = now_wall - newest_fetched_at
+    behind = now_wall - last_poll_at
     if behind < cadence_s + margin_s:
         return max(floor, cadence_s + margin_s - behind)
+    if behind < 2 * cadence_s + margin_s:
+        return max(floor, min(margin_s, cadence_s / 2))
     return max(floor, cadence_s / 2)
 
 
@@ -79,6 +90,7 @@ class CacheReader:
         self._wall = wall_clock
         self.seen: dict[str, tuple[int, int]] = {}
         self.newest_fetched_at: float | None = None
+        self.last_poll_at: float | None = None  # the leader's last /livescores poll, from its summary
         self.reads = 0
         self.delivered = 0
         self.errors = 0
@@ -86,6 +98,8 @@ class CacheReader:
         self._summary: tuple[list[dict[str, Any]], float, float] | None = (
             None  # (fixtures, fetchedAt, read at)
         )
+        self._verdicts: dict[str, Any] | None = None  # the leader's 404 verdicts as last adopted
+        self.released_by_read = 0  # ids this reader's reads released here
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -97,14 +111,20 @@ class CacheReader:
                 await trio.sleep(cadence / 2)
                 continue
             await self.read_once(subs)
-            await trio.sleep(next_read_in(cadence, self.newest_fetched_at, self._wall()))
+            heartbeat = self.last_poll_at if self.last_poll_at is not None else self.newest_fetched_at
+            await trio.sleep(next_read_in(cadence, heartbeat, self._wall()))
 
     async def read_once(self, subs: dict[str, bool] | None = None) -> int:
-        """One BatchGetItem of the change stamps of every subscribed match, then one of the fixtures that
-        changed (none when nothing did); returns how many changed fixtures were handed on."""
+        """One BatchGetItem of the change stamps of every subscribed match (and of the leader's 404
+        verdicts), then one of the fixtures that changed (none when nothing did); returns how many changed
+        fixtures were handed on."""
         subs = self._feed.local_subscriptions() if subs is None else subs
         try:
-            stamps = await self._cache.batch_get_stamps(list(subs))
+            got = await self._cache.batch_get_region_stamps(list(subs), self.region)
+            self._adopt_verdicts(got.not_found)
+            if got.polled_at is not None:
+                self.last_poll_at = got.polled_at
+            stamps = got.stamps
             for stamp in stamps.values():
                 if self.newest_fetched_at is None or stamp[2] > self.newest_fetched_at:
                     self.newest_fetched_at = stamp[2]
@@ -139,6 +159,15 @@ class CacheReader:
             del self.seen[gone]
         return handed
 
+    def _adopt_verdicts(self, verdicts: dict[str, Any] | None) -> None:
+        """Hand the leader's 404 verdicts to the feed when they changed since the last read (a released id's
+        local subscriber gets its ``released`` update now)."""
+        if verdicts is None or verdicts == self._verdicts:
+            return
+        self._verdicts = verdicts
+        released = self._feed.adopt_not_found(verdicts, to_wall=self._wall() - trio.current_time())
+        self.released_by_read += len(released)
+
     async def livescores(self, max_age_s: float) -> list[dict[str, Any]]:
         """The leader's last ``/livescores`` in short (id, status, league, start), for a follower."""
         now = self._wall()
@@ -163,10 +192,12 @@ class CacheReader:
             "reads": self.reads,
             "delivered": self.delivered,
             "errors": self.errors,
+            "released_by_read": self.released_by_read,
             "last_read_age_s": None if self.last_read_at is None else round(now - self.last_read_at, 3),
             "newest_fixture_age_s": (
                 None if self.newest_fetched_at is None else round(now - self.newest_fetched_at, 3)
             ),
             "livescores_age_s": None if self._summary is None else round(now - self._summary[1], 3),
+            "last_poll_age_s": None if self.last_poll_at is None else round(now - self.last_poll_at, 3),
             "stale_after_s": self._stale_after_s if math.isfinite(self._stale_after_s) else None,
         }

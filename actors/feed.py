@@ -32,6 +32,11 @@ Schedule and cost (SportMonks allows ~2,000 calls per endpoint per hour, spec §
       more calls, and ``is_released`` true for ``not_found_release_s`` so the orchestrator does not take it
       again meanwhile. The leader hands the verdicts and tries on with its summary (``not_found_state``);
       followers and a new leader take them (``adopt_not_found``), so the bound holds region-wide.
+      A fixture that answers but shows no play and no change (``daemon.sportmonks.ghost``: a listed id, or a
+      status other than ``NS``, outside its schedule's window) has its ``/fixtures/{id}`` period doubled from
+      ``off_livescores_cadence_s`` up to ``ghost_backoff_max_s`` and is released the same way after
+      ``ghost_max_tries`` looks over ``ghost_min_s``; a ghost release is lifted as soon as ``/livescores``
+      shows that id with play (a follower drops a release its leader no longer lists).
     * ``marquee_source = "fixture"`` is the DESIGN's literal alternative: ``/fixtures/{id}`` per marquee match
       every ``marquee_cadence_s`` (1,440 calls/h **per marquee match**: only one fits a 2,000/h budget), the
       5 s ``/livescores`` (without balls) still serving everyone else and telling who is live.
@@ -80,6 +85,7 @@ from daemon.sportmonks.client import (
     SportMonksClient,
 )
 from daemon.sportmonks.errors import BudgetExhausted, SportMonksError, SportMonksHTTPError
+from daemon.sportmonks.ghost import GhostRule, Watch, judge, played, sighting
 from daemon.sportmonks.settings import FeedSettings
 
 log = get_logger("actors.feed")
@@ -143,6 +149,18 @@ def without_balls(fixture: dict[str, Any]) -> dict[str, Any]:
     if "balls" not in fixture:
         return fixture
     return {key: value for key, value in fixture.items() if key != "balls"}
+
+
+def ghost_rule(settings: FeedSettings) -> GhostRule:
+    """The ghost-fixture rule's settings, from the feed's (its backoff starts at the off-livescores cadence)."""
+    return GhostRule(
+        max_tries=settings.ghost_max_tries,
+        min_s=settings.ghost_min_s,
+        early_s=settings.ghost_early_s,
+        late_s=settings.ghost_late_s,
+        backoff_s=settings.off_livescores_cadence_s,
+        backoff_max_s=max(settings.ghost_backoff_max_s, settings.off_livescores_cadence_s),
+    )
 
 
 def check_match_id(match_id: str) -> str:
@@ -233,6 +251,10 @@ class FeedActor:
         self.cache_errors = 0
         self._released: dict[str, float] = {}  # match id -> trio time until which it is not taken again
         self._not_found_tries: dict[str, int] = {}  # match id -> 404 answers to /fixtures/{id} in a row
+        self._ghosts: dict[str, Watch] = {}  # match id -> how long a listed fixture has shown no play, unchanged
+        self._ghost_released: set[str] = set()  # released as ghosts: play seen in /livescores lifts it
+        self._seen_listed: dict[str, float] = {}  # match id -> when a /livescores answer last listed it
+        self._ghost_rule = ghost_rule(settings)
 
     # ------------------------------------------------------------------------------------------ public API
 
@@ -366,6 +388,10 @@ class FeedActor:
                 self._not_found_tries[match_id] = max(n, self._not_found_tries.get(match_id, 0))
         else:  # the leader's count is the region's (it forgets an id that answered since)
             self._not_found_tries = tries
+        if not self.leading and "released" in state:  # the leader's verdicts are the region's (one it lifted too)
+            for match_id in [k for k in self._released if k not in released]:
+                del self._released[match_id]
+                log.info("feed_release_lifted_by_leader", match_id=match_id)
         for match_id, until in released.items():
             if until <= now:
                 continue
@@ -380,7 +406,7 @@ class FeedActor:
                 sub.next_fixture_at = math.inf
                 if not sub.remote:
                     log.warning("feed_fixture_released_by_leader", match_id=match_id)
-                    message = f"fixture {match_id} answered 404 on every try the region's feed leader made: released"
+                    message = f"fixture {match_id} released by the region's feed leader (404 on every try, or no play)"
                     sub.offer(
                         FeedUpdate(
                             match_id, None, time.time(), "fixture", False, error=message, released=True
@@ -517,6 +543,8 @@ class FeedActor:
         flight.result = result
         self._latest, self._latest_at, self._latest_with_balls = result, trio.current_time(), with_balls
         fetched_at = time.time()
+        self._note_listed(result)
+        self._lift_ghost_releases(result)
         self._distribute(result, fetched_at=fetched_at)
         self._cache_summary(result, fetched_at)
         return result
@@ -555,6 +583,8 @@ class FeedActor:
             sub.in_livescores = True
             league = fixture.get("league_id")
             sub.league_id = league if isinstance(league, int) else None
+            if self._judge_ghost(sub, fixture, listed=True) is not None:
+                continue  # released as a ghost just now
             marquee = self._is_marquee(sub)
             if marquee and self.settings.marquee_source == "fixture":
                 continue  # its ball-by-ball fixture comes from /fixtures/{id}; here it only proved it is live
@@ -611,6 +641,11 @@ class FeedActor:
         if self._subs.get(sub.match_id) is not sub:
             return  # unsubscribed while the call was out
         self._not_found_tries.pop(sub.match_id, None)
+        retry = self._judge_ghost(sub, fixture, listed=in_livescores)
+        if retry is not None:
+            if math.isinf(retry):
+                return  # released as a ghost
+            sub.next_fixture_at = max(sub.next_fixture_at, trio.current_time() + retry)
         sub.had_fixture = True
         update = FeedUpdate(sub.match_id, fixture, time.time(), "fixture", in_livescores)
         sub.offer(update)
@@ -638,16 +673,74 @@ class FeedActor:
             sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=str(exc)))
             return
         del self._not_found_tries[sub.match_id]
+        self._release(sub, f"fixture {sub.match_id} answered 404 {tries} times in a row: released", tries=tries)
+
+    def _release(self, sub: _Subscription, message: str, **why: Any) -> None:
+        """No more calls for ``sub``'s fixture, not taken again for ``not_found_release_s`` (region-wide: the
+        verdict goes out with the summary), and a last ``released`` update its match actor lets go on."""
+        s = self.settings
         self._released[sub.match_id] = trio.current_time() + s.not_found_release_s
         sub.next_fixture_at = math.inf  # no more calls for it, whatever the subscriber does next
         log.warning(
             "feed_fixture_released",
             match_id=sub.match_id,
-            tries=tries,
+            reason=message,
             not_taken_again_for_s=s.not_found_release_s,
+            **why,
         )
-        message = f"fixture {sub.match_id} answered 404 {tries} times in a row: released"
+        self._republish_summary()
         sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=message, released=True))
+
+    def _judge_ghost(self, sub: _Subscription, fixture: Mapping[str, Any], *, listed: bool) -> float | None:
+        """One more look at a fixture for ``daemon.sportmonks.ghost``: None when it shows play or its wait is
+        explained, the backoff before its next ``/fixtures/{id}`` call while it is under suspicion, or inf
+        once it has been released as a ghost (the subscriber got its ``released`` update)."""
+        if played(fixture):  # the common case, every tick of a live match: nothing to remember
+            self._ghosts.pop(sub.match_id, None)
+            return None
+        watch, verdict = judge(
+            self._ghosts.get(sub.match_id),
+            sighting(fixture, listed=listed or sub.match_id in self._seen_listed),
+            now=trio.current_time(),
+            wall=time.time(),
+            rule=self._ghost_rule,
+        )
+        if watch is None:
+            self._ghosts.pop(sub.match_id, None)
+        else:
+            if sub.match_id not in self._ghosts:
+                log.info("feed_fixture_blank", match_id=sub.match_id, reason=verdict.reason)
+            self._ghosts[sub.match_id] = watch
+        if verdict.kind == "release":
+            self._ghost_released.add(sub.match_id)
+            self._release(sub, f"fixture {sub.match_id}: {verdict.reason}: released")
+            return math.inf
+        if verdict.kind == "suspect":
+            return verdict.retry_in_s
+        return None
+
+    def _note_listed(self, result: LiveScores) -> None:
+        """Remember which ids /livescores listed (for a day), subscribed or not: the orchestrator may take an id
+        only after a short listing ended, and the ghost rule must still know it was listed."""
+        now = trio.current_time()
+        for fixture in result.fixtures:
+            self._seen_listed[str(fixture.get("id"))] = now
+        if len(self._seen_listed) > 1000 or now - min(self._seen_listed.values(), default=now) > 86400:
+            self._seen_listed = {k: t for k, t in self._seen_listed.items() if now - t <= 86400}
+
+    def _lift_ghost_releases(self, result: LiveScores) -> None:
+        """A fixture released as a ghost that ``/livescores`` now shows with play is a real match after all:
+        released no more, so the orchestrator takes it at once."""
+        if not self._ghost_released:
+            return
+        for fixture in result.fixtures:
+            match_id = str(fixture.get("id"))
+            if match_id in self._ghost_released and played(fixture):
+                self._ghost_released.discard(match_id)
+                if self._released.pop(match_id, None) is not None:
+                    log.warning("feed_release_lifted", match_id=match_id, reason="play shown in /livescores")
+                    self._republish_summary()
+        self._ghost_released &= set(self._released)
 
     def _retry_first_fixture_soon(self, sub: _Subscription) -> None:
         """A subscriber that never had a good fixture retries at the livescores cadence, not every 30 s: its
@@ -707,17 +800,13 @@ class FeedActor:
             self._cache_wake.set()
 
     async def _cache_writer(self) -> None:
+        """Writes what the polls left pending: a poll's fixtures first, then its summary, so a follower that
+        sees a summary (its ``fetchedAt`` marks the poll) also sees every fixture that poll changed."""
         assert self._cache is not None
         while True:
             await self._cache_wake.wait()
             self._cache_wake = trio.Event()
-            if self._summary_pending is not None:
-                summary, self._summary_pending = self._summary_pending, None
-                try:
-                    await self._cache.publish_livescores(*summary)  # type: ignore[attr-defined]
-                except Exception as exc:  # noqa: BLE001 - as for fixtures below
-                    self.cache_errors += 1
-                    log.warning("feed_cache_summary_failed", error=f"{type(exc).__name__}: {exc}")
+            summary, self._summary_pending = self._summary_pending, None
             while self._cache_pending:
                 match_id = next(iter(self._cache_pending))
                 update = self._cache_pending.pop(match_id)
@@ -749,3 +838,9 @@ class FeedActor:
                 self.cache_writes += 1
                 if match_id in self._subs:
                     self._cache_written[match_id] = (fixture, now)
+            if summary is not None:
+                try:
+                    await self._cache.publish_livescores(*summary)  # type: ignore[attr-defined]
+                except Exception as exc:  # noqa: BLE001 - as for fixtures above
+                    self.cache_errors += 1
+                    log.warning("feed_cache_summary_failed", error=f"{type(exc).__name__}: {exc}")

@@ -20,8 +20,16 @@ clock says the lease (less the clock-skew bound) ran out before a renewal succee
 does. What it writes to ``cricket-fixture-cache`` goes through ``FencedFixtureCache``: each write is a
 transaction whose ConditionCheck says the lease still names this owner and epoch and has not run out by the
 writer's clock, so a leader paused past its lease (SIGSTOP, a long GC, a VM freeze) writes nothing on
-waking, even a write it had already prepared. When the leader dies, another instance takes the lease at
-its next attempt after the lease ran out: within one lease plus one renewal period.
+waking, even a write it had already prepared.
+
+Handover. When the leader dies, its lease runs out at the ``expiresAt`` its last renewal wrote; a follower
+knows that time from its last refused acquire, so it tries again just after it (``next_attempt_at``), not
+at its next renewal period: the feed moves within one lease of the leader's last renewal. A new leader
+reads the region's active matches before its first poll (``_take_up_polling``, in the region task, so a
+slow Scan never holds up a renewal): that first ``/livescores`` already serves, and writes to the cache,
+every match of the region, not only its own. A leader that dies between a poll and its cache write loses
+that write only: the successor's first poll returns the fixture as it stands then, balls included, and the
+match actors diff against their last state, so the events it held arrive with that poll.
 
 The decisions (when the lease is lost, what the region's call count is, which matches the leader polls) are
 the pure functions at the top; the actor is the shell that calls DynamoDB.
@@ -45,6 +53,7 @@ from daemon.store.locks import Lease, feed_lock_key
 log = get_logger("actors.feed_leader")
 
 WINDOW_S = 3600.0
+ATTEMPT_MARGIN_S = 0.05  # a follower's attempt after the lease it saw runs out: just after, by its clock
 
 
 # ------------------------------------------------------------------------------------------------ pure decisions
@@ -54,6 +63,25 @@ def lease_deadline(sent_at: float, lease_s: float, clock_skew_bound_s: float) ->
     """Until when (this process's monotonic clock) a lease renewed by a request sent at ``sent_at`` may be
     relied on: counted from when the request left, less the skew bound between hosts' clocks."""
     return sent_at + lease_s - clock_skew_bound_s
+
+
+def next_attempt_at(
+    last_attempt: float,
+    renew_every_s: float,
+    seen_expires_wall: float | None,
+    now: float,
+    now_wall: float,
+    margin_s: float = ATTEMPT_MARGIN_S,
+) -> float:
+    """When (monotonic) to contend for the lease next: a renewal period after the last attempt, or, for a
+    follower that saw the lease's expiry (``seen_expires_wall``, wall clock), just after that expiry if it
+    comes first, so a dead leader's lease is taken as it runs out. Never sooner than a tenth of a period
+    after the last attempt (a live leader's renewal moves the expiry on; no busy loop)."""
+    due = last_attempt + renew_every_s
+    if seen_expires_wall is None:
+        return due
+    at_expiry = now + (seen_expires_wall - now_wall) + margin_s
+    return max(min(due, at_expiry), last_attempt + renew_every_s / 10)
 
 
 def may_write(lease: Lease | None, lease_until: float, now: float) -> bool:
@@ -181,6 +209,7 @@ class FeedLeadership:
         self.stepped_down = 0
         self.last_poll_wall: float | None = None
         self._kick = trio.Event()
+        self._take_up = trio.Event()  # set on taking the lease: the region task prepares the first poll
         self._last_attempt = -math.inf
 
     @property
@@ -197,17 +226,16 @@ class FeedLeadership:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            await (
-                self._attempt()
-            )  # a lone instance leads before the orchestrator's first cycle asks for livescores
+            # a lone instance leads before the orchestrator's first cycle asks for livescores
+            await self._attempt()
             if self.lease is not None:
-                await self._refresh_region_safely()
+                await self._take_up_polling()
+                self._take_up = trio.Event()  # done: the region task need not do it again
             task_status.started()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._region_loop)
                 while True:
-                    # a renewal is due renew_every_s after the last one was sent, whatever it cost
-                    with trio.move_on_at(self._last_attempt + self.renew_every_s):
+                    with trio.move_on_at(self._next_attempt()):
                         await self._kick.wait()
                     self._kick = trio.Event()
                     await self._attempt()
@@ -221,13 +249,38 @@ class FeedLeadership:
                     except Exception as exc:  # noqa: BLE001 - it runs out on its own
                         log.warning("feed_lease_release_failed", error=repr(exc))
 
+    def _next_attempt(self) -> float:
+        """A renewal is due renew_every_s after the last one was sent, whatever it cost; a follower also
+        tries just after the lease it saw runs out (``next_attempt_at``)."""
+        expires = None
+        if self.lease is None and self.last_seen is not None:
+            try:
+                expires = float(self.last_seen.get("expiresAt", 0.0))
+            except (TypeError, ValueError):
+                expires = None
+        return next_attempt_at(
+            self._last_attempt, self.renew_every_s, expires, trio.current_time(), self._wall()
+        )
+
     async def _region_loop(self) -> None:
         """While leading, the region's active matches every renewal period (apart from the renewals, so a
-        slow Scan never delays one)."""
+        slow Scan never delays one); on taking the lease, at once, before the first poll."""
         while True:
-            await trio.sleep(self.renew_every_s)
-            if self.lease is not None:
+            with trio.move_on_after(self.renew_every_s):
+                await self._take_up.wait()
+            self._take_up = trio.Event()
+            if self.lease is None:
+                continue
+            if not self.feed.leading:
+                await self._take_up_polling()
+            else:
                 await self._refresh_region_safely()
+
+    async def _take_up_polling(self) -> None:
+        """A new leader's first poll serves the whole region: its active matches first, then polling."""
+        await self._refresh_region_safely()
+        if self.lease is not None:
+            self.feed.set_leading(True)
 
     async def _refresh_region_safely(self) -> None:
         try:
@@ -244,6 +297,7 @@ class FeedLeadership:
                 await self._renew()
         except Exception as exc:  # DynamoDB unreachable: keep leading until the local lease runs out
             log.warning("feed_lease_attempt_failed", error=repr(exc), leading=self.lease is not None)
+            self.last_seen = None  # a follower tries again a period later, not at an expiry long past
             if self.lease is not None and not self.leading:
                 self.step_down("could not renew the lease before it ran out")
 
@@ -280,7 +334,7 @@ class FeedLeadership:
             previous=(item or {}).get("previousOwner"),
             budget_seeded=budget is not None,
         )
-        self.feed.set_leading(True)
+        self._take_up.set()  # the region task reads the region's matches, then the feed polls
 
     async def _summary_state(self) -> dict[str, Any]:
         """The state the previous leader wrote with its last summary ({} when none can be read: the lock

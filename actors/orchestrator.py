@@ -20,6 +20,12 @@ shows in play (a live status) is reopened (``reopen_ended_match``: a new epoch, 
 taken like any other. An id the feed released after repeated 404s (``feed.is_released``) is not taken, from
 any source, while the feed holds it released.
 
+Follows outlive the end by ``follows_grace_s``: the match actor's end sequence ends the sessions and keeps the
+follows, so a match ended wrongly and taken again can re-start its followers' Live Activities (push-to-start,
+the actor's self-healing). Each full cycle, an ended record whose end has stood that long, that the latest
+``/livescores`` does not show in play and whose follows are not yet removed has them removed, under the match's
+lock (so never while the match is being reopened), and is marked ``followsRemovedAt``.
+
 ``instance_id`` here is the process's owner identity (``daemon.store.locks.owner_identity``: the configured
 instance id and a per-process nonce), so two processes never take each other's lock or fence as their own.
 
@@ -30,8 +36,10 @@ expired by its own monotonic clock (minus the skew bound) and stops, and any wri
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection
+from datetime import datetime
 from typing import Any
 
 import trio
@@ -122,6 +130,7 @@ class Orchestrator:
             await self._from_livescores(candidates)
             await self._from_fixtures(candidates)
             _export_wanted(candidates)
+            await self._remove_follows_after_grace(active)
         for match_id, league_id in candidates.items():
             if self.draining or len(self.owned) >= self.settings.max_matches:
                 break
@@ -145,9 +154,9 @@ class Orchestrator:
             if fixture.get("status") in NOT_LIVE_STATUSES:
                 continue
             match_id = str(fixture["id"])
-            if self._released(match_id):
-                continue  # answered 404 on every try: an id SportMonks does not know
             live_now.add(match_id)
+            if self._released(match_id):
+                continue  # released by the feed (404 on every try, or no play at all): not taken
             candidates.setdefault(match_id, _str_or_none(fixture.get("league_id")))
         self._live_now = live_now
 
@@ -176,6 +185,41 @@ class Orchestrator:
                 upcoming = status == "NS" and str(item.get("startTime", "")) <= soon
                 if (status in live or upcoming) and not item.get("archivedAt"):
                     candidates.setdefault(str(item["matchId"]), _str_or_none(item.get("leagueId")))
+
+    # ------------------------------------------------------------------ ended matches
+    async def _remove_follows_after_grace(self, records: list[dict[str, Any]]) -> None:
+        """Remove the follows of ended matches whose end stood ``follows_grace_s`` (see the module doc)."""
+        cutoff = self._now() - self.settings.follows_grace_s
+        for item in records:
+            match_id, ended_at = str(item["matchId"]), item.get("endedAt")
+            if (
+                self.draining
+                or item.get("status") != "ended"
+                or item.get("followsRemovedAt")
+                or not isinstance(ended_at, str)
+                or _epoch(ended_at) > cutoff
+                or match_id in self._live_now
+                or match_id in self.owned
+            ):
+                continue
+            try:
+                await self._remove_follows(match_id, ended_at)
+            except Exception as exc:  # tried again next cycle; the follows' own TTL is the last resort
+                log.warning("follows_removal_failed", match_id=match_id, error=repr(exc))
+
+    async def _remove_follows(self, match_id: str, ended_at: str) -> None:
+        key = match_lock_key(match_id)
+        if not await self._repos.locks.acquire(key, self.instance_id, self.settings.lease_s):
+            return  # someone is taking it (reopening) or removing them: not ours to do now
+        try:
+            item = await self._repos.active_matches.get_active_match_state(match_id)
+            if item is None or item.get("status") != "ended" or item.get("endedAt") != ended_at:
+                return
+            removed = await self._repos.follows.remove_all_follows_for_match(match_id)
+            await self._repos.active_matches.mark_follows_removed(match_id, ended_at)
+            log.info("follows_removed_after_grace", match_id=match_id, follows=removed, ended_at=ended_at)
+        finally:
+            await self._release(match_id)
 
     # ------------------------------------------------------------------ taking a match
     async def try_take(self, match_id: str, league_id: str | None) -> bool:
@@ -302,6 +346,15 @@ def _forget_owned(match_id: str) -> None:
         MATCH_OWNER_EPOCH.remove(match_id)
     except KeyError:  # never exported (the actor failed to start) or already removed
         pass
+
+
+def _epoch(text: str) -> float:
+    """Epoch seconds of an ISO-8601 stamp (``endedAt``); +inf when unreadable, so nothing acts on it."""
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return math.inf
+    return parsed.timestamp() if parsed.tzinfo else math.inf
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -26,6 +26,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     shape = botocore.session.get_session().get_service_model("dynamodb").operation_model("Query").output_shape
+    assert shape is not None, "botocore's DynamoDB model has a Query output shape"
     items = [
         {
             "visitorKey": {"S": f"user-{i:06d}#device-{i:06d}"},

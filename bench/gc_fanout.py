@@ -53,7 +53,7 @@ def model(matches: int, sessions_per_match: int, fanouts: int, tuned: bool) -> d
         owned.append(rows)
     config = h2.config.H2Configuration(client_side=True)
     payload = b'{"aps":{"event":"update","content-state":{}}}'
-    before = [list(monitor.collections), list(monitor.pause_s)]
+    collections_before, pause_before = list(monitor.collections), list(monitor.pause_s)
     cpu = time.process_time()
     in_flight: list[list[Any]] = []
     for f in range(fanouts):
@@ -70,8 +70,8 @@ def model(matches: int, sessions_per_match: int, fanouts: int, tuned: bool) -> d
     cpu = time.process_time() - cpu
     return {
         "cpu_s": round(cpu, 3),
-        "gc_pause_s": round(sum(monitor.pause_s) - sum(before[1]), 3),
-        "collections": [a - b for a, b in zip(monitor.collections, before[0], strict=True)],
+        "gc_pause_s": round(sum(monitor.pause_s) - sum(pause_before), 3),
+        "collections": [a - b for a, b in zip(monitor.collections, collections_before, strict=True)],
         "thresholds": list(gc.get_threshold()),
         "frozen_objects": gc.get_freeze_count(),
     }

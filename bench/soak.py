@@ -3,7 +3,7 @@
     python bench/soak.py [--matches M] [--tokens T] [--instances I] [--speed X] [--kill-every S]
                          [--duration S] [--cadence S] [--lease S] [--seed N] [--format T20|T10]
                          [--stagger S] [--drain S] [--dynamodb moto|dynalite] [--apns python|nginx]
-                         [--ios18-share F]
+                         [--ios18-share F] [--compare-single] [--single-tokens T]
 
 Runs M synthesised T20 matches concurrently at speed X against the local servers (moto on loopback, the
 replay server, the APNs server), with T Live Activity tokens in total spread over the matches, across I
@@ -36,10 +36,19 @@ Definitions (what the figures mean):
   kills, the highest peak of the slot's processes and the sum of their CPU (up to a second of a killed
   process's last CPU is not seen);
 - DynamoDB calls per tick: the daemons' own histogram (sum / count), read over their admin sockets;
-- SportMonks calls per hour: requests the replay server answered, per hour of wall time: the region's calls
-  (one feed leader polls for every instance); beside them each instance's own calls per hour (from its
-  ``sightscreen_sportmonks_calls`` counter, summed over the slot's processes) and what one instance alone
-  polls at this cadence (``3600 / cadence``), with the region's figure as a ratio of it;
+- SportMonks calls per hour (the fleet figures): requests the replay server answered from the moment the
+  instances are up to the cut-off (or the end of the last match), per hour of that window: the region's
+  calls (one feed leader polls for every instance); beside them each instance's own calls per hour over
+  the same window (from its ``sightscreen_sportmonks_calls`` counter, summed over the slot's processes)
+  and what one instance polls at this cadence in theory (``3600 / cadence``, /livescores alone);
+- a single instance's calls per hour (``--compare-single``): a companion run in the same invocation, after
+  the main one, with the same tapes, speed, cadence, lease, duration and peers, one instance and no kills,
+  measured the same way; SportMonks calls do not depend on the number of tokens, so the companion seeds
+  ``--single-tokens`` (default: 10 per match) to stay light. ``sportmonks_region_vs_single_instance`` is
+  the region's figure over it;
+- targets (``targets``): the region's calls per hour within 10% of the single instance's (with kills),
+  ``lost`` 0, duplicate alerts 0, and lag p99 within cadence + 1 s (the lag target applies to runs
+  without kills: a kill makes its owner's matches wait for the lease);
 - slowest events: the five key events whose last token got them latest, with the lag of their first token
   (the wait for the owner's poll and the tick), their median and their last (last minus first is the
   fan-out), and how long after the last kill their ball came (a match whose owner was just killed waits for
@@ -52,7 +61,9 @@ Definitions (what the figures mean):
   started are not due for it (a token phone is seeded running). ``apns_requests_per_key_event``: accepted
   requests (per-token pushes and broadcasts) that carried a due key event, per due key event; ``channels``:
   created, deleted and still open at the APNs server at the end (a leak), and created twice for a
-  perspective (two owners racing).
+  perspective (two owners racing). ``ios18_start_s``: seconds from a match's first ball being served to each
+  of its iOS 18 phones' activity starting (on a channel or, failing one, on a token): p50, p90, max, how
+  many within 5/10/20/30/60 s, and how many never started.
 
 The last line printed is one JSON object with those figures.
 """
@@ -105,6 +116,9 @@ class Tally:
         self.cut_off = 0
         self.by_kind: dict[str, int] = defaultdict(int)
         self.requests_per_event: dict[tuple[str, str, str], int] = defaultdict(int)  # (match, type, subject)
+        self.token_requests_per_event: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.broadcasts_per_event: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.tokens_per_event: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         self.broadcasts = 0
         self.subscribers: Any = None  # the APNs server's subscriptions: broadcast channel -> devices
 
@@ -132,17 +146,22 @@ class Tally:
                 )
                 first = devices[0] if devices else None
                 for ev in state.get("events") or []:
-                    self.requests_per_event[
-                        (self.token_match.get(first or "", "?"), str(ev.get("type")), str(ev.get("subject")))
-                    ] += 1
+                    key = (
+                        self.token_match.get(first or "", "?"),
+                        str(ev.get("type")),
+                        str(ev.get("subject")),
+                    )
+                    self.requests_per_event[key] += 1
+                    self.broadcasts_per_event[key] += 1
                 for device in devices:
                     self._deliver(device, r, aps, state, event)
                 continue
             token = r["token"]
             for ev in state.get("events") or []:
-                self.requests_per_event[
-                    (self.token_match.get(token, "?"), str(ev.get("type")), str(ev.get("subject")))
-                ] += 1
+                key = (self.token_match.get(token, "?"), str(ev.get("type")), str(ev.get("subject")))
+                self.requests_per_event[key] += 1
+                self.token_requests_per_event[key] += 1
+                self.tokens_per_event[key].add(token)
             self._deliver(token, r, aps, state, event)
 
     def _deliver(
@@ -216,6 +235,69 @@ def _sportmonks_calls(metrics_text: str) -> float:
     return total
 
 
+def _served(replay: Any) -> int:
+    """SportMonks requests the replay server answered so far (control requests aside)."""
+    served = getattr(replay, "requests_served", {}) or {}
+    return sum(v for k, v in served.items() if k != "control")
+
+
+def _per_slot(calls: dict[tuple[str, int], float], base: dict[tuple[str, int], float]) -> dict[str, float]:
+    """Each slot's calls summed over its processes, less what the processes it had at the start of the
+    window had already made."""
+    out: dict[str, float] = defaultdict(float)
+    for (slot, pid), n in calls.items():
+        out[slot] += n - base.get((slot, pid), 0.0)
+    return dict(out)
+
+
+def fleet_figures(
+    *,
+    region_calls: int,
+    window_s: float,
+    by_instance: dict[str, float],
+    cadence_s: float,
+    single_per_hour: float | None,
+) -> dict[str, Any]:
+    """The SportMonks figures of a run: calls per hour for the region and per instance over the window,
+    the theory for one instance at this cadence, and the region's ratio to a single instance's measured
+    rate (None without a companion run)."""
+    hours = max(window_s, 1e-9) / 3600.0
+    region = region_calls / hours
+    theory = 3600.0 / cadence_s
+    return {
+        "sportmonks_window_s": round(window_s, 1),
+        "sportmonks_calls_per_hour_region": round(region),
+        "sportmonks_calls_per_hour_by_instance": {k: round(v / hours) for k, v in sorted(by_instance.items())},
+        "sportmonks_calls_per_hour_one_instance_theory": round(theory),
+        "sportmonks_region_vs_theory": round(region / theory, 3),
+        "sportmonks_calls_per_hour_single_instance": None
+        if single_per_hour is None
+        else round(single_per_hour),
+        "sportmonks_region_vs_single_instance": round(region / single_per_hour, 3)
+        if single_per_hour
+        else None,
+        # the region's, scaled to the production marquee cadence (2.5 s): what the region's budget sees
+        "sportmonks_calls_per_hour_region_at_2_5s": round(region * cadence_s / 2.5),
+    }
+
+
+def targets(result: dict[str, Any]) -> dict[str, Any]:
+    """The fleet's targets, judged on a run's figures: each None when the run cannot say (no companion run
+    for the calls; kills for the lag target, which applies without them)."""
+    ratio = result.get("sportmonks_region_vs_single_instance")
+    p99 = (result.get("lag_s") or {}).get("p99")
+    bound = result["cadence_s"] + 1.0
+    return {
+        "region_calls_within_10pct_of_single_instance": None if ratio is None else abs(ratio - 1.0) <= 0.10,
+        "lost_zero": result["lost"] == 0,
+        "duplicate_alerts_zero": result["duplicate_alerts"] == 0,
+        "lag_p99_bound_s": bound,
+        "lag_p99_within_cadence_plus_1s": None
+        if result["kills"] or p99 is None
+        else p99 <= bound,
+    }
+
+
 def _start_store(kind: str, workdir: Path) -> MotoServer | DynaliteServer:
     if kind == "dynalite":
         return DynaliteServer(log_path=workdir / "dynalite.log").start()
@@ -235,6 +317,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     samples: dict[tuple[str, int], tuple[int, float]] = {}  # (instance slot, pid): last (VmHWM, CPU) seen
     tick_calls: dict[tuple[str, int], tuple[float, float, float]] = {}  # per process: a kill loses none
     sm_calls: dict[tuple[str, int], float] = {}  # (instance slot, pid): SportMonks requests it sent
+    sm_base: dict[tuple[str, int], float] = {}  # the same at the start of the window
+    window_start = window_end = started
+    served_start = served_end = 0
+    sm_at_cut: dict[tuple[str, int], float] = {}
     kills = 0
     kill_times: list[float] = []
     tally: Tally | None = None
@@ -269,6 +355,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 token_match = {t: m.match_id for m in cluster.matches.values() for t in m.tokens}
                 tally = Tally(token_match)
+                # the SportMonks window opens now: what each process had called before it is left out
+                window_start, served_start = time.time(), _served(cluster.replay)
+                for inst in list(cluster.instances.values()):
+                    text = await admin_request(cluster.admin_socket(inst), "metrics")
+                    if isinstance(text, str):
+                        sm_base[(f"i{inst.slot}", inst.proc.pid)] = _sportmonks_calls(text)
 
                 async def sample_loop() -> None:
                     while True:
@@ -306,6 +398,13 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                             cluster.spawn(slot)
                             next_kill = trio.current_time() + args.kill_every
                 cut = time.time()
+                # the SportMonks window closes at the cut-off (or the last match's end): the drain is left out
+                window_end, served_end = cut, _served(cluster.replay)
+                for inst in list(cluster.instances.values()):
+                    text = await admin_request(cluster.admin_socket(inst), "metrics")
+                    if isinstance(text, str):
+                        sm_calls[(f"i{inst.slot}", inst.proc.pid)] = _sportmonks_calls(text)
+                sm_at_cut = dict(sm_calls)
                 if not all_ended:
                     # the cut-off: no more kills; what happened before it has --drain seconds to arrive
                     print(
@@ -320,9 +419,11 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 elapsed = time.time() - started
                 replay_stats = cluster.replay.status() if hasattr(cluster.replay, "status") else {}
                 served = getattr(cluster.replay, "requests_served", {}) or {}
-                requests = sum(v for k, v in served.items() if k != "control")
                 wickets_served = {
                     str(tape.fixture_id): _standing_wickets(tape, cluster.replay) for tape in tapes
+                }
+                live_at = {
+                    str(tape.fixture_id): _first_ball_served_at(tape, cluster.replay) for tape in tapes
                 }
             finally:
                 with trio.CancelScope(shield=True):
@@ -343,12 +444,16 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         tally.eat(cluster.apns.records)
 
     channel_keys = {str(f.update_token) for _, f in cluster.channel_phones.values()}
+    match_channel_phones: dict[str, int] = defaultdict(int)
+    for phone_match, _ in cluster.channel_phones.values():
+        match_channel_phones[phone_match] += 1
     lost_by_path: dict[str, int] = defaultdict(int)
     expected = 0
     delivered_all = 0
     lost = 0
     lags: list[float] = []
     requests_per_event: list[int] = []
+    split: dict[str, list[float]] = defaultdict(list)  # what each due key event's requests were
     per_event: list[dict[str, Any]] = []
     key_events = 0
     due_events = 0
@@ -387,7 +492,15 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     ] += 1
                     everyone = False
             delivered_all += everyone
-            requests_per_event.append(tally.requests_per_event.get((match_id, etype, subject), 0))
+            ekey = (match_id, etype, subject)
+            requests_per_event.append(tally.requests_per_event.get(ekey, 0))
+            phones = match_channel_phones.get(match_id, 0)
+            split["token_requests"].append(tally.token_requests_per_event.get(ekey, 0))
+            split["tokens_reached"].append(len(tally.tokens_per_event.get(ekey, ())))
+            split["broadcasts"].append(tally.broadcasts_per_event.get(ekey, 0))
+            split["ios17_tokens"].append(len(match.tokens) - phones)
+            split["ios18_on_tokens"].append(sum(1 for t in match.tokens if t in cluster.token_started))
+            split["goal"].append(len(match.tokens) - phones + 3)
             lags.extend(event_lags)
             if event_lags and served_at is not None:
                 before = [k for k in kill_times if k <= served_at]
@@ -413,6 +526,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             if e["op"] == "create" and e["status"] == 201
         ),
     }
+    ios18_start = _start_delays(cluster, live_at)
     duplicates = sum(1 for stamps in tally.alert_stamps.values() if len(stamps) > 1)
     total_calls = sum(c[0] for c in tick_calls.values())
     total_ticks = sum(c[1] for c in tick_calls.values())
@@ -450,9 +564,16 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "channel_phones": len(channel_keys),
         "channel_phones_started": len(cluster.channel_started),
         "ios18_phones_started_on_tokens": len(cluster.token_started),
+        "ios18_start_s": ios18_start,
+        # iOS 18 phones that got more than one push-to-start (each would start one more activity on the phone)
+        "ios18_phones_started_twice": sum(1 for n in cluster.start_pushes.values() if n > 1),
         "apns_requests_per_key_event": round(sum(requests_per_event) / len(requests_per_event), 1)
         if requests_per_event
         else None,
+        # per due key event, on average: per-token requests carrying it, the distinct tokens they reached (the
+        # rest are repeats: a tick re-sent after a kill or a lost answer), broadcasts carrying it, the match's
+        # iOS 17 tokens, its iOS 18 phones started on tokens, and the goal (iOS 17 tokens + 3 perspectives)
+        "apns_requests_per_key_event_split": {k: round(sum(v) / len(v), 1) for k, v in split.items() if v},
         "channels": channel_stats,
         "pushes_cut_off_by_kills": tally.cut_off,
         "lag_s": {
@@ -469,36 +590,59 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "dynamodb_calls_per_tick": round(total_calls / total_ticks, 2) if total_ticks else None,
         # the same over the ticks that wrote something (a new ball); a tick with no change costs none
         "dynamodb_calls_per_changed_tick": round(total_calls / busy_ticks, 2) if busy_ticks else None,
-        "sportmonks_calls_per_hour": (
-            round(requests / (elapsed / 3600.0)) if isinstance(requests, int) and elapsed else None
-        ),
-        # the region's (the replay server's count), each instance's own, and one instance polling alone
-        "sportmonks_calls_per_hour_region": (
-            round(requests / (elapsed / 3600.0)) if isinstance(requests, int) and elapsed else None
-        ),
-        "sportmonks_calls_per_hour_by_instance": {
-            slot: round(sum(n for (s, _), n in sm_calls.items() if s == slot) / (elapsed / 3600.0))
-            for slot in sorted({s for s, _ in sm_calls})
-        }
-        if elapsed
-        else None,
-        "sportmonks_calls_per_hour_one_instance": round(3600.0 / args.cadence),
         "sportmonks_requests_by_endpoint": {k: v for k, v in served.items() if k != "control" and v},
-        "sportmonks_region_vs_one_instance": (
-            round(requests / (elapsed / 3600.0) / (3600.0 / args.cadence), 3)
-            if isinstance(requests, int) and elapsed
-            else None
-        ),
-        # the region's, scaled to the production marquee cadence (2.5 s): what the region's budget sees
-        "sportmonks_calls_per_hour_region_at_2_5s": (
-            round(requests / (elapsed / 3600.0) * args.cadence / 2.5)
-            if isinstance(requests, int) and elapsed
-            else None
+        **fleet_figures(
+            region_calls=served_end - served_start,
+            window_s=window_end - window_start,
+            by_instance=_per_slot(sm_at_cut, sm_base),
+            cadence_s=args.cadence,
+            single_per_hour=None,
         ),
         "replay": replay_stats
         if isinstance(replay_stats, dict) and len(json.dumps(replay_stats)) < 2000
         else None,
     }
+
+
+def _first_ball_served_at(tape: Any, replay: Any) -> float | None:
+    """When the replay server first served the match's first ball (the match going live)."""
+    balls = tape.fixture_at(len(tape)).get("balls") or []
+    if not balls:
+        return None
+    idx = tape.entry_index_of_ball(int(balls[0]["id"]))
+    return replay.ball_served_at(str(tape.fixture_id), idx) if idx is not None else None
+
+
+def _start_delays(cluster: Any, live_at: dict[str, float | None]) -> dict[str, Any] | None:
+    """How soon after its match went live (its first ball served) each iOS 18 phone's activity started, on
+    either path (a channel, or an update token when the push-to-start named no channel)."""
+    if not cluster.channel_phones:
+        return None
+    delays: list[float] = []
+    never = 0
+    for match_id, follower in cluster.channel_phones.values():
+        key = str(follower.update_token)
+        at = cluster.channel_started.get(key, cluster.token_started.get(key))
+        live = live_at.get(match_id)
+        if at is None or live is None:
+            never += 1
+            continue
+        delays.append(max(0.0, at - live))
+    out: dict[str, Any] = {
+        "phones": len(cluster.channel_phones),
+        "started": len(delays),
+        "never": never,
+        "p50": _round(_pct(delays, 0.5)),
+        "p90": _round(_pct(delays, 0.9)),
+        "max": _round(max(delays) if delays else None),
+    }
+    for n in (5, 10, 20, 30, 60):
+        out[f"within_{n}s"] = sum(1 for d in delays if d <= n)
+    return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def _standing_wickets(tape: Any, replay: Any) -> list[tuple[str, str, float | None]]:
@@ -562,6 +706,18 @@ def main(argv: list[str] | None = None) -> int:
         choices=["python", "nginx"],
         help="APNs peer: the project's validating server, or nginx recording what it got",
     )
+    parser.add_argument(
+        "--compare-single",
+        action="store_true",
+        help="after the run, a companion run with one instance and no kills (same tapes, speed, cadence, "
+        "lease, duration, peers) for the single instance's SportMonks calls per hour",
+    )
+    parser.add_argument(
+        "--single-tokens",
+        type=int,
+        default=0,
+        help="tokens of the companion run (default: 10 per match; SportMonks calls do not depend on them)",
+    )
     args = parser.parse_args(argv)
 
     def _stop(signum: int, frame: Any) -> None:
@@ -569,8 +725,56 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     result = trio.run(soak, args)
+    if args.compare_single:
+        companion = single_instance_args(args)
+        print(
+            f"soak: companion run: 1 instance, no kills, {companion.tokens} tokens, same tapes and duration",
+            file=sys.stderr,
+        )
+        single = trio.run(soak, companion)
+        result = with_single_instance(result, single)
+    result["targets"] = targets(result)
     print(json.dumps(result))
     return 0
+
+
+def single_instance_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The companion run's options: the main run's, with one instance, no kills and few tokens."""
+    return argparse.Namespace(
+        **{
+            **vars(args),
+            "instances": 1,
+            "kill_every": 0.0,
+            "tokens": args.single_tokens or 10 * args.matches,
+            "ios18_share": 0.0,
+            "compare_single": False,
+        }
+    )
+
+
+def with_single_instance(result: dict[str, Any], single: dict[str, Any]) -> dict[str, Any]:
+    """The main run's figures with the companion's single-instance rate and the region's ratio to it."""
+    per_hour = single["sportmonks_calls_per_hour_region"]
+    out = dict(result)
+    out["sportmonks_calls_per_hour_single_instance"] = per_hour
+    out["sportmonks_region_vs_single_instance"] = (
+        round(result["sportmonks_calls_per_hour_region"] / per_hour, 3) if per_hour else None
+    )
+    out["single_instance_run"] = {
+        key: single.get(key)
+        for key in (
+            "tokens",
+            "seconds",
+            "matches_ended",
+            "sportmonks_window_s",
+            "sportmonks_calls_per_hour_region",
+            "sportmonks_requests_by_endpoint",
+            "lost",
+            "duplicate_alerts",
+            "lag_s",
+        )
+    }
+    return out
 
 
 if __name__ == "__main__":

@@ -154,6 +154,8 @@ class FixtureSyncJob:
         self._full_report: SyncReport | None = None
         self.full_syncs_completed = 0
         self._next_full: float | None = None  # trio time of the next full sync, kept across runs
+        self._next_near: float | None = None  # trio time of the next near-window sync, kept across runs
+        self._plan_at: float | None = None  # wall time the full-sync plan in progress was made
 
     # -- actor --
 
@@ -163,10 +165,11 @@ class FixtureSyncJob:
             log.info("fixture_sync_disabled")
             await trio.sleep_forever()
         s = self.settings
-        # The near window at every start (a restart may have missed changes); the full sync on its own
-        # schedule, kept across runs of this object: a region-wide job stopped and restarted as its lease
-        # comes and goes resumes the plan in progress instead of starting a full sync again.
-        next_near = trio.current_time()
+        # The near window at a process's first start (a restart may have missed changes); both syncs on
+        # their schedule after that, kept across runs of this object and handed on with the job's lease
+        # (``schedule_state``/``adopt_schedule``): a region-wide job that moves to another instance resumes
+        # the region's schedule and the plan in progress instead of syncing everything again.
+        next_near = trio.current_time() if self._next_near is None else self._next_near
         next_full = trio.current_time() if self._next_full is None else self._next_full
         chunk_retry_at = -float("inf")
         while True:
@@ -179,9 +182,10 @@ class FixtureSyncJob:
                     if ok
                     else backoff_delay(self.near_failures, base_s=s.backoff_base_s, cap_s=s.backoff_max_s)
                 )
-                next_near = trio.current_time() + min(delay, s.near_interval_s)
+                next_near = self._next_near = trio.current_time() + min(delay, s.near_interval_s)
             elif self.plan is None and now >= next_full:
-                self.plan = plan_full_sync(self._clock(), s)
+                self._plan_at = self._clock()
+                self.plan = plan_full_sync(self._plan_at, s)
                 self._full_report = SyncReport("cricket-fixtures")
                 next_full = self._next_full = now + s.full_interval_s
                 log.info("full_sync_started", chunks=len(self.plan.chunks))
@@ -194,6 +198,37 @@ class FixtureSyncJob:
                 await trio.sleep_until(wake)
                 continue
             await trio.lowlevel.checkpoint()  # let the rest of the daemon breathe between steps
+
+    def schedule_state(self) -> dict[str, Any]:
+        """Where the job is, in wall-clock time, for the next holder of its region lease: when the next near
+        and full syncs are due and how far the full sync in progress got."""
+        to_wall = self._clock() - trio.current_time()
+        plan = None
+        if self.plan is not None and self._plan_at is not None and not self.plan.finished:
+            plan = {"at": self._plan_at, "done": self.plan.done}
+        return {
+            "nearAt": None if self._next_near is None else round(self._next_near + to_wall, 3),
+            "fullAt": None if self._next_full is None else round(self._next_full + to_wall, 3),
+            "plan": plan,
+        }
+
+    def adopt_schedule(self, state: Mapping[str, Any]) -> None:
+        """Take the region's schedule from the previous holder (``schedule_state``'s shape) before running.
+        A bad entry raises ValueError/TypeError/KeyError: the caller logs it and the job keeps its own."""
+        to_trio = trio.current_time() - self._clock()
+        near, full, plan = state.get("nearAt"), state.get("fullAt"), state.get("plan")
+        next_near = None if near is None else float(near) + to_trio
+        next_full = None if full is None else float(full) + to_trio
+        adopted = None
+        if plan is not None:
+            at, done = float(plan["at"]), int(plan["done"])
+            adopted = replace(plan_full_sync(at, self.settings), done=done)
+        self._next_near, self._next_full = next_near, next_full
+        if adopted is not None and not adopted.finished:
+            self.plan, self._plan_at = adopted, at
+            self._full_report = SyncReport("cricket-fixtures")
+        elif plan is None and self.plan is not None and next_full is not None:
+            self.plan = self._plan_at = None  # the region finished the plan this process had begun
 
     async def _guarded(self, job: str, step: Callable[[], Awaitable[SyncReport]]) -> bool:
         try:
@@ -243,7 +278,8 @@ class FixtureSyncJob:
     async def full_sync_step(self) -> bool:
         """Fetch and write the current chunk of the full sync; False (and the plan unchanged) on failure."""
         if self.plan is None:
-            self.plan = plan_full_sync(self._clock(), self.settings)
+            self._plan_at = self._clock()
+            self.plan = plan_full_sync(self._plan_at, self.settings)
             self._full_report = SyncReport("cricket-fixtures")
         if self.plan.finished:
             return True

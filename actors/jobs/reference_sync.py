@@ -182,8 +182,10 @@ class ReferenceSyncJob:
         if not self.settings.enabled:
             log.info("reference_sync_disabled")
             await trio.sleep_forever()
-        # Kept across runs of this object: a region-wide job stopped and restarted as its lease comes and
-        # goes finishes the cycle in progress, then waits for the next one, instead of starting over.
+        # Kept across runs of this object and handed on with the job's region lease (``schedule_state`` /
+        # ``adopt_schedule``): a region-wide job stopped and restarted as its lease comes and goes, here or on
+        # another instance, finishes the cycle in progress, then waits for the next one, instead of starting
+        # over.
         while True:
             if not self._pending and self._next_cycle_at is not None:
                 await trio.sleep_until(self._next_cycle_at)
@@ -198,6 +200,23 @@ class ReferenceSyncJob:
                         self._failures, base_s=self.settings.backoff_base_s, cap_s=self.settings.backoff_max_s
                     )
                 )
+
+    def schedule_state(self) -> dict[str, Any]:
+        """For the next holder of the region lease: when the next cycle is due (wall clock) and the steps
+        of the cycle in progress."""
+        to_wall = self._clock() - trio.current_time()
+        return {
+            "cycleAt": None if self._next_cycle_at is None else round(self._next_cycle_at + to_wall, 3),
+            "pending": [[kind, arg] for kind, arg in self._pending],
+        }
+
+    def adopt_schedule(self, state: Mapping[str, Any]) -> None:
+        """Take the region's schedule (``schedule_state``'s shape) before running. A bad entry raises
+        ValueError/TypeError: the caller logs it and the job keeps its own."""
+        at = state.get("cycleAt")
+        pending = deque((str(kind), str(arg)) for kind, arg in state.get("pending") or [])
+        next_cycle = None if at is None else float(at) + trio.current_time() - self._clock()
+        self._next_cycle_at, self._pending = next_cycle, pending
 
     def start_cycle(self) -> None:
         """Queue a full cycle (leagues first: team-seasons depend on which leagues are active)."""

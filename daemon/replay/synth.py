@@ -347,15 +347,24 @@ def synthesise(
     visitorteam: Team | dict[str, Any] | None = None,
     starting_at: datetime | None = None,
     ms_per_ball: float = 40_000.0,
+    overs: int | None = None,
 ) -> Tape:
-    """A whole synthesised match (``T20``, ``ODI`` or ``T10``), the same for the same arguments."""
+    """A whole synthesised match (``T20``, ``ODI`` or ``T10``), the same for the same arguments.
+
+    ``overs`` shortens each innings (1 to the format's overs; default the format's), as a rain-reduced match
+    is: a whole match, start to result, in fewer balls (what a test that needs a whole match quickly plays).
+    """
     fmt = format.upper()
     if fmt not in _FORMAT_OVERS:
         raise ValueError(f"format: {format!r} is not one of {', '.join(_FORMAT_OVERS)}")
     if seed < 0:
         raise ValueError(f"seed: must be >= 0, got {seed}")
+    if overs is not None and not (isinstance(overs, int) and 1 <= overs <= _FORMAT_OVERS[fmt]):
+        raise ValueError(
+            f"overs: must be a whole number from 1 to {_FORMAT_OVERS[fmt]} for {fmt}, got {overs!r}"
+        )
     rng = random.Random(f"{fmt}-{seed}")
-    overs = _FORMAT_OVERS[fmt]
+    overs = overs or _FORMAT_OVERS[fmt]
     home = _team_from(localteam, rng, set())
     away = _team_from(visitorteam, rng, {home.id})
     if home.id == away.id:
@@ -459,7 +468,8 @@ def _play_innings(
     crease = [order[0], order[1]]  # slot one, slot two: a new batter takes the dismissed batter's slot
     striker = 0  # index into crease
     next_in = 2
-    quota = max(1, overs // 5)
+    # a fifth of the overs each, rounded up (as the laws have it for shortened matches)
+    quota = -(-overs // 5)
     bowled: Counter[int] = Counter()
     prev_bowler: int | None = None
     run_of_wickets: Counter[int] = Counter()  # consecutive wicket deliveries per bowler (hat-trick watch)

@@ -141,6 +141,36 @@ class FeedSettings(BaseModel):
         le=7 * 24 * 3600,
         description="how long a released id is not taken again, even if /livescores still lists it",
     )
+    ghost_max_tries: int = Field(
+        6,
+        ge=2,
+        le=50,
+        description="a fixture /livescores listed that shows no play and no change (daemon.sportmonks.ghost) "
+        "is released after this many looks, spanning at least ghost_min_s",
+    )
+    ghost_min_s: float = Field(
+        1200.0, ge=0, le=7 * 24 * 3600, description="the least time such a fixture stays blank before release"
+    )
+    ghost_early_s: float = Field(
+        3600.0,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="a fixture whose starting_at is at most this far ahead is in its pre-ball phase: never released",
+    )
+    ghost_late_s: float = Field(
+        12 * 3600.0,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="a fixture whose starting_at is at most this far behind is in its pre-ball phase "
+        "(a delayed start, rain): never released",
+    )
+    ghost_backoff_max_s: float = Field(
+        600.0,
+        gt=0,
+        le=24 * 3600,
+        description="the /fixtures/{id} period of a fixture under suspicion doubles from "
+        "off_livescores_cadence_s up to this",
+    )
     fixture_fetch_concurrency: int = Field(4, ge=1, description="parallel /fixtures/{id} calls per feed tick")
     subscriber_buffer: int = Field(
         1, ge=0, description="updates buffered per subscriber beyond the newest one"

@@ -9,7 +9,8 @@ state the engine diffs against (``previousScore``, ``previousBatting``, ``previo
 expiry, epoch seconds), ``ttl`` (epoch seconds, set when the match is deactivated), and while an alerting
 tick's pushes are going out, its ``alertIntent`` (the payloads, see ``daemon.cricket.intent``) and
 ``alertHanded`` (the fan-out's watermark): written with the tick's state before its first push, the watermark
-moved before each chunk, both removed when the fan-out is over.
+moved before each chunk, both removed when the fan-out is over; ``followsRemovedAt`` once the follows of an
+ended match were removed after its grace period (``mark_follows_removed``; a reopen clears it).
 
 Fencing: the lock (``locks.py``) decides who *should* own a match; ``ownerEpoch`` makes sure only that
 owner's writes land. Registration writes ownerEpoch 1; a takeover (``claim_active_match``) atomically sets
@@ -190,12 +191,24 @@ class ActiveMatchRepository(Repository):
             .add("ownerEpoch", 1)
             .remove("ttl")
             .remove("endedAt")
+            .remove("followsRemovedAt")
         )
         cond = f"attribute_exists({u.name('matchId')}) AND {u.name('status')} = {u.value(STATUS_ENDED)}"
         resp = await self._update(self._key(match_id), u.kwargs(cond), ReturnValues="UPDATED_NEW")
         if resp is None:
             return None
         return int(resp["Attributes"]["ownerEpoch"]["N"])
+
+    async def mark_follows_removed(
+        self, match_id: str, ended_at: str, *, now: float | None = None
+    ) -> bool:
+        """Record that the follows of the match that ended at ``ended_at`` are removed (``followsRemovedAt``);
+        False when the record is no longer that ended match (reopened, or ended again since)."""
+        u = UpdateBuilder().set("followsRemovedAt", iso(self._now(now)))
+        cond = (
+            f"{u.name('status')} = {u.value(STATUS_ENDED)} AND {u.name('endedAt')} = {u.value(ended_at)}"
+        )
+        return await self._update(self._key(match_id), u.kwargs(cond)) is not None
 
     async def release_match(
         self,

@@ -18,7 +18,10 @@ leader that lost its lease writes nothing. Each such item carries its change sta
 leader's lease epoch), ``feedSeq`` (that leader's write counter) and ``fetchedAt`` (epoch seconds when the
 leader received it from SportMonks); readers compare the stamp to know whether anything changed. The item
 ``livescores:{region}`` holds the leader's last ``/livescores`` answer in short (id, status, league,
-start per fixture) for the instances that do not lead.
+start per fixture) for the instances that do not lead, the leader's state (``feedState``: call record and
+404 verdicts) and, apart, the 404 verdicts alone (``feedNotFound``, small): followers read that attribute
+with their fixtures' change stamps on every read (``batch_get_region_stamps``), so a fixture the leader
+released is let go everywhere within one read.
 
 Neither cache owns the data it caches; the Feed and the match engine decide what and when.
 """
@@ -142,6 +145,15 @@ class FencedPut:
     fetched_at: float
     source: str = "livescores"
     in_livescores: bool = True
+
+
+@dataclass(frozen=True)
+class RegionStamps:
+    """One follower read: the change stamps of its matches and the leader's latest 404 verdicts."""
+
+    stamps: dict[str, tuple[int, int, float]]  # match id -> (feedEpoch, feedSeq, fetchedAt)
+    not_found: dict[str, Any] | None  # ``FeedActor.not_found_state``'s shape; None when absent or unreadable
+    polled_at: float | None = None  # the summary's fetchedAt: the leader's last /livescores poll
 
 
 class FenceLost(Exception):
@@ -361,6 +373,8 @@ class FixtureCacheRepository(Repository):
         }
         if state is not None:
             item["feedState"] = json.dumps(state, separators=(",", ":"))
+            if state.get("notFound") is not None:
+                item["feedNotFound"] = json.dumps(state["notFound"], separators=(",", ":"), sort_keys=True)
         put = {"Put": {"TableName": self.dynamo.table(self.logical), "Item": to_item(item)}}
         try:
             await self.dynamo.call(self.logical, "transact_write_items", TransactItems=[condition(), put])
@@ -404,24 +418,48 @@ class FixtureCacheRepository(Repository):
     ) -> dict[str, tuple[int, int, float]]:
         """Only the change stamps of ``match_ids`` (``feedEpoch``, ``feedSeq``, ``fetchedAt``): a
         ProjectionExpression, so a read that finds nothing new moves a few bytes, not the fixtures."""
+        return (await self._stamps(match_ids, None, now)).stamps
+
+    async def batch_get_region_stamps(
+        self, match_ids: Iterable[str], region: str, *, now: float | None = None
+    ) -> RegionStamps:
+        """``batch_get_stamps`` and, in the same BatchGetItem, the 404 verdicts the region's leader wrote with
+        its last summary (``feedNotFound``) and when that poll was (the summary's ``fetchedAt``): a
+        follower's read each tick."""
+        return await self._stamps(match_ids, region, now)
+
+    async def _stamps(self, match_ids: Iterable[str], region: str | None, now: float | None) -> RegionStamps:
         unique = list(dict.fromkeys(match_ids))
-        if not unique:
-            return {}
+        summary_key = None if region is None else livescores_cache_key(region)
+        keys = unique if summary_key is None else [*unique, summary_key]
+        if not keys:
+            return RegionStamps({}, None)
         names = {"#m": "matchId", "#e": "feedEpoch", "#s": "feedSeq", "#f": "fetchedAt", "#t": "ttl"}
+        projection = "#m, #e, #s, #f, #t"
+        if summary_key is not None:
+            names["#n"] = "feedNotFound"
+            projection += ", #n"
         raw = await self.dynamo.batch_get(
-            self.logical, [self._key(m) for m in unique], projection="#m, #e, #s, #f, #t", names=names
+            self.logical, [self._key(m) for m in keys], projection=projection, names=names
         )
         t = self._now(now)
         out: dict[str, tuple[int, int, float]] = {}
+        not_found: dict[str, Any] | None = None
+        polled_at: float | None = None
         for r in raw:
             item = from_item(r)
-            if self._alive(item, t):
-                out[str(item["matchId"])] = (
-                    int(item.get("feedEpoch", 0)),
-                    int(item.get("feedSeq", 0)),
-                    float(item.get("fetchedAt", 0.0)),
-                )
-        return out
+            if not self._alive(item, t):
+                continue
+            if item["matchId"] == summary_key:
+                not_found = _not_found_verdicts(item.get("feedNotFound"), region)
+                polled_at = float(item.get("fetchedAt", 0.0))
+                continue
+            out[str(item["matchId"])] = (
+                int(item.get("feedEpoch", 0)),
+                int(item.get("feedSeq", 0)),
+                float(item.get("fetchedAt", 0.0)),
+            )
+        return RegionStamps(out, not_found, polled_at)
 
     async def batch_get_entries(
         self, match_ids: Iterable[str], *, now: float | None = None
@@ -448,3 +486,18 @@ class FixtureCacheRepository(Repository):
                 item=item,
             )
         return out
+
+
+def _not_found_verdicts(raw: Any, region: str | None) -> dict[str, Any] | None:
+    """The ``feedNotFound`` attribute decoded; None when absent, or unreadable (logged: the verdicts then
+    come with the next good summary, or the orchestrator's read of ``feedState``)."""
+    if raw is None:
+        return None
+    try:
+        loaded = json.loads(str(raw))
+        if not isinstance(loaded, dict):
+            raise ValueError("not an object")
+    except ValueError as exc:
+        log.warning("feed_not_found_unreadable", region=region, error=str(exc))
+        return None
+    return loaded

@@ -701,3 +701,38 @@ async def test_a_follower_adopts_the_leaders_404_verdicts_and_its_subscriber_is_
     assert feed.adopt_not_found({"released": {"1": "soon"}}, to_wall=to_wall) == []  # unreadable: ignored
     await trio.sleep(601)
     assert not feed.is_released("123")
+
+
+class SummaryRecordingCache(RecordingCache):
+    """Records fixture writes and summaries in one list, in the order they were made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[str] = []
+
+    async def put_single_fixture(self, match_id: str, raw_fixture: Any, **kwargs: Any) -> None:
+        await super().put_single_fixture(match_id, raw_fixture, **kwargs)
+        self.order.append(match_id)
+
+    async def publish_livescores(self, summary: Any, fetched_at: float) -> None:
+        await trio.lowlevel.checkpoint()
+        self.order.append("summary")
+
+
+async def test_a_polls_summary_is_written_after_the_fixtures_it_changed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A follower that sees a poll's summary (the leader's heartbeat) sees every fixture that poll changed."""
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, score=1), minimal_fixture(12, score=1)]
+    cache = SummaryRecordingCache()
+    feed = make_feed(fake, cache=cache)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(2.5)
+        fake.live = [minimal_fixture(11, score=4), minimal_fixture(12, score=1)]
+        await trio.sleep(5)
+    assert cache.order[:3] in (["11", "12", "summary"], ["12", "11", "summary"])
+    assert cache.order[3:5] == ["11", "summary"]  # the next poll: only 11 changed

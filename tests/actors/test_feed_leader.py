@@ -23,6 +23,7 @@ from actors.feed_leader import (
     lease_deadline,
     may_write,
     newer_budget,
+    next_attempt_at,
     parse_budget,
     region_calls,
     wanted_matches,
@@ -32,6 +33,7 @@ from actors.match import MatchActor
 from actors.orchestrator import Orchestrator
 from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.cricket.settings import EngineSettings
+from daemon.metrics import REGISTRY, SPORTMONKS_REGION_CALLS
 from daemon.sportmonks.budget import CallBudget
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
@@ -63,11 +65,26 @@ def test_a_job_stops_when_its_lease_runs_out_or_it_may_no_longer_run() -> None:
     assert not keep_running(None, 10.0, 9.0, True)
 
 
+def test_a_follower_contends_just_after_the_lease_it_saw_runs_out() -> None:
+    # nothing seen (or a leader): every renewal period
+    assert next_attempt_at(10.0, 3.0, None, 10.5, 1000.5) == 13.0
+    # a live leader renews long before its lease runs out: the period comes first
+    assert next_attempt_at(10.0, 3.0, 1009.0, 10.5, 1000.5) == 13.0
+    # the leader's lease runs out within the period (it stopped renewing): just after the expiry
+    assert next_attempt_at(10.0, 3.0, 1001.5, 10.5, 1000.5, margin_s=0.05) == 11.55
+    # an expiry already past (a refused attempt raced a renewal): not before a tenth of a period
+    assert next_attempt_at(10.0, 3.0, 999.0, 10.5, 1000.5) == 10.3
+
+
 def test_the_reader_aims_just_after_the_leaders_next_write() -> None:
     assert next_read_in(2.0, 100.0, 100.5, margin_s=0.25) == 1.75
-    assert next_read_in(2.0, 100.0, 103.0, margin_s=0.25) == 1.0  # nothing new: every half cadence
+    # the next poll is late: look again a margin later (never faster than a tenth of a cadence)
+    assert next_read_in(2.0, 100.0, 102.3, margin_s=0.25) == 0.25
+    assert next_read_in(2.0, 100.0, 102.3, margin_s=0.1) == 0.2
+    assert next_read_in(2.0, 100.0, 104.0, margin_s=0.25) == 0.25
+    # no leader polls any more (it died, or is being replaced): every half cadence
+    assert next_read_in(2.0, 100.0, 104.3, margin_s=0.25) == 1.0
     assert next_read_in(2.0, None, 100.0) == 1.0
-    assert next_read_in(2.0, 100.0, 102.2, margin_s=0.25) == 0.2  # never faster than a tenth of a cadence
     settings = FeedSettings(livescores_cadence_s=5.0, marquee_cadence_s=2.5)
     assert reader_cadence(settings, True) == 2.5 and reader_cadence(settings, False) == 5.0
 
@@ -181,8 +198,16 @@ def _member(
 
 @asynccontextmanager
 async def member(
-    nursery: trio.Nursery, name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: Any
+    nursery: trio.Nursery,
+    name: str,
+    repos: Any,
+    live: list[dict[str, Any]],
+    *,
+    reader_runs: bool = True,
+    **feed_settings: Any,
 ) -> AsyncIterator[Member]:
+    """An instance: feed, leadership and cache reader (``reader_runs=False``: the test calls
+    ``reader.read_once`` itself, one read at a time)."""
     fake, feed, leadership, reader = _member(name, repos, live, **feed_settings)
     scope = trio.CancelScope()
 
@@ -191,12 +216,25 @@ async def member(
             async with trio.open_nursery() as inner:
                 await inner.start(feed.run)
                 await inner.start(leadership.run)
-                await inner.start(reader.run)
+                if reader_runs:
+                    await inner.start(reader.run)
                 task_status.started()
 
     await nursery.start(run)
     yield Member(name, fake, feed, leadership, reader, scope)
     scope.cancel()
+
+
+def _silence(m: Member) -> None:
+    """The member's leadership stops contending, as a paused or dead process does (its feed and cache writer
+    carry on, so what they try to write past the lease's end is seen refused)."""
+
+    async def no_attempt() -> None:
+        pass
+
+    m.leadership.renew_every_s = 3600.0
+    m.leadership._last_attempt = trio.current_time()
+    m.leadership._attempt = no_attempt  # type: ignore[method-assign]
 
 
 async def _next_good(channel: trio.MemoryReceiveChannel[FeedUpdate]) -> FeedUpdate:
@@ -278,8 +316,7 @@ async def test_a_leader_whose_lease_ran_out_writes_nothing_and_the_next_takes_ov
                 # a stops renewing (as if paused): by its own clock the lease runs out, and it stops writing
                 lease = a.leadership.lease
                 assert lease is not None
-                a.leadership.renew_every_s = 3600.0
-                a.leadership._last_attempt = trio.current_time()
+                _silence(a)
                 with trio.fail_after(LEASE_S + 1):
                     while a.leadership.leading:
                         await trio.sleep(0.05)
@@ -486,4 +523,132 @@ async def test_a_new_leader_spends_only_what_is_left_of_a_404_ids_tries(repos: A
                     await trio.sleep(0.05)
                 await trio.sleep(1.0)
                 assert len(b.fake.calls("/fixtures/124")) == 1
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_release_reaches_a_followers_match_actor_with_the_next_cache_read(repos: Any) -> None:
+    """No orchestrator cycle in between: the verdict rides on the read the cache reader makes each tick."""
+    live = [minimal_fixture(125, score=1)]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            async with (
+                member(nursery, "a", repos, live, **NOT_FOUND) as a,
+                member(nursery, "b", repos, live, reader_runs=False, **NOT_FOUND) as b,
+            ):
+                assert a.leadership.leading and not b.leadership.leading
+                orch = Orchestrator(
+                    instance_id="b",
+                    repos=repos,
+                    feed=b.feed,
+                    supervisor=Supervisor(nursery, max_restarts=3, window_s=60, backoff_s=0.1),
+                    actor_factory=_match_actors("b", repos, b.feed),
+                    settings=OrchestratorSettings(),
+                )
+                await a.feed.livescores()
+                while not await _feed_state(repos):
+                    await trio.sleep(0.05)
+                await orch.cycle()  # the last cycle: the release must not wait for another
+                assert orch.owned == {"125"}
+                live.clear()  # the id leaves /livescores and SportMonks answers 404 for it
+                while "125" not in (
+                    (await repos.fixture_cache.batch_get_region_stamps([], "eu")).not_found or {}
+                ).get("released", {}):
+                    await trio.sleep(0.05)
+                assert len(a.fake.calls("/fixtures/125")) == 3
+                await trio.sleep(0.3)
+                assert orch.owned == {"125"} and not b.feed.is_released("125"), "nothing told b yet"
+                reads = b.reader.reads
+                await b.reader.read_once()  # one read: the match actor lets go on it
+                while orch.owned:
+                    await trio.sleep(0.05)
+                assert b.reader.reads == reads + 1 and b.reader.released_by_read == 1
+                # the same read brought the leader's heartbeat: its last poll, from the summary
+                summary = await repos.fixture_cache.get_livescores_summary("eu")
+                assert summary is not None and b.reader.last_poll_at is not None
+                assert b.reader.last_poll_at <= summary[1]
+                assert b.feed.is_released("125")
+                assert (await repos.active_matches.get_active_match_state("125"))["status"] == "idle"
+                assert await repos.locks.get(match_lock_key("125")) is None
+                await b.reader.read_once()  # the same verdicts again: nothing new released
+                assert b.reader.released_by_read == 1
+                assert b.fake.requests == []
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_follower_takes_a_silent_leaders_lease_as_it_runs_out_not_a_period_later(repos: Any) -> None:
+    live = [minimal_fixture(41, score=1)]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            async with member(nursery, "a", repos, live) as a, member(nursery, "b", repos, live) as b:
+                assert a.leadership.leading and not b.leadership.leading
+                b.leadership.renew_every_s = 60.0  # b's own period would come far too late
+                b.leadership._kick.set()  # (so that it applies from now)
+                await trio.sleep(2 * RENEW_S)
+                # a stops renewing, as if it died: its lease runs out at the expiry b saw
+                _silence(a)
+                with trio.fail_after(LEASE_S + 10):  # a period of b's would be 60 s
+                    while not b.leadership.leading:
+                        await trio.sleep(0.05)
+                assert b.leadership.lease is not None and b.leadership.lease.epoch == 2
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_new_leaders_first_poll_serves_every_match_of_the_region(repos: Any) -> None:
+    """The successor owns match 52 itself and polls for 51 (another instance's): both are written to the
+    cache from its very first /livescores answer."""
+    live = [minimal_fixture(51, score=1), minimal_fixture(52, score=2)]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            assert await repos.active_matches.register_active_match("51", "c", fields={"leagueId": "3"})
+            assert await repos.active_matches.register_active_match("52", "b", fields={"leagueId": "3"})
+            async with member(nursery, "a", repos, live) as a, member(nursery, "b", repos, live) as b:
+                assert a.leadership.leading and not b.leadership.leading
+                b.feed.subscribe("52", marquee=False)
+                with trio.fail_after(5):
+                    while len(await repos.fixture_cache.batch_get_entries(["51", "52"])) < 2:
+                        await trio.sleep(0.05)
+                a.scope.cancel()  # the leader goes; b takes the lease
+                with trio.fail_after(LEASE_S + 2 * RENEW_S + 2):
+                    while True:
+                        entries = await repos.fixture_cache.batch_get_entries(["51", "52"])
+                        if all(e.epoch == 2 for e in entries.values()):
+                            break
+                        await trio.sleep(0.05)
+                # one poll, one fetch time (the fixtures do not change: neither is written twice)
+                assert entries["51"].fetched_at == entries["52"].fetched_at
+                assert sorted(e.seq for e in entries.values()) == [1, 2]
+                nursery.cancel_scope.cancel()
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_the_fleet_metrics_count_leader_changes_cache_age_at_read_and_the_regions_calls(
+    repos: Any,
+) -> None:
+    live = [minimal_fixture(61, score=1)]
+    SPORTMONKS_REGION_CALLS.labels("livescores").set(0)  # a gauge: what earlier tests left is not ours
+    changes0 = _sample("sightscreen_feed_leader_changes_total")
+    ages0 = _sample("sightscreen_fixture_cache_age_seconds_count")
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            assert await repos.active_matches.register_active_match("61", "b", fields={"leagueId": "3"})
+            async with member(nursery, "a", repos, live) as a, member(nursery, "b", repos, live) as b:
+                assert a.leadership.leading and not b.leadership.leading
+                assert _sample("sightscreen_feed_leader_changes_total") - changes0 == 1
+                u61 = b.feed.subscribe("61", marquee=False)
+                await _next_good(u61)  # read from the cache on b: its age at read is observed
+                assert _sample("sightscreen_fixture_cache_age_seconds_count") - ages0 >= 1
+                # the region's calls in the last hour: the leader's count, renewed with its lease
+                while not _sample("sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores"):
+                    await trio.sleep(0.05)
+                assert len(a.fake.calls("/livescores")) >= _sample(
+                    "sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores"
+                )
+                a.scope.cancel()
+                while not b.leadership.leading:
+                    await trio.sleep(0.05)
+                assert _sample("sightscreen_feed_leader_changes_total") - changes0 == 2
+                assert _sample("sightscreen_feed_leader") == 1
                 nursery.cancel_scope.cancel()

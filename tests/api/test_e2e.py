@@ -22,7 +22,9 @@ from daemon.demo import DemoRun
 async def test_a_session_registered_over_http_receives_a_wicket_from_the_engine() -> None:
     args = argparse.Namespace(
         followers=3,
-        speed=100.0,
+        # the demo's T20 in ~40 s: the phones sign up, get their push-to-start and register their sessions
+        # within its first seconds, and a dozen wickets fall after that
+        speed=300.0,
         tape=None,
         exit_at_end=True,
         admin_socket=None,

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ BENCH = ROOT / "bench" / "apns_throughput.py"
 FIELDS = {"pushes", "seconds", "pushes_per_s", "p50_ms", "p99_ms", "failed"}
 
 
-def run_bench(*args: str) -> dict[str, object]:
+def run_bench(*args: str) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, str(BENCH), *args], cwd=ROOT, capture_output=True, text=True, timeout=120
     )

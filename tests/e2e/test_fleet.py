@@ -13,33 +13,19 @@ from typing import Any
 import pytest
 import trio
 
-from daemon.replay.synth import synthesise
 from daemon.store.locks import instance_of
-from tests.e2e.test_multi_instance import _check_deliveries, _check_exclusive_ownership
-from tests.harness.cluster import Cluster, Instance, admin_request
+from tests.harness.cluster import (
+    Cluster,
+    Instance,
+    admin_request,
+    build_cluster,
+    check_deliveries,
+    check_exclusive_ownership,
+)
 
 pytestmark = pytest.mark.slow
 
 FEED_KEY = "feed:default"
-
-
-def _cluster(
-    tmp_path: Path, moto_url: str, *, matches: int, seed: int, speed: float, lease_s: float
-) -> tuple[Cluster, list[Any]]:
-    tapes = [synthesise("T20", seed=seed + i) for i in range(matches)]
-    cluster = Cluster(
-        tmp_path,
-        moto_url=moto_url,
-        tapes=tapes,
-        table_prefix=f"fl{seed}-",
-        speed=speed,
-        followers_per_match=3,
-        lease_s=lease_s,
-        cadence_s=0.25,
-        cycle_s=1.0,
-        innings_break_s=600.0,
-    )
-    return cluster, tapes
 
 
 async def _leader(cluster: Cluster) -> tuple[Instance, int]:
@@ -66,9 +52,10 @@ def _calls(feed: dict[str, Any]) -> int:
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of exactly ``name`` whose labels include ``labels``."""
     total = 0.0
     for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
+        if line.startswith("#") or line.split("{", 1)[0].split(" ", 1)[0] != name:
             continue
         if all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
@@ -78,7 +65,11 @@ def _metric(text: str, name: str, **labels: str) -> float:
 async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_the_feed_on(
     tmp_path: Path, moto_server: Any
 ) -> None:
-    cluster, tapes = _cluster(tmp_path, moto_server.url, matches=2, seed=61, speed=300.0, lease_s=3.0)
+    # T20s shortened to 10 overs an innings (~20 s): the leader is killed ~10 s in, and most of the play
+    # (wickets included) is polled by its successor
+    cluster = build_cluster(
+        tmp_path, moto_server.url, matches=2, seed=61, prefix="fl61-", speed=300.0, lease_s=3.0, overs=10
+    )
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=3)
         try:
@@ -100,10 +91,16 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
             assert abs((served1 - served0) - made[leader.slot]) <= 3, (served1 - served0, made)
             # the region's jobs run on one instance: the leader (they call SportMonks)
             runs = {}
+            metrics: dict[int, str] = {}
             for inst in cluster.instances.values():
-                text = await admin_request(cluster.admin_socket(inst), "metrics")
+                text = metrics[inst.slot] = await admin_request(cluster.admin_socket(inst), "metrics")
                 runs[inst.slot] = _metric(text, "sightscreen_job_cycles_total", job="fixture_sync_near")
             assert runs[leader.slot] >= 1 and all(n == 0 for s, n in runs.items() if s != leader.slot), runs
+            # the fleet's metrics: who leads, the region's calls on every instance (the leader's count)
+            for slot, text in metrics.items():
+                assert _metric(text, "sightscreen_feed_leader") == (1 if slot == leader.slot else 0)
+                assert _metric(text, "sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores") > 0
+            assert _metric(metrics[leader.slot], "sightscreen_feed_leader_changes_total") >= 1
             # the admin socket: every instance names the same leader; a follower's cache is fresh
             for inst in cluster.instances.values():
                 feed = await _feed(cluster, inst)
@@ -116,6 +113,8 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
                     if feed["subscribers"]:  # a follower that owns a match reads it from the cache
                         assert feed["cache_reader"]["reads"] > 0
                         assert feed["cache_reader"]["newest_fixture_age_s"] is not None
+                        assert feed["cache_reader"]["last_poll_age_s"] is not None
+                        assert _metric(metrics[inst.slot], "sightscreen_fixture_cache_age_seconds_count") > 0
             # kill -9 the leader mid-match: another instance takes the lease and polls on
             cluster.kill(leader.slot)
             with trio.fail_after(60):
@@ -125,6 +124,11 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
                         break
                     await trio.sleep(0.1)
             assert instance_of(str(item["owner"])) != leader.instance_id
+            successor = next(
+                i for i in cluster.instances.values() if i.alive and instance_of(str(item["owner"])) == i.instance_id
+            )
+            text = await admin_request(cluster.admin_socket(successor), "metrics")
+            assert _metric(text, "sightscreen_feed_leader_changes_total") >= 1
             cluster.spawn(leader.slot)
             with trio.fail_after(400):
                 while not await cluster.wait_all_ended(1.0):
@@ -132,15 +136,15 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
         finally:
             await cluster.stop_all()
             nursery.cancel_scope.cancel()
-    _check_exclusive_ownership(cluster)
-    _check_deliveries(cluster, tapes)
+    check_exclusive_ownership(cluster)
+    check_deliveries(cluster)
 
 
 async def test_a_feed_leader_paused_past_its_lease_writes_nothing_to_the_cache_after_waking(
     tmp_path: Path, moto_server: Any
 ) -> None:
-    cluster, tapes = _cluster(tmp_path, moto_server.url, matches=1, seed=71, speed=150.0, lease_s=3.0)
-    match_id = str(tapes[0].fixture_id)
+    cluster = build_cluster(tmp_path, moto_server.url, seed=71, prefix="fl71-", speed=150.0, lease_s=3.0)
+    match_id = str(cluster.tapes[0].fixture_id)
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=2)
         cache = cluster.repos.fixture_cache

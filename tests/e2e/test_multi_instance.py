@@ -11,109 +11,39 @@ from __future__ import annotations
 import random
 import signal
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from daemon.replay.synth import synthesise
 from daemon.store.locks import instance_of
-from tests.harness.cluster import Cluster, record_kid
+from tests.harness.cluster import Cluster, build_cluster, check_deliveries, check_exclusive_ownership
+from tests.harness.records import record_kid
 
 pytestmark = pytest.mark.slow
 
 
-def _aps(record: dict[str, Any]) -> dict[str, Any]:
-    return (record.get("payload") or {}).get("aps") or {}
-
-
-def _event_ids(record: dict[str, Any]) -> set[tuple[str, str]]:
-    """(type, subject) of every key event an update carried."""
-    aps = _aps(record)
-    state = aps.get("content-state") or {}
-    out: set[tuple[str, str]] = set()
-    for ev in state.get("events") or []:
-        out.add((str(ev.get("type")), str(ev.get("subject"))))
-    return out
-
-
-def _wicket_subjects(tape: Any) -> set[str]:
-    """Wickets that stand at the end of the tape (corrected or deleted ones excluded), named as the engine
-    names them: innings and dismissed batter ("S1:900401")."""
-    fixture = tape.fixture_at(len(tape))
-    out = set()
-    for ball in fixture.get("balls") or []:
-        score = ball.get("score") or {}
-        if score.get("is_wicket") and ball.get("batsmanout_id"):
-            out.add(f"{ball['scoreboard']}:{ball['batsmanout_id']}")
-    return out
-
-
-def _check_exclusive_ownership(cluster: Cluster) -> None:
-    per_match: dict[str, list[tuple[float, str]]] = defaultdict(list)
-    token_match = {tok: m.match_id for m in cluster.matches.values() for tok in m.tokens}
-    for record in cluster.apns.records:
-        match_id = token_match.get(record["token"])
-        if match_id is not None and record.get("status") == 200:
-            per_match[match_id].append((record["time"], record_kid(record) or "?"))
-    for match_id, seq in per_match.items():
-        seq.sort()
-        runs: list[str] = []
-        for _, kid in seq:
-            if not runs or runs[-1] != kid:
-                runs.append(kid)
-        assert len(runs) == len(set(runs)), f"match {match_id} pushed by interleaved owners: {runs}"
-
-
-def _check_deliveries(cluster: Cluster, tapes: list[Any]) -> None:
-    deliveries = cluster.deliveries()
-    by_id = {str(t.fixture_id): t for t in tapes}
-    for match in cluster.matches.values():
-        wickets = _wicket_subjects(by_id[match.match_id])
-        assert wickets, "a synthesised T20 has wickets"
-        for token in match.tokens:
-            records = deliveries.get(token, [])
-            ends = [r for r in records if _aps(r).get("event") == "end"]
-            assert ends, f"token of {match.match_id} got no end"
-            assert all("dismissal-date" in _aps(r) for r in ends)
-            got = set().union(*(_event_ids(r) for r in records)) if records else set()
-            missing = {b for b in wickets if ("wicket", b) not in got}
-            assert not missing, f"{match.match_id}: wickets {sorted(missing)} never reached a token"
-            stamps = [int(_aps(r)["timestamp"]) for r in records if _aps(r).get("event") == "update"]
-            # arrival order may interleave a repeat, but the device keeps the newest: a repeat carries
-            # the same timestamp as the original, so at most one timestamp per alerting event
-            alerts: dict[tuple[str, str, str], set[int]] = defaultdict(set)
-            for r in records:
-                aps = _aps(r)
-                if aps.get("alert") and aps.get("event") == "update":
-                    state = aps.get("content-state") or {}
-                    head = (state.get("events") or [{}])[0]
-                    # the same event is the same ball too: a catch overturned on review and the batter's
-                    # real dismissal later are two alerts, not one shown twice
-                    key = (str(state.get("eventType")), str(head.get("subject")), str(head.get("ballId")))
-                    alerts[key].add(int(aps["timestamp"]))
-            for key, ts in alerts.items():
-                assert len(ts) == 1, f"alert {key} shown {len(ts)} times on one device"
-            assert stamps, "updates were delivered"
-
-
 async def _run_cluster(
-    tmp_path: Path, moto_url: str, *, matches: int, instances: int, kill_every: float | None, seed: int
-) -> tuple[Cluster, list[Any]]:
-    tapes = [synthesise("T20", seed=seed + i) for i in range(matches)]
-    cluster = Cluster(
+    tmp_path: Path,
+    moto_url: str,
+    *,
+    matches: int,
+    instances: int,
+    kill_every: float | None,
+    seed: int,
+    overs: int | None,
+) -> Cluster:
+    cluster = build_cluster(
         tmp_path,
-        moto_url=moto_url,
-        tapes=tapes,
-        table_prefix=f"mi{seed}-",
+        moto_url,
+        seed=seed,
+        matches=matches,
+        overs=overs,
+        prefix=f"mi{seed}-",
         speed=400.0,
-        followers_per_match=4,
+        followers=4,
         lease_s=5.0,
-        cadence_s=0.25,
-        cycle_s=1.0,
-        innings_break_s=600.0,
     )
     rng = random.Random(seed)
     async with trio.open_nursery() as nursery:
@@ -132,50 +62,34 @@ async def _run_cluster(
         finally:
             await cluster.stop_all()
             nursery.cancel_scope.cancel()
-    return cluster, tapes
+    return cluster
 
 
 async def test_each_match_has_one_owner_at_a_time_and_every_session_gets_the_lifecycle(
     tmp_path: Path, moto_server: Any
 ) -> None:
-    cluster, tapes = await _run_cluster(
-        tmp_path, moto_server.url, matches=3, instances=2, kill_every=None, seed=11
+    # three short matches (8 overs an innings, ~12 s each) on two instances: ownership, not length, is the point
+    cluster = await _run_cluster(
+        tmp_path, moto_server.url, matches=3, instances=2, kill_every=None, seed=11, overs=8
     )
-    _check_exclusive_ownership(cluster)
-    _check_deliveries(cluster, tapes)
+    check_exclusive_ownership(cluster)
+    check_deliveries(cluster)
 
 
 async def test_kill_9_mid_match_moves_matches_and_loses_no_wicket(tmp_path: Path, moto_server: Any) -> None:
-    cluster, tapes = await _run_cluster(
-        tmp_path, moto_server.url, matches=3, instances=3, kill_every=6.0, seed=21
+    # whole T20s (~30 s each): a kill every 6 s, each match lost with its owner and taken over (5-s lease)
+    # several times while it is still being played
+    cluster = await _run_cluster(
+        tmp_path, moto_server.url, matches=3, instances=3, kill_every=6.0, seed=21, overs=None
     )
     assert len(cluster.retired) > 3, "instances were killed during the run"
-    _check_exclusive_ownership(cluster)
-    _check_deliveries(cluster, tapes)
-
-
-def _one_match(
-    tmp_path: Path, moto_url: str, *, seed: int, speed: float, lease_s: float
-) -> tuple[Cluster, list[Any]]:
-    tapes = [synthesise("T20", seed=seed)]
-    cluster = Cluster(
-        tmp_path,
-        moto_url=moto_url,
-        tapes=tapes,
-        table_prefix=f"one{seed}-",
-        speed=speed,
-        followers_per_match=3,
-        lease_s=lease_s,
-        cadence_s=0.25,
-        cycle_s=1.0,
-        innings_break_s=600.0,
-    )
-    return cluster, tapes
+    check_exclusive_ownership(cluster)
+    check_deliveries(cluster)
 
 
 async def test_a_paused_instance_pushes_nothing_after_waking(tmp_path: Path, moto_server: Any) -> None:
-    cluster, tapes = _one_match(tmp_path, moto_server.url, seed=31, speed=150.0, lease_s=5.0)
-    match_id = str(tapes[0].fixture_id)
+    cluster = build_cluster(tmp_path, moto_server.url, seed=31, prefix="one31-", speed=150.0, lease_s=5.0)
+    match_id = str(cluster.tapes[0].fixture_id)
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=1)
         try:
@@ -211,9 +125,12 @@ async def test_a_paused_instance_pushes_nothing_after_waking(tmp_path: Path, mot
 async def test_sigterm_releases_every_lock_at_once_and_the_match_continues_elsewhere(
     tmp_path: Path, moto_server: Any
 ) -> None:
-    # a long lease: a lock still held after exit would be visible for 30 s
-    cluster, tapes = _one_match(tmp_path, moto_server.url, seed=41, speed=300.0, lease_s=30.0)
-    match_id = str(tapes[0].fixture_id)
+    # a long lease: a lock still held after exit would be visible for 30 s; a T20 shortened to 8 overs an
+    # innings (~17 s) still has most of its play after the hand-over
+    cluster = build_cluster(
+        tmp_path, moto_server.url, seed=41, prefix="one41-", speed=300.0, lease_s=30.0, overs=8
+    )
+    match_id = str(cluster.tapes[0].fixture_id)
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=1)
         try:
@@ -243,5 +160,5 @@ async def test_sigterm_releases_every_lock_at_once_and_the_match_continues_elsew
         finally:
             await cluster.stop_all()
             nursery.cancel_scope.cancel()
-    _check_exclusive_ownership(cluster)
-    _check_deliveries(cluster, tapes)
+    check_exclusive_ownership(cluster)
+    check_deliveries(cluster)

@@ -9,6 +9,10 @@ import trio
 
 from tests.harness.fault_rig import FaultRig, aps, standing_wickets
 
+SHORT_OVERS = 5
+"""Overs an innings of the shortened T10 a fault test plays when its fault clears within a few seconds
+(``make_rig(overs=SHORT_OVERS)``; see ``tests/faults/conftest.py``)."""
+
 
 async def run_to_end(rig: FaultRig, timeout: float = 120.0) -> None:
     """Wait for the end of the match; it must come while the daemon is still running."""

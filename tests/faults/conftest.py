@@ -1,4 +1,11 @@
-"""Fixtures of the fault tests: a ``FaultRig`` (one in-process daemon behind three fault proxies) per test."""
+"""Fixtures of the fault tests: a ``FaultRig`` (one in-process daemon behind three fault proxies) per test.
+
+Each test plays a whole match: a synthesised T10, or, with ``overs=SHORT_OVERS`` (``tests.faults.checks``), the
+same format shortened to 5 overs an innings. A fault injected a second or so after the first ball that clears within a few seconds, at
+the feed's pace (400 x, a ball every tenth of a second), has the same window around it in the shortened
+match, first innings, break, chase and end included, in half the balls; a fault whose window is longer (a
+lease running out and a hand-over) plays the whole T10.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +23,20 @@ from tests.harness.fault_rig import FaultRig, RigOptions
 
 @pytest.fixture
 def make_rig(tmp_path: Path, moto_server: Any, table_prefix: str) -> Callable[..., Any]:
-    """``async with make_rig(seed=..., **options) as rig:`` a started rig, its match clock running; on exit the
-    daemon is stopped gracefully and every part of the rig is cancelled."""
+    """``async with make_rig(seed=..., **options) as rig:`` a started rig, its match served (its first ball comes
+    once the daemon has taken it); on exit the daemon is stopped gracefully and every part of the rig is
+    cancelled. ``overs``: overs an innings (``None``: the format's)."""
 
     @asynccontextmanager
     async def _make(
-        *, seed: int = 1, fmt: str = "T10", add_tape: bool = True, **options: Any
+        *,
+        seed: int = 1,
+        fmt: str = "T10",
+        overs: int | None = None,
+        add_tape: bool = True,
+        **options: Any,
     ) -> AsyncIterator[FaultRig]:
-        tape = synthesise(fmt, seed=seed)
+        tape = synthesise(fmt, seed=seed, overs=overs)
         rig = FaultRig(
             tmp_path / "rig",
             moto_url=moto_server.url,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.faults.checks import assert_nothing_lost, first_updates
+from tests.faults.checks import SHORT_OVERS, assert_nothing_lost, first_updates
 from tests.harness.fault_rig import SECOND_KEY_ID, FaultRig
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ async def _wait_status(rig: FaultRig, token: str, status: str) -> None:
 
 
 async def test_an_unregistered_token_is_suspended_once_and_the_others_get_everything(make_rig: Any) -> None:
-    async with make_rig(seed=1, followers=4, extra=_apns()) as rig:
+    async with make_rig(seed=1, overs=SHORT_OVERS, followers=4, extra=_apns()) as rig:
         await rig.wait_for(first_updates(rig, 8), 60, "the match under way")
         dead, *alive = list(rig.tokens)
         rig.apns.set_token_status(dead, 410)
@@ -62,7 +62,7 @@ async def test_an_unregistered_token_is_suspended_once_and_the_others_get_everyt
 
 
 async def test_a_5xx_storm_within_the_retry_budget_is_retried_and_nothing_is_lost(make_rig: Any) -> None:
-    async with make_rig(seed=2, extra=_apns(max_retries=8)) as rig:
+    async with make_rig(seed=2, overs=SHORT_OVERS, extra=_apns(max_retries=8)) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         rig.apns.storm(503, count=12)
         await rig.wait_for(lambda: rig.apns.faults.storm_status == 0, 60, "the storm served")
@@ -73,7 +73,7 @@ async def test_a_5xx_storm_within_the_retry_budget_is_retried_and_nothing_is_los
 
 @pytest.mark.parametrize("graceful", [True, False], ids=["graceful", "abrupt"])
 async def test_goaway_mid_match_moves_the_pushes_to_a_new_connection(make_rig: Any, graceful: bool) -> None:
-    async with make_rig(seed=3, extra=_apns()) as rig:
+    async with make_rig(seed=3, overs=SHORT_OVERS, extra=_apns()) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         connects = _sender(rig)["connects"]
         rig.apns.goaway("Shutdown", after=2, graceful=graceful)
@@ -86,7 +86,7 @@ async def test_goaway_mid_match_moves_the_pushes_to_a_new_connection(make_rig: A
 
 
 async def test_refused_streams_are_re_sent_without_spending_the_retry_budget(make_rig: Any) -> None:
-    async with make_rig(seed=4, extra=_apns(max_retries=0)) as rig:
+    async with make_rig(seed=4, overs=SHORT_OVERS, extra=_apns(max_retries=0)) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         rig.apns.refuse_streams(6)
         await assert_nothing_lost(rig)
@@ -96,7 +96,7 @@ async def test_refused_streams_are_re_sent_without_spending_the_retry_budget(mak
 
 
 async def test_answers_slower_than_the_request_deadline_are_retried(make_rig: Any) -> None:
-    async with make_rig(seed=5, extra=_apns(request_timeout_s=0.5, max_retries=8)) as rig:
+    async with make_rig(seed=5, overs=SHORT_OVERS, extra=_apns(request_timeout_s=0.5, max_retries=8)) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         rig.apns.delay(1.5, count=4)
         await assert_nothing_lost(rig)
@@ -105,7 +105,7 @@ async def test_answers_slower_than_the_request_deadline_are_retried(make_rig: An
 
 
 async def test_dropped_connections_are_re_established_and_nothing_is_lost(make_rig: Any) -> None:
-    async with make_rig(seed=6, extra=_apns(max_retries=8)) as rig:
+    async with make_rig(seed=6, overs=SHORT_OVERS, extra=_apns(max_retries=8)) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         connects = _sender(rig)["connects"]
         rig.apns.drop_connections(after=2)
@@ -118,7 +118,7 @@ async def test_dropped_connections_are_re_established_and_nothing_is_lost(make_r
 
 
 async def test_the_stream_limit_falling_to_one_after_a_rejection_loses_nothing(make_rig: Any) -> None:
-    async with make_rig(seed=7, followers=4, extra=_apns()) as rig:
+    async with make_rig(seed=7, overs=SHORT_OVERS, followers=4, extra=_apns()) as rig:
         rig.apns.script(max_concurrent_streams=100, drop_streams_on_rejection=True)
         await rig.wait_for(first_updates(rig, 8), 60, "the match under way")
         bad, *good = list(rig.tokens)
@@ -139,7 +139,7 @@ async def test_the_stream_limit_falling_to_one_after_a_rejection_loses_nothing(m
 
 
 async def test_an_apns_outage_longer_than_the_retry_budget_loses_no_key_event(make_rig: Any) -> None:
-    async with make_rig(seed=1, extra=_apns(max_retries=2)) as rig:
+    async with make_rig(seed=1, overs=SHORT_OVERS, extra=_apns(max_retries=2)) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         # Deterministic: freeze the match, take APNs down, move the match on to just past its next wicket,
         # and keep APNs down until that tick's pushes have run out of retries.
@@ -177,7 +177,9 @@ async def test_an_owner_stopped_before_its_first_display_went_out_leaves_a_basel
     # out before it was killed, so it had persisted nothing; its successor took what the feed showed by then
     # as its baseline, and the wicket in between reached nobody. The first tick's state is now persisted
     # before its pushes go out.
-    async with make_rig(seed=1, lease_s=3.0, apns_storm_at_start=503, extra=_apns(max_retries=1)) as rig:
+    async with make_rig(
+        seed=1, overs=SHORT_OVERS, lease_s=3.0, apns_storm_at_start=503, extra=_apns(max_retries=1)
+    ) as rig:
         first = rig.daemon
         await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "a wicket served while APNs is down")
         assert rig.accepted_updates() == 0, "nothing got through: the owner is still on its first tick"

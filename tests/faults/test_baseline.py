@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 import trio
 
+from tests.faults.checks import SHORT_OVERS
+
 pytestmark = pytest.mark.slow
 
 
 async def test_without_faults_every_token_gets_every_wicket_and_one_end(make_rig: Any) -> None:
-    async with make_rig(seed=1) as rig:
+    async with make_rig(seed=1, overs=SHORT_OVERS) as rig:
         with trio.fail_after(90):
             assert await rig.wait_ended(90)
         assert rig.missing_wickets() == {}

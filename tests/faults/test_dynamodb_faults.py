@@ -16,7 +16,7 @@ import trio
 
 from daemon import metrics
 from daemon.store.locks import instance_of
-from tests.faults.checks import assert_nothing_lost, first_updates
+from tests.faults.checks import SHORT_OVERS, assert_nothing_lost, first_updates
 from tests.harness.dynamo_throttle import DynamoThrottle
 from tests.harness.fault_rig import KEY_ID, SECOND_KEY_ID, FaultRig, aps
 
@@ -29,7 +29,7 @@ def _restarts() -> float:
 
 @pytest.mark.parametrize("code", ["ProvisionedThroughputExceededException", "ThrottlingException"])
 async def test_intermittent_throttling_is_absorbed_by_botocore_retries(make_rig: Any, code: str) -> None:
-    async with make_rig(seed=3) as rig:
+    async with make_rig(seed=3, overs=SHORT_OVERS) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         restarts = _restarts()
         throttle = DynamoThrottle(rig.daemon.dynamo.client).install(code=code, every=4)
@@ -46,6 +46,8 @@ async def test_intermittent_throttling_is_absorbed_by_botocore_retries(make_rig:
 async def test_throttling_past_the_retry_budget_and_the_lease_then_the_owner_resumes_without_a_gap(
     make_rig: Any,
 ) -> None:
+    # the whole T10: the owner lets go, stays refused 6 s and takes the match back ~12 s after the first
+    # wicket, with play still to come
     async with make_rig(seed=1, lease_s=3.0, extra={"dynamodb": {"max_attempts": 2}}) as rig:
         await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "the first wicket served")
         orchestrator = rig.daemon.orchestrator
@@ -66,7 +68,7 @@ async def test_throttling_past_the_retry_budget_and_the_lease_then_the_owner_res
 
 
 async def test_a_slow_and_resetting_link_to_dynamodb_loses_nothing(make_rig: Any) -> None:
-    async with make_rig(seed=4) as rig:
+    async with make_rig(seed=4, overs=SHORT_OVERS) as rig:
         proxy = rig.proxies["dynamodb"]
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         proxy.set(latency_s=0.02)
@@ -81,6 +83,7 @@ async def test_a_slow_and_resetting_link_to_dynamodb_loses_nothing(make_rig: Any
 async def test_dynamodb_unreachable_past_a_lease_the_owner_stops_and_another_instance_resumes(
     make_rig: Any,
 ) -> None:
+    # the whole T10: the hand-over (a lease, then 2 s of two owners) is done with play still to come
     async with make_rig(seed=1, lease_s=3.0) as rig:
         first = rig.daemon
         await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "the first wicket served")

@@ -10,6 +10,8 @@ are driven the same way, through the daemon's own admin socket.
 from __future__ import annotations
 
 import json
+import secrets
+import time
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ import trio
 
 from daemon.admin import AdminError
 from tests.faults.checks import assert_nothing_lost, assert_state_whole, first_updates
-from tests.harness.fault_rig import aps
+from tests.harness.fault_rig import aps, event_ids
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +85,95 @@ async def test_a_match_ended_wrongly_is_taken_again_while_the_feed_shows_it_live
         assert len(ends(rig)) == 2 and real_end.event_types and "match_end" in real_end.event_types
 
 
+class App:
+    """The app on the start followers' phones, as far as this test needs it: a push-to-start the APNs server
+    accepted starts a Live Activity, whose fresh update token is registered as the session (what
+    ``POST /user/activity/{matchId}`` stores)."""
+
+    def __init__(self, rig: Any) -> None:
+        self.rig = rig
+        self.seen = 0
+        self.starts: dict[str, list[float]] = {}  # user -> when each push-to-start was accepted (wall)
+        self.sessions: dict[str, list[tuple[str, float]]] = {}  # user -> (update token, registered at)
+
+    async def run(self) -> None:
+        while True:
+            records = self.rig.apns.records  # grows while this loop awaits: read up to its end each time
+            while self.seen < len(records):
+                record = records[self.seen]
+                self.seen += 1
+                user = self.rig.start_tokens.get(record.get("token"))
+                if user is None or record.get("status") != 200 or aps(record).get("event") != "start":
+                    continue
+                self.starts.setdefault(user, []).append(time.time())
+                token = secrets.token_hex(32)
+                n = len(self.sessions.get(user, []))
+                await self.rig.repos.live_activities.register_la_session(
+                    self.rig.match_id, user, f"{user}-a{n}", token
+                )
+                self.rig.tokens[token] = f"{user}#{user}-a{n}"
+                self.sessions.setdefault(user, []).append((token, time.time()))
+            await trio.sleep(0.05)
+
+
+async def test_followers_of_a_match_ended_wrongly_are_started_again_and_get_its_later_key_events(
+    make_rig: Any,
+) -> None:
+    extra = {
+        "engine": {"confirm_polls": 3, "confirm_s": 1.0},  # an 8-s glitch is taken as the end
+        "match": {"heal_every_s": 0.5, "follower_refresh_s": 0.5, "session_refresh_s": 0.5},
+        # longer than the glitch (8 s) and the retake, far shorter than the default's 30 min
+        "orchestrator": {"follows_grace_s": 15.0},
+    }
+    async with make_rig(
+        seed=12, speed=100.0, followers=0, start_followers=3, extra=extra, start_delay_wall_s=START_DELAY_S
+    ) as rig:
+        app = App(rig)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(app.run)
+            users = set(rig.start_tokens.values())
+            await rig.wait_for(lambda: set(app.sessions) == users, 60, "every follower's activity started")
+            await rig.wait_for(first_updates(rig, 3), 60, "the match under way")
+            rig.replay.inject("wrong_status", value="Finished", duration_s=8.0)
+            await rig.wait_for(lambda: bool(ends(rig)), 30, "the glitch confirmed as an end")
+            wrong_end = time.time()
+            follows = await rig.repos.follows.get_followers_for_match(rig.match_id)
+            assert {f["userId"] for f in follows} == users, "the end removed the follows at once"
+            await rig.wait_for(
+                lambda: all(any(t > wrong_end for t in app.starts.get(u, [])) for u in users),
+                60,
+                "a push-to-start to every follower after the match was taken again",
+            )
+            assert await rig.wait_ended(180), "the real end never came"
+            by_token = rig.accepted_by_token()
+            final = rig.replay.tape(rig.match_id).fixture_at(len(rig.replay.tape(rig.match_id)))
+            wickets = [
+                (f"{b['scoreboard']}:{b['batsmanout_id']}", rig.replay.ball_id_served_at(rig.match_id, b["id"]))
+                for b in final.get("balls") or []
+                if (b.get("score") or {}).get("is_wicket") and b.get("batsmanout_id")
+            ]
+            for user in users:
+                token, registered = app.sessions[user][-1]
+                assert registered > wrong_end
+                got = set().union(*(event_ids(r) for r in by_token.get(token, [])))
+                later = {w for w, at in wickets if at is not None and at > registered + 2.0}
+                assert later, "no wicket after the restart: this check would prove nothing"
+                assert {("wicket", w) for w in later} <= got, (user, sorted(later), sorted(got))
+                assert any(aps(r).get("event") == "end" for r in by_token.get(token, [])), user
+            # The real end's grace passes with the feed no longer showing the match: the follows go.
+            with trio.fail_after(45):
+                while not await _follows_removed(rig):
+                    await trio.sleep(0.25)
+            nursery.cancel_scope.cancel()
+
+
+async def _follows_removed(rig: Any) -> bool:
+    """The follows are gone and the ended record says so (the grace passed)."""
+    item = await rig.match_item()
+    follows = await rig.repos.follows.get_followers_for_match(rig.match_id)
+    return not follows and bool(item and item.get("followsRemovedAt"))
+
+
 async def test_a_corrupted_fixture_id_is_released_after_bounded_tries(make_rig: Any) -> None:
     extra = {"feed": {"not_found_max_tries": 3, "not_found_backoff_s": 0.2, "off_livescores_cadence_s": 0.2}}
     async with make_rig(seed=13, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
@@ -97,6 +188,36 @@ async def test_a_corrupted_fixture_id_is_released_after_bounded_tries(make_rig: 
         errors = rig.daemon.client.calls.get("fixtures", {}).get("error", 0) - fixtures_before
         assert errors == 3, f"/fixtures/123 was asked {errors} times"
         assert "123" not in rig.daemon.orchestrator.owned
+
+
+async def test_a_fixture_listed_that_never_shows_play_is_released_after_bounded_backed_off_tries(
+    make_rig: Any,
+) -> None:
+    # The rule's clock shortened: three looks over at least 3 s, the by-id period doubling from 0.2 s to 1 s.
+    extra = {
+        "feed": {
+            "ghost_max_tries": 3,
+            "ghost_min_s": 3.0,
+            "ghost_backoff_max_s": 1.0,
+            "off_livescores_cadence_s": 0.2,
+        }
+    }
+    async with make_rig(seed=17, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
+        await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        by_id_before = rig.replay.requests_served.get("fixture", 0)
+        rig.replay.inject("ghost", fixture_id="4242", duration_s=1.5)
+        await rig.wait_for(lambda: "4242" in rig.daemon.orchestrator.owned, 10, "the ghost taken")
+        await rig.wait_for(lambda: rig.daemon.feed.is_released("4242"), 30, "fixture 4242 released")
+        await rig.wait_for(lambda: "4242" not in rig.daemon.orchestrator.owned, 10, "its actor gone")
+        record = await rig.repos.active_matches.get_active_match_state("4242")
+        assert record is not None and record["status"] == "idle"  # let go, nothing ended
+        calls = rig.replay.requests_served.get("fixture", 0) - by_id_before
+        await trio.sleep(3.0)
+        assert rig.replay.requests_served.get("fixture", 0) - by_id_before == calls, "polled after its release"
+        # Listed looks count too; by id the period doubles from 0.2 s to 1 s until 3 s have passed: at most 6.
+        assert 1 <= calls <= 6, f"/fixtures/4242 was asked {calls} times"
+        await assert_nothing_lost(rig)  # the real match went on untouched
+        assert "4242" not in rig.daemon.orchestrator.owned
 
 
 @pytest.mark.parametrize(

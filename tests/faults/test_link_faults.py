@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.faults.checks import assert_nothing_lost, first_updates
+from tests.faults.checks import SHORT_OVERS, assert_nothing_lost, first_updates
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ FAST_APNS = {
 
 
 async def test_apns_connections_reset_mid_match_are_re_established_and_nothing_is_lost(make_rig: Any) -> None:
-    async with make_rig(seed=2, extra={"apns": FAST_APNS}) as rig:
+    async with make_rig(seed=2, overs=SHORT_OVERS, extra={"apns": FAST_APNS}) as rig:
         proxy = rig.proxies["apns"]
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         connects = rig.daemon.sender.stats()["connects"]
@@ -44,7 +44,9 @@ async def test_apns_connections_reset_mid_match_are_re_established_and_nothing_i
 async def test_an_apns_blackhole_times_requests_out_and_they_are_delivered_when_it_lifts(
     make_rig: Any,
 ) -> None:
-    async with make_rig(seed=3, extra={"apns": {**FAST_APNS, "request_timeout_s": 0.5}}) as rig:
+    async with make_rig(
+        seed=3, overs=SHORT_OVERS, extra={"apns": {**FAST_APNS, "request_timeout_s": 0.5}}
+    ) as rig:
         proxy = rig.proxies["apns"]
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         proxy.set(blackhole=True)
@@ -57,7 +59,7 @@ async def test_an_apns_blackhole_times_requests_out_and_they_are_delivered_when_
 
 async def test_a_sportmonks_blackhole_opens_the_breaker_and_the_feed_recovers(make_rig: Any) -> None:
     config = {"sportmonks": {"timeout_s": 0.3, "max_retries": 1, "breaker_failure_threshold": 3}}
-    async with make_rig(seed=5, extra=config) as rig:
+    async with make_rig(seed=5, overs=SHORT_OVERS, extra=config) as rig:
         proxy = rig.proxies["sportmonks"]
         breaker = rig.daemon.client.breaker
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
@@ -72,7 +74,7 @@ async def test_a_sportmonks_blackhole_opens_the_breaker_and_the_feed_recovers(ma
 
 
 async def test_a_slow_narrow_link_to_sportmonks_delays_but_loses_nothing(make_rig: Any) -> None:
-    async with make_rig(seed=6, extra={"sportmonks": {"timeout_s": 5.0}}) as rig:
+    async with make_rig(seed=6, overs=SHORT_OVERS, extra={"sportmonks": {"timeout_s": 5.0}}) as rig:
         proxy = rig.proxies["sportmonks"]
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         proxy.set(latency_s=0.1, bandwidth_bps=2_000_000)

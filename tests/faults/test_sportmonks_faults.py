@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from daemon import metrics
-from tests.faults.checks import assert_nothing_lost, first_updates
+from tests.faults.checks import SHORT_OVERS, assert_nothing_lost, first_updates
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ async def test_a_5xx_storm_opens_the_breaker_then_everything_missed_is_delivered
     # Three failed attempts open the breaker; eight 503s in a row (one call's two attempts, then trial calls
     # after each 1 s cooldown) keep the feed dark for several seconds of match play.
     config = {"sportmonks": {"max_retries": 1, "breaker_failure_threshold": 3, "breaker_cooldown_s": 1.0}}
-    async with make_rig(seed=2, extra=config) as rig:
+    async with make_rig(seed=2, overs=SHORT_OVERS, extra=config) as rig:
         breaker = rig.daemon.client.breaker
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         opened_before = breaker.opened_count
@@ -43,7 +43,9 @@ async def test_a_5xx_storm_opens_the_breaker_then_everything_missed_is_delivered
 
 
 async def test_429_with_retry_after_is_retried_and_nothing_is_lost(make_rig: Any) -> None:
-    async with make_rig(seed=3, extra={"sportmonks": {"breaker_failure_threshold": 50}}) as rig:
+    async with make_rig(
+        seed=3, overs=SHORT_OVERS, extra={"sportmonks": {"breaker_failure_threshold": 50}}
+    ) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         fault = rig.replay.inject("429", retry_after=1, count=3)
         await assert_nothing_lost(rig)
@@ -55,7 +57,7 @@ async def test_429_with_retry_after_is_retried_and_nothing_is_lost(make_rig: Any
 
 
 async def test_responses_held_past_the_deadline_time_out_and_are_retried(make_rig: Any) -> None:
-    async with make_rig(seed=4, extra={"sportmonks": {"timeout_s": 0.5}}) as rig:
+    async with make_rig(seed=4, overs=SHORT_OVERS, extra={"sportmonks": {"timeout_s": 0.5}}) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         rig.replay.inject("timeout", hold_s=2.0, count=4)
         await assert_nothing_lost(rig)
@@ -77,7 +79,7 @@ async def test_responses_held_past_the_deadline_time_out_and_are_retried(make_ri
 async def test_bad_bodies_are_skipped_without_a_crash_and_nothing_is_lost(
     make_rig: Any, mode: str, params: dict[str, Any]
 ) -> None:
-    async with make_rig(seed=5) as rig:
+    async with make_rig(seed=5, overs=SHORT_OVERS) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         restarts = _restarts()
         rig.replay.inject(mode, endpoint="livescores", count=8, **params)
@@ -87,7 +89,7 @@ async def test_bad_bodies_are_skipped_without_a_crash_and_nothing_is_lost(
 
 
 async def test_a_stalled_feed_catches_up_in_a_burst_and_nothing_is_lost(make_rig: Any) -> None:
-    async with make_rig(seed=1) as rig:
+    async with make_rig(seed=1, overs=SHORT_OVERS) as rig:
         await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "the first wicket served")
         before = rig.served_wickets()
         rig.replay.inject("stall", duration_s=4.0)
@@ -97,7 +99,7 @@ async def test_a_stalled_feed_catches_up_in_a_burst_and_nothing_is_lost(make_rig
 
 
 async def test_a_wicket_corrected_away_after_it_was_served_leaves_the_state_whole(make_rig: Any) -> None:
-    async with make_rig(seed=7) as rig:
+    async with make_rig(seed=7, overs=SHORT_OVERS) as rig:
         await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "a wicket served")
         await rig.wait_for(lambda: not rig.missing_wickets_so_far(), 30, "the wicket delivered")
         wicket_ball = rig.newest_wicket_ball()
@@ -106,7 +108,7 @@ async def test_a_wicket_corrected_away_after_it_was_served_leaves_the_state_whol
 
 
 async def test_a_ball_deleted_after_it_was_served_leaves_the_state_whole(make_rig: Any) -> None:
-    async with make_rig(seed=8) as rig:
+    async with make_rig(seed=10, overs=SHORT_OVERS) as rig:
         await rig.wait_for(first_updates(rig, 9), 60, "the match under way")
         rig.replay.inject("delete_ball")
         await trio.sleep(1.0)

@@ -27,6 +27,7 @@ import trio
 
 from daemon.seed import SeededMatch, seed_match
 from daemon.store.local import die_with_parent
+from tests.harness.records import aps, event_ids, record_kid, standing_wickets
 
 TEAM_ID = "CLUSTER001"
 TOPIC = "app.sightscreen.cluster"
@@ -81,10 +82,12 @@ class Cluster:
         cadence_s: float = 0.2,
         cycle_s: float = 1.0,
         innings_break_s: float = 1200.0,
-        # Healthy is not yet owning: the orchestrator's first cycle, the feed leader's first poll and the
-        # match actor's first tick follow, and a tick that first sees a match mid-play takes what it shows as
-        # history. 8 s leaves room for that on a loaded 2-core machine (3 s lost a first-over wicket there).
+        # The scheduled start, from the instances being healthy: the latest the first ball comes. Healthy is
+        # not yet owning (the orchestrator's first cycle, the feed's first poll and the match actor's first
+        # tick follow, and a tick that first sees a match mid-play takes what it shows as history), so a match
+        # starts sooner only once its owner has persisted its first, pre-match tick (``start_once_taken``).
         start_delay_wall_s: float = 8.0,
+        start_once_taken: bool = True,
         keep_records: int | None = None,
         extra_config: dict[str, dict[str, Any]] | None = None,
         apns_peer: tuple[str, str] | None = None,
@@ -101,10 +104,11 @@ class Cluster:
         self.cadence_s = cadence_s
         self.cycle_s = cycle_s
         self.innings_break_s = innings_break_s
-        # wall seconds from the instances being up (``start`` waits for that) to the first ball: time for the
-        # owner's first tick to see the match before it starts (a match picked up mid-way does not replay its
-        # history)
+        # wall seconds from the instances being up (``start`` waits for that) to the first ball at the latest:
+        # the owner's first tick must see the match before it starts (a match picked up mid-way does not replay
+        # its history); with ``start_once_taken`` the first ball comes as soon as that tick is persisted
         self.start_delay_wall_s = start_delay_wall_s
+        self.start_once_taken = start_once_taken
         self.keep_records = keep_records
         self.extra_config = extra_config or {}
         # (url, CA file) of an APNs peer the caller runs (e.g. nginx for the soak); None: the project's
@@ -121,6 +125,8 @@ class Cluster:
         ] = {}  # a channel phone's device key -> when its activity started
         # iOS 18 phones started on an update token (a push-to-start sent before the match had channels)
         self.token_started: dict[str, float] = {}
+        # accepted push-to-starts per iOS 18 phone (more than one would start a second activity on a phone)
+        self.start_pushes: dict[str, int] = defaultdict(int)
         self.management_port = 0
         self.apns_url = ""
         self.apns_ca_file = ""
@@ -186,10 +192,29 @@ class Cluster:
         await self.wait_healthy(timeout=120)
         for i, tape in enumerate(self.tapes):
             self.replay.add_tape(tape, start_delay_s=self._start_offset_s(i) * self.speed)
+        if self.start_once_taken:
+            for i, tape in enumerate(self.tapes):
+                nursery.start_soon(self._start_once_taken, str(tape.fixture_id), i * self.stagger_wall_s)
 
     def _start_offset_s(self, i: int) -> float:
-        """Wall seconds from now to the first ball of the i-th match (the fixture's startTime says the same)."""
+        """Wall seconds from now to the first ball of the i-th match at the latest (the fixture's startTime
+        says the same)."""
         return self.start_delay_wall_s + i * self.stagger_wall_s
+
+    async def _start_once_taken(self, match_id: str, not_before_s: float) -> None:
+        """Bowl the match's first ball once its owner has persisted its first (pre-match) tick, the baseline
+        its balls are diffed against, and not before ``not_before_s`` from now; unless it has started."""
+        not_before = trio.current_time() + not_before_s
+        while not self.replay.status()[match_id]["started"]:
+            try:
+                item = await self.repos.active_matches.get_active_match_state(match_id)
+            except Exception:  # moto saturated: not known to be taken yet, look again
+                item = None
+            if item is not None and item.get("matchPhase") and trio.current_time() >= not_before:
+                if not self.replay.status()[match_id]["started"]:
+                    self.replay.seek(match_id, 0)
+                return
+            await trio.sleep(0.2)
 
     async def seed(self) -> None:
         """Each tape's match, starting at its offset, with ``followers_per_match`` running sessions."""
@@ -209,26 +234,70 @@ class Cluster:
 
     async def _seed_ios18(self, seeded: SeededMatch) -> None:
         """The iOS 18 share of a match's followers: their seeded session ended (so the daemons start them),
-        their device on iOS 18 with a push-to-start token. Their update token stays their device key."""
+        their device on iOS 18 with a push-to-start token, and their follow naming that device (as the API
+        writes it when a user with a registered device follows). Their update token stays their device key.
+        Written with BatchWriteItem (25 a call): at the target load that is 160,000 phones."""
         import secrets
 
+        from daemon.seed import FOLLOW_TTL_S
+        from daemon.store.codec import iso
+
+        now = time.time()
+        stamp = iso(now, timespec="seconds")
+        ended: list[dict[str, Any]] = []
+        devices: list[dict[str, Any]] = []
+        follows: list[dict[str, Any]] = []
         for k, follower in enumerate(seeded.followers):
             n = k // 2  # followers alternate teams: spread the share over each team
             if not int((n + 1) * self.ios18_share) > int(n * self.ios18_share):
                 continue
-            await self.repos.live_activities.end_la_session(
-                seeded.match_id, follower.visitor_key, "ios18-seed"
-            )
             pts = secrets.token_hex(32)
-            await self.repos.devices.register_device(
-                follower.user_id, secrets.token_hex(32), os_version="18.2", push_to_start_token=pts
+            device_token = secrets.token_hex(32)
+            ended.append(
+                {
+                    "matchId": seeded.match_id,
+                    "visitorKey": follower.visitor_key,
+                    "userId": follower.user_id,
+                    "deviceId": follower.device_id,
+                    "updateToken": follower.update_token,
+                    "status": "ended",
+                    "sessionStartedAt": stamp,
+                    "endedAt": stamp,
+                    "endReason": "ios18-seed",
+                }
             )
+            devices.append(
+                {
+                    "userId": follower.user_id,
+                    "deviceToken": device_token,
+                    "platform": "ios",
+                    "osVersion": "18.2",
+                    "appVersion": "local",
+                    "pushToStartToken": pts,
+                    "lastSeenAt": stamp,
+                    "ttl": int(now + 90 * 24 * 3600),
+                }
+            )
+            follow: dict[str, Any] = {
+                "matchId": seeded.match_id,
+                "userId": follower.user_id,
+                "expiresAt": int(now + FOLLOW_TTL_S),
+                "createdAt": stamp,
+                "deviceToken": device_token,
+            }
+            if follower.team_id is not None:
+                follow["teamId"] = follower.team_id
+            follows.append(follow)
             self.channel_phones[pts] = (seeded.match_id, follower)
+        if ended:
+            await self.repos.live_activities.import_items(ended)
+            await self.repos.devices.import_items(devices)
+            await self.repos.follows.import_items(follows)
 
     async def start_phones(self, records: Iterable[dict[str, Any]]) -> None:
         """iOS 18 phones a push-to-start reached: their activity starts on the channel it named (they listen
         at once: subscribed at the APNs server) and the app registers the session with its channelId."""
-        sessions = []
+        sessions: list[tuple[Any, ...]] = []
         for record in records:
             phone = self.channel_phones.get(str(record.get("token")))
             if phone is None or record.get("status") != 200:
@@ -239,6 +308,7 @@ class Cluster:
                 continue
             match_id, follower = phone
             key = str(follower.update_token)
+            self.start_pushes[key] += 1
             if not channel:  # started on a token: the app registers the activity's update token
                 if key not in self.token_started and key not in self.channel_started:
                     self.token_started[key] = float(record.get("time") or time.time())
@@ -342,18 +412,21 @@ class Cluster:
         return inst
 
     async def stop_all(self, timeout: float = 20.0) -> None:
-        for inst in list(self.instances.values()):
-            if inst.alive:
-                inst.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for inst in list(self.instances.values()):
-            while inst.alive and time.monotonic() < deadline:
-                await trio.sleep(0.05)
-            if inst.alive:
-                inst.proc.kill()
-                inst.proc.wait()
-            self.retired.append(inst)
-        self.instances.clear()
+        """SIGTERM every instance, SIGKILL what is still up after ``timeout``. Shielded: a test cancelled or
+        timed out still stops its instances, rather than leaving them to load the machine for the next."""
+        with trio.CancelScope(shield=True):
+            for inst in list(self.instances.values()):
+                if inst.alive:
+                    inst.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for inst in list(self.instances.values()):
+                while inst.alive and time.monotonic() < deadline:
+                    await trio.sleep(0.05)
+                if inst.alive:
+                    inst.proc.kill()
+                    inst.proc.wait()
+                self.retired.append(inst)
+            self.instances.clear()
 
     def all_instances(self) -> Iterable[Instance]:
         return [*self.retired, *self.instances.values()]
@@ -404,8 +477,86 @@ async def admin_request(path: str, cmd: str, args: list[str] | None = None) -> A
     return answer.get("result") if answer.get("ok") else None
 
 
-def record_kid(record: dict[str, Any]) -> str | None:
-    auth = (record.get("headers") or {}).get("authorization", "")
-    if "kid=" not in auth:
-        return None
-    return auth.split("kid=", 1)[1].split()[0].rstrip(">")
+def build_cluster(
+    workdir: Path,
+    moto_url: str,
+    *,
+    seed: int,
+    prefix: str,
+    speed: float,
+    lease_s: float,
+    matches: int = 1,
+    followers: int = 3,
+    fmt: str = "T20",
+    overs: int | None = None,
+) -> Cluster:
+    """The end-to-end tests' cluster: ``matches`` synthesised matches (seeds ``seed``, ``seed + 1``, ...; the
+    format shortened to ``overs`` an innings when given), ``followers`` sessions each, the feed polled every
+    0.25 s, the orchestrator cycling every second and a 600-s innings break. Not started."""
+    from daemon.replay.synth import synthesise
+
+    tapes = [synthesise(fmt, seed=seed + i, overs=overs) for i in range(matches)]
+    return Cluster(
+        workdir,
+        moto_url=moto_url,
+        tapes=tapes,
+        table_prefix=prefix,
+        speed=speed,
+        followers_per_match=followers,
+        lease_s=lease_s,
+        cadence_s=0.25,
+        cycle_s=1.0,
+        innings_break_s=600.0,
+    )
+
+
+def check_exclusive_ownership(cluster: Cluster) -> None:
+    """Per match, the accepted pushes in arrival order come in one run per signing key (process): no two
+    processes ever pushed one match in turns."""
+    per_match: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    token_match = {tok: m.match_id for m in cluster.matches.values() for tok in m.tokens}
+    for record in cluster.apns.records:
+        match_id = token_match.get(record["token"])
+        if match_id is not None and record.get("status") == 200:
+            per_match[match_id].append((record["time"], record_kid(record) or "?"))
+    for match_id, seq in per_match.items():
+        seq.sort()
+        runs: list[str] = []
+        for _, kid in seq:
+            if not runs or runs[-1] != kid:
+                runs.append(kid)
+        assert len(runs) == len(set(runs)), f"match {match_id} pushed by interleaved owners: {runs}"
+
+
+def check_deliveries(cluster: Cluster) -> None:
+    """Every seeded token got every wicket that stands on its match's tape, updates, and one end with a
+    dismissal date; no alert was shown twice on one device (a repeat carries the original's timestamp)."""
+    deliveries = cluster.deliveries()
+    by_id = {str(t.fixture_id): t for t in cluster.tapes}
+    for match in cluster.matches.values():
+        wickets = standing_wickets(by_id[match.match_id])
+        assert wickets, "the synthesised match has wickets (otherwise this check proves nothing)"
+        for token in match.tokens:
+            records = deliveries.get(token, [])
+            ends = [r for r in records if aps(r).get("event") == "end"]
+            assert ends, f"token of {match.match_id} got no end"
+            assert all("dismissal-date" in aps(r) for r in ends)
+            got = set().union(*(event_ids(r) for r in records)) if records else set()
+            missing = {b for b in wickets if ("wicket", b) not in got}
+            assert not missing, f"{match.match_id}: wickets {sorted(missing)} never reached a token"
+            stamps = [int(aps(r)["timestamp"]) for r in records if aps(r).get("event") == "update"]
+            # arrival order may interleave a repeat, but the device keeps the newest: a repeat carries
+            # the same timestamp as the original, so at most one timestamp per alerting event
+            alerts: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+            for r in records:
+                payload = aps(r)
+                if payload.get("alert") and payload.get("event") == "update":
+                    state = payload.get("content-state") or {}
+                    head = (state.get("events") or [{}])[0]
+                    # the same event is the same ball too: a catch overturned on review and the batter's
+                    # real dismissal later are two alerts, not one shown twice
+                    key = (str(state.get("eventType")), str(head.get("subject")), str(head.get("ballId")))
+                    alerts[key].add(int(payload["timestamp"]))
+            for key, ts in alerts.items():
+                assert len(ts) == 1, f"alert {key} shown {len(ts)} times on one device"
+            assert stamps, "updates were delivered"

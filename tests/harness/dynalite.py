@@ -26,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 from daemon.store.local import die_with_parent, free_port, stop_child
 
@@ -95,7 +96,7 @@ class DynaliteServer:
         launcher.write_text(LAUNCHER)
         if not self.port:
             self.port = free_port(self.host)
-        log = self.log_path.open("ab") if self.log_path is not None else subprocess.DEVNULL
+        log: IO[bytes] | None = self.log_path.open("ab") if self.log_path is not None else None
         try:
             self.proc = subprocess.Popen(
                 [
@@ -105,13 +106,13 @@ class DynaliteServer:
                     self.host,
                     str(self.port),
                 ],
-                stdout=log,
-                stderr=log,
+                stdout=subprocess.DEVNULL if log is None else log,
+                stderr=subprocess.DEVNULL if log is None else log,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=die_with_parent,
             )
         finally:
-            if log is not subprocess.DEVNULL:
+            if log is not None:
                 log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

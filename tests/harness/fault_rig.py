@@ -7,10 +7,12 @@ daemon (``daemon.run.Daemon``, jobs off) is configured with the proxies' ports, 
 a peer crosses a proxy that a test can degrade; the rig's own ``repos`` talk to moto directly, so a test
 observes DynamoDB even while the daemon's link to it is cut.
 
-Seeding is the multi-instance cluster's: the tape's fixture (starting a few wall seconds from now, so the
-orchestrator takes the match pre-match), its league, and ``followers`` users, each following the match with an
-active Live Activity session and its own update token. The tape is served from before the daemon starts (the
-first ball comes ``start_delay_wall_s`` later), so the daemon takes the match pre-match and sees its first ball.
+Seeding is the multi-instance cluster's: the tape's fixture (starting at most ``start_delay_wall_s`` from now,
+so the orchestrator takes the match pre-match), its league, and ``followers`` users, each following the match
+with an active Live Activity session and its own update token. The tape is served (not started: the fixture is
+``NS``) from before the daemon starts, and its first ball is bowled as soon as the owner has persisted its first,
+pre-match tick (``start_clock_once_taken``), or at the scheduled start if that comes first: the daemon sees
+every ball, however long it took to start on a loaded machine, and no test waits a fixed time for it.
 
 Observation: ``apns.records`` (every answered request), ``accepted_by_token()`` (accepted pushes per seeded
 token), ``missing_wickets()`` (per token, the wickets standing at the end of the tape that no accepted push
@@ -33,34 +35,13 @@ import trio
 from daemon.seed import seed_match
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.lazy_proxy import LazyFaultProxy
+from tests.harness.records import aps, event_ids, record_kid, standing_wickets
 
 TEAM_ID = "FAULTTEAM1"
 KEY_ID = "FAULTKEY01"
 # a second instance signs with its own key, so the APNs server's record says which instance pushed
 SECOND_KEY_ID = "FAULTKEY02"
 TOPIC = "app.sightscreen.faults"
-
-
-def aps(record: dict[str, Any]) -> dict[str, Any]:
-    return (record.get("payload") or {}).get("aps") or {}
-
-
-def event_ids(record: dict[str, Any]) -> set[tuple[str, str]]:
-    """(type, subject) of every key event an accepted push carried."""
-    state = aps(record).get("content-state") or {}
-    return {(str(ev.get("type")), str(ev.get("subject"))) for ev in state.get("events") or []}
-
-
-def standing_wickets(tape: Any) -> set[str]:
-    """The wickets that stand at the end of the tape (corrected or deleted ones excluded), named as the
-    engine names them: innings and dismissed batter ("S1:900401")."""
-    fixture = tape.fixture_at(len(tape))
-    out: set[str] = set()
-    for ball in fixture.get("balls") or []:
-        score = ball.get("score") or {}
-        if score.get("is_wicket") and ball.get("batsmanout_id"):
-            out.add(f"{ball['scoreboard']}:{ball['batsmanout_id']}")
-    return out
 
 
 @dataclass
@@ -71,7 +52,9 @@ class RigOptions:
     cadence_s: float = 0.2
     cycle_s: float = 1.0
     innings_break_s: float = 600.0
-    start_delay_wall_s: float = 3.0
+    # the scheduled start: the fixture's start time and the latest the first ball comes; it comes sooner, as
+    # soon as the owner's first (pre-match) tick is persisted (``FaultRig.start_clock_once_taken``)
+    start_delay_wall_s: float = 15.0
     # the APNs server answers every push with this 5xx status from the start, before the daemon's first
     # push (0: no storm); lift it with ``rig.apns.reset()``
     apns_storm_at_start: int = 0
@@ -158,9 +141,24 @@ class FaultRig:
             self.start_match()
         self.daemon = self.new_daemon()
         await nursery.start(self.daemon.run)
+        nursery.start_soon(self.start_clock_once_taken)
 
     def start_match(self) -> None:
+        """Serve the tape: the fixture is ``NS`` until its scheduled start or ``start_clock_once_taken``."""
         self.replay.add_tape(self.tape)
+
+    async def start_clock_once_taken(self) -> None:
+        """Bowl the first ball as soon as an owner has persisted the match's first tick (taken pre-match, so it
+        is the baseline the balls are diffed against), unless the match has started already."""
+        while True:
+            status = self.replay.status().get(self.match_id)
+            if status is not None and status["started"]:
+                return
+            item = await self.match_item()
+            if status is not None and item is not None and item.get("matchPhase"):
+                self.replay.seek(self.match_id, 0)
+                return
+            await trio.sleep(0.1)
 
     def config(
         self,
@@ -301,13 +299,7 @@ class FaultRig:
                 out[record["token"]].append(record)
         return out
 
-    @staticmethod
-    def record_kid(record: dict[str, Any]) -> str | None:
-        """The key id of the provider token a request was signed with (which instance sent it)."""
-        auth = (record.get("headers") or {}).get("authorization", "")
-        if "kid=" not in auth:
-            return None
-        return str(auth.split("kid=", 1)[1].split()[0].rstrip(">"))
+    record_kid = staticmethod(record_kid)
 
     def accepted_updates(self) -> int:
         return sum(1 for r in self.apns.records if r.get("status") == 200 and aps(r).get("event") == "update")

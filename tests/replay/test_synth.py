@@ -122,6 +122,26 @@ def test_bad_format_or_seed_is_refused_naming_the_argument() -> None:
         synthesise("T20", -1)
 
 
+@pytest.mark.parametrize(("fmt", "overs"), [("T10", 5), ("T20", 8)])
+def test_a_shortened_match_is_a_whole_match_within_its_overs(fmt: str, overs: int) -> None:
+    tape = synthesise(fmt, 3, overs=overs)
+    assert tape_to_json(tape) == tape_to_json(synthesise(fmt, 3, overs=overs))
+    fx = _final(tape)
+    assert fx["status"] == "Finished" and fx["type"] == fmt and fx["total_overs_played"] == overs
+    first, second = fx["runs"]
+    assert first["overs"] == overs or first["wickets"] == 10
+    assert second["score"] > first["score"] or second["overs"] == overs or second["wickets"] == 10
+    assert fx["note"] == "Match Tied" if fx["winner_team_id"] is None else "won by" in fx["note"]
+    assert all(row["overs"] <= -(-overs // 5) for row in fx["bowling"])
+    assert len(tape) < len(synthesise(fmt, 3))
+
+
+@pytest.mark.parametrize("overs", [0, 11, -1, 2.5])
+def test_overs_outside_the_format_are_refused_naming_the_argument(overs: object) -> None:
+    with pytest.raises(ValueError, match="overs: must be a whole number from 1 to 10 for T10"):
+        synthesise("T10", 1, overs=overs)  # type: ignore[arg-type]
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fmt=st.sampled_from(["T20", "T10"]), seed=st.integers(0, 10_000), where=st.floats(0, 1))
 def test_at_any_cursor_the_scorecard_adds_up_to_the_innings_totals(fmt: str, seed: int, where: float) -> None:

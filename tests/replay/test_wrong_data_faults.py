@@ -5,6 +5,8 @@ Real loopback HTTP; the server's wall clock is a hand-moved fake, so what is ser
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import httpx
 import pytest
 import trio
@@ -97,3 +99,51 @@ async def test_the_client_stops_reading_an_enormous_body_with_a_clear_error(
         await plain.post("/replay/faults", json={"mode": "huge_body", "size_bytes": 2048, "count": 1})
         r = await plain.get("/livescores")
         assert len(r.content) > 2048 and r.json()["data"]  # still valid JSON, only bigger
+
+
+async def test_a_ghost_is_listed_for_its_time_and_answers_by_id_until_the_faults_are_cleared(
+    nursery: trio.Nursery, demo: Tape
+) -> None:
+    clock = FakeClock()
+    server, http = await start(nursery, [demo], clock=clock)
+    fid = demo.fixture_id
+    async with http:
+        clock.t += 20
+        for bad in ({"fixture_id": fid}, {"fixture_id": "abc"}, {}):
+            r = await http.post("/replay/faults", json={"mode": "ghost", "count": 1, **bad})
+            assert r.status_code == 400 and "ghost needs a numeric id" in r.text
+        r = await http.post("/replay/faults", json={"mode": "ghost", "fixture_id": "4242", "duration_s": 10})
+        assert r.status_code == 200
+        include = {"include": "runs,balls,batting,bowling,tosswon"}
+        listed = {f["id"]: f for f in (await http.get("/livescores", params=include)).json()["data"]}
+        assert set(listed) == {int(fid), 4242} and listed[int(fid)]["balls"]  # the real match is untouched
+        ghost = listed[4242]
+        assert (
+            ghost["status"] == "1st Innings"
+            and ghost["toss_won_team_id"] is None
+            and ghost["tosswon"] is None
+        )
+        assert ghost["balls"] == ghost["runs"] == ghost["batting"] == ghost["bowling"] == []
+        days_before = (
+            clock.t - datetime.fromisoformat(ghost["starting_at"].replace("Z", "+00:00")).timestamp()
+        ) / 86400
+        assert round(days_before) == 30
+        clock.t += 11
+        assert [f["id"] for f in (await http.get("/livescores")).json()["data"]] == [int(fid)]
+        by_id = (await http.get("/fixtures/4242", params=include)).json()["data"]
+        assert by_id == ghost  # still answering, unchanged: no play, ever
+        await http.post(
+            "/replay/faults",
+            json={
+                "mode": "ghost",
+                "fixture_id": "77",
+                "count": 1,
+                "value": "Delayed",
+                "starting_at": "2020-01-01T10:00:00.000000Z",
+            },
+        )
+        (listed77,) = [f for f in (await http.get("/livescores")).json()["data"] if f["id"] == 77]
+        assert listed77["status"] == "Delayed" and listed77["starting_at"] == "2020-01-01T10:00:00.000000Z"
+        assert 77 not in {f["id"] for f in (await http.get("/livescores")).json()["data"]}  # count: 1 answer
+        await http.delete("/replay/faults")
+        assert (await http.get("/fixtures/4242")).status_code == 404

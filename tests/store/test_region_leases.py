@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from daemon.store.caches import CacheEntry, FencedPut, FenceLost
+from daemon.store.dynamo import count_calls
 from daemon.store.locks import Lease, feed_lock_key, job_lock_key, lease_holds, lease_is_free
 
 FIXTURE = {
@@ -137,3 +138,41 @@ async def test_the_leaders_feed_state_rides_with_the_summary_and_a_bad_one_is_ig
     )
     assert await cache.get_livescores_summary_and_state("eu") == (summary, t, {})  # the summary still served
     assert await cache.get_livescores_summary_and_state("us") is None
+
+
+async def test_a_followers_stamp_read_carries_the_leaders_404_verdicts_in_the_same_batch(repos: Any) -> None:
+    locks, cache = repos.locks, repos.fixture_cache
+    t = time.time()
+    lease, _ = await locks.acquire_fenced(feed_lock_key("eu"), "a", 30, now=t)
+    assert lease is not None
+    await cache.put_fixtures_fenced(
+        [FencedPut("501", FIXTURE, ttl_s=600, seq=3, fetched_at=t)],
+        lambda: locks.lease_condition(lease),
+        lease.epoch,
+    )
+    # no summary yet: the stamps alone, no verdicts
+    got = await cache.batch_get_region_stamps(["501"], "eu")
+    assert got.stamps == {"501": (1, 3, t)} and got.not_found is None and got.polled_at is None
+    not_found = {"released": {"123": t + 600}, "tries": {"124": 2}}
+    state = {"budget": {"livescores": [[t, 4]]}, "budgetAt": t, "notFound": not_found}
+    await cache.put_livescores_summary(
+        "eu", [], t, lambda: locks.lease_condition(lease), lease.epoch, ttl_s=60, state=state
+    )
+    with count_calls() as calls:
+        got = await cache.batch_get_region_stamps(["501", "999"], "eu")
+    assert calls.n == 1  # one BatchGetItem for the stamps and the verdicts
+    assert got.stamps == {"501": (1, 3, t)}  # the summary item is not taken for a match
+    assert got.not_found == not_found and got.polled_at == t  # and the poll it marks
+    assert (await cache.batch_get_region_stamps([], "eu")).not_found == not_found  # verdicts alone
+    assert (await cache.batch_get_region_stamps(["501"], "us")).not_found is None  # another region's
+    # an unreadable verdict attribute is ignored (logged); the stamps are still served
+    await repos.dynamo.call(
+        cache.logical,
+        "update_item",
+        TableName=repos.dynamo.table(cache.logical),
+        Key={"matchId": {"S": "livescores:eu"}},
+        UpdateExpression="SET feedNotFound = :s",
+        ExpressionAttributeValues={":s": {"S": "[not json"}},
+    )
+    got = await cache.batch_get_region_stamps(["501"], "eu")
+    assert got.stamps == {"501": (1, 3, t)} and got.not_found is None

@@ -85,6 +85,7 @@ class ReplayServer:
         self.port: int | None = None
         self._matches: dict[str, ServedMatch] = {}
         self._faults = FaultList()
+        self._ghosts: dict[str, tuple[FaultSpec, str]] = {}  # ghost id -> its fault and default starting_at
         self._fault_seq = 0
         self._stop_requested = False
         self._stop_event: trio.Event | None = None
@@ -260,6 +261,15 @@ class ReplayServer:
             m = self._match(spec.fixture_id)
             op, ball_id = fault_rules.change_feed(m, spec, now)
             log.info("replay_feed_changed", fixture_id=m.tape.fixture_id, op=op, ball_id=ball_id)
+        elif spec.mode == "ghost":
+            ghost_id = spec.fixture_id or ""
+            if not ghost_id.isdigit() or ghost_id in self._matches:
+                raise ReplayRequestError("fault fixture_id: ghost needs a numeric id that is not served here")
+            if not self._matches:
+                raise ReplayRequestError("fault ghost: no fixture is served to shape it on")
+            self._ghosts[ghost_id] = (spec, iso(datetime.fromtimestamp(now - 30 * 86400, UTC)))
+            self._faults.add(self._fault_seq, spec, now)
+            log.info("replay_ghost_listed", fixture_id=ghost_id, count=spec.count, duration_s=spec.duration_s)
         elif spec.mode == "stall":
             if spec.duration_s is None:
                 raise ReplayRequestError("fault duration_s: required for stall")
@@ -272,6 +282,7 @@ class ReplayServer:
 
     def clear_faults(self) -> None:
         self._faults.clear()
+        self._ghosts.clear()
 
     def faults(self) -> list[dict[str, Any]]:
         return self._faults.describe(self.clock())
@@ -288,6 +299,8 @@ class ReplayServer:
 
     def _one_fixture(self, raw_id: str, include: frozenset[str], now: float) -> bytes:
         m = self._matches.get(raw_id)
+        if m is None and raw_id in self._ghosts:
+            return b'{"data":' + self._ghost_bytes(raw_id, include, now) + b"}"
         if m is None:
             raise ReplayRequestError(f"No query results for model [Fixture] {raw_id}", status=404)
         data, _ = m.fixture_bytes(now, include)
@@ -310,7 +323,21 @@ class ReplayServer:
             if base["status"] in q.NOT_LIVE:  # not started yet, or finished: only /fixtures has it (spec §3)
                 continue
             parts.append(m.fixture_bytes(now, include)[0])
+        for spec in self._faults.listed_ghosts(now):
+            parts.append(self._ghost_bytes(str(spec.fixture_id), include, now))
         return b'{"data":[' + b",".join(parts) + b"]}"
+
+    def _ghost_bytes(self, ghost_id: str, include: frozenset[str], now: float) -> bytes:
+        """The ghost fixture ``ghost_id`` (see ``faults``), shaped on the first served tape before its start."""
+        spec, starting_at = self._ghosts[ghost_id]
+        tape = next(iter(self._matches.values())).tape
+        base = tape.fixture_at(
+            0,
+            status="1st Innings",
+            include=[name for name in include if name not in q.UNMODELLED_INCLUDES],
+            now=datetime.fromtimestamp(now, UTC),
+        )
+        return encode_json(fault_rules.ghost_fixture(base, spec, starting_at))
 
     def _reference(
         self, segments: list[str], query: dict[str, str], host: str, path: str, now: float

@@ -3,7 +3,11 @@
 Response faults (``5xx``, ``429``, ``timeout``, ``disconnect``, ``truncated``, ``malformed``,
 ``missing_field``, ``wrong_type``, and the valid-but-wrong data SportMonks sends now and then:
 ``wrong_status``, ``changed_id``, ``implausible``, ``huge_body``) sit in a ``FaultList`` and apply to the next ``count`` requests, or for
-``duration_s`` seconds, on one endpoint or all. Feed faults apply at once: ``correct_ball`` /
+``duration_s`` seconds, on one endpoint or all. ``ghost`` lists an extra fixture (``fixture_id``, a new id) in
+``/livescores`` for its ``count`` answers or ``duration_s``: a fixture that answers but shows nothing (no ball,
+no score row, no toss; status ``value``, default ``1st Innings``; ``starting_at`` default 30 days before the
+injection), which ``/fixtures/{id}`` serves from the injection until the faults are cleared, as SportMonks
+would serve a stale or foreign fixture a corrupted id named. Feed faults apply at once: ``correct_ball`` /
 ``delete_ball`` insert an entry that re-sends or withdraws a served ball; ``stall`` freezes the feed, which
 then catches up in one burst.
 """
@@ -33,6 +37,7 @@ FaultMode = Literal[
     "changed_id",
     "implausible",
     "huge_body",
+    "ghost",
     "correct_ball",
     "delete_ball",
     "stall",
@@ -75,6 +80,9 @@ class FaultSpec(BaseModel):
     )
     ball_id: int | None = None
     score_id: int | None = None
+    starting_at: str | None = Field(
+        default=None, description="ghost: the fixture's starting_at (default: 30 days before the injection)"
+    )
 
 
 @dataclass
@@ -121,12 +129,50 @@ class FaultList:
         """The first fault in force on ``endpoint``, counted as one use."""
         self._faults = [f for f in self._faults if f.active(now)]
         for fault in self._faults:
+            if fault.spec.mode == "ghost":
+                continue  # not a change to a response: see listed_ghosts
             if fault.spec.endpoint in (None, endpoint):
                 fault.hits += 1
                 if fault.remaining is not None:
                     fault.remaining -= 1
                 return fault.spec
         return None
+
+
+    def listed_ghosts(self, now: float) -> list[FaultSpec]:
+        """The ``ghost`` faults in force, each counted as one use (one ``/livescores`` answer listing it)."""
+        self._faults = [f for f in self._faults if f.active(now)]
+        out = []
+        for fault in self._faults:
+            if fault.spec.mode == "ghost":
+                fault.hits += 1
+                if fault.remaining is not None:
+                    fault.remaining -= 1
+                out.append(fault.spec)
+        return out
+
+
+def ghost_fixture(base: dict[str, Any], spec: FaultSpec, starting_at: str) -> dict[str, Any]:
+    """``base`` (a served fixture before its first ball) as the ghost ``spec`` names: its own id, status and
+    schedule, and nothing shown (no toss, note, result, ball or score row)."""
+    blank = dict(base)
+    blank.update(
+        id=int(spec.fixture_id) if spec.fixture_id and spec.fixture_id.isdigit() else spec.fixture_id,
+        status=spec.value if isinstance(spec.value, str) else "1st Innings",
+        starting_at=spec.starting_at or starting_at,
+        note=None,
+        toss_won_team_id=None,
+        elected=None,
+        winner_team_id=None,
+        draw_noresult=None,
+    )
+    for key in ("balls", "runs", "batting", "bowling"):
+        if key in blank:
+            blank[key] = []
+    for key in ("tosswon", "winnerteam"):
+        if key in blank:
+            blank[key] = None
+    return blank
 
 
 def fault_response(spec: FaultSpec) -> Response:

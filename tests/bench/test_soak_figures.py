@@ -1,0 +1,121 @@
+"""The soak's fleet figures, from given counts (pure): SportMonks calls per hour for the region and per
+instance over the run's window, the region's ratio to a single instance's companion run, and the targets."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from soak import (  # noqa: E402
+    _per_slot,
+    fleet_figures,
+    main,
+    single_instance_args,
+    targets,
+    with_single_instance,
+)
+
+
+def test_calls_per_hour_are_counted_over_the_window_for_the_region_and_each_instance() -> None:
+    figures = fleet_figures(
+        region_calls=200,
+        window_s=100.0,
+        by_instance={"i1": 10.0, "i0": 190.0},
+        cadence_s=0.5,
+        single_per_hour=None,
+    )
+    assert figures["sportmonks_calls_per_hour_region"] == 7200
+    assert figures["sportmonks_calls_per_hour_by_instance"] == {"i0": 6840, "i1": 360}
+    assert figures["sportmonks_calls_per_hour_one_instance_theory"] == 7200
+    assert figures["sportmonks_region_vs_theory"] == 1.0
+    assert figures["sportmonks_region_vs_single_instance"] is None
+    assert figures["sportmonks_calls_per_hour_region_at_2_5s"] == 1440
+
+
+def test_an_instances_calls_leave_out_what_its_first_processes_made_before_the_window() -> None:
+    # slot i0's first process had made 30 calls when the window opened, then was killed at 80; its
+    # successor made 25; slot i1 made nothing in the window
+    calls = {("i0", 11): 80.0, ("i0", 12): 25.0, ("i1", 13): 4.0}
+    base = {("i0", 11): 30.0, ("i1", 13): 4.0}
+    assert _per_slot(calls, base) == {"i0": 75.0, "i1": 0.0}
+
+
+def _result(**over: Any) -> dict[str, Any]:
+    base = {
+        "cadence_s": 2.5,
+        "kills": 0,
+        "lost": 0,
+        "duplicate_alerts": 0,
+        "lag_s": {"p50": 1.0, "p99": 3.2, "max": 3.3},
+        "sportmonks_calls_per_hour_region": 1500,
+        "sportmonks_region_vs_single_instance": None,
+    }
+    return {**base, **over}
+
+
+def test_the_region_is_compared_with_the_single_instance_companion_run() -> None:
+    single = {
+        "tokens": 200,
+        "seconds": 300.0,
+        "matches_ended": 20,
+        "sportmonks_window_s": 280.0,
+        "sportmonks_calls_per_hour_region": 1440,
+        "sportmonks_requests_by_endpoint": {"livescores": 112},
+        "lost": 0,
+        "duplicate_alerts": 0,
+        "lag_s": {"p99": 2.0},
+        "kills": 0,
+    }
+    out = with_single_instance(_result(kills=14), single)
+    assert out["sportmonks_calls_per_hour_single_instance"] == 1440
+    assert out["sportmonks_region_vs_single_instance"] == round(1500 / 1440, 3)
+    assert out["single_instance_run"]["sportmonks_requests_by_endpoint"] == {"livescores": 112}
+    verdict = targets(out)
+    assert verdict["region_calls_within_10pct_of_single_instance"] is True
+    assert verdict["lost_zero"] and verdict["duplicate_alerts_zero"]
+    assert verdict["lag_p99_within_cadence_plus_1s"] is None  # with kills the lag target does not apply
+    over = with_single_instance(_result(sportmonks_calls_per_hour_region=1600), single)
+    assert targets(over)["region_calls_within_10pct_of_single_instance"] is False  # 1.11x
+
+
+def test_the_targets_say_what_failed() -> None:
+    assert targets(_result())["lag_p99_within_cadence_plus_1s"] is True
+    assert targets(_result(lag_s={"p99": 3.6}))["lag_p99_within_cadence_plus_1s"] is False
+    assert targets(_result(lag_s={"p99": None}))["lag_p99_within_cadence_plus_1s"] is None
+    assert targets(_result(lost=3))["lost_zero"] is False
+    assert targets(_result(duplicate_alerts=1))["duplicate_alerts_zero"] is False
+    assert targets(_result())["region_calls_within_10pct_of_single_instance"] is None  # no companion run
+
+
+def test_the_companion_run_is_the_main_run_with_one_instance_no_kills_and_few_tokens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[Any] = []
+
+    def fake_run(fn: Any, args: Any) -> dict[str, Any]:  # records the options each run was given
+        seen.append(args)
+        return _result(
+            kills=args.kill_every and 3,
+            sportmonks_calls_per_hour_region=1440 if args.instances == 1 else 1480,
+            tokens=args.tokens,
+            seconds=10.0,
+        )
+
+    monkeypatch.setattr("soak.trio.run", fake_run)
+    monkeypatch.setattr("soak.signal.signal", lambda *a: None)  # main's SIGTERM handler: not in pytest
+    argv = ["--matches", "20", "--tokens", "200000", "--instances", "3", "--kill-every", "60"]
+    assert main([*argv, "--compare-single", "--cadence", "2.5"]) == 0
+    main_args, companion = seen
+    assert (main_args.instances, companion.instances) == (3, 1)
+    assert companion.kill_every == 0.0 and companion.tokens == 200 and companion.matches == 20
+    assert companion.cadence == main_args.cadence == 2.5 and companion.duration == main_args.duration
+    assert single_instance_args(main_args).tokens == 200
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["sportmonks_region_vs_single_instance"] == round(1480 / 1440, 3)
+    assert printed["targets"]["region_calls_within_10pct_of_single_instance"] is True
