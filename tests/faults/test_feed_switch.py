@@ -33,7 +33,6 @@ from daemon.store.locks import feed_lock_key
 from daemon.store.tables import LOCKS
 from tests.faults.checks import assert_nothing_lost
 from tests.faults.test_owner_death import (
-    START_DELAY_S,
     _die_and_be_succeeded,
     _wicket_alert,
     duplicate_alerts,
@@ -102,8 +101,13 @@ async def _hold_before_a_wicket(rig: FaultRig) -> tuple[int, dict[str, Any]]:
     """Once the match is live and the instance leads the feed: the replay paused one ball before the next
     wicket until the cache holds that fixture. Returns the wicket's cursor and the fixture before it."""
     daemon = rig.daemon
+
+    def under_way() -> bool:
+        status = rig.replay.status()[rig.match_id]
+        return bool(status["started"] and status["cursor"] >= 1)
+
     with trio.fail_after(60):
-        while not (daemon.leadership.leading and rig.accepted_updates() >= 1):
+        while not (daemon.leadership.leading and under_way() and rig.accepted_updates() >= 2):
             await trio.sleep(0.05)
     rig.replay.pause(rig.match_id)
     wicket = _next_wicket(rig, rig.replay.status()[rig.match_id]["cursor"])
@@ -119,7 +123,7 @@ async def _hold_before_a_wicket(rig: FaultRig) -> tuple[int, dict[str, Any]]:
 async def test_a_leader_that_steps_down_after_a_wickets_fixture_went_out_alerts_it_once(
     make_rig: Any,
 ) -> None:
-    async with make_rig(seed=1, followers=6, lease_s=3.0, start_delay_wall_s=START_DELAY_S) as rig:
+    async with make_rig(seed=1, followers=6, lease_s=3.0) as rig:
         daemon = rig.daemon
         wicket, before = await _hold_before_a_wicket(rig)
         cache = daemon.feed._cache  # the leader's fenced cache sink
@@ -152,7 +156,7 @@ async def test_a_leader_that_steps_down_after_a_wickets_fixture_went_out_alerts_
 async def test_a_successor_served_an_older_fixture_than_its_predecessors_state_alerts_nothing_twice(
     make_rig: Any,
 ) -> None:
-    async with make_rig(seed=1, followers=6, lease_s=3.0, start_delay_wall_s=START_DELAY_S) as rig:
+    async with make_rig(seed=1, followers=6, lease_s=3.0) as rig:
         wicket, before = await _hold_before_a_wicket(rig)
         owner = rig.daemon.owner_id
         cache = rig.daemon.feed._cache

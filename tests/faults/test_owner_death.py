@@ -30,9 +30,6 @@ pytestmark = pytest.mark.slow
 FOLLOWERS = 24
 # small chunks, so the fan-out in question has several watermarks and the kill lands in its first chunk
 CHUNKS = {"match": {"alert_chunk_first": 4, "alert_chunk_max": 8}}
-# The match starts this long after the rig: the daemon must own it and have ticked pre-match before the first
-# ball, else its first tick takes an early wicket as history (on a loaded 2-core machine 3 s was not enough).
-START_DELAY_S = 8.0
 
 
 def _headline(record: dict[str, Any]) -> tuple[str, str]:
@@ -113,9 +110,7 @@ def _wicket_alert(record: dict[str, Any]) -> bool:
 async def test_an_owner_killed_after_a_wickets_first_accepted_push_leaves_no_double_alert(
     make_rig: Any,
 ) -> None:
-    async with make_rig(
-        seed=1, followers=FOLLOWERS, lease_s=3.0, start_delay_wall_s=START_DELAY_S, extra=CHUNKS
-    ) as rig:
+    async with make_rig(seed=1, followers=FOLLOWERS, lease_s=3.0, extra=CHUNKS) as rig:
         at = await _die_and_be_succeeded(rig, _wicket_alert, "a wicket's fan-out")
         wicket = _headline(at)
         alerted = {
@@ -129,9 +124,7 @@ async def test_an_owner_killed_after_a_wickets_first_accepted_push_leaves_no_dou
 
 
 async def test_an_owner_killed_after_the_first_display_went_out_loses_nothing(make_rig: Any) -> None:
-    async with make_rig(
-        seed=2, followers=FOLLOWERS, lease_s=3.0, start_delay_wall_s=START_DELAY_S, extra=CHUNKS
-    ) as rig:
+    async with make_rig(seed=2, followers=FOLLOWERS, lease_s=3.0, extra=CHUNKS) as rig:
         await _die_and_be_succeeded(rig, lambda r: aps(r).get("event") == "update", "the first tick")
 
 
@@ -148,7 +141,6 @@ async def test_an_owner_killed_after_its_first_accepted_push_to_start_starts_nob
         followers=4,
         start_followers=starters,
         lease_s=3.0,
-        start_delay_wall_s=START_DELAY_S,
         extra=heal,
     ) as rig:
         at = await _die_and_be_succeeded(
@@ -177,9 +169,7 @@ async def test_an_owner_killed_after_its_first_accepted_push_to_start_starts_nob
 
 
 async def test_an_owner_killed_after_the_ends_first_accepted_push_leaves_one_end_alert(make_rig: Any) -> None:
-    async with make_rig(
-        seed=3, followers=FOLLOWERS, lease_s=3.0, start_delay_wall_s=START_DELAY_S, extra=CHUNKS
-    ) as rig:
+    async with make_rig(seed=3, followers=FOLLOWERS, lease_s=3.0, extra=CHUNKS) as rig:
         await _die_and_be_succeeded(
             rig, lambda r: aps(r).get("event") == "end" and "alert" in aps(r), "the end"
         )
@@ -197,7 +187,7 @@ async def test_an_owner_killed_after_the_ends_first_accepted_push_leaves_one_end
 async def test_two_instances_with_one_configured_id_never_own_the_match_together(make_rig: Any) -> None:
     # A lease long enough that a loaded machine's stalls never let it run out: the match must not change hands
     # at all, so any second owner or pusher is the twin taking the first's lease as its own.
-    async with make_rig(seed=4, followers=4, lease_s=10.0, start_delay_wall_s=START_DELAY_S) as rig:
+    async with make_rig(seed=4, followers=4, lease_s=10.0) as rig:
         first = rig.daemon
         twin = rig.new_daemon("fault-i1", key_id=SECOND_KEY_ID, admin_name="fault-i1-twin")
         assert twin.instance_id == first.instance_id and twin.owner_id != first.owner_id
