@@ -62,8 +62,8 @@ whatever moment an owner dies; this holds by construction, not by timing:
   than a feed that has moved on (a wicket in between would then reach nobody).
 - The end is an alerting tick like the others (its ``match_end`` alert); a successor that completes an end
   intent goes straight on to the end's remaining steps.
-- Push-to-start (self-healing) is claimed per follower in DynamoDB (``pushToStartAt`` on the follow) before it
-  is sent, and carries the collapse id ``{matchId}:start``: a successor never starts (and alerts) a follower
+- Push-to-start (self-healing) is claimed per follower in DynamoDB (a hold in ``cricket-locks``, claimed by the
+  hundred) before it is sent, and carries the collapse id ``{matchId}:start``: a successor never starts (and alerts) a follower
   its predecessor reached within ``push_to_start_min_interval_s``; a claim whose send died with its owner is
   retried after that interval.
 
@@ -123,6 +123,7 @@ from daemon.store.dynamo import StoreError, count_calls
 from daemon.store.locks import match_lock_key
 
 TERMINAL_PHASES = frozenset({"completed", "abandoned"})
+HEAL_PHASES = frozenset({"live", "innings_break"})  # followers without an activity get a push-to-start
 
 
 class LeaseLost(Exception):
@@ -177,7 +178,7 @@ class ChannelRef:
 # What a refresh reads: only these attributes come back (a match can have 100,000 sessions and followers,
 # held in memory for the whole match; the rest of each item is not needed here).
 SESSION_FIELDS = ("visitorKey", "userId", "updateToken", "channelId", "status")
-FOLLOWER_FIELDS = ("userId", "teamId")
+FOLLOWER_FIELDS = ("userId", "teamId", "deviceToken")
 
 
 class MatchActor:
@@ -223,6 +224,9 @@ class MatchActor:
         self._last_display: dict[str, Any] | None = None
         self._last_snapshot: MatchSnapshot | None = None
         self._push_to_start_sent: dict[str, float] = {}
+        self._heal_wake = trio.Event()
+        # the device each follow names (``deviceToken``, written when the user followed): read in batches
+        self.follower_device: dict[str, str] = {}
         self._restart_followers = False  # reopened after a wrong end: the first live heal starts every follower
         self._sessions_loaded = trio.Event()
         self._first_display = trio.Event()
@@ -410,10 +414,15 @@ class MatchActor:
             follows = await self._repos.follows.get_followers_for_match(self.match_id, fields=FOLLOWER_FIELDS)
             teams: dict[str, str] = {}  # one string per team, not one per follower
             follower_team: dict[str, str] = {}
+            follower_device: dict[str, str] = {}
             for f in follows:
                 team = str(f.get("teamId") or "")
-                follower_team[sys.intern(str(f["userId"]))] = teams.setdefault(team, team)
+                user = sys.intern(str(f["userId"]))
+                follower_team[user] = teams.setdefault(team, team)
+                if f.get("deviceToken"):
+                    follower_device[user] = str(f["deviceToken"])
             self.follower_team = follower_team
+            self.follower_device = follower_device
         self.sessions = fresh
         self.channel_sessions = fresh_channel
         SESSIONS_BY_PATH.labels(self.match_id, "token").set(len(fresh))
@@ -486,6 +495,8 @@ class MatchActor:
             if result.display_changed:
                 await self._publish_display(result, snapshot)
             self.state = result.state
+            if result.phase in HEAL_PHASES and self.phase not in HEAL_PHASES:
+                self._heal_wake.set()  # gone live: its followers get their push-to-start now
             self.phase = result.phase
             elapsed = trio.current_time() - started
         self.ticks += 1
@@ -941,6 +952,8 @@ class MatchActor:
 
     # ------------------------------------------------------------------ self-healing push-to-start
     async def _heal_loop(self) -> None:
+        """``heal`` every ``heal_every_s``, and at once when the match goes live (its followers' activities
+        start with the match, not up to ``heal_every_s`` later)."""
         await self._first_display.wait()
         while True:
             try:
@@ -955,17 +968,22 @@ class MatchActor:
                 raise
             except Exception as exc:
                 self.log.warning("heal_failed", error=repr(exc))
-            await trio.sleep(self._settings.heal_every_s)
+            with trio.move_on_after(self._settings.heal_every_s):
+                await self._heal_wake.wait()
+            self._heal_wake = trio.Event()
 
     async def heal(self, *, again: set[str] | None = None) -> int:
         """Push-to-start to followers without an active session; returns how many were sent.
 
-        Followers go in chunks of ``heal_chunk``: each follower's device is looked up and its push-to-start
-        claimed in DynamoDB (a conditional write per follower, so none is ever started twice, by this owner
-        or a successor), up to ``heal_concurrency`` of those calls at once; then the chunk's pushes are sent
-        and waited for before the next chunk is claimed: an owner that dies leaves at most one chunk claimed
-        and perhaps unsent (sent again after ``push_to_start_min_interval_s``)."""
-        if self._last_display is None or self.phase not in ("live", "innings_break"):
+        Followers go in chunks of ``heal_chunk``: the chunk's devices are read by the ``deviceToken`` their
+        follows name (BatchGetItem, 100 a call; one Query each, ``heal_concurrency`` at once, only for those
+        whose follow names no device or one since replaced), the followers with a push-to-start token are
+        claimed together (``LockRepository.claim_push_to_starts``: a hold per follower, read and written by
+        the hundred, so none is ever started twice, by this owner or a successor), then the chunk's pushes
+        are sent and waited for before the next chunk is claimed: an owner that dies leaves at most one
+        chunk claimed and perhaps unsent (sent again after ``push_to_start_min_interval_s``). ``again``:
+        followers started again on purpose (their channel was recreated), whatever their claim says."""
+        if self._last_display is None or self.phase not in HEAL_PHASES:
             return 0  # push-to-start when the match goes live (pre-match is the prematch job's)
         with_session = {s.user_id for s in self.sessions.values()}
         with_session.update(s.user_id for s in self.channel_sessions.values())
@@ -991,32 +1009,47 @@ class MatchActor:
     async def _claim_starts(
         self, users: list[str], now: float, again: set[str]
     ) -> list[tuple[str, Mapping[str, Any]]]:
-        """The followers of ``users`` with a push-to-start token whose claim this owner won, with their device,
-        in ``users``' order: per follower a device look-up then (if it has a token) its claim, followers side
-        by side under a limit of ``heal_concurrency`` calls in flight."""
-        limiter = trio.CapacityLimiter(self._settings.heal_concurrency)
-        won: dict[str, Mapping[str, Any]] = {}
+        """The followers of ``users`` with a push-to-start token whose claim this owner took, with their
+        device, in ``users``' order."""
+        devices = await self._devices_of(users)
+        for user_id in users:  # also rate-limits the look-up of devices without a token
+            self._push_to_start_sent[user_id] = now
+        with_token = [u for u in users if (devices.get(u) or {}).get("pushToStartToken")]
+        if not with_token:
+            return []
+        # The durable twin of the rate limit above, taken before the send: a successor owner does not start
+        # (and alert) a follower this owner may already have reached.
+        won = await self._repos.locks.claim_push_to_starts(
+            self.match_id,
+            with_token,
+            owner=self.instance_id,
+            hold_s=self._settings.push_to_start_min_interval_s,
+            now=self._now(),
+            force=again,
+        )
+        return [(u, devices[u]) for u in won]
 
-        async def one(user_id: str) -> None:
-            async with limiter:
-                device = await self._repos.devices.get_device_for_user(user_id)
-            self._push_to_start_sent[user_id] = now  # also rate-limits the lookup of devices without a token
-            if not (device or {}).get("pushToStartToken"):
-                return
-            # The durable twin of the rate limit above, taken before the send: a successor owner does not
-            # start (and alert) a follower this owner may already have reached.
-            interval = 0.0 if user_id in again else self._settings.push_to_start_min_interval_s
-            async with limiter:
-                ok = await self._repos.follows.claim_push_to_start(
-                    self.match_id, user_id, now=self._now(), min_interval_s=interval
-                )
-            if ok:
-                won[user_id] = device
+    async def _devices_of(self, users: list[str]) -> dict[str, Mapping[str, Any]]:
+        """The registered device of each of ``users`` that has one: by the device their follow names
+        (BatchGetItem), else by a Query per follower (at most ``heal_concurrency`` in flight)."""
+        named = [(u, self.follower_device[u]) for u in users if u in self.follower_device]
+        found: dict[str, Mapping[str, Any]] = (
+            dict(await self._repos.devices.get_devices(named)) if named else {}
+        )
+        missing = [u for u in users if u not in found]
+        if missing:
+            limiter = trio.CapacityLimiter(self._settings.heal_concurrency)
 
-        async with trio.open_nursery() as nursery:
-            for user_id in users:
-                nursery.start_soon(one, user_id)
-        return [(u, won[u]) for u in users if u in won]
+            async def one(user_id: str) -> None:
+                async with limiter:
+                    device = await self._repos.devices.get_device_for_user(user_id)
+                if device is not None:
+                    found[user_id] = device
+
+            async with trio.open_nursery() as nursery:
+                for user_id in missing:
+                    nursery.start_soon(one, user_id)
+        return found
 
     async def _start_push(self, user_id: str, device: Mapping[str, Any]) -> Push:
         content = self._content_for(self._last_display or {}, user_id)

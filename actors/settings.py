@@ -156,19 +156,20 @@ class MatchActorSettings(BaseModel):
         2048, ge=1, description="chunks double from alert_chunk_first up to this size"
     )
     heal_chunk: int = Field(
-        32,
+        100,
         ge=1,
         le=4096,
         description="push-to-start (self-healing) works through followers in chunks of this size: a chunk's "
-        "look-ups and claims run together, then its pushes are sent and waited for before the next chunk is "
-        "claimed (an owner dying leaves at most one chunk claimed and perhaps unsent)",
+        "devices are read and its claims taken by the hundred (BatchGetItem, BatchWriteItem), then its pushes "
+        "are sent and waited for before the next chunk is claimed (an owner dying leaves at most one chunk "
+        "claimed and perhaps unsent)",
     )
     heal_concurrency: int = Field(
         4,
         ge=1,
         le=1024,
-        description="DynamoDB calls in flight at once for a chunk's device look-ups and push-to-start claims "
-        "(kept low so they never crowd out the owner's lease renewals and tick writes)",
+        description="Queries in flight at once for the devices of a chunk's followers whose follow names no "
+        "device (kept low so they never crowd out the owner's lease renewals and tick writes)",
     )
     attributes_type: str = Field("MatchAttributes", description="the app's ActivityAttributes type name")
     broadcast_channels: bool = Field(

@@ -61,7 +61,9 @@ Definitions (what the figures mean):
   started are not due for it (a token phone is seeded running). ``apns_requests_per_key_event``: accepted
   requests (per-token pushes and broadcasts) that carried a due key event, per due key event; ``channels``:
   created, deleted and still open at the APNs server at the end (a leak), and created twice for a
-  perspective (two owners racing).
+  perspective (two owners racing). ``ios18_start_s``: seconds from a match's first ball being served to each
+  of its iOS 18 phones' activity starting (on a channel or, failing one, on a token): p50, p90, max, how
+  many within 5/10/20/30/60 s, and how many never started.
 
 The last line printed is one JSON object with those figures.
 """
@@ -114,6 +116,9 @@ class Tally:
         self.cut_off = 0
         self.by_kind: dict[str, int] = defaultdict(int)
         self.requests_per_event: dict[tuple[str, str, str], int] = defaultdict(int)  # (match, type, subject)
+        self.token_requests_per_event: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.broadcasts_per_event: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.tokens_per_event: dict[tuple[str, str, str], set[str]] = defaultdict(set)
         self.broadcasts = 0
         self.subscribers: Any = None  # the APNs server's subscriptions: broadcast channel -> devices
 
@@ -141,17 +146,22 @@ class Tally:
                 )
                 first = devices[0] if devices else None
                 for ev in state.get("events") or []:
-                    self.requests_per_event[
-                        (self.token_match.get(first or "", "?"), str(ev.get("type")), str(ev.get("subject")))
-                    ] += 1
+                    key = (
+                        self.token_match.get(first or "", "?"),
+                        str(ev.get("type")),
+                        str(ev.get("subject")),
+                    )
+                    self.requests_per_event[key] += 1
+                    self.broadcasts_per_event[key] += 1
                 for device in devices:
                     self._deliver(device, r, aps, state, event)
                 continue
             token = r["token"]
             for ev in state.get("events") or []:
-                self.requests_per_event[
-                    (self.token_match.get(token, "?"), str(ev.get("type")), str(ev.get("subject")))
-                ] += 1
+                key = (self.token_match.get(token, "?"), str(ev.get("type")), str(ev.get("subject")))
+                self.requests_per_event[key] += 1
+                self.token_requests_per_event[key] += 1
+                self.tokens_per_event[key].add(token)
             self._deliver(token, r, aps, state, event)
 
     def _deliver(
@@ -412,6 +422,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 wickets_served = {
                     str(tape.fixture_id): _standing_wickets(tape, cluster.replay) for tape in tapes
                 }
+                live_at = {
+                    str(tape.fixture_id): _first_ball_served_at(tape, cluster.replay) for tape in tapes
+                }
             finally:
                 with trio.CancelScope(shield=True):
                     await cluster.stop_all()
@@ -431,12 +444,16 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         tally.eat(cluster.apns.records)
 
     channel_keys = {str(f.update_token) for _, f in cluster.channel_phones.values()}
+    match_channel_phones: dict[str, int] = defaultdict(int)
+    for phone_match, _ in cluster.channel_phones.values():
+        match_channel_phones[phone_match] += 1
     lost_by_path: dict[str, int] = defaultdict(int)
     expected = 0
     delivered_all = 0
     lost = 0
     lags: list[float] = []
     requests_per_event: list[int] = []
+    split: dict[str, list[float]] = defaultdict(list)  # what each due key event's requests were
     per_event: list[dict[str, Any]] = []
     key_events = 0
     due_events = 0
@@ -475,7 +492,15 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     ] += 1
                     everyone = False
             delivered_all += everyone
-            requests_per_event.append(tally.requests_per_event.get((match_id, etype, subject), 0))
+            ekey = (match_id, etype, subject)
+            requests_per_event.append(tally.requests_per_event.get(ekey, 0))
+            phones = match_channel_phones.get(match_id, 0)
+            split["token_requests"].append(tally.token_requests_per_event.get(ekey, 0))
+            split["tokens_reached"].append(len(tally.tokens_per_event.get(ekey, ())))
+            split["broadcasts"].append(tally.broadcasts_per_event.get(ekey, 0))
+            split["ios17_tokens"].append(len(match.tokens) - phones)
+            split["ios18_on_tokens"].append(sum(1 for t in match.tokens if t in cluster.token_started))
+            split["goal"].append(len(match.tokens) - phones + 3)
             lags.extend(event_lags)
             if event_lags and served_at is not None:
                 before = [k for k in kill_times if k <= served_at]
@@ -501,6 +526,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             if e["op"] == "create" and e["status"] == 201
         ),
     }
+    ios18_start = _start_delays(cluster, live_at)
     duplicates = sum(1 for stamps in tally.alert_stamps.values() if len(stamps) > 1)
     total_calls = sum(c[0] for c in tick_calls.values())
     total_ticks = sum(c[1] for c in tick_calls.values())
@@ -538,9 +564,16 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "channel_phones": len(channel_keys),
         "channel_phones_started": len(cluster.channel_started),
         "ios18_phones_started_on_tokens": len(cluster.token_started),
+        "ios18_start_s": ios18_start,
+        # iOS 18 phones that got more than one push-to-start (each would start one more activity on the phone)
+        "ios18_phones_started_twice": sum(1 for n in cluster.start_pushes.values() if n > 1),
         "apns_requests_per_key_event": round(sum(requests_per_event) / len(requests_per_event), 1)
         if requests_per_event
         else None,
+        # per due key event, on average: per-token requests carrying it, the distinct tokens they reached (the
+        # rest are repeats: a tick re-sent after a kill or a lost answer), broadcasts carrying it, the match's
+        # iOS 17 tokens, its iOS 18 phones started on tokens, and the goal (iOS 17 tokens + 3 perspectives)
+        "apns_requests_per_key_event_split": {k: round(sum(v) / len(v), 1) for k, v in split.items() if v},
         "channels": channel_stats,
         "pushes_cut_off_by_kills": tally.cut_off,
         "lag_s": {
@@ -569,6 +602,47 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         if isinstance(replay_stats, dict) and len(json.dumps(replay_stats)) < 2000
         else None,
     }
+
+
+def _first_ball_served_at(tape: Any, replay: Any) -> float | None:
+    """When the replay server first served the match's first ball (the match going live)."""
+    balls = tape.fixture_at(len(tape)).get("balls") or []
+    if not balls:
+        return None
+    idx = tape.entry_index_of_ball(int(balls[0]["id"]))
+    return replay.ball_served_at(str(tape.fixture_id), idx) if idx is not None else None
+
+
+def _start_delays(cluster: Any, live_at: dict[str, float | None]) -> dict[str, Any] | None:
+    """How soon after its match went live (its first ball served) each iOS 18 phone's activity started, on
+    either path (a channel, or an update token when the push-to-start named no channel)."""
+    if not cluster.channel_phones:
+        return None
+    delays: list[float] = []
+    never = 0
+    for match_id, follower in cluster.channel_phones.values():
+        key = str(follower.update_token)
+        at = cluster.channel_started.get(key, cluster.token_started.get(key))
+        live = live_at.get(match_id)
+        if at is None or live is None:
+            never += 1
+            continue
+        delays.append(max(0.0, at - live))
+    out: dict[str, Any] = {
+        "phones": len(cluster.channel_phones),
+        "started": len(delays),
+        "never": never,
+        "p50": _round(_pct(delays, 0.5)),
+        "p90": _round(_pct(delays, 0.9)),
+        "max": _round(max(delays) if delays else None),
+    }
+    for n in (5, 10, 20, 30, 60):
+        out[f"within_{n}s"] = sum(1 for d in delays if d <= n)
+    return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def _standing_wickets(tape: Any, replay: Any) -> list[tuple[str, str, float | None]]:

@@ -140,6 +140,8 @@ async def seed_followers(
         }
         if f.team_id is not None:
             follow["teamId"] = f.team_id
+        if f.device_token:  # the device the follow names, as the API writes it
+            follow["deviceToken"] = f.device_token
         follows.append(follow)
         if f.update_token:
             sessions.append(

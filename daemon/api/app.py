@@ -730,7 +730,15 @@ def _add_routes(app: FastAPI) -> None:
             raise _not_found("match")
         _check_team(fixture, team_id)
         expires = _follow_expiry(fixture, api.settings.follow_ttl_after_start_s)
-        item = await api.repos.follows.follow_match(matchId, user.sub, team_id, expires)
+        # the follow names the user's device: the match's owner reads its followers' devices in batches
+        device = await api.repos.devices.get_device_for_user(user.sub)
+        item = await api.repos.follows.follow_match(
+            matchId,
+            user.sub,
+            team_id,
+            expires,
+            device_token=str(device["deviceToken"]) if device else None,
+        )
         return json_response(item, 201)
 
     @app.patch(

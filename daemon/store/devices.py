@@ -18,6 +18,7 @@ The seed's "update push-to-start token" is GetItem + UpdateItem; here it is one 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from daemon.store.base import Item, Repository
@@ -47,6 +48,16 @@ class DeviceRepository(Repository):
             Limit=1,
         )
         return items[0] if items else None
+
+    async def get_devices(
+        self, keys: Iterable[tuple[str, str]], *, now: float | None = None
+    ) -> dict[str, Item]:
+        """The devices named by (userId, deviceToken) pairs, by user id (BatchGetItem, 100 a call): how a
+        match's owner reads the devices its followers' follows name (``deviceToken`` on the follow, written
+        when the user followed). A pair whose record is gone (the user registered another device since) is
+        simply absent: the caller falls back to ``get_device_for_user``."""
+        found = await self._batch_get(keys, now=now)
+        return {str(item["userId"]): item for item in found}
 
     async def get_devices_for_user(self, user_id: str, *, now: float | None = None) -> list[Item]:
         """Every unexpired record of the user (normally one)."""

@@ -2,9 +2,11 @@
 
 Owns the follow items: ``matchId`` (partition key), ``userId`` (sort key), ``teamId`` (the team the user
 supports), ``expiresAt`` (epoch seconds; the table's TTL attribute - the seed sets it to match start +
-48 h), ``createdAt`` (ISO-8601 UTC, written once), and the prematch dedup marker ``prematchFor`` (the
-start time the user was notified for) + ``prematchAt``, and ``pushToStartAt`` (epoch seconds: the match
-owner's last push-to-start claim for this follower, see ``claim_push_to_start``).
+48 h), ``createdAt`` (ISO-8601 UTC, written once), ``deviceToken`` (the sort key of the user's
+``cricket-devices`` record when they followed: the match's owner reads its followers' devices by the
+hundred with BatchGetItem instead of one Query each, and falls back to the Query when that record is gone),
+and the prematch dedup marker ``prematchFor`` (the start time the user was notified for) + ``prematchAt``.
+The owner's push-to-start claims live in ``cricket-locks`` (``LockRepository.claim_push_to_starts``).
 
 The prematch marker fixes the legacy flow's defects (seed 003): it is per user, not per match, so a late
 follower is still notified; it is a conditional *claim* taken before sending, so two workers never both
@@ -44,14 +46,23 @@ class MatchFollowRepository(Repository):
         )
 
     async def follow_match(
-        self, match_id: str, user_id: str, team_id: str | None, expires_at: float, *, now: float | None = None
+        self,
+        match_id: str,
+        user_id: str,
+        team_id: str | None,
+        expires_at: float,
+        *,
+        now: float | None = None,
+        device_token: str | None = None,
     ) -> Item:
-        """Upsert a follow: SET ``teamId``, ``expiresAt``; ``createdAt`` only the first time. Returns the
-        follow as stored (``ALL_NEW``)."""
+        """Upsert a follow: SET ``teamId``, ``expiresAt``, ``deviceToken`` (the user's registered device, when
+        given); ``createdAt`` only the first time. Returns the follow as stored (``ALL_NEW``)."""
         t = self._now(now)
         u = UpdateBuilder().set("expiresAt", int(expires_at)).set_if_not_exists("createdAt", iso(t))
         if team_id is not None:
             u.set("teamId", team_id)
+        if device_token:
+            u.set("deviceToken", device_token)
         resp = await self._update(self._key(match_id, user_id), u.kwargs(), ReturnValues="ALL_NEW")
         return from_item((resp or {}).get("Attributes") or {})
 
@@ -162,21 +173,6 @@ class MatchFollowRepository(Repository):
         longer ours (taken over)."""
         u = UpdateBuilder().set("prematchState", PREMATCH_SENT).set("prematchResult", result)
         cond = f"{u.name('prematchClaimedMs')} = {u.value(claimed_ms)}"
-        return await self._update(self._key(match_id, user_id), u.kwargs(cond)) is not None
-
-    async def claim_push_to_start(
-        self, match_id: str, user_id: str, *, now: float, min_interval_s: float
-    ) -> bool:
-        """Claim this follower's push-to-start (self-healing, by the match's owner): ``pushToStartAt`` set to
-        ``now`` unless one was claimed less than ``min_interval_s`` ago, by this owner or a previous one. False
-        when refused (or no such follow): the push must not be sent. Taken before the send, so an owner that
-        dies after sending cannot make its successor start (and alert) the same follower again."""
-        u = UpdateBuilder().set("pushToStartAt", now)
-        at = u.name("pushToStartAt")
-        cond = (
-            f"attribute_exists({u.name('userId')}) AND "
-            f"(attribute_not_exists({at}) OR {at} <= {u.value(now - min_interval_s)})"
-        )
         return await self._update(self._key(match_id, user_id), u.kwargs(cond)) is not None
 
 

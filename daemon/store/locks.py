@@ -25,6 +25,11 @@ and holders renew well before expiry (the match actor renews at a fraction of th
 as soon as a renewal fails or its own clock passes ``expiresAt``). Writes made under the lock are fenced
 by ``ownerEpoch`` in ``active-matches``, which does not depend on clocks at all.
 
+Push-to-start claims (``start:{matchId}:{userId}``, see ``claim_push_to_starts``) are per-follower holds of
+the same shape: ``owner``, ``expiresAt`` (until when nobody starts that follower again) and ``claimedAt``.
+A match's owner reads and writes them by the hundred (BatchGetItem, BatchWriteItem) before it sends a chunk
+of push-to-starts, so a successor never starts (and alerts) a follower its predecessor already started.
+
 Region-wide leases (``feed:{region}``, ``job:{name}:{region}``) carry their fencing token on the lock item
 itself: ``epoch``, incremented by every acquisition (``acquire_fenced``), kept across expiry (only
 DynamoDB's TTL deletion, long after the lease ran out, resets it). What such a lease protects is written in
@@ -35,6 +40,7 @@ and has not run out by the writer's clock, so a holder paused past its lease wri
 from __future__ import annotations
 
 import secrets
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +72,11 @@ def match_lock_key(match_id: str) -> str:
 def prematch_lock_key(match_id: str) -> str:
     """The lock under which one instance at a time works through a match's prematch notifications."""
     return f"prematch:{match_id}"
+
+
+def push_to_start_claim_key(match_id: str, user_id: str) -> str:
+    """The hold under which a match's owner starts one follower's Live Activity (see ``claim_push_to_starts``)."""
+    return f"start:{match_id}:{user_id}"
 
 
 def feed_lock_key(region: str) -> str:
@@ -151,6 +162,55 @@ class LockRepository(Repository):
     async def get(self, lock_key: str, *, now: float | None = None) -> dict[str, Any] | None:
         """The lock item (strongly consistent), or None when there is none or its lease has run out."""
         return await self._get(lock_key, consistent=True, now=now)
+
+    # --- push-to-start claims ----------------------------------------------------------------------------
+
+    async def claim_push_to_starts(
+        self,
+        match_id: str,
+        user_ids: Sequence[str],
+        *,
+        owner: str,
+        hold_s: float,
+        now: float | None = None,
+        force: Collection[str] = (),
+    ) -> list[str]:
+        """Claim the push-to-start of each of ``user_ids`` (followers of ``match_id``) for ``hold_s`` seconds;
+        returns those claimed, in the order given: every one without an unexpired claim (whoever wrote it),
+        and every one in ``force`` (started again on purpose: its channel was recreated). The push must not
+        be sent to the others.
+
+        One strongly consistent BatchGetItem per 100 followers reads the claims, one BatchWriteItem per 25
+        writes the new ones, instead of a conditional UpdateItem per follower. Unconditional writes suffice
+        because only the match's owner claims, under its lease, and before it sends: a successor takes the
+        lease only once it has run out, and the predecessor's pushes are fenced at its lease end, so every
+        claim behind a push that went out was written before the successor's first read."""
+        if hold_s < 0:
+            raise ValueError(f"hold_s: must be >= 0, got {hold_s!r}")
+        t = self._now(now)
+        users = list(dict.fromkeys(user_ids))
+        if not users:
+            return []
+        forced = set(force)
+        keys = [push_to_start_claim_key(match_id, u) for u in users if u not in forced]
+        held: set[str] = set()
+        if keys:
+            raw = await self.dynamo.batch_get(self.logical, [self._key(k) for k in keys], consistent=True)
+            for item in (from_item(r) for r in raw):
+                if self._alive(item, t):
+                    held.add(str(item["lockKey"]))
+        won = [u for u in users if u in forced or push_to_start_claim_key(match_id, u) not in held]
+        if won:
+            await self._batch_put(
+                {
+                    "lockKey": push_to_start_claim_key(match_id, u),
+                    "owner": owner,
+                    "expiresAt": t + hold_s,
+                    "claimedAt": t,
+                }
+                for u in won
+            )
+        return won
 
     # --- fenced region-wide leases -------------------------------------------------------------------------
 

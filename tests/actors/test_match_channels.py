@@ -420,20 +420,33 @@ async def test_a_creation_in_flight_for_another_match_is_not_taken_for_a_leak(
     assert recorded["neutral"] in rig.server.channels.all(BUNDLE_ID)
 
 
-async def test_push_to_start_looks_up_and_claims_a_chunk_side_by_side_and_never_starts_a_follower_twice(
+async def test_push_to_start_reads_a_chunks_devices_and_claims_by_the_hundred_and_never_starts_a_follower_twice(
     start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
 ) -> None:
     rig = await make_rig(start_apns_server, nursery, signing_key, repos)
-    for n in range(36):  # 40 followers with the rig's four, half of them on iOS 18
-        user = f"v{n:02d}"
-        await repos.follows.follow_match(MATCH, user, "7" if n % 2 else "8", 4_000_000_000)
-        await repos.devices.register_device(
-            user,
-            secrets.token_hex(32),
-            os_version="18.0" if n % 2 else "17.4",
-            push_to_start_token=f"{n:02d}".ljust(64, "c"),
+    devices, follows = [], []
+    for n in range(236):  # 240 followers with the rig's four, half of them on iOS 18
+        user, device = f"v{n:03d}", secrets.token_hex(32)
+        devices.append(
+            {
+                "userId": user,
+                "deviceToken": device,
+                "osVersion": "18.0" if n % 2 else "17.4",
+                "pushToStartToken": f"{n:03d}".ljust(64, "c"),
+            }
         )
-    calls = {"devices": 0, "claims": 0, "in_flight": 0, "most": 0}
+        follow = {
+            "matchId": MATCH,
+            "userId": user,
+            "teamId": "7" if n % 2 else "8",
+            "expiresAt": 4_000_000_000,
+        }
+        if n % 10:  # most follows name the device (the API writes it); every tenth does not
+            follow["deviceToken"] = device
+        follows.append(follow)
+    await repos.devices.import_items(devices)
+    await repos.follows.import_items(follows)
+    calls: dict[str, int] = {"queries": 0, "batch_gets": 0, "claims": 0, "in_flight": 0, "most": 0}
 
     def counted(kind: str, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -447,25 +460,34 @@ async def test_push_to_start_looks_up_and_claims_a_chunk_side_by_side_and_never_
 
         return wrapper
 
-    repos.devices.get_device_for_user = counted("devices", repos.devices.get_device_for_user)
-    repos.follows.claim_push_to_start = counted("claims", repos.follows.claim_push_to_start)
+    repos.devices.get_device_for_user = counted("queries", repos.devices.get_device_for_user)
+    repos.devices.get_devices = counted("batch_gets", repos.devices.get_devices)
+    repos.locks.claim_push_to_starts = counted("claims", repos.locks.claim_push_to_starts)
     actor = rig.actor()
-    actor._settings = actor._settings.model_copy(update={"heal_chunk": 16, "heal_concurrency": 8})
+    actor._settings = actor._settings.model_copy(update={"heal_chunk": 100, "heal_concurrency": 4})
     starts: list[int] = []
     actor._on_delivery = lambda d: starts.append(d.tokens)
     await actor.refresh_sessions()
-    assert await actor.heal() == 40
-    assert starts == [16, 16, 8]  # one send per chunk, each after its claims
-    assert (calls["devices"], calls["claims"]) == (40, 40)  # one look-up and one claim per follower, no more
-    assert 1 < calls["most"] <= 8  # side by side, never past the limit
+    assert await actor.heal() == 240
+    assert starts == [100, 100, 40]  # one send per chunk, each after its claims
+    # per chunk one batch read of the devices the follows name and one claim of the chunk; a Query only for
+    # the followers whose follow names no device (the rig's four and every tenth), at most 4 at once
+    assert (calls["batch_gets"], calls["claims"], calls["queries"]) == (3, 3, 4 + 24)
+    assert calls["most"] <= 4
     started = [
         r for r in rig.server.records if (r.get("payload") or {}).get("aps", {}).get("event") == "start"
     ]
-    assert len(started) == len({r["token"] for r in started}) == 40
-    assert sum(1 for r in started if r["payload"]["aps"].get("input-push-channel")) == 18 + 2
+    assert len(started) == len({r["token"] for r in started}) == 240
+    assert sum(1 for r in started if r["payload"]["aps"].get("input-push-channel")) == 118 + 2
     successor = rig.actor(epoch=2)  # the claims hold for a successor too: nobody is started twice
     await successor.refresh_sessions()
-    assert await successor.heal() == 0 and calls["claims"] == 80
+    assert await successor.heal() == 0 and calls["claims"] == 6
+    assert (
+        len(
+            [r for r in rig.server.records if (r.get("payload") or {}).get("aps", {}).get("event") == "start"]
+        )
+        == 240
+    )
 
 
 async def test_a_create_whose_answer_was_lost_leaves_no_channel_open_when_the_owner_tries_again(

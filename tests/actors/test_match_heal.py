@@ -6,12 +6,15 @@ every push as APNs would have accepted it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import trio
 
+from actors.feed import FeedUpdate
 from actors.match import MatchActor
 from daemon.apns.types import Push, PushResult
+from daemon.replay.synth import synthesise
 from tests.actors.match_helpers import make_match_actor
 
 
@@ -77,3 +80,33 @@ async def test_no_push_to_start_before_the_match_is_live(repos: Any) -> None:
     actor.phase = "pre"
     await actor.refresh_sessions()
     assert await actor.heal() == 0 and sender.pushes == []
+
+
+async def test_followers_get_their_push_to_start_as_the_match_goes_live_not_at_the_next_heal_round(
+    repos: Any,
+) -> None:
+    tape = synthesise("T10", seed=3)
+    match_id = str(tape.fixture_id)
+    assert await repos.active_matches.register_active_match(match_id, "me")
+    await repos.follows.follow_match(match_id, "u1", None, 4_000_000_000, device_token="a" * 64)
+    await repos.devices.register_device("u1", "a" * 64, os_version="17.5", push_to_start_token="b" * 64)
+    sender = AcceptingSender()
+    # a heal round an hour apart: only the match going live can have started the follower
+    actor = make_match_actor(match_id, repos, sender, heal_every_s=3600, push_to_start_min_interval_s=600)
+    actor._lease_until = trio.current_time() + 3600
+    actor._fence.until = actor._lease_until
+    await actor.refresh_sessions()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor._heal_loop)
+        await actor._on_update(
+            FeedUpdate(match_id, dict(tape.fixture_at(0), status="NS"), time.time(), "x", True)
+        )
+        assert actor.phase == "pre"
+        await actor._on_update(FeedUpdate(match_id, tape.fixture_at(1), time.time(), "x", True))
+        assert actor.phase == "live"
+        with trio.fail_after(60):  # a guard against a hang, not a measure: the round is an hour away
+            while not sender.pushes:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    (push,) = sender.pushes
+    assert push.token == "b" * 64 and push.kind == "start"

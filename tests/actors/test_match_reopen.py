@@ -18,8 +18,11 @@ async def test_the_first_live_heal_after_a_reopen_starts_every_follower_once_des
     await repos.live_activities.end_la_sessions(
         "500", await repos.live_activities.get_all_la_sessions_for_match("500"), "match_end"
     )  # the wrong end ended u2's session too
-    for user in ("u1", "u2"):  # both were started minutes ago: within the interval
-        assert await repos.follows.claim_push_to_start("500", user, now=time.time(), min_interval_s=600)
+    # both were started minutes ago: within the interval
+    claimed = await repos.locks.claim_push_to_starts(
+        "500", ["u1", "u2"], owner="me", hold_s=600, now=time.time() - 120
+    )
+    assert claimed == ["u1", "u2"]
     sender = AcceptingSender()
     actor = _actor(repos, sender, push_to_start_min_interval_s=600, heal_every_s=0.05)
     await actor.refresh_sessions()

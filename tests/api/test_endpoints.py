@@ -378,6 +378,21 @@ async def test_follow_check_change_team_and_unfollow(api: Api, client: httpx.Asy
     assert await api.repos.follows.check_if_user_follows_match("1001", A) is None  # PATCH created nothing
 
 
+async def test_a_follow_names_the_users_registered_device_so_the_owner_reads_devices_in_batches(
+    api: Api, client: httpx.AsyncClient
+) -> None:
+    await seed_reference(api.repos)
+    h = api.headers(A)
+    resp = await client.post("/user/follow/1002", headers=h)  # no device registered yet: none named
+    assert resp.status_code == 201 and "deviceToken" not in resp.json()
+    await client.post("/user/device", json=device_body("77" * 32), headers=h)
+    resp = await client.post("/user/follow/1001", json={"teamId": "10"}, headers=h)
+    assert resp.status_code == 201 and resp.json()["deviceToken"] == "77" * 32
+    stored = await api.repos.follows.check_if_user_follows_match("1001", A)
+    found = await api.repos.devices.get_devices([(A, stored["deviceToken"])])
+    assert found[A]["deviceToken"] == "77" * 32
+
+
 async def test_follow_without_a_body_or_team_and_of_unknown_matches(
     api: Api, client: httpx.AsyncClient
 ) -> None:

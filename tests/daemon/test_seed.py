@@ -42,6 +42,11 @@ async def test_a_seeded_match_has_its_league_teams_fixture_follows_devices_and_s
         device = await repos.devices.get_device_for_user(follower.user_id)
         assert device["pushToStartToken"] == follower.push_to_start_token
         assert device["apnsToken"] == follower.device_token
+    # each follow names its device, as the API writes it: the owner reads them in one batch
+    named = await repos.devices.get_devices((f["userId"], f["deviceToken"]) for f in follows)
+    assert {u: d["pushToStartToken"] for u, d in named.items()} == {
+        f.user_id: f.push_to_start_token for f in seeded.followers
+    }
 
 
 async def test_followers_without_devices_or_sessions_get_only_a_follow(repos: Any) -> None:

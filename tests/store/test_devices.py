@@ -71,3 +71,18 @@ def test_alert_token_prefers_apns_token_over_device_token():
     assert alert_token({"deviceToken": "d", "apnsToken": "a"}) == "a"
     assert alert_token({"deviceToken": "d"}) == "d"
     assert alert_token({}) is None
+
+
+async def test_devices_named_by_user_and_token_are_read_in_batches_and_a_replaced_one_is_absent(
+    repos: Repositories,
+) -> None:
+    pairs = [(f"u{n}", f"{n:064x}") for n in range(150)]  # two BatchGetItems
+    await repos.devices.import_items(
+        {"userId": u, "deviceToken": t, "osVersion": "18.1", "pushToStartToken": f"p{u[1:]}"}
+        for u, t in pairs
+    )
+    await repos.devices.register_device("u7", "f" * 64)  # u7 registered another device: the named one is gone
+    found = await repos.devices.get_devices([*pairs, ("nobody", "e" * 64)])
+    assert len(found) == 149 and "u7" not in found and "nobody" not in found
+    assert found["u149"]["pushToStartToken"] == "p149" and found["u0"]["osVersion"] == "18.1"
+    assert await repos.devices.get_devices([]) == {}

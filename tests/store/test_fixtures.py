@@ -76,3 +76,31 @@ async def test_update_fields_only_on_existing_fixture_and_archive(repos: Reposit
     assert got["archivedAt"] == "2027-01-15T08:00:00.000Z" and "liveUpdatedAt" not in got
     with pytest.raises(ValueError, match="matchId"):
         await fx.update_fixture_fields("1001", {"matchId": "1002"})
+
+
+async def test_broadcast_channels_are_claimed_and_swapped_only_while_the_record_and_claim_are_as_seen(
+    repos: Repositories,
+):
+    fx = repos.fixtures
+    await fx.batch_write_fixtures([_fixture(1)])
+    mid = "1001"
+    mine, theirs = {"id": "c0ffee", "epoch": 2}, {"id": "beef", "epoch": 2}
+    assert await fx.claim_broadcast_channels(mid, None, mine)
+    assert not await fx.swap_broadcast_channels(mid, None, {"neutral": "n1"}, claim=theirs)  # not our claim
+    first = {"neutral": "n1", "9005": "a1", "9003": "b1"}
+    assert await fx.swap_broadcast_channels(mid, None, first, claim=mine)
+    stored = await fx.get_fixture(mid)
+    assert stored["broadcastChannels"] == first and "broadcastChannelsClaim" not in stored
+    assert not await fx.swap_broadcast_channels(mid, None, {"neutral": "x"})  # a record is there now
+    # the record as seen (in any order) lets a change through; one entry more, less or different does not
+    assert not await fx.claim_broadcast_channels(mid, {"neutral": "n1", "9005": "a1"}, mine)
+    assert not await fx.claim_broadcast_channels(mid, {**first, "9003": "b2"}, mine)
+    assert not await fx.claim_broadcast_channels(mid, {**first, "extra": "e"}, mine)
+    assert await fx.claim_broadcast_channels(mid, dict(reversed(list(first.items()))), mine)
+    second = {**first, "9003": "b2"}
+    assert not await fx.swap_broadcast_channels(mid, first, second, claim=theirs)
+    assert await fx.swap_broadcast_channels(mid, first, second, claim=mine)
+    assert (await fx.get_fixture(mid))["broadcastChannels"] == second
+    assert await fx.swap_broadcast_channels(mid, second, None)  # removed after the end
+    assert "broadcastChannels" not in await fx.get_fixture(mid)
+    assert not await fx.claim_broadcast_channels("404", None, mine)  # no such fixture

@@ -121,3 +121,31 @@ async def test_two_processes_from_one_configuration_never_share_a_lease(repos: A
     assert not await repos.locks.extend("match:9", restarted, 30.0)
     assert not await repos.locks.release("match:9", restarted)
     assert (await repos.locks.get("match:9") or {})["owner"] == first
+
+
+async def test_push_to_start_claims_hold_for_their_interval_whoever_wrote_them_and_force_overrides(
+    repos: Repositories,
+) -> None:
+    locks = repos.locks
+    users = [f"u{n:03d}" for n in range(130)]  # more than one BatchGetItem and several BatchWriteItems
+    assert await locks.claim_push_to_starts("9", users, owner="a", hold_s=600, now=T0) == users
+    held = await locks.get("start:9:u042", now=T0 + 1)
+    assert held is not None and held["owner"] == "a" and held["expiresAt"] == T0 + 600
+    # a successor (or this owner again) within the interval: nobody is started twice
+    late = ["u129", "new1", "u000", "new2"]
+    assert await locks.claim_push_to_starts("9", late, owner="b", hold_s=600, now=T0 + 599) == [
+        "new1",
+        "new2",
+    ]
+    # forced (a recreated channel re-announced): claimed whatever the claim says, and held again
+    assert await locks.claim_push_to_starts(
+        "9", ["u000"], owner="b", hold_s=600, now=T0 + 10, force={"u000"}
+    ) == ["u000"]
+    # the claims are per match, and they run out with their interval
+    assert await locks.claim_push_to_starts("10", ["u001"], owner="b", hold_s=600, now=T0 + 1) == ["u001"]
+    assert await locks.claim_push_to_starts("9", ["u001", "u000"], owner="b", hold_s=600, now=T0 + 601) == [
+        "u001"
+    ]
+    assert await locks.claim_push_to_starts("9", [], owner="b", hold_s=600, now=T0) == []
+    with pytest.raises(ValueError):
+        await locks.claim_push_to_starts("9", ["x"], owner="b", hold_s=-1, now=T0)
