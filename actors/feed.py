@@ -251,7 +251,9 @@ class FeedActor:
         self.cache_errors = 0
         self._released: dict[str, float] = {}  # match id -> trio time until which it is not taken again
         self._not_found_tries: dict[str, int] = {}  # match id -> 404 answers to /fixtures/{id} in a row
-        self._ghosts: dict[str, Watch] = {}  # match id -> how long a listed fixture has shown no play, unchanged
+        self._ghosts: dict[
+            str, Watch
+        ] = {}  # match id -> how long a listed fixture has shown no play, unchanged
         self._ghost_released: set[str] = set()  # released as ghosts: play seen in /livescores lifts it
         self._seen_listed: dict[str, float] = {}  # match id -> when a /livescores answer last listed it
         self._ghost_rule = ghost_rule(settings)
@@ -388,7 +390,9 @@ class FeedActor:
                 self._not_found_tries[match_id] = max(n, self._not_found_tries.get(match_id, 0))
         else:  # the leader's count is the region's (it forgets an id that answered since)
             self._not_found_tries = tries
-        if not self.leading and "released" in state:  # the leader's verdicts are the region's (one it lifted too)
+        if (
+            not self.leading and "released" in state
+        ):  # the leader's verdicts are the region's (one it lifted too)
             for match_id in [k for k in self._released if k not in released]:
                 del self._released[match_id]
                 log.info("feed_release_lifted_by_leader", match_id=match_id)
@@ -673,7 +677,9 @@ class FeedActor:
             sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=str(exc)))
             return
         del self._not_found_tries[sub.match_id]
-        self._release(sub, f"fixture {sub.match_id} answered 404 {tries} times in a row: released", tries=tries)
+        self._release(
+            sub, f"fixture {sub.match_id} answered 404 {tries} times in a row: released", tries=tries
+        )
 
     def _release(self, sub: _Subscription, message: str, **why: Any) -> None:
         """No more calls for ``sub``'s fixture, not taken again for ``not_found_release_s`` (region-wide: the

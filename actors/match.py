@@ -227,7 +227,9 @@ class MatchActor:
         self._heal_wake = trio.Event()
         # the device each follow names (``deviceToken``, written when the user followed): read in batches
         self.follower_device: dict[str, str] = {}
-        self._restart_followers = False  # reopened after a wrong end: the first live heal starts every follower
+        self._restart_followers = (
+            False  # reopened after a wrong end: the first live heal starts every follower
+        )
         self._sessions_loaded = trio.Event()
         self._first_display = trio.Event()
         # iOS 18 broadcast channels (None: off, or a sender without channel management)

@@ -467,8 +467,10 @@ def main() -> int:
         def rate(samples: list[tuple[int, float, float, float]]) -> tuple[float, float, float]:
             n = sum(x[0] for x in samples)
             per_call = 1000 / max(1, n)
-            return n / sum(x[1] for x in samples), per_call * sum(x[2] for x in samples), per_call * sum(
-                x[3] for x in samples
+            return (
+                n / sum(x[1] for x in samples),
+                per_call * sum(x[2] for x in samples),
+                per_call * sum(x[3] for x in samples),
             )
 
         bare = {}

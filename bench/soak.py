@@ -267,7 +267,9 @@ def fleet_figures(
     return {
         "sportmonks_window_s": round(window_s, 1),
         "sportmonks_calls_per_hour_region": round(region),
-        "sportmonks_calls_per_hour_by_instance": {k: round(v / hours) for k, v in sorted(by_instance.items())},
+        "sportmonks_calls_per_hour_by_instance": {
+            k: round(v / hours) for k, v in sorted(by_instance.items())
+        },
         "sportmonks_calls_per_hour_one_instance_theory": round(theory),
         "sportmonks_region_vs_theory": round(region / theory, 3),
         "sportmonks_calls_per_hour_single_instance": None
@@ -292,9 +294,7 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
         "lost_zero": result["lost"] == 0,
         "duplicate_alerts_zero": result["duplicate_alerts"] == 0,
         "lag_p99_bound_s": bound,
-        "lag_p99_within_cadence_plus_1s": None
-        if result["kills"] or p99 is None
-        else p99 <= bound,
+        "lag_p99_within_cadence_plus_1s": None if result["kills"] or p99 is None else p99 <= bound,
     }
 
 

@@ -255,11 +255,11 @@ class RawResponse(Response):
     def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         self.status_code = status
         self.raw_headers = headers
-        self.body = body
+        self.body = self.raw_body = body
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_raw(send, self.status_code, self.raw_headers, self.body)
+        await send_raw(send, self.status_code, self.raw_headers, self.raw_body)
 
 
 async def send_raw(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
@@ -296,7 +296,7 @@ async def league_cached_fixtures(api: ApiState, code: str) -> list[dict[str, Any
     league_ids = sorted({str(item["leagueId"]) for item in leagues if item.get("code") == code})
     if not league_ids:
         raise _not_found("league with this code")
-    matches = []
+    matches: list[dict[str, Any]] = []
     for league_id in league_ids:
         for raw in await api.repos.fixture_cache.get_fixtures_by_league(league_id):
             if raw.get("id") is not None:

@@ -199,15 +199,11 @@ class ActiveMatchRepository(Repository):
             return None
         return int(resp["Attributes"]["ownerEpoch"]["N"])
 
-    async def mark_follows_removed(
-        self, match_id: str, ended_at: str, *, now: float | None = None
-    ) -> bool:
+    async def mark_follows_removed(self, match_id: str, ended_at: str, *, now: float | None = None) -> bool:
         """Record that the follows of the match that ended at ``ended_at`` are removed (``followsRemovedAt``);
         False when the record is no longer that ended match (reopened, or ended again since)."""
         u = UpdateBuilder().set("followsRemovedAt", iso(self._now(now)))
-        cond = (
-            f"{u.name('status')} = {u.value(STATUS_ENDED)} AND {u.name('endedAt')} = {u.value(ended_at)}"
-        )
+        cond = f"{u.name('status')} = {u.value(STATUS_ENDED)} AND {u.name('endedAt')} = {u.value(ended_at)}"
         return await self._update(self._key(match_id), u.kwargs(cond)) is not None
 
     async def release_match(

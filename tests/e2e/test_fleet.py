@@ -99,7 +99,9 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
             # the fleet's metrics: who leads, the region's calls on every instance (the leader's count)
             for slot, text in metrics.items():
                 assert _metric(text, "sightscreen_feed_leader") == (1 if slot == leader.slot else 0)
-                assert _metric(text, "sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores") > 0
+                assert (
+                    _metric(text, "sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores") > 0
+                )
             assert _metric(metrics[leader.slot], "sightscreen_feed_leader_changes_total") >= 1
             # the admin socket: every instance names the same leader; a follower's cache is fresh
             for inst in cluster.instances.values():
@@ -125,7 +127,9 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
                     await trio.sleep(0.1)
             assert instance_of(str(item["owner"])) != leader.instance_id
             successor = next(
-                i for i in cluster.instances.values() if i.alive and instance_of(str(item["owner"])) == i.instance_id
+                i
+                for i in cluster.instances.values()
+                if i.alive and instance_of(str(item["owner"])) == i.instance_id
             )
             text = await admin_request(cluster.admin_socket(successor), "metrics")
             assert _metric(text, "sightscreen_feed_leader_changes_total") >= 1

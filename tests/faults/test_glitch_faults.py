@@ -148,7 +148,10 @@ async def test_followers_of_a_match_ended_wrongly_are_started_again_and_get_its_
             by_token = rig.accepted_by_token()
             final = rig.replay.tape(rig.match_id).fixture_at(len(rig.replay.tape(rig.match_id)))
             wickets = [
-                (f"{b['scoreboard']}:{b['batsmanout_id']}", rig.replay.ball_id_served_at(rig.match_id, b["id"]))
+                (
+                    f"{b['scoreboard']}:{b['batsmanout_id']}",
+                    rig.replay.ball_id_served_at(rig.match_id, b["id"]),
+                )
                 for b in final.get("balls") or []
                 if (b.get("score") or {}).get("is_wicket") and b.get("batsmanout_id")
             ]
@@ -213,7 +216,9 @@ async def test_a_fixture_listed_that_never_shows_play_is_released_after_bounded_
         assert record is not None and record["status"] == "idle"  # let go, nothing ended
         calls = rig.replay.requests_served.get("fixture", 0) - by_id_before
         await trio.sleep(3.0)
-        assert rig.replay.requests_served.get("fixture", 0) - by_id_before == calls, "polled after its release"
+        assert rig.replay.requests_served.get("fixture", 0) - by_id_before == calls, (
+            "polled after its release"
+        )
         # Listed looks count too; by id the period doubles from 0.2 s to 1 s until 3 s have passed: at most 6.
         assert 1 <= calls <= 6, f"/fixtures/4242 was asked {calls} times"
         await assert_nothing_lost(rig)  # the real match went on untouched

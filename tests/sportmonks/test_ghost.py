@@ -121,7 +121,9 @@ def test_play_a_final_status_or_no_schedule_is_never_judged(fixture: dict[str, A
 def test_a_fixture_not_started_and_never_listed_is_a_scheduled_wait_but_another_status_is_judged() -> None:
     for watch, verdict in looks(blank(status="NS"), [60.0 * i for i in range(100)], listed=False):
         assert watch is None and verdict.kind == "waiting"
-    kinds = [v.kind for _, v in looks(blank(status="1st Innings"), [60.0 * i for i in range(100)], listed=False)]
+    kinds = [
+        v.kind for _, v in looks(blank(status="1st Innings"), [60.0 * i for i in range(100)], listed=False)
+    ]
     assert kinds[:20] == ["suspect"] * 20 and kinds[20] == "release"
 
 

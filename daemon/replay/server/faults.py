@@ -138,7 +138,6 @@ class FaultList:
                 return fault.spec
         return None
 
-
     def listed_ghosts(self, now: float) -> list[FaultSpec]:
         """The ``ghost`` faults in force, each counted as one use (one ``/livescores`` answer listing it)."""
         self._faults = [f for f in self._faults if f.active(now)]
