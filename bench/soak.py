@@ -27,7 +27,8 @@ Definitions (what the figures mean):
 - delivered: a (token, key event) pair whose event appeared in an update (or the end) APNs accepted for that
   token; ``lost`` = pairs due minus pairs delivered;
 - duplicate alerts: a token that saw the same alerting event with two different timestamps (a repeat with
-  the same timestamp is discarded by iOS, so it is not a duplicate on the device);
+  the same timestamp is discarded by iOS, so it is not a duplicate on the device); an event is its type and
+  subject, once per ball (``tests.harness.records.alerts_shown_twice``);
 - pushes rejected: answered with an error by the APNs peer; pushes cut off by kills: requests a killed
   instance had in flight (nginx records them as 499, client gone), which its successor sends again;
 - lag: from the moment the replay server first served a wicket's ball to the moment APNs accepted the first
@@ -92,6 +93,7 @@ from daemon.store.local import MotoServer  # noqa: E402
 from tests.harness.cluster import Cluster, admin_request  # noqa: E402
 from tests.harness.dynalite import DynaliteServer  # noqa: E402
 from tests.harness.nginx_apns import NginxApns  # noqa: E402
+from tests.harness.records import Alert, alerts_shown_twice  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -110,7 +112,7 @@ class Tally:
         self.token_match = token_match
         self.delivered: dict[str, set[tuple[str, str]]] = defaultdict(set)  # token -> {(type, ball)}
         self.first_seen: dict[tuple[str, str, str], float] = {}  # (token, type, ball) -> accept time
-        self.alert_stamps: dict[tuple[str, str, str, str], set[int]] = defaultdict(set)
+        self.alerts: dict[str, list[Alert]] = defaultdict(list)  # token -> alerts shown (headline, stamp)
         self.accepted = 0
         self.rejected = 0
         self.cut_off = 0
@@ -177,10 +179,15 @@ class Tally:
             got.add(("match_end", self.token_match.get(token, "?")))
         if aps.get("alert") and event == "update":
             head = (state.get("events") or [{}])[0]
-            # same event = same type, subject and ball (an overturned catch and the later real
-            # dismissal of the same batter are two alerts)
-            k = (token, str(state.get("eventType")), str(head.get("subject")), str(head.get("ballId")))
-            self.alert_stamps[k].add(int(aps.get("timestamp", 0)))
+            ball = head.get("ballId")
+            self.alerts[token].append(
+                (
+                    str(state.get("eventType")),
+                    str(head.get("subject")),
+                    None if ball is None else str(ball),
+                    int(aps.get("timestamp", 0)),
+                )
+            )
 
 
 def _proc_sample(pid: int) -> tuple[int, float] | None:
@@ -527,7 +534,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         ),
     }
     ios18_start = _start_delays(cluster, live_at)
-    duplicates = sum(1 for stamps in tally.alert_stamps.values() if len(stamps) > 1)
+    duplicates = sum(len(alerts_shown_twice(alerts)) for alerts in tally.alerts.values())
     total_calls = sum(c[0] for c in tick_calls.values())
     total_ticks = sum(c[1] for c in tick_calls.values())
     busy_ticks = total_ticks - sum(c[2] for c in tick_calls.values())

@@ -35,3 +35,26 @@ def record_kid(record: dict[str, Any]) -> str | None:
     if "kid=" not in auth:
         return None
     return str(auth.split("kid=", 1)[1].split()[0].rstrip(">"))
+
+
+Alert = tuple[str, str, "str | None", Any]  # (type, subject, ball id, stamp) of an alert's headline event
+
+
+def alerts_shown_twice(alerts: list[Alert]) -> list[tuple[str, str]]:
+    """The (type, subject) of every alert one device was shown more than once.
+
+    An alert is named by its headline event: type and subject, the ball when it has one, and a stamp that
+    tells two showings apart (the push's timestamp, where a repeat with the same timestamp is one showing, or
+    any unique mark where every accepted push counts). One (type, subject) may honestly alert once per ball:
+    a catch overturned and the same batter's later real dismissal are two events on two balls. So an event is
+    shown twice when its (type, subject) was shown more often than it has distinct balls; an alert without a
+    ball (a wicket known from the innings' count before its ball) counts against the one with a ball."""
+    shown: dict[tuple[str, str], set[tuple[str | None, Any]]] = {}
+    for type_, subject, ball, stamp in alerts:
+        shown.setdefault((type_, subject), set()).add((ball, stamp))
+    out = []
+    for name, showings in shown.items():
+        balls = {ball for ball, _ in showings if ball is not None}
+        if len(showings) > max(1, len(balls)):
+            out.append(name)
+    return sorted(out)
