@@ -11,10 +11,15 @@ import socket
 import ssl
 import struct
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import boto3
 import httpx
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.harness.nginx_apns import NginxApns
 
@@ -108,3 +113,239 @@ async def test_the_store_runs_on_dynalite_despite_its_gaps() -> None:
         dynamo.close()
     finally:
         server.stop()
+
+
+# --- TransactWriteItems, run by the launcher in front of dynalite -------------------------------------------
+
+
+@pytest.fixture
+def dynalite() -> Iterator[Any]:
+    if not HAS_NODE:
+        pytest.skip("dynalite needs node >= 20 and npm")
+    from tests.harness.dynalite import DynaliteServer
+
+    try:
+        server = DynaliteServer().start()
+    except Exception as exc:  # noqa: BLE001 - no registry access here: say so rather than fail
+        pytest.skip(f"dynalite could not be installed or started: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _client(url: str) -> Any:
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="peer",
+        aws_secret_access_key="peer",
+    )
+
+
+def _tables(client: Any) -> None:
+    for name, key in (("locks", "lockKey"), ("cache", "matchId")):
+        client.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    client.put_item(
+        TableName="locks",
+        Item={"lockKey": {"S": "feed:eu"}, "owner": {"S": "a"}, "epoch": {"N": "3"}, "note": {"S": "kept"}},
+    )
+
+
+def _check(owner: str, key: str = "feed:eu") -> dict[str, Any]:
+    return {
+        "ConditionCheck": {
+            "TableName": "locks",
+            "Key": {"lockKey": {"S": key}},
+            "ConditionExpression": "#o = :o AND #e = :e",
+            "ExpressionAttributeNames": {"#o": "owner", "#e": "epoch"},
+            "ExpressionAttributeValues": {":o": {"S": owner}, ":e": {"N": "3"}},
+        }
+    }
+
+
+def _put(match_id: str, **condition: Any) -> dict[str, Any]:
+    return {"Put": {"TableName": "cache", "Item": {"matchId": {"S": match_id}, "v": {"N": "1"}}, **condition}}
+
+
+def _cached(client: Any) -> list[str]:
+    return sorted(it["matchId"]["S"] for it in client.scan(TableName="cache", ConsistentRead=True)["Items"])
+
+
+def _lock(client: Any, key: str = "feed:eu") -> dict[str, Any] | None:
+    item: dict[str, Any] | None = client.get_item(
+        TableName="locks", Key={"lockKey": {"S": key}}, ConsistentRead=True
+    ).get("Item")
+    return item
+
+
+def _cancelled(client: Any, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    with pytest.raises(ClientError) as caught:
+        client.transact_write_items(TransactItems=items)
+    assert caught.value.response["Error"]["Code"] == "TransactionCanceledException"
+    reasons: list[dict[str, Any]] = caught.value.response["CancellationReasons"]
+    return reasons
+
+
+def test_a_dynalite_transaction_whose_check_holds_writes_every_put(dynalite: Any) -> None:
+    client = _client(dynalite.url)
+    _tables(client)
+    lock_before = _lock(client)
+    client.transact_write_items(TransactItems=[_check("a"), *(_put(str(i)) for i in range(99))])
+    assert _cached(client) == sorted(str(i) for i in range(99))
+    assert _lock(client) == lock_before  # the check wrote nothing on the lock
+
+
+def test_a_dynalite_transaction_whose_condition_fails_writes_nothing(dynalite: Any) -> None:
+    client = _client(dynalite.url)
+    _tables(client)
+    lock_before = _lock(client)
+    reasons = _cancelled(client, [_check("b"), _put("1"), _put("2")])
+    assert reasons == [
+        {"Code": "ConditionalCheckFailed", "Message": "The conditional request failed"},
+        {"Code": "None"},
+        {"Code": "None"},
+    ]
+    assert _cached(client) == []
+    # a later Put's own condition failing keeps the earlier Puts out too: every condition comes first
+    client.put_item(TableName="cache", Item={"matchId": {"S": "taken"}})
+    guarded = _put("taken", ConditionExpression="attribute_not_exists(matchId)")
+    reasons = _cancelled(client, [_check("a"), _put("3"), guarded])
+    assert [r["Code"] for r in reasons] == ["None", "None", "ConditionalCheckFailed"]
+    assert _cached(client) == ["taken"]
+    assert _lock(client) == lock_before
+
+
+def test_a_dynalite_condition_check_never_creates_or_changes_the_item_it_checks(dynalite: Any) -> None:
+    client = _client(dynalite.url)
+    _tables(client)
+    lock_before = _lock(client)
+    # a check that holds on an existing item, one that fails on it, and one on a missing item each way
+    client.transact_write_items(TransactItems=[_check("a"), _put("1")])
+    _cancelled(client, [_check("b"), _put("2")])
+    absent = {
+        "ConditionCheck": {
+            "TableName": "locks",
+            "Key": {"lockKey": {"S": "feed:us"}},
+            "ConditionExpression": "attribute_not_exists(lockKey)",
+        }
+    }
+    client.transact_write_items(TransactItems=[absent, _put("3")])  # holds on a missing item
+    assert [r["Code"] for r in _cancelled(client, [_check("a", key="feed:us"), _put("4")])] == [
+        "ConditionalCheckFailed",
+        "None",
+    ]
+    assert _lock(client) == lock_before
+    assert _lock(client, "feed:us") is None  # neither check created the missing item
+    assert client.scan(TableName="locks", ConsistentRead=True)["Count"] == 1
+    assert _cached(client) == ["1", "3"]
+
+
+def test_dynalite_transactions_refuse_bad_input_with_a_validation_error(dynalite: Any) -> None:
+    client = _client(dynalite.url)
+    _tables(client)
+    bad: list[tuple[list[dict[str, Any]], str]] = [
+        ([_check("a"), *(_put(str(i)) for i in range(100))], "less than or equal to 100"),
+        ([_put("1"), _put("1")], "multiple operations on one item"),
+    ]
+    for items, message in bad:
+        with pytest.raises(ClientError) as caught:
+            client.transact_write_items(TransactItems=items)
+        assert caught.value.response["Error"]["Code"] == "ValidationException"
+        assert message in caught.value.response["Error"]["Message"]
+    # shapes boto3 refuses to send: straight over HTTP, as another client could
+    for action in ({**_put("1"), **_check("a")}, {"Get": {"TableName": "cache", "Key": {}}}):
+        answer = httpx.post(
+            dynalite.url,
+            content=json.dumps({"TransactItems": [action]}),
+            headers={
+                "Content-Type": "application/x-amz-json-1.0",
+                "X-Amz-Target": "DynamoDB_20120810.TransactWriteItems",
+                "Authorization": "AWS4-HMAC-SHA256 Credential=peer/20260101/us-east-1/dynamodb/aws4_request, "
+                "SignedHeaders=host, Signature=0",
+                "X-Amz-Date": "20260101T000000Z",
+            },
+        )
+        assert answer.status_code == 400
+        assert answer.json()["__type"].endswith("#ValidationException")
+        assert "only contain one of Check, Put, Update or Delete" in answer.json()["message"]
+    assert _cached(client) == []
+
+
+def test_dynalite_transactions_are_serialised_against_each_other(dynalite: Any) -> None:
+    """Eight transactions race for one claim item, each first writing its own marker: were two to run
+    their conditions before either wrote, two markers would land. Serialised, exactly one does."""
+    client = _client(dynalite.url)
+    _tables(client)
+
+    def attempt(i: int) -> bool:
+        own = _client(dynalite.url)
+        claim = _put("claim", ConditionExpression="attribute_not_exists(matchId)")
+        try:
+            own.transact_write_items(TransactItems=[_put(f"winner-{i}"), claim])
+        except ClientError as exc:
+            assert exc.response["Error"]["Code"] == "TransactionCanceledException"
+            return False
+        return True
+
+    with ThreadPoolExecutor(8) as pool:
+        won = list(pool.map(attempt, range(8)))
+    assert won.count(True) == 1
+    assert _cached(client) == sorted(["claim", f"winner-{won.index(True)}"])
+
+
+async def test_the_feed_leaders_fenced_cache_writes_work_on_dynalite(dynalite: Any) -> None:
+    from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
+    from daemon.store.caches import FencedPut, FenceLost
+    from daemon.store.locks import feed_lock_key
+
+    dynamo = Dynamo(DynamoSettings(endpoint_url=dynalite.url, table_prefix="fence-"))
+    try:
+        await create_tables(dynamo)
+        repos = Repositories(dynamo)
+        locks, cache = repos.locks, repos.fixture_cache
+        t = time.time()
+        lease, _ = await locks.acquire_fenced(feed_lock_key("eu"), "a", 30, now=t)
+        assert lease is not None
+        fixtures = [{"id": i, "league_id": 3, "status": "1st Innings"} for i in range(120)]
+        puts = [FencedPut(str(f["id"]), f, ttl_s=600, seq=1, fetched_at=t) for f in fixtures]
+        # 120 puts: two transactions (99 + 21), each beside the lease's ConditionCheck
+        assert await cache.put_fixtures_fenced(puts, lambda: locks.lease_condition(lease, now=t), 1) == 120
+        await cache.put_livescores_summary(
+            "eu", [{"id": 0}], t, lambda: locks.lease_condition(lease, now=t), lease.epoch, ttl_s=60
+        )
+        entries = await cache.batch_get_entries([str(i) for i in range(120)], now=t)
+        assert len(entries) == 120 and entries["7"].stamp == (1, 1) and entries["7"].fixture() == fixtures[7]
+        summary = await cache.get_livescores_summary("eu", now=t)
+        assert summary is not None and summary[0] == [{"id": 0}]
+        lock_item = await locks.read(feed_lock_key("eu"))
+        # another instance takes the lease once it ran out: the deposed leader's writes are refused whole
+        taken, _ = await locks.acquire_fenced(feed_lock_key("eu"), "b", 30, now=t + 31)
+        assert taken is not None and taken.epoch == 2
+        later = [FencedPut(str(f["id"]), {**f, "status": "2nd Innings"}, 600, 2, t + 1) for f in fixtures]
+        with pytest.raises(FenceLost):
+            await cache.put_fixtures_fenced(later, lambda: locks.lease_condition(lease, now=t + 1), 1)
+        with pytest.raises(FenceLost):
+            await cache.put_livescores_summary(
+                "eu", [], t + 1, lambda: locks.lease_condition(lease, now=t + 1), lease.epoch, ttl_s=60
+            )
+        after = await cache.batch_get_entries([str(i) for i in range(120)], now=t)
+        assert {e.stamp for e in after.values()} == {(1, 1)}  # nothing of the refused batch landed
+        assert (await cache.get_livescores_summary("eu", now=t)) == summary
+        now_lock = await locks.read(feed_lock_key("eu"))
+        assert now_lock is not None and lock_item is not None
+        assert (now_lock["owner"], now_lock["epoch"]) == ("b", 2)  # the failed checks left b's lease alone
+        # the new holder writes
+        assert (
+            await cache.put_fixtures_fenced(later[:5], lambda: locks.lease_condition(taken, now=t + 32), 2)
+            == 5
+        )
+        assert (await cache.batch_get_entries(["0"], now=t))["0"].stamp == (2, 2)
+    finally:
+        dynamo.close()
