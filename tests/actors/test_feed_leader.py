@@ -635,20 +635,32 @@ async def test_the_fleet_metrics_count_leader_changes_cache_age_at_read_and_the_
         async with trio.open_nursery() as nursery:
             assert await repos.active_matches.register_active_match("61", "b", fields={"leagueId": "3"})
             async with member(nursery, "a", repos, live) as a, member(nursery, "b", repos, live) as b:
-                assert a.leadership.leading and not b.leadership.leading
-                assert _sample("sightscreen_feed_leader_changes_total") - changes0 == 1
-                u61 = b.feed.subscribe("61", marquee=False)
-                await _next_good(u61)  # read from the cache on b: its age at read is observed
+                # which one leads is the lease's choice (on a loaded machine it may even change hands):
+                # the counter must follow every change the members themselves saw
+                def changes() -> int:
+                    return a.leadership.became_leader + b.leadership.became_leader
+
+                while not (a.leadership.leading or b.leadership.leading):
+                    await trio.sleep(0.05)
+                leader, follower = (a, b) if a.leadership.leading else (b, a)
+                assert changes() >= 1
+                assert _sample("sightscreen_feed_leader_changes_total") - changes0 == changes()
+                u61 = follower.feed.subscribe("61", marquee=False)
+                await _next_good(u61)  # read from the cache on the follower: its age at read is observed
                 assert _sample("sightscreen_fixture_cache_age_seconds_count") - ages0 >= 1
-                # the region's calls in the last hour: the leader's count, renewed with its lease
+                # the region's calls in the last hour: the leaders' count, renewed with the lease
                 while not _sample("sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores"):
                     await trio.sleep(0.05)
-                assert len(a.fake.calls("/livescores")) >= _sample(
-                    "sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores"
+                made = len(a.fake.calls("/livescores")) + len(b.fake.calls("/livescores"))
+                assert (
+                    1
+                    <= _sample("sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores")
+                    <= made
                 )
-                a.scope.cancel()
-                while not b.leadership.leading:
+                leader.scope.cancel()
+                while not follower.leadership.leading:
                     await trio.sleep(0.05)
-                assert _sample("sightscreen_feed_leader_changes_total") - changes0 == 2
+                assert changes() >= 2
+                assert _sample("sightscreen_feed_leader_changes_total") - changes0 == changes()
                 assert _sample("sightscreen_feed_leader") == 1
                 nursery.cancel_scope.cancel()

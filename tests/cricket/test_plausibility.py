@@ -79,11 +79,18 @@ def test_a_huge_number_is_shown_short_in_the_error() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.text("0146W", min_size=0, max_size=60))
+@given(st.text("0146W", min_size=0, max_size=60).filter(lambda codes: codes.count("W") <= 10))
 def test_every_scripted_innings_is_plausible(codes: str) -> None:
+    # an innings is all out at its tenth wicket: a script with more is not cricket (refused, below)
     s = Script()
     s.balls_of(" ".join(codes))
     snapshot_from_fixture(s.fixture())  # never raises
+
+
+def test_an_eleventh_wicket_in_one_innings_is_refused() -> None:
+    s = Script()
+    s.balls_of(" ".join("W" * 11))
+    assert "more than cricket allows" in str(refused(s.fixture()))
 
 
 @settings(max_examples=60, deadline=None)
