@@ -317,6 +317,10 @@ class FeedLeadership:
                     SPORTMONKS_REGION_CALLS.labels(endpoint).set(n)
             return
         self.lease, self.lease_until = lease, lease_deadline(sent, self.lease_s, self.skew)
+        # counted the moment the lease is held (``leading`` is true from here), not after the reads below
+        self.became_leader += 1
+        FEED_LEADER.set(1)
+        FEED_LEADER_CHANGES.inc()
         state = await self._summary_state()
         if state:
             self.feed.adopt_not_found(state.get("notFound"), to_wall=self._wall() - trio.current_time())
@@ -324,9 +328,6 @@ class FeedLeadership:
         if budget is not None:
             record, at = budget
             self.feed.client.budget.seed(record, to_wall=self._wall() - trio.current_time(), recorded_at=at)
-        self.became_leader += 1
-        FEED_LEADER.set(1)
-        FEED_LEADER_CHANGES.inc()
         log.info(
             "feed_leader",
             region=self.region,

@@ -98,8 +98,10 @@ async def test_a_crash_mid_batch_repeats_only_the_alerts_in_flight(repos: Any) -
     markers = {f["userId"]: f.get("prematchState") for f in await repos.follows.get_followers_for_match("7")}
     confirmed = {u for u, state in markers.items() if state == "sent"}
     in_flight = {u for u, state in markers.items() if state == "claimed"}
-    # all of the batch claimed so far but not answered-and-confirmed is in flight; most was confirmed
-    assert len(sent_before) == 44
+    # all of the batch claimed so far but not answered-and-confirmed is in flight; most was confirmed. The
+    # 44 alerts before the crash were handed over (a few more may be on their way); those still waiting for
+    # their answer when it came were never answered (how many is the scheduler's: one or two when loaded)
+    assert crashing.alerts >= 45 and 0 < len(sent_before) <= 44
     assert confirmed and len(confirmed) > len(in_flight), (len(confirmed), len(in_flight))
 
     # the successor, once the claim lease has passed (and the crashed instance's match lock is gone)
