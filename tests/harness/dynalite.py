@@ -38,6 +38,7 @@ It is installed from the npm registry into ``~/.cache/sightscreen/dynalite`` on 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -306,7 +307,8 @@ server.listen(+process.argv[3], HOST, function () {
 
 
 def install(cache: Path = CACHE) -> Path:
-    """The path of dynalite's cli.js, installing the pinned version with npm when it is not there yet."""
+    """The path of dynalite's cli.js, installing the pinned version with npm when it is not there yet. The
+    install holds a lock file in ``cache``, so test workers running in parallel install it once."""
     cli = cache / "node_modules" / "dynalite" / "cli.js"
     if cli.exists():
         return cli
@@ -314,14 +316,18 @@ def install(cache: Path = CACHE) -> Path:
     if npm is None or shutil.which("node") is None:
         raise RuntimeError("dynalite needs node >= 20 and npm (Debian: apt-get install nodejs npm)")
     cache.mkdir(parents=True, exist_ok=True)
-    if not (cache / "package.json").exists():
-        (cache / "package.json").write_text('{"name": "sightscreen-dynalite", "private": true}\n')
-    subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", f"dynalite@{VERSION}"],
-        cwd=cache,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    with (cache / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cli.exists():  # another process installed it while this one waited
+            return cli
+        if not (cache / "package.json").exists():
+            (cache / "package.json").write_text('{"name": "sightscreen-dynalite", "private": true}\n')
+        subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", f"dynalite@{VERSION}"],
+            cwd=cache,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     if not cli.exists():
         raise RuntimeError(f"npm install dynalite@{VERSION} finished but {cli} is missing")
     return cli
