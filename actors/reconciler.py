@@ -6,8 +6,10 @@ reused while fresh) with the matches it saw live before. A match that was live a
 on its ``cricket-fixtures`` item, so the API side stops showing it as live even when no match actor wound it up
 (a match this daemon never owned, or one abandoned while no instance was up).
 
-What it saw live is seeded at start-up from ``active-matches`` (matches being processed, by any instance), so a
-restart in the middle of a match does not forget it. Archiving is idempotent and conditioned on the fixture
+What it saw live is seeded at start-up from ``active-matches``: the matches being processed (by any instance)
+whose owner has seen them under way (``matchPhase`` past ``pre``), so a restart in the middle of a match does
+not forget it. A match taken before its first ball is not in ``/livescores`` yet: it is seen live once it is
+listed there, never archived for not being listed before it started. Archiving is idempotent and conditioned on the fixture
 existing; several instances doing it is harmless. A failed cycle (SportMonks or DynamoDB down) is logged and
 changes nothing: the match stays in the seen set and is archived on a later cycle.
 """
@@ -36,7 +38,7 @@ class LiveMatchReconciler:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
             for item in await self._repos.active_matches.get_all_active_matches():
-                if item.get("status") == "active":
+                if item.get("status") == "active" and (item.get("matchPhase") or "pre") != "pre":
                     self.seen_live.add(str(item["matchId"]))
         except Exception as exc:
             log.warning("reconciler_seed_failed", error=repr(exc))

@@ -67,7 +67,9 @@ async def test_a_failed_livescores_call_archives_nothing_and_forgets_nothing(rep
 
 async def test_matches_active_before_a_restart_are_remembered(repos: Any) -> None:
     await _fixture(repos, "9")
-    assert await repos.active_matches.register_active_match("9", "old-instance")
+    assert await repos.active_matches.register_active_match(
+        "9", "old-instance", fields={"matchPhase": "live"}
+    )
     feed = FakeFeed()
     rec = LiveMatchReconciler(repos, feed, cycle_s=3600)
     async with trio.open_nursery() as nursery:
@@ -75,3 +77,23 @@ async def test_matches_active_before_a_restart_are_remembered(repos: Any) -> Non
         nursery.cancel_scope.cancel()
     assert "9" in rec.seen_live
     assert await rec.cycle() == ["9"]
+
+
+async def test_a_match_taken_before_its_first_ball_is_not_archived_for_being_unlisted(repos: Any) -> None:
+    await _fixture(repos, "11")
+    await _fixture(repos, "12")
+    # taken before the start: registered with no tick yet, and with its pre-match tick saved
+    assert await repos.active_matches.register_active_match("11", "owner")
+    assert await repos.active_matches.register_active_match("12", "owner", fields={"matchPhase": "pre"})
+    feed = FakeFeed()
+    rec = LiveMatchReconciler(repos, feed, cycle_s=3600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rec.run)
+        nursery.cancel_scope.cancel()
+    assert rec.seen_live == set()
+    assert await rec.cycle() == []  # /livescores does not list them yet
+    assert "archivedAt" not in await repos.fixtures.get_fixture("11")
+    feed.live = [{"id": 11, "status": "1st Innings"}, {"id": 12, "status": "1st Innings"}]
+    assert await rec.cycle() == []
+    feed.live = [{"id": 12, "status": "1st Innings"}]
+    assert await rec.cycle() == ["11"]  # once seen live, leaving /livescores archives it
