@@ -30,9 +30,11 @@ from typing import Any
 
 import trio
 
+from actors.match_types import ChannelRef
 from daemon import metrics
 from daemon.apns import broadcast
 from daemon.apns.rules import Action
+from daemon.apns.types import Fence, Push
 from daemon.logs import get_logger
 
 log = get_logger("channels")
@@ -296,3 +298,36 @@ class ChannelSweeper:
             except Exception as exc:  # the next round tries again
                 log.warning("broadcast_channel_sweep_failed", error=repr(exc))
             await trio.sleep(self.interval_s)
+
+
+def broadcast_pushes(
+    casts: list[tuple[str, str]],
+    bundle: str,
+    payload_for: Callable[[str], bytes],
+    priority: int,
+    kind: str,
+    reply_to: Any,
+    fence: Fence,
+    *,
+    quiet: Callable[[str], bytes] | None = None,
+) -> list[Push]:
+    """One broadcast per (perspective, channel) of ``casts``: its perspective's payload, expiration 0 (the
+    channels' storage policy 0), and, where ``quiet`` is given, the payload without its alert that a re-send
+    of a request which may have been delivered carries."""
+    return [
+        Push(
+            "",
+            "liveactivity",
+            bundle,
+            payload_for(perspective),
+            priority,
+            kind,
+            expiration=0,
+            channel_id=channel,
+            context=ChannelRef(perspective, channel),
+            fence=fence,
+            reply_to=reply_to,
+            resend_payload=quiet(perspective) if quiet is not None else None,
+        )
+        for perspective, channel in casts
+    ]

@@ -31,41 +31,15 @@ perspective team -> pushes to the shared sender over its bounded inbox -> wait f
 new state (fenced) -> publish the display state for the API side (``cricket-fixtures`` live fields,
 ``DisplayStateCache``).
 
-Delivery (docs/delivery.md): a device shows each alert at most once and still receives every key event,
-whatever moment an owner dies; this holds by construction, not by timing:
-
-- A *routine* tick (no alert in its payloads) is pushed, then persisted. An owner that dies in between leaves
-  the tick to its successor, which pushes it again (perhaps with a later timestamp and more events, from a
-  later feed state): nothing is lost and nothing is shown twice, since the update carries no alert.
-- An *alerting* tick goes through an alert intent (``daemon.cricket.intent``): its new state, its exact
-  payloads (timestamp, content-state, alert) and the first chunk's watermark are written in one fenced write
-  before its first push; sessions are pushed in visitor-key order, in chunks, each chunk's watermark written
-  before the chunk is handed over; the intent is removed at the end. A successor that finds an intent
-  completes it before its first tick, with the same payloads: sessions up to the watermark (the predecessor
-  may have reached them) get the update without its alert, the others the alert, chunk by chunk as above.
-  Chosen over deriving a byte-identical repeat from the feed, because a successor usually sees a *later*
-  feed state than its predecessor did (more balls, another event, another display): what it would build is
-  not what was sent, and a repeated alert on a Live Activity is shown again whatever its collapse id. Cost:
-  DynamoDB writes per alerting tick = 1 + chunks (the state write carries the intent; each later chunk's
-  watermark; the removal), 5 for 200 sessions, 12 for 10,000 at the default chunks (16, doubling, capped
-  at 2,048); a routine tick pays nothing for it.
-- A key event is detected once: the state keeps when the fixture that last changed it was fetched
-  (``fetched_at``, persisted with it), and a fixture fetched earlier is skipped (``fixture_behind_state``),
-  not taken as a correction. The feed hands this actor fixtures in process on the region's leader and from
-  the fixture cache elsewhere, the cache written after the in-process delivery: on a switch (the leader
-  stepping down, an owner taking over) an older fixture than the state can come, and taken as news it would
-  withdraw the newest wicket and report it again on the next tick. It costs no write (the position rides on
-  the tick's own state write).
-- The first tick of a match nobody has persisted yet detects nothing (what the feed shows then is history),
-  so it never alerts; its state, the baseline later ticks are diffed against, is persisted *before* its
-  display goes out, so an owner that dies during that first fan-out leaves its successor a baseline rather
-  than a feed that has moved on (a wicket in between would then reach nobody).
-- The end is an alerting tick like the others (its ``match_end`` alert); a successor that completes an end
-  intent goes straight on to the end's remaining steps.
-- Push-to-start (self-healing) is claimed per follower in DynamoDB (a hold in ``cricket-locks``, claimed by the
-  hundred) before it is sent, and carries the collapse id ``{matchId}:start``: a successor never starts (and alerts) a follower
-  its predecessor reached within ``push_to_start_min_interval_s``; a claim whose send died with its owner is
-  retried after that interval.
+Delivery (docs/delivery.md has the whole argument): a device shows each alert at most once and still
+receives every key event, whatever moment an owner dies. A routine tick (no alert) is pushed, then persisted:
+a successor pushes it again, which shows nothing twice. An alerting tick goes through an alert intent
+(``daemon.cricket.intent``): its state, exact payloads and a fan-out watermark are written in one fenced write
+before its first push, the watermark moved before each chunk of sessions; a successor completes it with the
+same payloads, without the alert for sessions up to the watermark. A fixture fetched before the state's is
+skipped, not taken as a correction (``fixture_behind_state``). The first tick of a match detects nothing and
+is persisted before its display goes out. Push-to-starts are claimed per follower before they are sent
+(``actors.match_starts``).
 
 A tick the engine doubts goes out as the match was before it: a final status not yet confirmed (the engine
 processes the tick with the previous status), a score gone back further than a correction can (skipped);
@@ -86,16 +60,17 @@ import math
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import trio
-from botocore.exceptions import BotoCoreError, ClientError
 
-from actors.channels import ChannelsUnavailable, MatchChannels
+from actors.channels import ChannelsUnavailable, MatchChannels, broadcast_pushes
 from actors.feed import FixtureSource
 from actors.janitor import TokenRef
 from actors.livework import LiveWork
+from actors.match_starts import HEAL_PHASES, FollowerStarts
+from actors.match_types import STORE_UNAVAILABLE, ChannelRef, Delivery, LeaseLost, Session
 from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.apns.broadcast import ChannelError
 from daemon.apns.types import LIVEACTIVITY_TOPIC_SUFFIX, Fence, Push
@@ -103,7 +78,6 @@ from daemon.cricket import intent as intents
 from daemon.cricket import payloads
 from daemon.cricket.engine import TickResult, process_tick
 from daemon.cricket.intent import HANDED_ATTRIBUTE, INTENT_ATTRIBUTE, AlertIntent
-from daemon.cricket.payloads import supports_channels
 from daemon.cricket.settings import EngineSettings
 from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, snapshot_from_fixture
 from daemon.cricket.state import MatchState
@@ -119,60 +93,10 @@ from daemon.metrics import (
     TICKS,
 )
 from daemon.store.codec import iso
-from daemon.store.dynamo import StoreError, count_calls
+from daemon.store.dynamo import count_calls
 from daemon.store.locks import match_lock_key
 
 TERMINAL_PHASES = frozenset({"completed", "abandoned"})
-HEAL_PHASES = frozenset({"live", "innings_break"})  # followers without an activity get a push-to-start
-
-
-class LeaseLost(Exception):
-    """This instance no longer owns the match: stop at once, push nothing more. Not a crash."""
-
-
-# DynamoDB failing past botocore's own retries (throttled, unreachable). Without DynamoDB the actor can neither
-# prove its lease nor persist a tick, so it stops as if the lease were lost: its lock (if still its own) is
-# released and the orchestrator takes the match again at its next takeover check, once DynamoDB answers,
-# from the persisted state. Treating it as a crash would spend the supervisor's restart budget in seconds and
-# quarantine the match for minutes.
-STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, StoreError)
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One tick's hand-off, as the demo and the admin socket show it."""
-
-    match_id: str
-    kind: str  # "update" | "end" | "start"
-    over: str
-    score: str
-    event: str | None
-    event_types: tuple[str, ...]
-    priority: int
-    tokens: int
-    accepted: int
-    rejected: int
-    failed: int
-    at: float = field(default_factory=time.time)
-    broadcasts: int = 0  # one per perspective with channel sessions (``tokens`` counts the per-device pushes)
-    channel_sessions: int = 0  # devices the broadcasts were for
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    visitor_key: str
-    user_id: str
-    token: str
-    ref: TokenRef  # what its pushes carry back (built once, not once per push)
-    channel: str = ""  # a channel session's broadcast channel (then ``token`` is empty)
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelRef:
-    """What a broadcast carries back: the perspective and the channel it went to."""
-
-    perspective: str
-    channel_id: str
 
 
 # What a refresh reads: only these attributes come back (a match can have 100,000 sessions and followers,
@@ -223,7 +147,6 @@ class MatchActor:
         self._fence = Fence(-math.inf)  # rides on every push; moved with the lease (see _renew_once)
         self._last_display: dict[str, Any] | None = None
         self._last_snapshot: MatchSnapshot | None = None
-        self._push_to_start_sent: dict[str, float] = {}
         self._heal_wake = trio.Event()
         # the device each follow names (``deviceToken``, written when the user followed): read in batches
         self.follower_device: dict[str, str] = {}
@@ -260,6 +183,7 @@ class MatchActor:
         self.ticks = 0
         self.last_events: list[dict[str, Any]] = []
         self.phase: str | None = None
+        self._starts = FollowerStarts(self)  # push-to-start (self-healing)
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -588,8 +512,9 @@ class MatchActor:
             casts = self._broadcast_targets()
 
             def pushes(reply_to: Any, fence: Fence) -> list[Push]:
-                return self._broadcast_pushes(
-                    casts,
+                return broadcast_pushes(
+                    self._counted(casts, kind),
+                    self._bundle,
                     lambda p: by_perspective.get(p) or by_perspective["neutral"],
                     priority,
                     kind,
@@ -704,8 +629,9 @@ class MatchActor:
             return intent.payload_for(p if p in intent.payloads else "neutral", alert=alert)
 
         def pushes(reply_to: Any, fence: Fence) -> list[Push]:
-            return self._broadcast_pushes(
-                casts,
+            return broadcast_pushes(
+                self._counted(casts, intent.kind),
+                self._bundle,
                 cast_payload,
                 intent.priority,
                 intent.kind,
@@ -954,155 +880,11 @@ class MatchActor:
 
     # ------------------------------------------------------------------ self-healing push-to-start
     async def _heal_loop(self) -> None:
-        """``heal`` every ``heal_every_s``, and at once when the match goes live (its followers' activities
-        start with the match, not up to ``heal_every_s`` later)."""
-        await self._first_display.wait()
-        while True:
-            try:
-                again = None
-                if self._restart_followers and self.phase in ("live", "innings_break"):
-                    again = set(self.follower_team)
-                await self.heal(again=again)
-                if again is not None:
-                    self._restart_followers = False
-                    self.log.warning("followers_restarted_after_wrong_end", followers=len(again))
-            except LeaseLost:
-                raise
-            except Exception as exc:
-                self.log.warning("heal_failed", error=repr(exc))
-            with trio.move_on_after(self._settings.heal_every_s):
-                await self._heal_wake.wait()
-            self._heal_wake = trio.Event()
+        await self._starts.loop()
 
     async def heal(self, *, again: set[str] | None = None) -> int:
-        """Push-to-start to followers without an active session; returns how many were sent.
-
-        Followers go in chunks of ``heal_chunk``: the chunk's devices are read by the ``deviceToken`` their
-        follows name (BatchGetItem, 100 a call; one Query each, ``heal_concurrency`` at once, only for those
-        whose follow names no device or one since replaced), the followers with a push-to-start token are
-        claimed together (``LockRepository.claim_push_to_starts``: a hold per follower, read and written by
-        the hundred, so none is ever started twice, by this owner or a successor), then the chunk's pushes
-        are sent and waited for before the next chunk is claimed: an owner that dies leaves at most one
-        chunk claimed and perhaps unsent (sent again after ``push_to_start_min_interval_s``). ``again``:
-        followers started again on purpose (their channel was recreated), whatever their claim says."""
-        if self._last_display is None or self.phase not in HEAL_PHASES:
-            return 0  # push-to-start when the match goes live (pre-match is the prematch job's)
-        with_session = {s.user_id for s in self.sessions.values()}
-        with_session.update(s.user_id for s in self.channel_sessions.values())
-        now = trio.current_time()
-        due: list[str] = []
-        for user_id in list(self.follower_team):
-            if user_id in with_session:
-                continue
-            last = self._push_to_start_sent.get(user_id)
-            recent = last is not None and now - last < self._settings.push_to_start_min_interval_s
-            if recent and user_id not in (again or ()):
-                continue
-            due.append(user_id)
-        sent = 0
-        step = self._settings.heal_chunk
-        for i in range(0, len(due), step):
-            claimed = await self._claim_starts(due[i : i + step], now, again or set())
-            pushes = [await self._start_push(user_id, device) for user_id, device in claimed]
-            if pushes:
-                sent += await self._send_starts(pushes)
-        return sent
-
-    async def _claim_starts(
-        self, users: list[str], now: float, again: set[str]
-    ) -> list[tuple[str, Mapping[str, Any]]]:
-        """The followers of ``users`` with a push-to-start token whose claim this owner took, with their
-        device, in ``users``' order."""
-        devices = await self._devices_of(users)
-        for user_id in users:  # also rate-limits the look-up of devices without a token
-            self._push_to_start_sent[user_id] = now
-        with_token = [u for u in users if (devices.get(u) or {}).get("pushToStartToken")]
-        if not with_token:
-            return []
-        # The durable twin of the rate limit above, taken before the send: a successor owner does not start
-        # (and alert) a follower this owner may already have reached.
-        won = await self._repos.locks.claim_push_to_starts(
-            self.match_id,
-            with_token,
-            owner=self.instance_id,
-            hold_s=self._settings.push_to_start_min_interval_s,
-            now=self._now(),
-            force=again,
-        )
-        return [(u, devices[u]) for u in won]
-
-    async def _devices_of(self, users: list[str]) -> dict[str, Mapping[str, Any]]:
-        """The registered device of each of ``users`` that has one: by the device their follow names
-        (BatchGetItem), else by a Query per follower (at most ``heal_concurrency`` in flight)."""
-        named = [(u, self.follower_device[u]) for u in users if u in self.follower_device]
-        found: dict[str, Mapping[str, Any]] = (
-            dict(await self._repos.devices.get_devices(named)) if named else {}
-        )
-        missing = [u for u in users if u not in found]
-        if missing:
-            limiter = trio.CapacityLimiter(self._settings.heal_concurrency)
-
-            async def one(user_id: str) -> None:
-                async with limiter:
-                    device = await self._repos.devices.get_device_for_user(user_id)
-                if device is not None:
-                    found[user_id] = device
-
-            async with trio.open_nursery() as nursery:
-                for user_id in missing:
-                    nursery.start_soon(one, user_id)
-        return found
-
-    async def _start_push(self, user_id: str, device: Mapping[str, Any]) -> Push:
-        content = self._content_for(self._last_display or {}, user_id)
-        channel = None
-        if supports_channels(device):
-            channel = (await self._start_channels()).get(self._perspective(user_id, self._last_display or {}))
-            if channel:
-                self._announced.add(channel)
-        payload = payloads.start_payload(
-            content,
-            attributes_type=self._settings.attributes_type,
-            attributes=self._attributes(),
-            timestamp=int(self._now()),
-            alert=(content.get("title") or "Match live", content.get("subtitle") or "Follow it live"),
-            input_push_channel=channel,
-            input_push_token=channel is None,
-        )
-        return Push(
-            token=str(device["pushToStartToken"]),
-            push_type="liveactivity",
-            topic=self._topic,
-            payload=payload,
-            priority=10,
-            kind="start",
-            collapse_id=payloads.start_collapse_id(self.match_id),
-            context=TokenRef(
-                "push_to_start", self.match_id, user_id=user_id, device_token=str(device["deviceToken"])
-            ),
-        )
-
-    async def _send_starts(self, pushes: list[Push]) -> int:
-        _, counts = await self._push_all(
-            lambda reply_to, fence: [replace(p, reply_to=reply_to, fence=fence) for p in pushes]
-        )
-        self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
-        if self._on_delivery is not None:
-            neutral = (self._last_display or {}).get("neutral") or {}
-            self._on_delivery(
-                Delivery(
-                    self.match_id,
-                    "start",
-                    str(neutral.get("overs", "")),
-                    str(neutral.get("score", "")),
-                    None,
-                    (),
-                    10,
-                    len(pushes),
-                    **counts,
-                )
-            )
-        return len(pushes)
+        """Push-to-start to followers without a session (``FollowerStarts.heal``); how many were sent."""
+        return await self._starts.heal(again=again)
 
     # ------------------------------------------------------------------ broadcast channels
     async def _prepare_channels(self) -> None:
@@ -1156,37 +938,12 @@ class MatchActor:
         listening = {s.channel for s in self.channel_sessions.values()} | self._announced
         return [(p, c) for p, c in self.channels.channels.items() if c in listening]
 
-    def _broadcast_pushes(
-        self,
-        casts: list[tuple[str, str]],
-        payload_for: Callable[[str], bytes],
-        priority: int,
-        kind: str,
-        reply_to: Any,
-        fence: Fence,
-        *,
-        quiet: Callable[[str], bytes] | None = None,
-    ) -> list[Push]:
+    def _counted(self, casts: list[tuple[str, str]], kind: str) -> list[tuple[str, str]]:
+        """``casts``, counted as the broadcasts of a ``kind`` push (for ``describe`` and the demo)."""
         self._last_broadcasts = len(casts)
         if kind in self.broadcasts:
             self.broadcasts[kind] += len(casts)
-        return [
-            Push(
-                "",
-                "liveactivity",
-                self._bundle,
-                payload_for(perspective),
-                priority,
-                kind,
-                expiration=0,
-                channel_id=channel,
-                context=ChannelRef(perspective, channel),
-                fence=fence,
-                reply_to=reply_to,
-                resend_payload=quiet(perspective) if quiet is not None else None,
-            )
-            for perspective, channel in casts
-        ]
+        return casts
 
     async def _recover_channels(self) -> None:
         """Broadcasts found channels APNs no longer knows: recreate and record them, and re-announce them with
@@ -1209,23 +966,9 @@ class MatchActor:
                 users.add(session.user_id)
                 del self.channel_sessions[key]
         for user_id in users:
-            self._push_to_start_sent.pop(user_id, None)
+            self._starts.sent.pop(user_id, None)
         if users:
             await self.heal(again=users)
-
-    def _attributes(self) -> dict[str, Any]:
-        snap = self._last_snapshot
-        attrs: dict[str, Any] = {"matchId": self.match_id}
-        if snap is not None:
-            for side in ("localteam", "visitorteam"):
-                team = getattr(snap, side, None)
-                if team is not None:
-                    attrs[side] = {
-                        "id": str(getattr(team, "id", "")),
-                        "name": getattr(team, "name", ""),
-                        "code": getattr(team, "code", ""),
-                    }
-        return attrs
 
     # ------------------------------------------------------------------ introspection
     def describe(self) -> dict[str, Any]:

@@ -15,19 +15,16 @@ Errors all have one shape, ``{"error": {"status", "code", "message", "fields": [
 the admin group), 404 (no such item, no such path), 405, 413 (body over ``[api].max_body_bytes``), 429
 with ``Retry-After``, 503 (DynamoDB unavailable).
 
-``ApiBodyLimit`` and ``AccessLog`` are plain ASGI middlewares: the first reads a body only up to the limit
-(a larger one is refused before the app sees it, whatever its Content-Length says), the second writes one
-structlog line and the Prometheus metrics per request.
+Responses and the error shape are in ``daemon.api.responses``; the body limit and the access log are plain
+ASGI middlewares in ``daemon.api.middleware``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -42,6 +39,7 @@ from daemon import __version__
 from daemon.api.auth import Authenticator, AuthError, JwksKeys, Principal
 from daemon.api.cache import TtlCache
 from daemon.api.coalesce import Coalescer
+from daemon.api.middleware import AccessLog, BodyLimit
 from daemon.api.models import (
     ID_PATTERN,
     Activity,
@@ -67,9 +65,10 @@ from daemon.api.models import (
     parse_iso_utc,
 )
 from daemon.api.ratelimit import RateLimiter
+from daemon.api.responses import ApiError, ASGIApp, Receive, Scope, Send, error_response, json_response
 from daemon.api.settings import ApiSettings
 from daemon.logs import get_logger
-from daemon.metrics import API_LATENCY, API_RATE_LIMITED, API_REQUESTS
+from daemon.metrics import API_RATE_LIMITED
 from daemon.store import Repositories
 from daemon.store.live_activities import visitor_key
 
@@ -79,66 +78,6 @@ NEUTRAL = "neutral"
 """The display perspective of no team in particular (the engine's ``daemon.cricket.display.NEUTRAL``)."""
 END_REASON_USER = "user"
 BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        fields: list[dict[str, str]] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.fields = fields or []
-        self.headers = dict(headers or {})
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, set | frozenset):
-        return sorted(value, key=str)
-    if isinstance(value, bytes | bytearray):
-        return None  # binary attributes are internal encodings (the raw fixture), never shown as they are
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
-def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    try:
-        data = json.dumps(body, separators=(",", ":"), default=_jsonable, allow_nan=False)
-    except ValueError:
-        data = json.dumps(_finite(body), separators=(",", ":"), default=_jsonable)
-    return Response(data.encode(), status_code=status, media_type="application/json", headers=headers)
-
-
-def error_response(
-    status: int,
-    code: str,
-    message: str,
-    fields: list[dict[str, str]] | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> Response:
-    body = {"error": {"status": status, "code": code, "message": message, "fields": fields or []}}
-    return json_response(body, status, headers)
 
 
 @dataclass
@@ -927,125 +866,3 @@ def _team_param(query: bytes) -> str | None | Literal[False]:
     if name != "team" or not sep or "&" in value or not _ID.fullmatch(value):
         return False
     return value
-
-
-class BodyLimit:
-    """Refuse bodies over ``limit`` bytes with 413, reading at most ``limit + 1`` of them, and bodies that are
-    not JSON with 400 (whatever the Content-Type says), before the app sees either."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    too_big = int(value) > self.limit
-                except ValueError:
-                    too_big = False
-                if too_big:
-                    await self._refuse(scope, receive, send)
-                    return
-        if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay([message]), send)
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._refuse(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        if body:
-            try:
-                json.loads(body)
-            except (ValueError, UnicodeDecodeError) as exc:
-                scope["sightscreen.route"] = "malformed_json"
-                reason = str(exc)[:200]
-                response = error_response(
-                    400, "malformed_json", "the body is not valid JSON", [{"field": "body", "reason": reason}]
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(
-            scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send
-        )
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope["sightscreen.route"] = "body_limit"
-        response = error_response(413, "body_too_large", f"the body is larger than {self.limit} bytes")
-        await response(scope, receive, send)
-
-
-def _replay(messages: list[MutableMapping[str, Any]], then: Receive | None = None) -> Receive:
-    queue = list(messages)
-
-    async def receive() -> MutableMapping[str, Any]:
-        if queue:
-            return queue.pop(0)
-        if then is not None:
-            return await then()
-        return {"type": "http.disconnect"}
-
-    return receive
-
-
-class AccessLog:
-    """One structlog line (method, route, status, duration, shortened user id) and the Prometheus metrics
-    per request; counts requests in flight for the graceful stop."""
-
-    def __init__(self, app: ASGIApp, state: ApiState) -> None:
-        self.app = app
-        self.state = state
-        # the metrics' children by (route template, status): both sets are small and fixed
-        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = [500]
-
-        async def send_status(message: MutableMapping[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = int(message["status"])
-            await send(message)
-
-        self.state.in_flight += 1
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            self.state.in_flight -= 1
-            duration = time.perf_counter() - started
-            route = scope.get("route")
-            template = getattr(route, "path_format", None) or scope.get("sightscreen.route")
-            if template is None:
-                template = "/openapi.json" if scope.get("path") == "/openapi.json" else "unmatched"
-            children = self._children.get((template, status[0]))
-            if children is None:
-                children = (API_REQUESTS.labels(template, str(status[0])), API_LATENCY.labels(template))
-                self._children[(template, status[0])] = children
-            children[0].inc()
-            children[1].observe(duration)
-            log.info(
-                "api_request",
-                method=scope.get("method"),
-                route=template,
-                status=status[0],
-                duration_ms=round(duration * 1000, 2),
-                user=scope.get("sightscreen.user"),
-            )
