@@ -1,7 +1,9 @@
 """The APNs sender actor: one per process, every push goes through it.
 
-Owns: the inboxes of ``Push`` requests, one per priority (bounded: a full inbox blocks its producers; an
-alert is never stuck behind a queue of routine updates), the priority queues (10 before 5), the pool of
+Owns: the inboxes of ``Push`` requests, one per lane (bounded: a full inbox blocks its producers; an
+alert is never stuck behind a queue of routine updates), the lanes' queues (priority-10 updates and alerts,
+then push-to-starts, then priority-5 updates: a wicket on a running activity never waits behind a match's
+thousands of push-to-starts), the pool of
 HTTP/2 connections (TLS with ALPN h2, one reader and one writer task per connection), the provider-token
 cache, retries, the set of tokens APNs declared dead, and the one ``PushResult`` per push.
 Must not touch: DynamoDB or Live Activity sessions (the janitor gets the rejected results and acts on them),
@@ -194,13 +196,15 @@ class ApnsSender:
         self._janitor = janitor
         self._rng = rng or random.Random()
         self._high: deque[_Exchange] = deque()
+        self._starts: deque[_Exchange] = deque()  # push-to-starts: priority 10, after the updates
         self._low: deque[_Exchange] = deque()
         # One lane per priority, each with its inbox and its own cap on its queue: a full queue of priority-5
         # updates (another match's 10,000-token fan-out) must not hold a wicket's priority-10 pushes in a
         # shared inbox behind it.
         self._urgent = _Lane(settings.inbox_size, self._high)
+        self._start = _Lane(settings.inbox_size, self._starts)
         self._routine = _Lane(settings.inbox_size, self._low)
-        self._lanes = (self._urgent, self._routine)
+        self._lanes = (self._urgent, self._start, self._routine)
         self._retry_heap: list[tuple[float, int, _Exchange]] = []
         self._retry_seq = itertools.count()
         self._retry_wake = _Wakeup()
@@ -265,7 +269,7 @@ class ApnsSender:
             if broadcasts is not None and push.channel_id is not None:
                 await broadcasts.send(push)
                 continue
-            inbox = self._urgent.send if push.priority == 10 else self._routine.send
+            inbox = self._lane(push).send
             try:
                 inbox.send_nowait(push)
             except trio.WouldBlock:
@@ -296,9 +300,15 @@ class ApnsSender:
             "connection_states": [c.state for c in conns],
             "streams_in_flight": sum(c.in_flight for c in conns),
             "max_concurrent_streams": [c.max_concurrent for c in conns],
-            "queued": {"high": len(self._high), "low": len(self._low), "retry": len(self._retry_heap)},
+            "queued": {
+                "high": len(self._high),
+                "start": len(self._starts),
+                "low": len(self._low),
+                "retry": len(self._retry_heap),
+            },
             "inbox": {
                 "high": self._urgent.recv.statistics().current_buffer_used,
+                "start": self._start.recv.statistics().current_buffer_used,
                 "low": self._routine.recv.statistics().current_buffer_used,
             },
             "pushes": dict(self._counts),
@@ -420,7 +430,7 @@ class ApnsSender:
             )
             self._settle(exchange, "failed", None, problem, None)
             return
-        (self._high if push.priority == 10 else self._low).append(exchange)
+        self._lane(push).queue.append(exchange)
 
     def _take_inboxes(self) -> Iterator[Push]:
         """Whatever producers have handed over and the intakes have not taken yet, urgent first."""
@@ -432,16 +442,17 @@ class ApnsSender:
                     break
 
     def _lane(self, push: Push) -> _Lane:
-        return self._urgent if push.priority == 10 else self._routine
+        if push.priority != 10:
+            return self._routine
+        return self._start if push.kind == "start" else self._urgent
 
     def _requeue_front(self, exchange: _Exchange) -> None:
-        (self._high if exchange.push.priority == 10 else self._low).appendleft(exchange)
+        self._lane(exchange.push).queue.appendleft(exchange)
 
     def _next_exchange(self) -> _Exchange | None:
-        if self._high:
-            return self._high.popleft()
-        if self._low:
-            return self._low.popleft()
+        for queue in (self._high, self._starts, self._low):
+            if queue:
+                return queue.popleft()
         return None
 
     def _wake_writers(self) -> None:
@@ -560,8 +571,14 @@ class ApnsSender:
 
     def _fail_everything(self, reason: str) -> None:
         """Stopping: every push not yet answered gets its "failed" result now."""
-        leftovers: list[_Exchange] = [*self._high, *self._low, *(e for _, _, e in self._retry_heap)]
+        leftovers: list[_Exchange] = [
+            *self._high,
+            *self._starts,
+            *self._low,
+            *(e for _, _, e in self._retry_heap),
+        ]
         self._high.clear()
+        self._starts.clear()
         self._low.clear()
         self._retry_heap.clear()
         for slot in self._slots:
@@ -885,10 +902,10 @@ class ApnsSender:
             if conn.state == "closed":
                 return
             self._maybe_switch_token(slot, conn)
-            if (self._high or self._low) and conn.in_flight:
+            if (self._high or self._starts or self._low) and conn.in_flight:
                 await self._coalesce(conn, wake)
             now = trio.current_time()
-            if conn.can_send() and (self._high or self._low):
+            if conn.can_send() and (self._high or self._starts or self._low):
                 sent = 0
                 while conn.can_send():
                     exchange = self._next_exchange()
@@ -908,8 +925,8 @@ class ApnsSender:
                     conn.send(exchange.wire or push, exchange, now)
                     sent += 1
                 if sent:
-                    self._urgent.room.set()
-                    self._routine.room.set()
+                    for lane in self._lanes:
+                        lane.room.set()
                     self._update_stream_gauge()
             if conn.ping_due(now, settings.ping_idle_s):
                 conn.send_ping(now)
