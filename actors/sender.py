@@ -2,8 +2,8 @@
 
 Owns: the inboxes of ``Push`` requests, one per lane (bounded: a full inbox blocks its producers; an
 alert is never stuck behind a queue of routine updates), the lanes' queues (priority-10 updates and alerts,
-then push-to-starts, then priority-5 updates: a wicket on a running activity never waits behind a match's
-thousands of push-to-starts), the pool of
+then priority-5 updates, then push-to-starts: a match actor's ticks go one after the other, so a routine
+tick held behind a match's thousands of push-to-starts would hold the next wicket too), the pool of
 HTTP/2 connections (TLS with ALPN h2, one reader and one writer task per connection), the provider-token
 cache, retries, the set of tokens APNs declared dead, and the one ``PushResult`` per push.
 Must not touch: DynamoDB or Live Activity sessions (the janitor gets the rejected results and acts on them),
@@ -196,7 +196,7 @@ class ApnsSender:
         self._janitor = janitor
         self._rng = rng or random.Random()
         self._high: deque[_Exchange] = deque()
-        self._starts: deque[_Exchange] = deque()  # push-to-starts: priority 10, after the updates
+        self._starts: deque[_Exchange] = deque()  # push-to-starts: priority 10, after every update
         self._low: deque[_Exchange] = deque()
         # One lane per priority, each with its inbox and its own cap on its queue: a full queue of priority-5
         # updates (another match's 10,000-token fan-out) must not hold a wicket's priority-10 pushes in a
@@ -204,7 +204,7 @@ class ApnsSender:
         self._urgent = _Lane(settings.inbox_size, self._high)
         self._start = _Lane(settings.inbox_size, self._starts)
         self._routine = _Lane(settings.inbox_size, self._low)
-        self._lanes = (self._urgent, self._start, self._routine)
+        self._lanes = (self._urgent, self._routine, self._start)
         self._retry_heap: list[tuple[float, int, _Exchange]] = []
         self._retry_seq = itertools.count()
         self._retry_wake = _Wakeup()
@@ -450,7 +450,7 @@ class ApnsSender:
         self._lane(exchange.push).queue.appendleft(exchange)
 
     def _next_exchange(self) -> _Exchange | None:
-        for queue in (self._high, self._starts, self._low):
+        for queue in (self._high, self._low, self._starts):
             if queue:
                 return queue.popleft()
         return None
