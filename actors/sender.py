@@ -198,13 +198,14 @@ class ApnsSender:
         self._high: deque[_Exchange] = deque()
         self._starts: deque[_Exchange] = deque()  # push-to-starts: priority 10, after every update
         self._low: deque[_Exchange] = deque()
-        # One lane per priority, each with its inbox and its own cap on its queue: a full queue of priority-5
-        # updates (another match's 10,000-token fan-out) must not hold a wicket's priority-10 pushes in a
-        # shared inbox behind it.
+        # One lane per kind of push, each with its inbox and its own cap on its queue: a full queue of
+        # priority-5 updates (another match's 10,000-token fan-out) must not hold a wicket's priority-10 pushes
+        # in a shared inbox behind it. ``_lanes`` is in sending order.
         self._urgent = _Lane(settings.inbox_size, self._high)
         self._start = _Lane(settings.inbox_size, self._starts)
         self._routine = _Lane(settings.inbox_size, self._low)
         self._lanes = (self._urgent, self._routine, self._start)
+        self._queues = tuple(lane.queue for lane in self._lanes)
         self._retry_heap: list[tuple[float, int, _Exchange]] = []
         self._retry_seq = itertools.count()
         self._retry_wake = _Wakeup()
@@ -450,7 +451,7 @@ class ApnsSender:
         self._lane(exchange.push).queue.appendleft(exchange)
 
     def _next_exchange(self) -> _Exchange | None:
-        for queue in (self._high, self._low, self._starts):
+        for queue in self._queues:
             if queue:
                 return queue.popleft()
         return None
@@ -572,14 +573,11 @@ class ApnsSender:
     def _fail_everything(self, reason: str) -> None:
         """Stopping: every push not yet answered gets its "failed" result now."""
         leftovers: list[_Exchange] = [
-            *self._high,
-            *self._starts,
-            *self._low,
+            *(e for queue in self._queues for e in queue),
             *(e for _, _, e in self._retry_heap),
         ]
-        self._high.clear()
-        self._starts.clear()
-        self._low.clear()
+        for queue in self._queues:
+            queue.clear()
         self._retry_heap.clear()
         for slot in self._slots:
             if slot.conn is not None:
@@ -902,10 +900,10 @@ class ApnsSender:
             if conn.state == "closed":
                 return
             self._maybe_switch_token(slot, conn)
-            if (self._high or self._starts or self._low) and conn.in_flight:
+            if any(self._queues) and conn.in_flight:
                 await self._coalesce(conn, wake)
             now = trio.current_time()
-            if conn.can_send() and (self._high or self._starts or self._low):
+            if conn.can_send() and any(self._queues):
                 sent = 0
                 while conn.can_send():
                     exchange = self._next_exchange()
