@@ -11,7 +11,7 @@ Every 60 s (``interval_s``): for each watched league, the fixtures starting in
 ``[now - catch_up_s, now + window]`` (the window is 30 min, per league if configured); for each such match
 that is not finished, the followers; for each follower whose marker says so, a claim, then the pushes.
 
-How the legacy flow's six defects (seed 003) are fixed:
+What the job guarantees, and how:
 
 1. Rejected tokens are cleaned up. Every push carries a reply channel; a "rejected" alert token deletes the
    device record (the data model's device lifecycle), a rejected push-to-start token is removed from the
@@ -37,7 +37,7 @@ How the legacy flow's six defects (seed 003) are fixed:
 5. A match nobody follows is remembered in memory (bounded LRU, until its catch-up window passes, keyed by
    start time so a rescheduled match is looked at again) and costs no further follower reads.
 6. The marker expires soon after the window: ``prematchExpiresAt = start + catch_up_s + marker_grace_s``
-   (about 70 min after the start by default, not 48 h); an expired marker counts as absent, and the follow
+   (about 70 min after the start by default); an expired marker counts as absent, and the follow
    item carrying it is itself deleted when the match ends.
 
 Several instances run this job; one at a time works through a match's followers. It holds the lock
@@ -217,9 +217,9 @@ def prematch_text(
 
 
 class UnfollowedMemo:
-    """Matches nobody followed when we looked (defect 5), with a backoff: the next look is ``first_delay_s``
+    """Matches nobody followed when we looked, with a backoff: the next look is ``first_delay_s``
     later, then twice that, and so on, never past the match's window. A follower who comes late is still
-    found (defect 4), at a few reads per window instead of one a minute. Bounded LRU.
+    found, at a few reads per window instead of one a minute. Bounded LRU.
 
     Before the start the wait is also at most half the time left (and never under ``floor_s``, the job's
     cycle): the looks close in on the start, so a first follower who comes inside the window is noticed
@@ -316,7 +316,7 @@ class _Claim:
 
 
 class PrematchNotifier:
-    """Prematch notifications, every ``interval_s``, with the six legacy defects fixed (see the module)."""
+    """Prematch notifications, every ``interval_s``: claimed, sent and confirmed per follower (see the module)."""
 
     def __init__(
         self,

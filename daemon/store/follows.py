@@ -8,11 +8,11 @@ hundred with BatchGetItem instead of one Query each, and falls back to the Query
 and the prematch dedup marker ``prematchFor`` (the start time the user was notified for) + ``prematchAt``.
 The owner's push-to-start claims live in ``cricket-locks`` (``LockRepository.claim_push_to_starts``).
 
-The prematch marker fixes the legacy flow's defects (seed 003): it is per user, not per match, so a late
+The prematch marker is per user, not per match, so a late
 follower is still notified; it is a conditional *claim* taken before sending, so two workers never both
 notify one user; it is keyed on the start time, so a rescheduled match notifies again; and
 ``clear_prematch_mark`` hands a claim back when the send failed. It lives on the follow itself, so it
-expires with it (no separate 48 h table).
+expires with it (no separate table to clean up).
 """
 
 from __future__ import annotations
