@@ -73,8 +73,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -231,6 +233,62 @@ def _calls_per_tick(metrics_text: str) -> tuple[float, float, float]:
     return total, count, idle
 
 
+STAGE_HISTOGRAMS = {
+    # the cache hop on an instance that does not lead: the leader's fetch to the reader handing it on
+    "fixture_cache_age_at_read": "sightscreen_fixture_cache_age_seconds",
+    # the feed receiving a fixture (on the leader) to the owner's tick done: APNs answered every push
+    "ball_to_push": "sightscreen_ball_to_push_seconds",
+    # how late a daemon's loop woke a 1 s sleep: the CPU the machine left it
+    "event_loop_lag": "sightscreen_event_loop_lag_seconds",
+}
+
+
+def _stage_buckets(metrics_text: str) -> dict[str, dict[float, float]]:
+    """Cumulative bucket counts (upper bound to count, summed over label sets) of the stage histograms."""
+    wanted = {f"{metric}_bucket": stage for stage, metric in STAGE_HISTOGRAMS.items()}
+    out: dict[str, dict[float, float]] = {stage: {} for stage in STAGE_HISTOGRAMS}
+    for line in metrics_text.splitlines():
+        name, _, rest = line.partition("{")
+        stage = wanted.get(name)
+        if stage is None:
+            continue
+        le = re.search(r'le="([^"]+)"', rest)
+        if le is None:
+            continue
+        bound = float(le.group(1))  # "+Inf" parses as inf
+        out[stage][bound] = out[stage].get(bound, 0.0) + float(line.split()[-1])
+    return out
+
+
+def _bucket_bound(merged: dict[float, float], q: float) -> float | None:
+    """The smallest bucket bound under which a share ``q`` of the observations fell (None: past every
+    finite bound)."""
+    total = merged.get(math.inf, 0.0)
+    for bound in sorted(merged):
+        if merged[bound] >= q * total:
+            return None if math.isinf(bound) else bound
+    return None
+
+
+def stage_quantiles(per_process: list[dict[str, dict[float, float]]]) -> dict[str, Any]:
+    """Per stage, over every process: how many observations and the bucket bound under which half and 99%
+    of them fell (a histogram gives bounds, not exact values)."""
+    out: dict[str, Any] = {}
+    for stage in STAGE_HISTOGRAMS:
+        merged: dict[float, float] = defaultdict(float)
+        for buckets in per_process:
+            for bound, n in buckets.get(stage, {}).items():
+                merged[bound] += n
+        total = merged.get(math.inf, 0.0)
+        if total:
+            out[stage] = {
+                "n": int(total),
+                "p50_at_most": _bucket_bound(merged, 0.5),
+                "p99_at_most": _bucket_bound(merged, 0.99),
+            }
+    return out
+
+
 def _sportmonks_calls(metrics_text: str) -> float:
     """Requests this daemon sent to SportMonks (every attempt: ok, error, retry; skipped calls sent none)."""
     total = 0.0
@@ -323,6 +381,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     samples: dict[tuple[str, int], tuple[int, float]] = {}  # (instance slot, pid): last (VmHWM, CPU) seen
     tick_calls: dict[tuple[str, int], tuple[float, float, float]] = {}  # per process: a kill loses none
+    stages: dict[tuple[str, int], dict[str, dict[float, float]]] = {}  # the same, stage histograms
     sm_calls: dict[tuple[str, int], float] = {}  # (instance slot, pid): SportMonks requests it sent
     sm_base: dict[tuple[str, int], float] = {}  # the same at the start of the window
     window_start = window_end = started
@@ -388,6 +447,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                             text = await admin_request(cluster.admin_socket(inst), "metrics")
                             if isinstance(text, str):
                                 tick_calls[(inst.instance_id, inst.proc.pid)] = _calls_per_tick(text)
+                                stages[(inst.instance_id, inst.proc.pid)] = _stage_buckets(text)
                                 sm_calls[(f"i{inst.slot}", inst.proc.pid)] = _sportmonks_calls(text)
                         await trio.sleep(1.0)
 
@@ -588,6 +648,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             "p99": _pct(lags, 0.99),
             "max": max(lags) if lags else None,
         },
+        # where the time goes, from the daemons' own histograms (bucket bounds)
+        "stages_s": stage_quantiles(list(stages.values())),
         # where the tail comes from: the five events whose last token got them latest
         "slowest_events": sorted(per_event, key=lambda e: -e["lag_max_s"])[:5],
         "peak_rss_mb": {k: round(v / 2**20, 1) for k, v in peak_rss.items()},

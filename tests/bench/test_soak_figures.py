@@ -14,9 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from soak import (  # noqa: E402
     _per_slot,
+    _stage_buckets,
     fleet_figures,
     main,
     single_instance_args,
+    stage_quantiles,
     targets,
     with_single_instance,
 )
@@ -119,3 +121,33 @@ def test_the_companion_run_is_the_main_run_with_one_instance_no_kills_and_few_to
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["sportmonks_region_vs_single_instance"] == round(1480 / 1440, 3)
     assert printed["targets"]["region_calls_within_10pct_of_single_instance"] is True
+
+
+def test_stage_histograms_are_summed_over_label_sets_and_processes_into_bucket_bounds() -> None:
+    text = "\n".join(
+        [
+            "# HELP sightscreen_fixture_cache_age_seconds ...",
+            'sightscreen_fixture_cache_age_seconds_bucket{le="0.25"} 10.0',
+            'sightscreen_fixture_cache_age_seconds_bucket{le="0.5"} 90.0',
+            'sightscreen_fixture_cache_age_seconds_bucket{le="1.0"} 99.0',
+            'sightscreen_fixture_cache_age_seconds_bucket{le="+Inf"} 100.0',
+            "sightscreen_fixture_cache_age_seconds_count 100.0",
+            'sightscreen_event_loop_lag_seconds_bucket{le="0.01"} 4.0',
+            'sightscreen_event_loop_lag_seconds_bucket{le="+Inf"} 4.0',
+        ]
+    )
+    other = "\n".join(
+        [
+            'sightscreen_fixture_cache_age_seconds_bucket{le="0.25"} 50.0',
+            'sightscreen_fixture_cache_age_seconds_bucket{le="0.5"} 60.0',
+            'sightscreen_fixture_cache_age_seconds_bucket{le="1.0"} 100.0',
+            'sightscreen_fixture_cache_age_seconds_bucket{le="+Inf"} 100.0',
+        ]
+    )
+    got = stage_quantiles([_stage_buckets(text), _stage_buckets(other)])
+    # 200 reads: 150 within 0.5 s, 199 within 1 s
+    assert got["fixture_cache_age_at_read"] == {"n": 200, "p50_at_most": 0.5, "p99_at_most": 1.0}
+    one = stage_quantiles([_stage_buckets(text)])  # 1 of 100 past every bound: p99 within 1 s
+    assert one["fixture_cache_age_at_read"]["p99_at_most"] == 1.0
+    assert got["event_loop_lag"] == {"n": 4, "p50_at_most": 0.01, "p99_at_most": 0.01}
+    assert "ball_to_push" not in got  # nothing observed: no figure rather than a made-up one
