@@ -87,6 +87,7 @@ from daemon.sportmonks.client import (
 from daemon.sportmonks.errors import BudgetExhausted, SportMonksError, SportMonksHTTPError
 from daemon.sportmonks.ghost import GhostRule, Watch, judge, played, sighting
 from daemon.sportmonks.settings import FeedSettings
+from daemon.store.caches import CachePut
 
 log = get_logger("actors.feed")
 
@@ -246,7 +247,7 @@ class FeedActor:
         self._leading_changed = trio.Event()
         self.follower_livescores: Callable[[float], Awaitable[list[dict[str, Any]]]] | None = None
         self._cache_wake = trio.Event()
-        self._cache_written: dict[str, tuple[dict[str, Any], float]] = {}
+        self._cache_written: dict[str, tuple[Mapping[str, Any], float]] = {}
         self.cache_writes = 0
         self.cache_errors = 0
         self._released: dict[str, float] = {}  # match id -> trio time until which it is not taken again
@@ -806,47 +807,78 @@ class FeedActor:
             self._cache_wake.set()
 
     async def _cache_writer(self) -> None:
-        """Writes what the polls left pending: a poll's fixtures first, then its summary, so a follower that
-        sees a summary (its ``fetchedAt`` marks the poll) also sees every fixture that poll changed."""
+        """Writes what the polls left pending: a poll's changed fixtures and then its summary, so a follower
+        that sees a summary (its ``fetchedAt`` marks the poll) also sees every fixture that poll changed. A
+        sink that takes a whole poll (``put_poll``: the fleet's fenced cache) gets it in one call, one
+        transaction when it fits; otherwise each fixture is written on its own, then the summary."""
         assert self._cache is not None
         while True:
             await self._cache_wake.wait()
             self._cache_wake = trio.Event()
             summary, self._summary_pending = self._summary_pending, None
-            while self._cache_pending:
-                match_id = next(iter(self._cache_pending))
-                update = self._cache_pending.pop(match_id)
-                fixture = update.fixture
-                assert fixture is not None
-                ttl = cache_ttl_s(fixture, self.settings)
-                now = trio.current_time()
-                last = self._cache_written.get(match_id)
-                if last is not None and last[1] + ttl / 2 > now and last[0] == fixture:
-                    continue  # unchanged and the stored copy is far from expiring
-                league = fixture.get("league_id")
-                try:
-                    await self._cache.put_single_fixture(
-                        match_id,
-                        fixture,
-                        league_id=None if league is None else str(league),
-                        starting_at=fixture.get("starting_at"),
-                        ttl_s=ttl,
-                        fetched_at=update.fetched_at,
-                        source=update.source,
-                        in_livescores=update.in_livescores,
-                    )
-                except Exception as exc:  # noqa: BLE001 - the cache is best effort; the feed must go on
-                    self.cache_errors += 1
-                    log.warning(
-                        "feed_cache_write_failed", match_id=match_id, error=f"{type(exc).__name__}: {exc}"
-                    )
-                    continue
-                self.cache_writes += 1
-                if match_id in self._subs:
-                    self._cache_written[match_id] = (fixture, now)
-            if summary is not None:
-                try:
-                    await self._cache.publish_livescores(*summary)  # type: ignore[attr-defined]
-                except Exception as exc:  # noqa: BLE001 - as for fixtures above
-                    self.cache_errors += 1
-                    log.warning("feed_cache_summary_failed", error=f"{type(exc).__name__}: {exc}")
+            puts = self._pending_puts()
+            put_poll = getattr(self._cache, "put_poll", None)
+            if put_poll is not None:
+                if puts or summary is not None:
+                    await self._cache_write(puts, summary is not None, put_poll, puts, summary)
+                continue
+            for put in puts:
+                await self._cache_write([put], False, self._put_one, put)
+            publish = getattr(self._cache, "publish_livescores", None)
+            if summary is not None and publish is not None:
+                await self._cache_write([], True, publish, *summary)
+
+    async def _put_one(self, put: CachePut) -> None:
+        assert self._cache is not None
+        league = put.fixture.get("league_id")
+        await self._cache.put_single_fixture(
+            put.match_id,
+            put.fixture,
+            league_id=None if league is None else str(league),
+            starting_at=put.fixture.get("starting_at"),
+            ttl_s=put.ttl_s,
+            fetched_at=put.fetched_at,
+            source=put.source,
+            in_livescores=put.in_livescores,
+        )
+
+    def _pending_puts(self) -> list[CachePut]:
+        """The fixtures the polls left pending, less those unchanged since written (while the stored copy is
+        far from expiring)."""
+        puts: list[CachePut] = []
+        now = trio.current_time()
+        pending, self._cache_pending = self._cache_pending, {}
+        for match_id, update in pending.items():
+            fixture = update.fixture
+            assert fixture is not None
+            ttl = cache_ttl_s(fixture, self.settings)
+            last = self._cache_written.get(match_id)
+            if last is not None and last[1] + ttl / 2 > now and last[0] == fixture:
+                continue
+            puts.append(
+                CachePut(match_id, fixture, ttl, update.fetched_at, update.source, update.in_livescores)
+            )
+        return puts
+
+    async def _cache_write(
+        self, puts: list[CachePut], summary: bool, write: Callable[..., Awaitable[Any]], *args: Any
+    ) -> None:
+        """One write to the cache (``write(*args)``, carrying ``puts`` and the summary or not); best effort:
+        a failure is counted and logged, and the feed goes on (the next poll writes the fixture as it stands
+        then)."""
+        try:
+            await write(*args)
+        except Exception as exc:  # noqa: BLE001 - the cache is best effort; the feed must go on
+            self.cache_errors += 1
+            log.warning(
+                "feed_cache_write_failed",
+                matches=[p.match_id for p in puts],
+                summary=summary,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return
+        self.cache_writes += len(puts)
+        now = trio.current_time()
+        for put in puts:
+            if put.match_id in self._subs:
+                self._cache_written[put.match_id] = (put.fixture, now)

@@ -47,7 +47,7 @@ import trio
 
 from daemon.logs import get_logger
 from daemon.metrics import FEED_LEADER, FEED_LEADER_CHANGES, SPORTMONKS_REGION_CALLS
-from daemon.store.caches import FencedPut, FenceLost
+from daemon.store.caches import CachePut, FencedPut, FenceLost, LivescoresSummary
 from daemon.store.locks import Lease, feed_lock_key
 
 log = get_logger("actors.feed_leader")
@@ -425,42 +425,58 @@ class FencedFixtureCache:
         source: str = "livescores",
         in_livescores: bool = True,
     ) -> None:
-        lease = self._leadership.write_lease()
-        self.seq += 1
-        put = FencedPut(
+        put = CachePut(
             match_id,
             raw_fixture,
             ttl_s,
-            self.seq,
             time.time() if fetched_at is None else fetched_at,
             source,
             in_livescores,
         )
-        await self._fenced(
-            lease,
-            lambda: self._repo.put_fixtures_fenced(
-                [put], lambda: self._locks.lease_condition(lease), lease.epoch
-            ),
-        )
+        await self.put_poll([put], None)
 
     async def publish_livescores(self, summary: Sequence[Mapping[str, Any]], fetched_at: float) -> None:
         """The summary, with the feed's state for the region (``feed_state``): written on every poll (and on
         every 404 try), so it is fresher than the record a lease renewal carries."""
+        await self.put_poll([], (summary, fetched_at))
+
+    async def put_poll(
+        self,
+        puts: Sequence[CachePut],
+        summary: tuple[Sequence[Mapping[str, Any]], float] | None,
+    ) -> None:
+        """A poll's changed fixtures and then its summary (the ``/livescores`` in short with the feed's state
+        for the region, ``feed_state``), in one transaction when they fit: a follower's read that sees the
+        summary sees the poll's fixtures, and the poll costs one DynamoDB call however many matches moved."""
         lease = self._leadership.write_lease()
-        state = feed_state(self._leadership.feed, wall=time.time(), now=trio.current_time())
+        fenced = []
+        for put in puts:
+            self.seq += 1
+            fenced.append(
+                FencedPut(
+                    put.match_id,
+                    put.fixture,
+                    put.ttl_s,
+                    self.seq,
+                    put.fetched_at,
+                    put.source,
+                    put.in_livescores,
+                )
+            )
+        short = None
+        if summary is not None:
+            state = feed_state(self._leadership.feed, wall=time.time(), now=trio.current_time())
+            short = LivescoresSummary(
+                self._leadership.region, summary[0], summary[1], self._summary_ttl_s, state
+            )
         await self._fenced(
             lease,
-            lambda: self._repo.put_livescores_summary(
-                self._leadership.region,
-                summary,
-                fetched_at,
-                lambda: self._locks.lease_condition(lease),
-                lease.epoch,
-                ttl_s=self._summary_ttl_s,
-                state=state,
+            lambda: self._repo.put_fixtures_fenced(
+                fenced, lambda: self._locks.lease_condition(lease), lease.epoch, summary=short
             ),
         )
-        self._leadership.last_poll_wall = fetched_at
+        if summary is not None:
+            self._leadership.last_poll_wall = summary[1]
 
     async def _fenced(self, lease: Lease, write: Callable[[], Any]) -> None:
         try:

@@ -135,6 +135,29 @@ class CacheEntry:
 
 
 @dataclass(frozen=True)
+class LivescoresSummary:
+    """The feed leader's ``/livescores`` in short for a region, written after (or with) the poll's fixtures."""
+
+    region: str
+    fixtures: Sequence[Mapping[str, Any]]
+    fetched_at: float
+    ttl_s: float
+    state: Mapping[str, Any] | None = None  # the leader's call record and 404 verdicts (``feedState``)
+
+
+@dataclass(frozen=True)
+class CachePut:
+    """A fixture the feed hands to its cache sink: what, from where, when it was fetched."""
+
+    match_id: str
+    fixture: Mapping[str, Any]
+    ttl_s: float
+    fetched_at: float
+    source: str = "livescores"
+    in_livescores: bool = True
+
+
+@dataclass(frozen=True)
 class FencedPut:
     """A fixture the feed leader writes: what, from where, and its change stamp."""
 
@@ -313,11 +336,15 @@ class FixtureCacheRepository(Repository):
         condition: Callable[[], dict[str, Any]],
         epoch: int,
         *,
+        summary: LivescoresSummary | None = None,
         now: float | None = None,
     ) -> int:
-        """Write ``puts`` in TransactWriteItems of at most 99 puts, each beside ``condition()`` (the lease's
-        ConditionCheck, see ``LockRepository.lease_condition``). Raises ``FenceLost`` when the lease no
-        longer holds: nothing of that transaction is written. Returns how many were written."""
+        """Write ``puts`` in TransactWriteItems of at most 99 items, each beside ``condition()`` (the lease's
+        ConditionCheck, see ``LockRepository.lease_condition``), and ``summary`` (the poll's ``/livescores``
+        in short) in the last of them: a poll's fixtures and its summary are one transaction when they fit,
+        so a reader that sees the summary sees every fixture of that poll. Raises ``FenceLost`` when the
+        lease no longer holds: nothing of that transaction is written. Returns how many fixtures were
+        written."""
         t = self._now(now)
         table = self.dynamo.table(self.logical)
         chunks: list[list[dict[str, Any]]] = [[]]
@@ -330,6 +357,12 @@ class FixtureCacheRepository(Repository):
                 size = 0
             chunks[-1].append({"Put": {"TableName": table, "Item": item}})
             size += n
+        if summary is not None:
+            item = to_item(self._summary_item(summary, epoch, t))
+            n = len(item["rawFixture"]["B"]) + len(item.get("feedState", {}).get("S", "")) + 512
+            if chunks[-1] and (len(chunks[-1]) >= TRANSACT_MAX_PUTS or size + n > TRANSACT_MAX_BYTES):
+                chunks.append([])
+            chunks[-1].append({"Put": {"TableName": table, "Item": item}})
         written = 0
         for chunk in chunks:
             if not chunk:
@@ -345,7 +378,25 @@ class FixtureCacheRepository(Repository):
                         raise FenceLost(f"the feed lease no longer holds (epoch {epoch})") from None
                 raise
             written += len(chunk)
-        return written
+        return written - (summary is not None)
+
+    def _summary_item(self, summary: LivescoresSummary, epoch: int, t: float) -> dict[str, Any]:
+        key = livescores_cache_key(summary.region)
+        item = {
+            "matchId": key,
+            "rawFixture": encode_raw_fixture({"data": list(summary.fixtures)}, key),
+            "rawEncoding": RAW_ENCODING,
+            "cachedAt": iso(t),
+            "ttl": int(t + summary.ttl_s),
+            "feedEpoch": epoch,
+            "fetchedAt": summary.fetched_at,
+        }
+        state = summary.state
+        if state is not None:
+            item["feedState"] = json.dumps(state, separators=(",", ":"))
+            if state.get("notFound") is not None:
+                item["feedNotFound"] = json.dumps(state["notFound"], separators=(",", ":"), sort_keys=True)
+        return item
 
     async def put_livescores_summary(
         self,
@@ -361,27 +412,13 @@ class FixtureCacheRepository(Repository):
     ) -> None:
         """The leader's last ``/livescores`` in short, fenced like the fixtures; ``state`` (JSON-able: the
         leader's call record and 404 verdicts) rides along as ``feedState``."""
-        t = self._now(now)
-        item = {
-            "matchId": livescores_cache_key(region),
-            "rawFixture": encode_raw_fixture({"data": list(summary)}, livescores_cache_key(region)),
-            "rawEncoding": RAW_ENCODING,
-            "cachedAt": iso(t),
-            "ttl": int(t + ttl_s),
-            "feedEpoch": epoch,
-            "fetchedAt": fetched_at,
-        }
-        if state is not None:
-            item["feedState"] = json.dumps(state, separators=(",", ":"))
-            if state.get("notFound") is not None:
-                item["feedNotFound"] = json.dumps(state["notFound"], separators=(",", ":"), sort_keys=True)
-        put = {"Put": {"TableName": self.dynamo.table(self.logical), "Item": to_item(item)}}
-        try:
-            await self.dynamo.call(self.logical, "transact_write_items", TransactItems=[condition(), put])
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
-                raise FenceLost(f"the feed lease no longer holds (epoch {epoch})") from None
-            raise
+        await self.put_fixtures_fenced(
+            [],
+            condition,
+            epoch,
+            summary=LivescoresSummary(region, summary, fetched_at, ttl_s, state),
+            now=now,
+        )
 
     async def get_livescores_summary(
         self, region: str, *, now: float | None = None

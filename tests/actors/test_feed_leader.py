@@ -37,6 +37,8 @@ from daemon.metrics import REGISTRY, SPORTMONKS_REGION_CALLS
 from daemon.sportmonks.budget import CallBudget
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
+from daemon.store.caches import CachePut
+from daemon.store.dynamo import count_calls
 from daemon.store.locks import Lease, match_lock_key
 from daemon.supervisor import Supervisor
 from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
@@ -336,6 +338,37 @@ async def test_a_leader_whose_lease_ran_out_writes_nothing_and_the_next_takes_ov
                             "21"
                         ].epoch != lease.epoch + 1:
                             await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_polls_fixtures_and_its_summary_are_one_transaction(repos: Any) -> None:
+    """What one poll changed and the poll's summary cost one DynamoDB call, and a reader that sees the
+    summary's ``fetchedAt`` sees every fixture of the poll; past 99 items the summary is in the last
+    transaction."""
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            async with member(nursery, "a", repos, []) as a:
+                assert a.leadership.leading
+                cache = a.feed._cache
+                assert isinstance(cache, FencedFixtureCache)
+                ids = ("31", "32", "33")
+                puts = [CachePut(m, minimal_fixture(int(m), score=4), 600.0, 1000.0) for m in ids]
+                with count_calls() as calls:
+                    await cache.put_poll(puts, ([{"id": int(m)} for m in ids], 1000.0))
+                assert calls.n == 1
+                got = await repos.fixture_cache.batch_get_region_stamps(list(ids), "eu")
+                assert got.polled_at == 1000.0 and set(got.stamps) == set(ids)
+                entries = await repos.fixture_cache.batch_get_entries(list(ids))
+                assert {m: e.fixture()["runs"][0]["score"] for m, e in entries.items()} == dict.fromkeys(
+                    ids, 4
+                )
+
+                many = [CachePut(str(100 + i), minimal_fixture(100 + i), 600.0, 2000.0) for i in range(120)]
+                with count_calls() as calls:
+                    await cache.put_poll(many, ([], 2000.0))
+                assert calls.n == 2
+                got = await repos.fixture_cache.batch_get_region_stamps([p.match_id for p in many], "eu")
+                assert got.polled_at == 2000.0 and len(got.stamps) == 120
                 nursery.cancel_scope.cancel()
 
 
