@@ -70,7 +70,7 @@ from actors.feed import FixtureSource
 from actors.janitor import TokenRef
 from actors.livework import LiveWork
 from actors.match_starts import HEAL_PHASES, FollowerStarts
-from actors.match_types import STORE_UNAVAILABLE, ChannelRef, Delivery, LeaseLost, Session
+from actors.match_types import STORE_UNAVAILABLE, ChannelRef, Delivery, LeaseLost, Session, tick_timings
 from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.apns.broadcast import ChannelError
 from daemon.apns.types import LIVEACTIVITY_TOPIC_SUFFIX, Fence, Push
@@ -181,6 +181,9 @@ class MatchActor:
         self.last_tick_at: float | None = None
         self.last_tick_lag_s: float | None = None
         self.ticks = 0
+        self._marks: dict[
+            str, float
+        ] = {}  # the current tick's moments (trio time), for its key_event_tick log
         self.last_events: list[dict[str, Any]] = []
         self.phase: str | None = None
         self._starts = FollowerStarts(self)  # push-to-start (self-healing)
@@ -393,6 +396,10 @@ class MatchActor:
             return False
         with count_calls() as calls:
             started = trio.current_time()
+            age_at_start = max(0.0, self._now() - update.fetched_at)
+            self._marks = {
+                "start": started
+            }  # when this tick's intent was persisted and its first answer came
             result = process_tick(
                 self.state,
                 snapshot,
@@ -430,6 +437,20 @@ class MatchActor:
         self.last_tick_lag_s = max(0.0, self.last_tick_at - update.fetched_at)
         if result.display_changed or result.events:
             BALL_TO_PUSH.observe(self.last_tick_lag_s)
+        if result.events:  # where a key event's time went
+            timings = tick_timings(
+                since_fetch_s=self.last_tick_lag_s,
+                at_start_s=age_at_start,
+                tick_s=elapsed,
+                started=started,
+                marks=self._marks,
+            )
+            self.log.info(
+                "key_event_tick",
+                events=[e.key for e in result.events],
+                sessions=len(self.sessions),
+                **timings,
+            )
         TICKS.labels(self.match_id).inc()
         TICK_DURATION.labels(self.match_id).observe(elapsed)
         DYNAMODB_CALLS_PER_TICK.observe(calls.n)
@@ -474,25 +495,16 @@ class MatchActor:
         one with the alert only where it cannot have been shown yet."""
         display = result.display
         now = self._now()
-        by_perspective: dict[str, bytes] = {}
-        for key, content in display.items():
-            if kind == "end":
-                by_perspective[key] = payloads.end_payload(
-                    dict(content),
-                    timestamp=result.timestamp,
-                    dismissal_date=int(now) + self._settings.dismissal_after_s,
-                    event=result.best,
-                    events=result.events,
-                )
-            else:
-                stale = int(now) + self._settings.stale_after_s if self._settings.stale_after_s else None
-                by_perspective[key] = payloads.update_payload(
-                    dict(content),
-                    timestamp=result.timestamp,
-                    event=result.best,
-                    events=result.events,
-                    stale_date=stale,
-                )
+        stale_after = self._settings.stale_after_s
+        by_perspective = payloads.tick_payloads(
+            display,
+            kind=kind,
+            timestamp=result.timestamp,
+            event=result.best,
+            events=result.events,
+            dismissal_date=int(now) + self._settings.dismissal_after_s,
+            stale_date=int(now) + stale_after if stale_after else None,
+        )
         priority = 10 if kind == "end" else payloads.apns_priority(result.best)
         persisted = False
         if any(intents.has_alert(p) for p in by_perspective.values()):
@@ -545,45 +557,32 @@ class MatchActor:
         self._report(
             kind,
             display,
-            result.best.text if result.best else None,
-            tuple(e.type for e in result.events),
-            priority,
             total,
             counts,
+            event=result.best.text if result.best else None,
+            event_types=tuple(e.type for e in result.events),
+            priority=priority,
         )
         if self._channels_gone:
             await self._recover_channels()
         return persisted
 
-    def _report(
-        self,
-        kind: str,
-        display: Any,
-        event: str | None,
-        event_types: tuple[str, ...],
-        priority: int,
-        total: int,
-        counts: dict[str, int],
-    ) -> None:
-        casts = self._last_broadcasts
-        self._last_broadcasts = 0
-        total -= casts
-        neutral = (display or {}).get("neutral") or {}
-        delivery = Delivery(
-            match_id=self.match_id,
-            kind=kind,
-            over=str(neutral.get("overs", "")),
-            score=str(neutral.get("score", "")),
-            event=event,
-            event_types=event_types,
-            priority=priority,
-            tokens=total,
-            **counts,
-            broadcasts=casts,
-            channel_sessions=len(self.channel_sessions) if casts else 0,
-        )
+    def _report(self, kind: str, display: Any, total: int, counts: dict[str, int], **fields: Any) -> None:
+        """Hand the tick's ``Delivery`` to the demo/admin listener (``fields``: event, event_types, priority)."""
+        casts, self._last_broadcasts = self._last_broadcasts, 0
         if self._on_delivery is not None:
-            self._on_delivery(delivery)
+            sessions = len(self.channel_sessions) if casts else 0
+            self._on_delivery(
+                Delivery.of(
+                    self.match_id,
+                    kind,
+                    display,
+                    {**counts, **fields},
+                    tokens=total - casts,
+                    broadcasts=casts,
+                    channel_sessions=sessions,
+                )
+            )
 
     async def _fan_out(self, intent: AlertIntent, *, state: MatchState | None) -> tuple[int, dict[str, int]]:
         """Push an alerting tick's intent to every session, at most one alert per session across owners.
@@ -604,6 +603,7 @@ class MatchActor:
             self._assert_lease()
             first = gated.pop(0).watermark if gated else None
             await self._persist(state, extra={INTENT_ATTRIBUTE: intent.to_item(), HANDED_ATTRIBUTE: first})
+            self._marks.setdefault("persisted", trio.current_time())
             ungated = len(plan.quiet) + (len(plan.chunks[0].keys) if plan.chunks else 0)
         else:
             ungated = len(plan.quiet)
@@ -673,7 +673,15 @@ class MatchActor:
         )
         total, counts = await self._fan_out(intent, state=None)
         self.log.info("alert_intent_completed", kind=intent.kind, tokens=total, **counts)
-        self._report(intent.kind, self._last_display, None, (), intent.priority, total, counts)
+        self._report(
+            intent.kind,
+            self._last_display,
+            total,
+            counts,
+            event=None,
+            event_types=(),
+            priority=intent.priority,
+        )
         if self._channels_gone:
             await self._recover_channels()
 
@@ -779,6 +787,7 @@ class MatchActor:
             push = waiting.pop(id(result.push), None)
             if push is None:
                 continue  # a late answer to an earlier round
+            self._marks.setdefault("answer", trio.current_time())
             if result.outcome == "failed":
                 retry.append(push)
                 if result.status is None and result.attempts:

@@ -6,11 +6,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from actors.janitor import TokenRef
 from daemon.store.dynamo import StoreError
+
+
+def tick_timings(
+    *, since_fetch_s: float, at_start_s: float, tick_s: float, started: float, marks: dict[str, float]
+) -> dict[str, float]:
+    """Where a key event's time went, for the ``key_event_tick`` log line: from the leader's fetch to the
+    tick done, to the tick's start (the cache hop and the queue), the tick itself, and from its start to each
+    mark (``persisted``: the alert intent written; ``answer``: APNs' first answer)."""
+    out = {"since_fetch_s": since_fetch_s, "at_start_s": at_start_s, "tick_s": tick_s}
+    out.update({f"{name}_s": at - started for name, at in marks.items()})
+    return {k: round(v, 3) for k, v in out.items()}
 
 
 class LeaseLost(Exception):
@@ -43,6 +55,14 @@ class Delivery:
     at: float = field(default_factory=time.time)
     broadcasts: int = 0  # one per perspective with channel sessions (``tokens`` counts the per-device pushes)
     channel_sessions: int = 0  # devices the broadcasts were for
+
+    @classmethod
+    def of(cls, match_id: str, kind: str, display: Any, fields: dict[str, Any], **more: Any) -> Delivery:
+        """A tick's report (``fields`` and ``more``: the outcome counts and the rest), its over and score from
+        the neutral display."""
+        neutral = (display or {}).get("neutral") or {}
+        over, score = str(neutral.get("overs", "")), str(neutral.get("score", ""))
+        return cls(match_id=match_id, kind=kind, over=over, score=score, **fields, **more)
 
 
 @dataclass(frozen=True, slots=True)

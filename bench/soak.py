@@ -77,6 +77,7 @@ import math
 import os
 import random
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -509,6 +510,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         tally.eat(nginx.records())
     elif cluster.apns is not None:
         tally.eat(cluster.apns.records)
+    if args.keep_workdir:
+        print(f"soak: logs, configurations and APNs records kept in {workdir}", file=sys.stderr)
+    else:  # nginx's record of a target run is hundreds of MB
+        shutil.rmtree(workdir, ignore_errors=True)
 
     channel_keys = {str(f.update_token) for _, f in cluster.channel_phones.values()}
     match_channel_phones: dict[str, int] = defaultdict(int)
@@ -780,6 +785,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="after the run, a companion run with one instance and no kills (same tapes, speed, cadence, "
         "lease, duration, peers) for the single instance's SportMonks calls per hour",
+    )
+    parser.add_argument(
+        "--keep-workdir",
+        action="store_true",
+        help="keep the run's directory (daemon logs and configurations, the APNs peer's records); by default "
+        "it is removed once counted",
     )
     parser.add_argument(
         "--single-tokens",

@@ -230,6 +230,32 @@ def end_payload(
     return _fit({"aps": aps})
 
 
+def tick_payloads(
+    display: Mapping[str, Mapping[str, Any]],
+    *,
+    kind: str,
+    timestamp: int,
+    event: KeyEvent | None,
+    events: Iterable[KeyEvent],
+    dismissal_date: int,
+    stale_date: int | None,
+) -> dict[str, bytes]:
+    """A tick's payload per display perspective: ``end`` payloads (with ``dismissal_date``) for the final
+    tick, ``update`` payloads (with ``stale_date`` when given) otherwise."""
+    events = tuple(events)
+    if kind == "end":
+        return {
+            key: end_payload(
+                content, timestamp=timestamp, dismissal_date=dismissal_date, event=event, events=events
+            )
+            for key, content in display.items()
+        }
+    return {
+        key: update_payload(content, timestamp=timestamp, event=event, events=events, stale_date=stale_date)
+        for key, content in display.items()
+    }
+
+
 def alert_payload(
     title: str, body: str, *, thread_id: str | None = None, data: Mapping[str, Any] | None = None
 ) -> bytes:

@@ -217,3 +217,24 @@ def test_every_payload_is_valid_json_within_4kb(
         assert len(data) <= payloads.MAX_PAYLOAD
         decoded = json.loads(data)
         assert "aps" in decoded
+
+
+def test_a_ticks_payloads_are_one_per_perspective_update_or_end() -> None:
+    display = {"neutral": {"score": "10/0"}, "7": {"score": "10/0", "team": "7"}}
+    updates = payloads.tick_payloads(
+        display, kind="update", timestamp=100, event=None, events=(), dismissal_date=500, stale_date=160
+    )
+    assert set(updates) == {"neutral", "7"}
+    aps = json.loads(updates["7"])["aps"]
+    assert aps["event"] == "update" and aps["stale-date"] == 160 and "dismissal-date" not in aps
+    assert aps["content-state"]["team"] == "7"
+    plain = payloads.tick_payloads(
+        display, kind="update", timestamp=100, event=None, events=(), dismissal_date=500, stale_date=None
+    )
+    assert "stale-date" not in json.loads(plain["neutral"])["aps"]
+    ends = payloads.tick_payloads(
+        display, kind="end", timestamp=100, event=None, events=(), dismissal_date=500, stale_date=160
+    )
+    aps = json.loads(ends["neutral"])["aps"]
+    assert aps["event"] == "end" and aps["dismissal-date"] == 500 and "stale-date" not in aps
+    assert display["neutral"] == {"score": "10/0"}  # the caller's display state is not touched
