@@ -397,9 +397,7 @@ class MatchActor:
         with count_calls() as calls:
             started = trio.current_time()
             age_at_start = max(0.0, self._now() - update.fetched_at)
-            self._marks = {
-                "start": started
-            }  # when this tick's intent was persisted and its first answer came
+            self._marks = {}  # when this tick's intent was persisted and its first answer came
             result = process_tick(
                 self.state,
                 snapshot,

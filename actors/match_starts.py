@@ -173,18 +173,16 @@ class FollowerStarts:
         )
         a.log.info("push_to_start_sent", tokens=len(pushes), **counts)
         if a._on_delivery is not None:
-            neutral = (a._last_display or {}).get("neutral") or {}
             a._on_delivery(
-                Delivery(
+                Delivery.of(
                     a.match_id,
                     "start",
-                    str(neutral.get("overs", "")),
-                    str(neutral.get("score", "")),
-                    None,
-                    (),
-                    10,
-                    len(pushes),
-                    **counts,
+                    a._last_display,
+                    counts,
+                    event=None,
+                    event_types=(),
+                    priority=10,
+                    tokens=len(pushes),
                 )
             )
         return len(pushes)

@@ -31,8 +31,12 @@ Definitions (what the figures mean):
   subject, once per ball (``tests.harness.records.alerts_shown_twice``);
 - pushes rejected: answered with an error by the APNs peer; pushes cut off by kills: requests a killed
   instance had in flight (nginx records them as 499, client gone), which its successor sends again;
-- lag: from the moment the replay server first served a wicket's ball to the moment APNs accepted the first
-  update carrying it, per token (p50, p99, max);
+- lag: from the moment a wicket's ball became visible at the replay server (its due time on the tape's
+  clock, whether or not anyone polled then) to the moment APNs accepted the first update carrying it, per
+  token (p50, p99, max): it includes the wait for the feed leader's next poll, up to one cadence;
+- lag after the poll: the same from the first response that carried the ball (``/livescores`` or
+  ``/fixtures/{id}``), i.e. without that wait: what the fleet itself adds (the poll's transfer and decoding,
+  the cache hop on an instance that does not lead, the tick, the fan-out);
 - peak RSS and CPU per instance (slot ``iN``): VmHWM and utime+stime from /proc, sampled every second; with
   kills, the highest peak of the slot's processes and the sum of their CPU (up to a second of a killed
   process's last CPU is not seen);
@@ -50,10 +54,13 @@ Definitions (what the figures mean):
 - targets (``targets``): the region's calls per hour within 10% of the single instance's (with kills),
   ``lost`` 0, duplicate alerts 0, and lag p99 within cadence + 1 s (the lag target applies to runs
   without kills: a kill makes its owner's matches wait for the lease);
-- slowest events: the five key events whose last token got them latest, with the lag of their first token
-  (the wait for the owner's poll and the tick), their median and their last (last minus first is the
-  fan-out), and how long after the last kill their ball came (a match whose owner was just killed waits for
-  its lease to run out).
+- slowest events: the five key events whose last token got them latest, with the wait for the leader's
+  next poll (``poll_wait_s``), the lag of their first token (that wait, the cache hop and the tick), their
+  median and their last (last minus first is the fan-out), and how long after the last kill their ball came
+  (a match whose owner was just killed waits for its lease to run out);
+- stages (``stages_s``), from the daemons' own histograms (bucket bounds): the cache hop (a changed
+  fixture's age when a non-leading instance read it), ball to push (the leader's fetch to the tick done:
+  every push answered) and the event loop's lag (how much CPU the machine left each daemon).
 
 - iOS 18 (``--ios18-share F``): that share of each match's followers is seeded without a session, on iOS 18;
   the daemons' push-to-start starts them on their perspective's broadcast channel and the harness registers
@@ -524,6 +531,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     delivered_all = 0
     lost = 0
     lags: list[float] = []
+    polled_lags: list[float] = []  # the same from the leader's poll that first got the ball
     requests_per_event: list[int] = []
     split: dict[str, list[float]] = defaultdict(list)  # what each due key event's requests were
     per_event: list[dict[str, Any]] = []
@@ -532,9 +540,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     for tape in tapes:
         match_id = str(tape.fixture_id)
         match = cluster.matches[match_id]
-        events = wickets_served[match_id] + [("match_end", match_id, None)]
+        events = wickets_served[match_id] + [("match_end", match_id, None, None)]
         key_events += len(events)
-        for etype, subject, served_at in events:
+        for etype, subject, served_at, polled_at in events:
             if etype == "match_end" and match_id not in ended:
                 continue  # not due: the match had not ended
             if etype != "match_end" and (served_at is None or served_at > cut):
@@ -553,6 +561,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     seen = tally.first_seen.get((token, etype, subject))
                     if served_at is not None and seen is not None:
                         event_lags.append(max(0.0, seen - served_at))
+                    if polled_at is not None and seen is not None:
+                        polled_lags.append(max(0.0, seen - polled_at))
                 else:
                     lost += 1
                     lost_by_path[
@@ -581,6 +591,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         "match": match_id,
                         "event": f"{etype} {subject}",
                         "at_s": round(served_at - started, 1),
+                        # the wait for the leader's next poll, part of every token's lag
+                        "poll_wait_s": None
+                        if polled_at is None
+                        else round(max(0.0, polled_at - served_at), 2),
                         "lag_first_s": round(min(event_lags), 2),
                         "lag_p50_s": round(_pct(event_lags, 0.5) or 0.0, 2),
                         "lag_max_s": round(max(event_lags), 2),
@@ -653,6 +667,13 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             "p99": _pct(lags, 0.99),
             "max": max(lags) if lags else None,
         },
+        # the lag less the wait for the feed leader's next poll (up to one cadence): from the first response
+        # that carried the ball to APNs accepting it, per token
+        "lag_after_poll_s": {
+            "p50": _pct(polled_lags, 0.5),
+            "p99": _pct(polled_lags, 0.99),
+            "max": max(polled_lags) if polled_lags else None,
+        },
         # where the time goes, from the daemons' own histograms (bucket bounds)
         "stages_s": stage_quantiles(list(stages.values())),
         # where the tail comes from: the five events whose last token got them latest
@@ -719,14 +740,17 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def _standing_wickets(tape: Any, replay: Any) -> list[tuple[str, str, float | None]]:
-    """The wickets that stand at the end of the tape, with when the replay server first served each."""
-    out: list[tuple[str, str, float | None]] = []
+def _standing_wickets(tape: Any, replay: Any) -> list[tuple[str, str, float | None, float | None]]:
+    """The wickets that stand at the end of the tape, with when each became visible at the replay server
+    (its due time on the tape's clock) and when a poll first got it."""
+    out: list[tuple[str, str, float | None, float | None]] = []
+    fixture_id = str(tape.fixture_id)
     for ball in tape.fixture_at(len(tape)).get("balls") or []:
         if (ball.get("score") or {}).get("is_wicket") and ball.get("batsmanout_id"):
             idx = tape.entry_index_of_ball(int(ball["id"]))
-            served = replay.ball_served_at(str(tape.fixture_id), idx) if idx is not None else None
-            out.append(("wicket", f"{ball['scoreboard']}:{ball['batsmanout_id']}", served))
+            served = replay.ball_served_at(fixture_id, idx) if idx is not None else None
+            polled = replay.ball_polled_at(fixture_id, idx) if idx is not None else None
+            out.append(("wicket", f"{ball['scoreboard']}:{ball['batsmanout_id']}", served, polled))
     return out
 
 
@@ -852,6 +876,7 @@ def with_single_instance(result: dict[str, Any], single: dict[str, Any]) -> dict
             "lost",
             "duplicate_alerts",
             "lag_s",
+            "lag_after_poll_s",
         )
     }
     return out

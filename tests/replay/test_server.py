@@ -78,6 +78,30 @@ async def test_ball_updated_at_is_when_the_entry_became_visible(nursery: trio.Nu
         assert server.ball_served_at(demo.fixture_id, 10) is None
 
 
+async def test_a_balls_first_poll_is_when_a_request_first_got_it_not_when_it_became_due(
+    nursery: trio.Nursery, demo: Tape
+) -> None:
+    clock = FakeClock(1_700_000_000.0)
+    server, http = await start(nursery, [demo], clock=clock, speed=2.0)
+    async with http:
+        clock.t += 3.0  # entries 0..5 due 0.5 s apart from the start; nobody asks yet
+        assert server.ball_polled_at(demo.fixture_id, 0) is None
+        assert server.ball_served_at(demo.fixture_id, 0) == pytest.approx(1_700_000_000.5)
+        clock.t += 1.0  # the first poll comes 4 s in: entries 0..7 are got now
+        await http.get("/livescores", params={"include": "balls"})
+        assert server.ball_polled_at(demo.fixture_id, 0) == pytest.approx(1_700_000_004.0)
+        assert server.ball_polled_at(demo.fixture_id, 7) == pytest.approx(1_700_000_004.0)
+        assert server.ball_polled_at(demo.fixture_id, 8) is None
+        clock.t += 1.0  # the next poll gets 8 and 9 only; the earlier stamps stay
+        await http.get(f"/fixtures/{demo.fixture_id}", params={"include": "balls"})
+        assert server.ball_polled_at(demo.fixture_id, 0) == pytest.approx(1_700_000_004.0)
+        assert server.ball_polled_at(demo.fixture_id, 9) == pytest.approx(1_700_000_005.0)
+        server.status()  # the harness looking does not count as a poll
+        clock.t += 1.0
+        server.status()
+        assert server.ball_polled_at(demo.fixture_id, 10) is None
+
+
 async def test_not_started_fixture_is_ns_and_absent_from_livescores(
     nursery: trio.Nursery, demo: Tape
 ) -> None:

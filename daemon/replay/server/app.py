@@ -230,6 +230,14 @@ class ReplayServer:
             return None
         return m.first_seen[entry_index]
 
+    def ball_polled_at(self, fixture_id: str | int, entry_index: int) -> float | None:
+        """Wall time (server clock) a request first got entry ``entry_index`` (``/livescores`` or
+        ``/fixtures/{id}``); None if none has yet."""
+        m = self._match(fixture_id)
+        if not 0 <= entry_index < len(m.first_polled):
+            return None
+        return m.first_polled[entry_index]
+
     def ball_id_served_at(self, fixture_id: str | int, ball_id: int) -> float | None:
         """Wall time the delivery ``ball_id`` was first posted here."""
         index = self._match(fixture_id).tape.entry_index_of_ball(ball_id)
@@ -304,6 +312,7 @@ class ReplayServer:
         if m is None:
             raise ReplayRequestError(f"No query results for model [Fixture] {raw_id}", status=404)
         data, _ = m.fixture_bytes(now, include)
+        m.note_polled(now)
         return b'{"data":' + data + b"}"
 
     def _filtered(self, query: dict[str, str], now: float) -> list[tuple[ServedMatch, dict[str, Any]]]:
@@ -323,6 +332,7 @@ class ReplayServer:
             if base["status"] in q.NOT_LIVE:  # not started yet, or finished: only /fixtures has it (spec §3)
                 continue
             parts.append(m.fixture_bytes(now, include)[0])
+            m.note_polled(now)
         for spec in self._faults.listed_ghosts(now):
             parts.append(self._ghost_bytes(str(spec.fixture_id), include, now))
         return b'{"data":[' + b",".join(parts) + b"]}"

@@ -257,6 +257,9 @@ def change_feed(m: ServedMatch, spec: FaultSpec, now: float) -> tuple[str, int]:
     m.tape = m.tape.model_copy(update={"entries": entries})
     m.visible_at.insert(at, now)
     m.first_seen.insert(at, now)
+    if at <= len(m.first_polled):
+        m.first_polled.insert(at, None)  # not yet got by any request
+    m.polled_upto = min(m.polled_upto, at)
     m.clock.insert(at, now)
     m.cursor = at + 1
     m.invalidate()

@@ -29,6 +29,10 @@ class ServedMatch:
     clock: ReplayClock
     visible_at: list[float | None]  # when each entry last became visible (ball updated_at)
     first_seen: list[float | None]  # when each entry first became visible (lag measurement)
+    # when a request first got each entry (``/livescores``, ``/fixtures/{id}``): the lag measured from it leaves
+    # out the wait for the client's next poll
+    first_polled: list[float | None] = field(default_factory=list)
+    polled_upto: int = 0  # every entry before it has been stamped in ``first_polled``
     cursor: int = 0
     version: int = 0  # bumped whenever already-served output can change (seek back, inserted entries)
     cache: dict[tuple[Any, ...], tuple[bytes, str]] = field(default_factory=dict)
@@ -62,6 +66,15 @@ class ServedMatch:
                 self.first_seen[i] = t
         if target > self.cursor:
             self.cursor = target
+
+    def note_polled(self, now: float) -> None:
+        """A response carried this fixture as served now: stamp the entries no request had got before."""
+        if len(self.first_polled) < len(self.first_seen):
+            self.first_polled.extend([None] * (len(self.first_seen) - len(self.first_polled)))
+        for i in range(self.polled_upto, self.cursor):
+            if self.first_polled[i] is None:
+                self.first_polled[i] = now
+        self.polled_upto = max(self.polled_upto, self.cursor)
 
     def status(self, now: float) -> str:
         """The fixture's status as served now (``NS`` until the match starts)."""
