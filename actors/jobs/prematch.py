@@ -286,6 +286,7 @@ class CycleReport:
     tokens_removed: int = 0
     gave_way_s: float = 0.0  # waited for this instance's live fan-outs (give_way_s per follower)
     push_to_start: int = 0
+    starts_held: int = 0  # push-to-starts not sent: the follower's start claim was held (already started)
     sent: int = 0  # alerts handed to the sender
     confirmed: int = 0  # claims settled in DynamoDB (a crash repeats only those not yet confirmed)
 
@@ -487,7 +488,8 @@ class PrematchNotifier:
                 if claim is None:
                     return
                 claims.append(claim)
-                pushes = self._pushes(claim, teams, now, results_in)
+                start = await self._claim_start(claim, now, report)
+                pushes = self._pushes(claim, teams, now, results_in, start=start)
                 claim.pending = len(pushes)
                 if not pushes:
                     await self._settle_once(claim, report)
@@ -587,7 +589,10 @@ class PrematchNotifier:
         teams: Mapping[str, Mapping[str, Any]],
         now: float,
         reply_to: trio.MemorySendChannel[PushResult],
+        *,
+        start: bool = False,
     ) -> list[Push]:
+        """The claim's alert, and its push-to-start when ``start`` (its start claim was taken)."""
         device = claim.device
         alert_token = _alert_token(device)
         if device is None or not alert_token:
@@ -617,13 +622,9 @@ class PrematchNotifier:
                 reply_to=reply_to,
             )
         ]
-        start_token = device.get("pushToStartToken")
+        start_token = self._start_token(claim) if start else None
         channels = match.fixture.get("broadcastChannels") or {}
-        if supports_channels(device) and not channels and self.settings.ios18_waits_for_channels:
-            start_token = (
-                None  # the owner starts it on a channel (see PrematchSettings.ios18_waits_for_channels)
-            )
-        if claim.decision is Decision.NOTIFY and self.settings.push_to_start and start_token:
+        if start_token:
             try:
                 # iOS 18+: the activity starts on its perspective's broadcast channel when the match's owner
                 # has recorded them (it creates them as it takes the match); else on an update token
@@ -663,6 +664,34 @@ class PrematchNotifier:
                 )
             )
         return pushes
+
+    def _start_token(self, claim: _Claim) -> str | None:
+        """The push-to-start token this claim's push-to-start would go to, or None when it gets none: not a
+        first notification, switched off, no token, or an iOS 18 device while the match has no channels."""
+        device = claim.device
+        if claim.decision is not Decision.NOTIFY or not self.settings.push_to_start or device is None:
+            return None
+        token = device.get("pushToStartToken")
+        channels = claim.match.fixture.get("broadcastChannels") or {}
+        if supports_channels(device) and not channels and self.settings.ios18_waits_for_channels:
+            return None  # the owner starts it on a channel (see PrematchSettings.ios18_waits_for_channels)
+        return str(token) if token else None
+
+    async def _claim_start(self, claim: _Claim, now: float, report: CycleReport) -> bool:
+        """Take the follower's push-to-start claim (``start:{match}:{user}``, the one the match's owner takes
+        before its own push-to-starts) until ``push_to_start_hold_s`` after the start: the owner does not
+        start the follower again meanwhile, and a follower the owner (or this job before a crash) already
+        started gets the alert only. False when no push-to-start is due or the claim is held."""
+        if self._start_token(claim) is None:
+            return False
+        hold = max(0.0, claim.match.start_epoch - now) + self.settings.push_to_start_hold_s
+        won = await self._repos.locks.claim_push_to_starts(
+            claim.match.match_id, [claim.user_id], owner=self._owner, hold_s=hold, now=now
+        )
+        if not won:
+            report.starts_held += 1
+            log.info("prematch_push_to_start_held", match_id=claim.match.match_id, user_id=claim.user_id)
+        return bool(won)
 
     async def _settle(self, claim: _Claim, report: CycleReport) -> None:
         match, user_id = claim.match, claim.user_id

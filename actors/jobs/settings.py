@@ -171,6 +171,14 @@ class PrematchSettings(BaseModel):
     push_to_start: bool = Field(
         default=True, description="also send a Live Activity push-to-start where the device has a token"
     )
+    push_to_start_hold_s: float = Field(
+        default=600.0,
+        ge=0,
+        le=86400,
+        description="a follower this job sends a push-to-start is claimed (start:{matchId}:{userId} in "
+        "cricket-locks, the match owner's claim) until this long after the match's start: the owner does not "
+        "start it again while its activity registers, and one the owner already started gets the alert only",
+    )
     ios18_waits_for_channels: bool = Field(
         default=True,
         description="a device on iOS 18 or later gets no push-to-start from this job while the match has no "

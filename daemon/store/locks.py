@@ -27,8 +27,10 @@ by ``ownerEpoch`` in ``active-matches``, which does not depend on clocks at all.
 
 Push-to-start claims (``start:{matchId}:{userId}``, see ``claim_push_to_starts``) are per-follower holds of
 the same shape: ``owner``, ``expiresAt`` (until when nobody starts that follower again) and ``claimedAt``.
-A match's owner reads and writes them by the hundred (BatchGetItem, BatchWriteItem) before it sends a chunk
-of push-to-starts, so a successor never starts (and alerts) a follower its predecessor already started.
+A match's owner reads and writes them by the hundred (BatchGetItem, then TransactWriteItems of conditional
+puts) before it sends a chunk of push-to-starts, and the prematch job claims the same way before a
+push-to-start of its own, so neither a successor nor the other path starts (and alerts) a follower already
+started within the hold.
 
 Region-wide leases (``feed:{region}``, ``job:{name}:{region}``) carry their fencing token on the lock item
 itself: ``epoch``, incremented by every acquisition (``acquire_fenced``), kept across expiry (only
@@ -44,8 +46,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from daemon.store.base import Repository
-from daemon.store.codec import from_item, to_attr
+from daemon.store.codec import from_item, to_attr, to_item
 from daemon.store.tables import LOCKS
 
 OWNER_SEPARATOR = "#"  # not allowed in a configured instance id, so the split below is unambiguous
@@ -72,6 +76,9 @@ def match_lock_key(match_id: str) -> str:
 def prematch_lock_key(match_id: str) -> str:
     """The lock under which one instance at a time works through a match's prematch notifications."""
     return f"prematch:{match_id}"
+
+
+TRANSACT_MAX_ITEMS = 100  # DynamoDB's limit of actions in one TransactWriteItems
 
 
 def push_to_start_claim_key(match_id: str, user_id: str) -> str:
@@ -180,11 +187,12 @@ class LockRepository(Repository):
         and every one in ``force`` (started again on purpose: its channel was recreated). The push must not
         be sent to the others.
 
-        One strongly consistent BatchGetItem per 100 followers reads the claims, one BatchWriteItem per 25
-        writes the new ones, instead of a conditional UpdateItem per follower. Unconditional writes suffice
-        because only the match's owner claims, under its lease, and before it sends: a successor takes the
-        lease only once it has run out, and the predecessor's pushes are fenced at its lease end, so every
-        claim behind a push that went out was written before the successor's first read."""
+        One strongly consistent BatchGetItem per 100 followers reads the claims; the free ones are written in
+        TransactWriteItems of up to 100 conditional puts (``attribute_not_exists(lockKey) OR expiresAt <
+        :now``), so a claim another writer took between the read and the write (the prematch job starting
+        the follower before the match, an owner's successor) is never overwritten: its transaction is
+        cancelled, the cancellation reasons name the claims taken, and the rest are written again without
+        them. A forced claim is written without a condition."""
         if hold_s < 0:
             raise ValueError(f"hold_s: must be >= 0, got {hold_s!r}")
         t = self._now(now)
@@ -199,18 +207,56 @@ class LockRepository(Repository):
             for item in (from_item(r) for r in raw):
                 if self._alive(item, t):
                     held.add(str(item["lockKey"]))
-        won = [u for u in users if u in forced or push_to_start_claim_key(match_id, u) not in held]
-        if won:
-            await self._batch_put(
-                {
-                    "lockKey": push_to_start_claim_key(match_id, u),
-                    "owner": owner,
-                    "expiresAt": t + hold_s,
-                    "claimedAt": t,
-                }
-                for u in won
+        free = [u for u in users if u in forced or push_to_start_claim_key(match_id, u) not in held]
+        won: set[str] = set()
+        for i in range(0, len(free), TRANSACT_MAX_ITEMS):
+            won.update(
+                await self._claim_chunk(match_id, free[i : i + TRANSACT_MAX_ITEMS], owner, hold_s, t, forced)
             )
-        return won
+        return [u for u in users if u in won]
+
+    async def _claim_chunk(
+        self, match_id: str, users: list[str], owner: str, hold_s: float, t: float, forced: set[str]
+    ) -> list[str]:
+        """Write the claims of ``users`` in one transaction; a claim found taken meanwhile is left out and the
+        transaction tried again without it. Returns the users whose claim was written."""
+        table = self.dynamo.table(self.logical)
+        pending = list(users)
+        while pending:  # each cancellation for a taken claim removes at least one
+            actions = []
+            for u in pending:
+                put: dict[str, Any] = {
+                    "TableName": table,
+                    "Item": to_item(
+                        {
+                            "lockKey": push_to_start_claim_key(match_id, u),
+                            "owner": owner,
+                            "expiresAt": t + hold_s,
+                            "claimedAt": t,
+                        }
+                    ),
+                }
+                if u not in forced:
+                    put["ConditionExpression"] = "attribute_not_exists(lockKey) OR expiresAt < :now"
+                    put["ExpressionAttributeValues"] = {":now": to_attr(t)}
+                actions.append({"Put": put})
+            try:
+                await self.dynamo.call(self.logical, "transact_write_items", TransactItems=actions)
+                return pending
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                if error.get("Code") != "TransactionCanceledException":
+                    raise
+                reasons = exc.response.get("CancellationReasons") or []
+                taken = {
+                    pending[i]
+                    for i, reason in enumerate(reasons[: len(pending)])
+                    if (reason or {}).get("Code") == "ConditionalCheckFailed"
+                }
+                if not taken:
+                    raise  # cancelled for another reason (a conflicting transaction): botocore retried already
+                pending = [u for u in pending if u not in taken]
+        return []
 
     # --- fenced region-wide leases -------------------------------------------------------------------------
 

@@ -77,3 +77,26 @@ async def test_without_recorded_channels_ios18_followers_wait_for_the_owner_unle
     await PrematchNotifier(repos, eager, settings, topic=TOPIC, clock=Clock()).run_cycle()
     aps = json.loads(eager.to(token("u3", "start"))[0].payload)["aps"]
     assert aps["input-push-token"] == 1 and "input-push-channel" not in aps
+
+
+async def test_the_job_and_the_matchs_owner_never_both_start_a_follower(repos: Any) -> None:
+    """They take the same claim (``start:{match}:{user}``): a follower the owner already started gets the
+    prematch alert only, and one the job started is not started again by the owner until the hold after
+    the start has passed."""
+    await seed_reference(repos)
+    await put_fixture(repos, 9, START)
+    await follow(repos, 9, "u1", start=START, team_id=None)
+    await follow(repos, 9, "u2", start=START, team_id=None)
+    await _device(repos, "u1", "17.6")
+    await _device(repos, "u2", "17.6")
+    assert await repos.locks.claim_push_to_starts("9", ["u2"], owner="owner", hold_s=600, now=T0) == ["u2"]
+    sender = RecordingSender()
+    report = await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    assert len(sender.to(token("u1", "start"))) == 1
+    assert sender.to(token("u2", "start")) == []
+    assert sender.to(token("u2"), "alert")  # the alert still goes
+    assert (report.push_to_start, report.starts_held) == (1, 1)
+    # u1 was started 20 minutes before the start: the owner leaves it alone until 10 minutes after it
+    locks = repos.locks
+    assert await locks.claim_push_to_starts("9", ["u1"], owner="owner", hold_s=600, now=START + 599) == []
+    assert await locks.claim_push_to_starts("9", ["u1"], owner="owner", hold_s=600, now=START + 601) == ["u1"]

@@ -149,3 +149,21 @@ async def test_push_to_start_claims_hold_for_their_interval_whoever_wrote_them_a
     assert await locks.claim_push_to_starts("9", [], owner="b", hold_s=600, now=T0) == []
     with pytest.raises(ValueError):
         await locks.claim_push_to_starts("9", ["x"], owner="b", hold_s=-1, now=T0)
+
+
+async def test_a_push_to_start_claim_taken_between_the_read_and_the_write_is_not_overwritten(
+    repos: Repositories,
+) -> None:
+    locks = repos.locks
+    # the prematch job claims u5 after the owner read the claims (none) and before it writes them: the
+    # owner's conditional transaction is cancelled for u5 alone, and written again without it
+    assert await locks.claim_push_to_starts("11", ["u5"], owner="prematch", hold_s=600, now=T0) == ["u5"]
+    assert await locks._claim_chunk("11", ["u4", "u5", "u6"], "owner-a", 600, T0 + 1, set()) == ["u4", "u6"]
+    assert (await locks.get("start:11:u5", now=T0 + 2) or {})["owner"] == "prematch"
+    assert (await locks.get("start:11:u4", now=T0 + 2) or {})["owner"] == "owner-a"
+    # every claim taken: nothing written, nothing claimed
+    assert await locks._claim_chunk("11", ["u4", "u5"], "owner-b", 600, T0 + 3, set()) == []
+    assert (await locks.get("start:11:u4", now=T0 + 4) or {})["owner"] == "owner-a"
+    # forced: written whatever the claim says
+    assert await locks._claim_chunk("11", ["u5"], "owner-b", 600, T0 + 5, {"u5"}) == ["u5"]
+    assert (await locks.get("start:11:u5", now=T0 + 6) or {})["owner"] == "owner-b"
