@@ -20,11 +20,12 @@ concurrent writers (spec/dynamodb.md §2, §5). Its gaps, and what the project d
   item lock; it never creates one), and when that fails a DeleteItem conditioned on the item not existing
   (deleting a missing item changes nothing) to learn whether the condition holds on a missing item. Any
   failed condition answers ``TransactionCanceledException`` with one ``CancellationReasons`` entry per
-  action, in order, and nothing is written; otherwise the writes run in order as PutItem/UpdateItem/
-  DeleteItem, each still carrying its own condition. Transactions run one after another (a promise
+  action, in order, and nothing is written; otherwise the writes run as PutItem/UpdateItem/DeleteItem,
+  each still carrying its own condition. A transaction's conditions are evaluated all at once, then its
+  writes (one action per item, so they do not interfere). Transactions run one after another (a promise
   chain in the node process), so they are isolated from each other. They are NOT atomic against
   non-transactional writers: a lease taken by an UpdateItem between the check and the puts is not seen,
-  and a write refused in that window leaves the writes before it in place (logged to dynalite's log).
+  and a write refused in that window leaves the others in place (logged to dynalite's log).
   ``ClientRequestToken`` idempotency, ``ReturnValuesOnConditionCheckFailure`` and consumed capacity are
   not implemented. That is enough for the benchmark; the fencing property itself is tested on moto,
   which implements transactions atomically (tests/store/test_region_leases.py);
@@ -234,11 +235,14 @@ async function transact (headers, data) {
     if (seen[identity]) return validation('Transaction request cannot include multiple operations on one item')
     seen[identity] = true
   }
-  // every condition first (the checks' and the writes' own), in order, writing nothing
+  // every condition first (the checks' and the writes' own), all at once (one action per item), writing
+  // nothing; the reasons in the actions' order
+  var verdicts = await Promise.all(actions.map(function (a) {
+    if (!a.action.ConditionExpression) return Promise.resolve({holds: true})
+    return conditionHolds(headers, a.action, a.key, a.action.ConditionExpression)
+  }))
   var reasons = [], cancelled = false
-  for (a of actions) {
-    if (!a.action.ConditionExpression) { reasons.push({Code: 'None'}); continue }
-    var verdict = await conditionHolds(headers, a.action, a.key, a.action.ConditionExpression)
+  for (var verdict of verdicts) {
     if (verdict.error) return verdict.error
     if (verdict.holds) reasons.push({Code: 'None'})
     else {
@@ -254,19 +258,19 @@ async function transact (headers, data) {
       CancellationReasons: reasons,
     }}
   }
-  // then the writes, in order, each still carrying its own condition
-  for (i = 0; i < actions.length; i++) {
-    a = actions[i]
-    if (a.kind === 'ConditionCheck') continue
+  // then the writes, all at once (different items), each still carrying its own condition
+  var answers = await Promise.all(actions.map(function (a) {
+    if (a.kind === 'ConditionCheck') return Promise.resolve(null)
     var payload = Object.assign({}, a.action)
     delete payload.ReturnValuesOnConditionCheckFailure
     var op = a.kind === 'Put' ? 'PutItem' : a.kind === 'Update' ? 'UpdateItem' : 'DeleteItem'
-    var answer = await call(headers, op, payload)
-    if (answer.status !== 200) {
-      console.error('dynalite: transaction action ' + (i + 1) + ' (' + op + ') failed after ' +
-        'its condition was checked; the actions before it stay written: ' + JSON.stringify(answer.data))
-      return answer
-    }
+    return call(headers, op, payload).then(function (answer) { return {op: op, answer: answer} })
+  }))
+  for (i = 0; i < answers.length; i++) {
+    if (answers[i] === null || answers[i].answer.status === 200) continue
+    console.error('dynalite: transaction action ' + (i + 1) + ' (' + answers[i].op + ') failed after ' +
+      'its condition was checked; the other actions stay written: ' + JSON.stringify(answers[i].answer.data))
+    return answers[i].answer
   }
   return {status: 200, data: {}}
 }

@@ -349,3 +349,25 @@ async def test_the_feed_leaders_fenced_cache_writes_work_on_dynalite(dynalite: A
         assert (await cache.batch_get_entries(["0"], now=t))["0"].stamp == (2, 2)
     finally:
         dynamo.close()
+
+
+async def test_push_to_start_claims_taken_meanwhile_are_left_out_on_dynalite(dynalite: Any) -> None:
+    from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
+
+    dynamo = Dynamo(DynamoSettings(endpoint_url=dynalite.url, table_prefix="claims-"))
+    try:
+        await create_tables(dynamo)
+        locks = Repositories(dynamo).locks
+        t = time.time()
+        users = [f"u{n:03d}" for n in range(150)]  # two transactions
+        assert await locks.claim_push_to_starts("9", users[100:101], owner="prematch", hold_s=600, now=t)
+        # u100 taken after the owner's read: its transaction is cancelled, then written without it
+        assert await locks._claim_chunk("9", users[50:150], "owner", 600, t + 1, set()) == [
+            u for u in users[50:150] if u != "u100"
+        ]
+        assert (await locks.get("start:9:u100", now=t + 2) or {})["owner"] == "prematch"
+        assert (
+            await locks.claim_push_to_starts("9", users, owner="owner-2", hold_s=600, now=t + 3) == users[:50]
+        )
+    finally:
+        dynamo.close()
