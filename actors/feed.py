@@ -792,8 +792,10 @@ class FeedActor:
 
     def _cache_summary(self, result: LiveScores, fetched_at: float) -> None:
         """The answer in short for the instances that do not lead (their orchestrators)."""
-        if self._cache is None or not hasattr(self._cache, "publish_livescores"):
-            return
+        if self._cache is None or not (
+            hasattr(self._cache, "put_poll") or hasattr(self._cache, "publish_livescores")
+        ):
+            return  # a sink that keeps fixtures only
         keep = ("id", "status", "league_id", "starting_at", "localteam_id", "visitorteam_id")
         summary = [{k: f.get(k) for k in keep if k in f} for f in result.fixtures]
         self._summary_pending = self._summary_last = (summary, fetched_at)

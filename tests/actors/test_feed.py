@@ -736,3 +736,36 @@ async def test_a_polls_summary_is_written_after_the_fixtures_it_changed(
         await trio.sleep(5)
     assert cache.order[:3] in (["11", "12", "summary"], ["12", "11", "summary"])
     assert cache.order[3:5] == ["11", "summary"]  # the next poll: only 11 changed
+
+
+class PollRecordingCache:
+    """A sink that takes a whole poll (as the fleet's fenced cache does): records each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], bool]] = []
+
+    async def put_single_fixture(self, match_id: str, raw_fixture: Any, **kwargs: Any) -> None:
+        raise AssertionError("a sink that takes a poll gets the poll")
+
+    async def put_poll(self, puts: Any, summary: Any) -> None:
+        await trio.lowlevel.checkpoint()
+        self.calls.append((sorted(p.match_id for p in puts), summary is not None))
+
+
+async def test_a_sink_that_takes_a_poll_gets_its_changed_fixtures_and_summary_in_one_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, score=1), minimal_fixture(12, score=1)]
+    cache = PollRecordingCache()
+    feed = make_feed(fake, cache=cache)
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("11", feed.subscribe("11", marquee=False))
+        collector.drain("12", feed.subscribe("12", marquee=False))
+        await trio.sleep(2.5)
+        fake.live = [minimal_fixture(11, score=4), minimal_fixture(12, score=1)]
+        await trio.sleep(5)
+    assert cache.calls[0] == (["11", "12"], True)
+    assert (["11"], True) in cache.calls[1:]  # the poll where only 11 changed
+    assert all(summary for _, summary in cache.calls)  # every poll's summary rides with its fixtures

@@ -22,12 +22,13 @@ from its predecessor's state (the wicket reported), is first served the cache's 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 import trio
 
+from daemon.store.caches import CachePut
 from daemon.store.codec import to_attr
 from daemon.store.locks import feed_lock_key
 from daemon.store.tables import LOCKS
@@ -120,6 +121,11 @@ async def _hold_before_a_wicket(rig: FaultRig) -> tuple[int, dict[str, Any]]:
     return wicket, before
 
 
+def _carries_wicket(puts: Sequence[CachePut], match_id: str, before: Mapping[str, Any]) -> bool:
+    """Whether a poll's cache write carries the match's fixture with a wicket more than ``before``."""
+    return any(p.match_id == match_id and _wickets(p.fixture) > _wickets(before) for p in puts)
+
+
 async def test_a_leader_that_steps_down_after_a_wickets_fixture_went_out_alerts_it_once(
     make_rig: Any,
 ) -> None:
@@ -127,16 +133,16 @@ async def test_a_leader_that_steps_down_after_a_wickets_fixture_went_out_alerts_
         daemon = rig.daemon
         wicket, before = await _hold_before_a_wicket(rig)
         cache = daemon.feed._cache  # the leader's fenced cache sink
-        real_put = cache.put_single_fixture
+        real_put = cache.put_poll
         stolen = trio.Event()
 
-        async def put_single_fixture(match_id: str, raw_fixture: Mapping[str, Any], **kw: Any) -> None:
-            if not stolen.is_set() and match_id == rig.match_id and _wickets(raw_fixture) > _wickets(before):
+        async def put_poll(puts: Sequence[CachePut], summary: Any) -> None:
+            if not stolen.is_set() and _carries_wicket(puts, rig.match_id, before):
                 stolen.set()  # the wicket's fixture went to the match actor in process; now it is cached
                 await _steal_feed_lease(rig, daemon.owner_id)
-            await real_put(match_id, raw_fixture, **kw)
+            await real_put(puts, summary)
 
-        cache.put_single_fixture = put_single_fixture
+        cache.put_poll = put_poll
         rig.replay.seek(rig.match_id, wicket)
         with trio.fail_after(30):
             await stolen.wait()
@@ -160,7 +166,7 @@ async def test_a_successor_served_an_older_fixture_than_its_predecessors_state_a
         wicket, before = await _hold_before_a_wicket(rig)
         owner = rig.daemon.owner_id
         cache = rig.daemon.feed._cache
-        real_put = cache.put_single_fixture
+        real_put = cache.put_poll
         held = trio.Event()
 
         def alerted() -> bool:
@@ -169,12 +175,12 @@ async def test_a_successor_served_an_older_fixture_than_its_predecessors_state_a
                 for r in rig.apns.records
             )
 
-        async def put_single_fixture(match_id: str, raw_fixture: Mapping[str, Any], **kw: Any) -> None:
-            if not held.is_set() and match_id == rig.match_id and _wickets(raw_fixture) > _wickets(before):
+        async def put_poll(puts: Sequence[CachePut], summary: Any) -> None:
+            if not held.is_set() and _carries_wicket(puts, rig.match_id, before):
                 held.set()  # the wicket's fixture is not cached before the owner is cut off at its first alert
                 while not alerted():
                     await trio.sleep(0.01)
-            await real_put(match_id, raw_fixture, **kw)
+            await real_put(puts, summary)
 
         async def ghost_takes_the_feed() -> None:
             """As the owner is cut off, a ghost takes its feed lease: the successor starts as a follower. The
@@ -193,9 +199,10 @@ async def test_a_successor_served_an_older_fixture_than_its_predecessors_state_a
                 await trio.sleep(0.05)
             rig.replay.play(rig.match_id)
 
-        cache.put_single_fixture = put_single_fixture
+        cache.put_poll = put_poll
         rig.replay.seek(rig.match_id, wicket)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ghost_takes_the_feed)
             await _die_and_be_succeeded(rig, _wicket_alert, "a wicket's fan-out, the cache one ball behind")
+        assert held.is_set(), "the wicket's cache write was held back until its first alert"
         assert rig.daemon.cache_reader.delivered >= 1, "the successor was served from the cache first"
