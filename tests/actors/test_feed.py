@@ -719,13 +719,11 @@ class SummaryRecordingCache(RecordingCache):
         self.order.append("summary")
 
 
-async def test_a_polls_summary_is_written_after_the_fixtures_it_changed(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """A follower that sees a poll's summary (the leader's heartbeat) sees every fixture that poll changed."""
+async def _two_polls(cache: Any) -> None:
+    """Matches 11 and 12 live with ``cache`` as the feed's sink: a first poll, then polls where only 11
+    changed."""
     fake = FakeSportMonks()
     fake.live = [minimal_fixture(11, score=1), minimal_fixture(12, score=1)]
-    cache = SummaryRecordingCache()
     feed = make_feed(fake, cache=cache)
     async with running(feed) as nursery:
         collector = Collector(nursery)
@@ -734,6 +732,14 @@ async def test_a_polls_summary_is_written_after_the_fixtures_it_changed(
         await trio.sleep(2.5)
         fake.live = [minimal_fixture(11, score=4), minimal_fixture(12, score=1)]
         await trio.sleep(5)
+
+
+async def test_a_polls_summary_is_written_after_the_fixtures_it_changed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A follower that sees a poll's summary (the leader's heartbeat) sees every fixture that poll changed."""
+    cache = SummaryRecordingCache()
+    await _two_polls(cache)
     assert cache.order[:3] in (["11", "12", "summary"], ["12", "11", "summary"])
     assert cache.order[3:5] == ["11", "summary"]  # the next poll: only 11 changed
 
@@ -755,17 +761,8 @@ class PollRecordingCache:
 async def test_a_sink_that_takes_a_poll_gets_its_changed_fixtures_and_summary_in_one_call(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    fake = FakeSportMonks()
-    fake.live = [minimal_fixture(11, score=1), minimal_fixture(12, score=1)]
     cache = PollRecordingCache()
-    feed = make_feed(fake, cache=cache)
-    async with running(feed) as nursery:
-        collector = Collector(nursery)
-        collector.drain("11", feed.subscribe("11", marquee=False))
-        collector.drain("12", feed.subscribe("12", marquee=False))
-        await trio.sleep(2.5)
-        fake.live = [minimal_fixture(11, score=4), minimal_fixture(12, score=1)]
-        await trio.sleep(5)
+    await _two_polls(cache)
     assert cache.calls[0] == (["11", "12"], True)
     assert (["11"], True) in cache.calls[1:]  # the poll where only 11 changed
     assert all(summary for _, summary in cache.calls)  # every poll's summary rides with its fixtures
