@@ -63,10 +63,11 @@ class FollowerStarts:
         follows name (BatchGetItem, 100 a call; one Query each, ``heal_concurrency`` at once, only for those
         whose follow names no device or one since replaced), the followers with a push-to-start token are
         claimed together (``LockRepository.claim_push_to_starts``: a hold per follower, read and written by
-        the hundred, so none is ever started twice, by this owner, a successor or the prematch job), then the chunk's pushes
-        are sent and waited for before the next chunk is claimed: an owner that dies leaves at most one
-        chunk claimed and perhaps unsent (sent again after ``push_to_start_min_interval_s``). ``again``:
-        followers started again on purpose (their channel was recreated), whatever their claim says."""
+        the hundred, so none is ever started twice, by this owner, a successor or the prematch job), then
+        the chunk's pushes are sent and waited for before the next chunk is claimed: an owner that dies
+        leaves at most one chunk claimed and perhaps unsent (sent again after
+        ``push_to_start_min_interval_s``). ``again``: followers started again on purpose (their channel was
+        recreated), whatever their claim says."""
         a = self.actor
         if a._last_display is None or a.phase not in HEAL_PHASES:
             return 0  # push-to-start when the match goes live (pre-match is the prematch job's)
