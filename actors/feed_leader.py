@@ -41,13 +41,14 @@ import json
 import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import trio
 
 from daemon.logs import get_logger
 from daemon.metrics import FEED_LEADER, FEED_LEADER_CHANGES, SPORTMONKS_REGION_CALLS
-from daemon.store.caches import CachePut, FencedPut, FenceLost, LivescoresSummary
+from daemon.store.caches import CachePut, FenceLost, LivescoresSummary
 from daemon.store.locks import Lease, feed_lock_key
 
 log = get_logger("actors.feed_leader")
@@ -452,17 +453,7 @@ class FencedFixtureCache:
         fenced = []
         for put in puts:
             self.seq += 1
-            fenced.append(
-                FencedPut(
-                    put.match_id,
-                    put.fixture,
-                    put.ttl_s,
-                    self.seq,
-                    put.fetched_at,
-                    put.source,
-                    put.in_livescores,
-                )
-            )
+            fenced.append(replace(put, seq=self.seq))
         short = None
         if summary is not None:
             state = feed_state(self._leadership.feed, wall=time.time(), now=trio.current_time())

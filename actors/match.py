@@ -181,9 +181,8 @@ class MatchActor:
         self.last_tick_at: float | None = None
         self.last_tick_lag_s: float | None = None
         self.ticks = 0
-        self._marks: dict[
-            str, float
-        ] = {}  # the current tick's moments (trio time), for its key_event_tick log
+        # the current tick's moments (trio time), for its key_event_tick log
+        self._marks: dict[str, float] = {}
         self.last_events: list[dict[str, Any]] = []
         self.phase: str | None = None
         self._starts = FollowerStarts(self)  # push-to-start (self-healing)

@@ -10,8 +10,9 @@ What it saw live is seeded at start-up from ``active-matches``: the matches bein
 whose owner has seen them under way (``matchPhase`` past ``pre``), so a restart in the middle of a match does
 not forget it. A match taken before its first ball is not in ``/livescores`` yet: it is seen live once it is
 listed there, never archived for not being listed before it started. Archiving is idempotent and
-conditioned on the fixture existing; several instances doing it is harmless. A failed cycle (SportMonks or DynamoDB down) is logged and
-changes nothing: the match stays in the seen set and is archived on a later cycle.
+conditioned on the fixture existing; several instances doing it is harmless. A failed cycle (SportMonks or
+DynamoDB down) is logged and changes nothing: the match stays in the seen set and is archived on a later
+cycle.
 """
 
 from __future__ import annotations

@@ -147,7 +147,8 @@ class LivescoresSummary:
 
 @dataclass(frozen=True)
 class CachePut:
-    """A fixture the feed hands to its cache sink: what, from where, when it was fetched."""
+    """A fixture the feed hands to its cache sink: what, from where, when it was fetched, and (once the
+    feed leader's fenced cache stamps it) its change stamp's write counter."""
 
     match_id: str
     fixture: Mapping[str, Any]
@@ -155,19 +156,7 @@ class CachePut:
     fetched_at: float
     source: str = "livescores"
     in_livescores: bool = True
-
-
-@dataclass(frozen=True)
-class FencedPut:
-    """A fixture the feed leader writes: what, from where, and its change stamp."""
-
-    match_id: str
-    fixture: Mapping[str, Any]
-    ttl_s: float
-    seq: int
-    fetched_at: float
-    source: str = "livescores"
-    in_livescores: bool = True
+    seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -310,7 +299,7 @@ class FixtureCacheRepository(Repository):
 
     # --- the region feed leader's fenced writes and the readers' side ----------------------------------------
 
-    def _fenced_item(self, put: FencedPut, epoch: int, t: float) -> dict[str, Any]:
+    def _fenced_item(self, put: CachePut, epoch: int, t: float) -> dict[str, Any]:
         league = put.fixture.get("league_id")
         starting = put.fixture.get("starting_at")
         item = self._item(
@@ -332,7 +321,7 @@ class FixtureCacheRepository(Repository):
 
     async def put_fixtures_fenced(
         self,
-        puts: Sequence[FencedPut],
+        puts: Sequence[CachePut],
         condition: Callable[[], dict[str, Any]],
         epoch: int,
         *,

@@ -302,7 +302,7 @@ def test_dynalite_transactions_are_serialised_against_each_other(dynalite: Any) 
 
 async def test_the_feed_leaders_fenced_cache_writes_work_on_dynalite(dynalite: Any) -> None:
     from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
-    from daemon.store.caches import FencedPut, FenceLost
+    from daemon.store.caches import CachePut, FenceLost
     from daemon.store.locks import feed_lock_key
 
     dynamo = Dynamo(DynamoSettings(endpoint_url=dynalite.url, table_prefix="fence-"))
@@ -314,7 +314,7 @@ async def test_the_feed_leaders_fenced_cache_writes_work_on_dynalite(dynalite: A
         lease, _ = await locks.acquire_fenced(feed_lock_key("eu"), "a", 30, now=t)
         assert lease is not None
         fixtures = [{"id": i, "league_id": 3, "status": "1st Innings"} for i in range(120)]
-        puts = [FencedPut(str(f["id"]), f, ttl_s=600, seq=1, fetched_at=t) for f in fixtures]
+        puts = [CachePut(str(f["id"]), f, ttl_s=600, seq=1, fetched_at=t) for f in fixtures]
         # 120 puts: two transactions (99 + 21), each beside the lease's ConditionCheck
         assert await cache.put_fixtures_fenced(puts, lambda: locks.lease_condition(lease, now=t), 1) == 120
         await cache.put_livescores_summary(
@@ -328,7 +328,10 @@ async def test_the_feed_leaders_fenced_cache_writes_work_on_dynalite(dynalite: A
         # another instance takes the lease once it ran out: the deposed leader's writes are refused whole
         taken, _ = await locks.acquire_fenced(feed_lock_key("eu"), "b", 30, now=t + 31)
         assert taken is not None and taken.epoch == 2
-        later = [FencedPut(str(f["id"]), {**f, "status": "2nd Innings"}, 600, 2, t + 1) for f in fixtures]
+        later = [
+            CachePut(str(f["id"]), {**f, "status": "2nd Innings"}, ttl_s=600, seq=2, fetched_at=t + 1)
+            for f in fixtures
+        ]
         with pytest.raises(FenceLost):
             await cache.put_fixtures_fenced(later, lambda: locks.lease_condition(lease, now=t + 1), 1)
         with pytest.raises(FenceLost):

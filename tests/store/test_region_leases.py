@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from daemon.store.caches import CacheEntry, FencedPut, FenceLost
+from daemon.store.caches import CacheEntry, CachePut, FenceLost
 from daemon.store.dynamo import count_calls
 from daemon.store.locks import Lease, feed_lock_key, job_lock_key, lease_holds, lease_is_free
 
@@ -59,7 +59,7 @@ async def test_fenced_cache_writes_need_the_lease(repos: Any) -> None:
     t = time.time()
     lease, _ = await locks.acquire_fenced(key, "a", 30, now=t)
     assert lease is not None
-    put = FencedPut("501", FIXTURE, ttl_s=600, seq=1, fetched_at=t)
+    put = CachePut("501", FIXTURE, ttl_s=600, seq=1, fetched_at=t)
     n = await cache.put_fixtures_fenced([put], lambda: locks.lease_condition(lease), lease.epoch)
     assert n == 1
     entries = await cache.batch_get_entries(["501", "999"])
@@ -69,7 +69,7 @@ async def test_fenced_cache_writes_need_the_lease(repos: Any) -> None:
     assert await cache.batch_get_stamps(["501", "999"]) == {"501": (1, 1, t)}  # the stamps alone
     # the lease as the holder's clock sees it after a pause past its end: refused, nothing written
     later = {**FIXTURE, "status": "2nd Innings"}
-    stale = FencedPut("501", later, ttl_s=600, seq=2, fetched_at=t + 40)
+    stale = CachePut("501", later, ttl_s=600, seq=2, fetched_at=t + 40)
     try:
         await cache.put_fixtures_fenced(
             [stale], lambda: locks.lease_condition(lease, now=t + 31), lease.epoch
@@ -89,7 +89,7 @@ async def test_fenced_cache_writes_need_the_lease(repos: Any) -> None:
         raise AssertionError("a deposed leader's write went through")
     assert (await cache.batch_get_entries(["501"]))["501"].fixture() == FIXTURE
     ok = await cache.put_fixtures_fenced(
-        [FencedPut("501", later, ttl_s=600, seq=1, fetched_at=t + 41)],
+        [CachePut("501", later, ttl_s=600, seq=1, fetched_at=t + 41)],
         lambda: locks.lease_condition(taken, now=t + 32),
         taken.epoch,
     )
@@ -146,7 +146,7 @@ async def test_a_followers_stamp_read_carries_the_leaders_404_verdicts_in_the_sa
     lease, _ = await locks.acquire_fenced(feed_lock_key("eu"), "a", 30, now=t)
     assert lease is not None
     await cache.put_fixtures_fenced(
-        [FencedPut("501", FIXTURE, ttl_s=600, seq=3, fetched_at=t)],
+        [CachePut("501", FIXTURE, ttl_s=600, seq=3, fetched_at=t)],
         lambda: locks.lease_condition(lease),
         lease.epoch,
     )
