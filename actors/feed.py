@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -117,20 +117,16 @@ class FixtureSource(Protocol):
 
 
 class FixtureCache(Protocol):
-    """What the feed needs of ``daemon.store.FixtureCacheRepository``."""
+    """Where the feed writes what its polls changed (the fleet's ``actors.feed_leader.FencedFixtureCache``)."""
 
-    async def put_single_fixture(
+    async def put_poll(
         self,
-        match_id: str,
-        raw_fixture: Mapping[str, Any],
-        *,
-        league_id: str | None,
-        starting_at: str | None,
-        ttl_s: float,
-        fetched_at: float | None = None,
-        source: str = "livescores",
-        in_livescores: bool = True,
-    ) -> None: ...
+        puts: Sequence[CachePut],
+        summary: tuple[Sequence[Mapping[str, Any]], float] | None,
+    ) -> None:
+        """A poll's changed fixtures and its ``/livescores`` summary (the answer in short and its fetch time,
+        None when the poll left none), in one write: a reader that sees the summary sees the fixtures."""
+        ...
 
 
 # ------------------------------------------------------------------------------------------------ pure helpers
@@ -792,10 +788,8 @@ class FeedActor:
 
     def _cache_summary(self, result: LiveScores, fetched_at: float) -> None:
         """The answer in short for the instances that do not lead (their orchestrators)."""
-        if self._cache is None or not (
-            hasattr(self._cache, "put_poll") or hasattr(self._cache, "publish_livescores")
-        ):
-            return  # a sink that keeps fixtures only
+        if self._cache is None:
+            return
         keep = ("id", "status", "league_id", "starting_at", "localteam_id", "visitorteam_id")
         summary = [{k: f.get(k) for k in keep if k in f} for f in result.fixtures]
         self._summary_pending = self._summary_last = (summary, fetched_at)
@@ -803,46 +797,23 @@ class FeedActor:
 
     def _republish_summary(self) -> None:
         """Write the last summary again (it carries the 404 verdicts and the call record, see
-        ``FencedFixtureCache.publish_livescores``) without waiting for the next ``/livescores``."""
+        ``FencedFixtureCache.put_poll``) without waiting for the next ``/livescores``."""
         if self._summary_last is not None and self._summary_pending is None:
             self._summary_pending = self._summary_last
             self._cache_wake.set()
 
     async def _cache_writer(self) -> None:
-        """Writes what the polls left pending: a poll's changed fixtures and then its summary, so a follower
-        that sees a summary (its ``fetchedAt`` marks the poll) also sees every fixture that poll changed. A
-        sink that takes a whole poll (``put_poll``: the fleet's fenced cache) gets it in one call, one
-        transaction when it fits; otherwise each fixture is written on its own, then the summary."""
+        """Writes what the polls left pending: a poll's changed fixtures with its summary, in one call (one
+        transaction when it fits), so a follower that sees a summary (its ``fetchedAt`` marks the poll) also
+        sees every fixture that poll changed."""
         assert self._cache is not None
         while True:
             await self._cache_wake.wait()
             self._cache_wake = trio.Event()
             summary, self._summary_pending = self._summary_pending, None
             puts = self._pending_puts()
-            put_poll = getattr(self._cache, "put_poll", None)
-            if put_poll is not None:
-                if puts or summary is not None:
-                    await self._cache_write(puts, summary is not None, put_poll, puts, summary)
-                continue
-            for put in puts:
-                await self._cache_write([put], False, self._put_one, put)
-            publish = getattr(self._cache, "publish_livescores", None)
-            if summary is not None and publish is not None:
-                await self._cache_write([], True, publish, *summary)
-
-    async def _put_one(self, put: CachePut) -> None:
-        assert self._cache is not None
-        league = put.fixture.get("league_id")
-        await self._cache.put_single_fixture(
-            put.match_id,
-            put.fixture,
-            league_id=None if league is None else str(league),
-            starting_at=put.fixture.get("starting_at"),
-            ttl_s=put.ttl_s,
-            fetched_at=put.fetched_at,
-            source=put.source,
-            in_livescores=put.in_livescores,
-        )
+            if puts or summary is not None:
+                await self._cache_write(puts, summary)
 
     def _pending_puts(self) -> list[CachePut]:
         """The fixtures the polls left pending, less those unchanged since written (while the stored copy is
@@ -863,19 +834,19 @@ class FeedActor:
         return puts
 
     async def _cache_write(
-        self, puts: list[CachePut], summary: bool, write: Callable[..., Awaitable[Any]], *args: Any
+        self, puts: list[CachePut], summary: tuple[list[dict[str, Any]], float] | None
     ) -> None:
-        """One write to the cache (``write(*args)``, carrying ``puts`` and the summary or not); best effort:
-        a failure is counted and logged, and the feed goes on (the next poll writes the fixture as it stands
-        then)."""
+        """One write to the cache; best effort: a failure is counted and logged, and the feed goes on (the
+        next poll writes the fixtures as they stand then)."""
+        assert self._cache is not None
         try:
-            await write(*args)
+            await self._cache.put_poll(puts, summary)
         except Exception as exc:  # noqa: BLE001 - the cache is best effort; the feed must go on
             self.cache_errors += 1
             log.warning(
                 "feed_cache_write_failed",
                 matches=[p.match_id for p in puts],
-                summary=summary,
+                summary=summary is not None,
                 error=f"{type(exc).__name__}: {exc}",
             )
             return

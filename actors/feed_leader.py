@@ -414,33 +414,6 @@ class FencedFixtureCache:
         self.seq = 0
         self.refused = 0
 
-    async def put_single_fixture(
-        self,
-        match_id: str,
-        raw_fixture: Mapping[str, Any],
-        *,
-        league_id: str | None,
-        starting_at: str | None,
-        ttl_s: float,
-        fetched_at: float | None = None,
-        source: str = "livescores",
-        in_livescores: bool = True,
-    ) -> None:
-        put = CachePut(
-            match_id,
-            raw_fixture,
-            ttl_s,
-            time.time() if fetched_at is None else fetched_at,
-            source,
-            in_livescores,
-        )
-        await self.put_poll([put], None)
-
-    async def publish_livescores(self, summary: Sequence[Mapping[str, Any]], fetched_at: float) -> None:
-        """The summary, with the feed's state for the region (``feed_state``): written on every poll (and on
-        every 404 try), so it is fresher than the record a lease renewal carries."""
-        await self.put_poll([], (summary, fetched_at))
-
     async def put_poll(
         self,
         puts: Sequence[CachePut],
@@ -448,7 +421,9 @@ class FencedFixtureCache:
     ) -> None:
         """A poll's changed fixtures and then its summary (the ``/livescores`` in short with the feed's state
         for the region, ``feed_state``), in one transaction when they fit: a follower's read that sees the
-        summary sees the poll's fixtures, and the poll costs one DynamoDB call however many matches moved."""
+        summary sees the poll's fixtures, and the poll costs one DynamoDB call however many matches moved.
+        The summary goes with every poll (and every 404 try), so the feed state it carries is fresher than
+        the record a lease renewal writes."""
         lease = self._leadership.write_lease()
         fenced = []
         for put in puts:

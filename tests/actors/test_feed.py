@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,6 +16,7 @@ import trio.testing
 from actors.feed import FeedActor, FeedUpdate, cache_ttl_s, without_balls
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
+from daemon.store.caches import CachePut
 from tests.sportmonks.fake_api import FakeSportMonks, Scripted, minimal_fixture
 
 MARQUEE_LEAGUE = 5
@@ -532,34 +533,29 @@ async def test_fixture_mode_polls_marquee_matches_by_id(autojump_clock: trio.tes
 
 
 class RecordingCache:
+    """A sink that records every fixture of every poll written, and refuses a poll with a failing one."""
+
     def __init__(self, fail: Callable[[str], bool] = lambda _: False) -> None:
         self.puts: list[dict[str, Any]] = []
+        self.calls: list[tuple[list[str], bool]] = []  # per call: the fixtures written, with a summary or not
         self.fail = fail
 
-    async def put_single_fixture(
-        self,
-        match_id: str,
-        raw_fixture: Any,
-        *,
-        league_id: str | None,
-        starting_at: str | None,
-        ttl_s: float,
-        fetched_at: float | None = None,
-        source: str = "livescores",
-        in_livescores: bool = True,
-    ) -> None:
+    async def put_poll(self, puts: Sequence[CachePut], summary: Any) -> None:
         await trio.lowlevel.checkpoint()
-        if self.fail(match_id):
+        if any(self.fail(p.match_id) for p in puts):
             raise RuntimeError("dynamodb is down")
-        self.puts.append(
-            {
-                "match_id": match_id,
-                "fixture": raw_fixture,
-                "league_id": league_id,
-                "starting_at": starting_at,
-                "ttl_s": ttl_s,
-            }
-        )
+        self.calls.append((sorted(p.match_id for p in puts), summary is not None))
+        for p in puts:
+            league = p.fixture.get("league_id")
+            self.puts.append(
+                {
+                    "match_id": p.match_id,
+                    "fixture": p.fixture,
+                    "league_id": None if league is None else str(league),
+                    "starting_at": p.fixture.get("starting_at"),
+                    "ttl_s": p.ttl_s,
+                }
+            )
 
 
 async def test_cache_gets_changed_fixtures_with_a_state_dependent_ttl(
@@ -587,16 +583,19 @@ async def test_cache_gets_changed_fixtures_with_a_state_dependent_ttl(
 async def test_cache_failure_never_stops_the_feed(autojump_clock: trio.testing.MockClock) -> None:
     fake = FakeSportMonks()
     fake.live = [minimal_fixture(11), minimal_fixture(12)]
-    cache = RecordingCache(fail=lambda match_id: match_id == "11")
+    down = True
+    cache = RecordingCache(fail=lambda match_id: down)
     feed = make_feed(fake, cache=cache)
     async with running(feed) as nursery:
         collector = Collector(nursery)
         collector.drain("11", feed.subscribe("11", marquee=False))
         collector.drain("12", feed.subscribe("12", marquee=False))
         await trio.sleep(30)
-    assert len(collector.updates["11"]) == 6
-    assert feed.stats()["cache"]["errors"] >= 1
-    assert [p["match_id"] for p in cache.puts] == ["12"]
+        assert len(collector.updates["11"]) == 6  # every poll delivered while no write went through
+        assert feed.stats()["cache"]["errors"] >= 6 and cache.puts == []
+        down = False  # the cache is back: the next poll writes the fixtures as they stand
+        await trio.sleep(5)
+    assert sorted(p["match_id"] for p in cache.puts) == ["11", "12"]
 
 
 def test_pure_helpers() -> None:
@@ -703,22 +702,6 @@ async def test_a_follower_adopts_the_leaders_404_verdicts_and_its_subscriber_is_
     assert not feed.is_released("123")
 
 
-class SummaryRecordingCache(RecordingCache):
-    """Records fixture writes and summaries in one list, in the order they were made."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.order: list[str] = []
-
-    async def put_single_fixture(self, match_id: str, raw_fixture: Any, **kwargs: Any) -> None:
-        await super().put_single_fixture(match_id, raw_fixture, **kwargs)
-        self.order.append(match_id)
-
-    async def publish_livescores(self, summary: Any, fetched_at: float) -> None:
-        await trio.lowlevel.checkpoint()
-        self.order.append("summary")
-
-
 async def _two_polls(cache: Any) -> None:
     """Matches 11 and 12 live with ``cache`` as the feed's sink: a first poll, then polls where only 11
     changed."""
@@ -734,34 +717,11 @@ async def _two_polls(cache: Any) -> None:
         await trio.sleep(5)
 
 
-async def test_a_polls_summary_is_written_after_the_fixtures_it_changed(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """A follower that sees a poll's summary (the leader's heartbeat) sees every fixture that poll changed."""
-    cache = SummaryRecordingCache()
-    await _two_polls(cache)
-    assert cache.order[:3] in (["11", "12", "summary"], ["12", "11", "summary"])
-    assert cache.order[3:5] == ["11", "summary"]  # the next poll: only 11 changed
-
-
-class PollRecordingCache:
-    """A sink that takes a whole poll (as the fleet's fenced cache does): records each call."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[list[str], bool]] = []
-
-    async def put_single_fixture(self, match_id: str, raw_fixture: Any, **kwargs: Any) -> None:
-        raise AssertionError("a sink that takes a poll gets the poll")
-
-    async def put_poll(self, puts: Any, summary: Any) -> None:
-        await trio.lowlevel.checkpoint()
-        self.calls.append((sorted(p.match_id for p in puts), summary is not None))
-
-
 async def test_a_sink_that_takes_a_poll_gets_its_changed_fixtures_and_summary_in_one_call(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    cache = PollRecordingCache()
+    """A follower that sees a poll's summary (the leader's heartbeat) sees every fixture that poll changed."""
+    cache = RecordingCache()
     await _two_polls(cache)
     assert cache.calls[0] == (["11", "12"], True)
     assert (["11"], True) in cache.calls[1:]  # the poll where only 11 changed

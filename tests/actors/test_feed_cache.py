@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,30 @@ import trio
 from actors.feed import FeedActor
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
+from daemon.store.caches import CachePut
 from tests.sportmonks.fake_api import FakeSportMonks
+
+
+class RepositorySink:
+    """The feed's sink as the plain repository: each fixture of a poll written on its own, unfenced (the
+    fleet's fenced, transactional sink is tested in test_feed_leader)."""
+
+    def __init__(self, repos: Any) -> None:
+        self._cache = repos.fixture_cache
+
+    async def put_poll(self, puts: Sequence[CachePut], summary: Any) -> None:
+        for put in puts:
+            league = put.fixture.get("league_id")
+            await self._cache.put_single_fixture(
+                put.match_id,
+                put.fixture,
+                league_id=None if league is None else str(league),
+                starting_at=put.fixture.get("starting_at"),
+                ttl_s=put.ttl_s,
+                fetched_at=put.fetched_at,
+                source=put.source,
+                in_livescores=put.in_livescores,
+            )
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +74,7 @@ async def test_live_then_final_fixture_cached_with_short_then_long_ttl(
     settings = FeedSettings(
         livescores_cadence_s=0.2, marquee_cadence_s=0.2, cache_ttl_live_s=600, cache_ttl_final_s=86400
     )
-    feed = FeedActor(client, settings, fixture_cache=repos.fixture_cache)
+    feed = FeedActor(client, settings, fixture_cache=RepositorySink(repos))
     async with trio.open_nursery() as nursery:
         await nursery.start(feed.run)
         updates = feed.subscribe("71344", marquee=True)
