@@ -11,12 +11,17 @@ the sender's event loop needs, so a job working through thousands of followers b
 lengthens every wicket's fan-out (docs/performance.md: the target soak with and without the prematch job).
 A fan-out lasts about a second; the job loses that second, the wicket does not wait behind the job.
 
+Between fan-outs the job is paced (``Pace``) while this instance runs live matches (``matches()``): its
+DynamoDB calls and their CPU would otherwise run flat out beside every tick's reads and writes, and a
+catch-up of many followers would stretch the next fan-out as much as one running beside it.
+
 No I/O, no clock of its own: trio's. Shared by the actors of one process only (no state crosses instances).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import trio
@@ -25,7 +30,8 @@ from daemon.metrics import BACKGROUND_GAVE_WAY, LIVE_FANOUTS
 
 
 class LiveWork:
-    def __init__(self) -> None:
+    def __init__(self, matches: Callable[[], int] = lambda: 0) -> None:
+        self.matches = matches  # match actors running on this instance
         self._active = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -65,3 +71,31 @@ class LiveWork:
         waited = trio.current_time() - started
         BACKGROUND_GAVE_WAY.labels(job).inc(waited)
         return waited
+
+
+class Pace:
+    """At most ``rate`` units of background work a second, in bursts of at most ``burst``, while ``active()``
+    holds (0: never waits). ``take()`` before each unit; safe for concurrent callers: each reserves its own
+    slot on one schedule (a virtual-time token bucket), so N tasks together still go at ``rate``."""
+
+    def __init__(self, rate: float, *, burst: float = 1.0, active: Callable[[], bool] = lambda: True) -> None:
+        if rate < 0 or burst < 1:
+            raise ValueError(f"Pace: rate must be >= 0 and burst >= 1, got {rate!r}, {burst!r}")
+        self.rate = rate
+        self.burst = burst
+        self._active = active
+        self._next = -math.inf  # when the next unit may start, in trio time
+
+    async def take(self) -> float:
+        """Wait for this unit's slot; the seconds waited."""
+        if self.rate <= 0 or not self._active():
+            await trio.lowlevel.checkpoint()
+            return 0.0
+        now = trio.current_time()
+        at = max(self._next, now - (self.burst - 1) / self.rate)
+        self._next = at + 1 / self.rate
+        if at <= now:
+            await trio.lowlevel.checkpoint()
+            return 0.0
+        await trio.sleep_until(at)
+        return at - now

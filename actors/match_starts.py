@@ -120,22 +120,9 @@ class FollowerStarts:
         """The registered device of each of ``users`` that has one: by the device their follow names
         (BatchGetItem), else by a Query per follower (at most ``heal_concurrency`` in flight)."""
         a = self.actor
-        named = [(u, a.follower_device[u]) for u in users if u in a.follower_device]
-        found: dict[str, Mapping[str, Any]] = dict(await a._repos.devices.get_devices(named)) if named else {}
-        missing = [u for u in users if u not in found]
-        if missing:
-            limiter = trio.CapacityLimiter(a._settings.heal_concurrency)
-
-            async def one(user_id: str) -> None:
-                async with limiter:
-                    device = await a._repos.devices.get_device_for_user(user_id)
-                if device is not None:
-                    found[user_id] = device
-
-            async with trio.open_nursery() as nursery:
-                for user_id in missing:
-                    nursery.start_soon(one, user_id)
-        return found
+        return await a._repos.devices.get_devices_of_users(
+            users, a.follower_device, concurrency=a._settings.heal_concurrency
+        )
 
     async def _start_push(self, user_id: str, device: Mapping[str, Any]) -> Push:
         a = self.actor

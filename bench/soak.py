@@ -297,15 +297,31 @@ def stage_quantiles(per_process: list[dict[str, dict[float, float]]]) -> dict[st
     return out
 
 
-def _sportmonks_calls(metrics_text: str) -> float:
-    """Requests this daemon sent to SportMonks (every attempt: ok, error, retry; skipped calls sent none)."""
+def _metric_sum(metrics_text: str, name: str, label: str, values: tuple[str, ...]) -> float:
+    """The sum of a counter's samples whose ``label`` is one of ``values``."""
     total = 0.0
     for line in metrics_text.splitlines():
-        if line.startswith("sightscreen_sportmonks_calls_total{") and any(
-            f'outcome="{o}"' in line for o in ("ok", "error", "retry")
-        ):
+        if line.startswith(name + "{") and any(f'{label}="{v}"' in line for v in values):
             total += float(line.split()[-1])
     return total
+
+
+def _sportmonks_calls(metrics_text: str) -> float:
+    """Requests this daemon sent to SportMonks (every attempt: ok, error, retry; skipped calls sent none)."""
+    return _metric_sum(
+        metrics_text, "sightscreen_sportmonks_calls_total", "outcome", ("ok", "error", "retry")
+    )
+
+
+def _prematch_followers(metrics_text: str) -> float:
+    """Followers the prematch job worked through in this daemon: claims taken, taken over, or settled as
+    having no device."""
+    return _metric_sum(
+        metrics_text,
+        "sightscreen_prematch_notifications_total",
+        "result",
+        ("claimed", "recovered", "no_device"),
+    )
 
 
 def _served(replay: Any) -> int:
@@ -391,6 +407,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     tick_calls: dict[tuple[str, int], tuple[float, float, float]] = {}  # per process: a kill loses none
     stages: dict[tuple[str, int], dict[str, dict[float, float]]] = {}  # the same, stage histograms
     sm_calls: dict[tuple[str, int], float] = {}  # (instance slot, pid): SportMonks requests it sent
+    prematch: dict[tuple[str, int], float] = {}  # the same: followers its prematch job worked through
     sm_base: dict[tuple[str, int], float] = {}  # the same at the start of the window
     window_start = window_end = started
     served_start = served_end = 0
@@ -457,6 +474,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                                 tick_calls[(inst.instance_id, inst.proc.pid)] = _calls_per_tick(text)
                                 stages[(inst.instance_id, inst.proc.pid)] = _stage_buckets(text)
                                 sm_calls[(f"i{inst.slot}", inst.proc.pid)] = _sportmonks_calls(text)
+                                prematch[(f"i{inst.slot}", inst.proc.pid)] = _prematch_followers(text)
                         await trio.sleep(1.0)
 
                 tally.subscribers = cluster.apns.subscriptions if cluster.apns is not None else None
@@ -682,6 +700,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_s": {k: round(v, 1) for k, v in cpu_s.items()},
         "peer_cpu_s": {k: round(v, 1) for k, v in peers.items() if v is not None},
         "harness_cpu_s": round(time.process_time(), 1),
+        # the prematch catch-up that ran beside live play (the soak seeds its followers 20 s before the start)
+        "prematch_followers": round(sum(prematch.values())),
         "dynamodb_calls_per_tick": round(total_calls / total_ticks, 2) if total_ticks else None,
         # the same over the ticks that wrote something (a new ball); a tick with no change costs none
         "dynamodb_calls_per_changed_tick": round(total_calls / busy_ticks, 2) if busy_ticks else None,

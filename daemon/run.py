@@ -104,7 +104,9 @@ class Daemon:
         self.sender: ApnsSender = (
             ApnsSender(config.apns, janitor=self.janitor.send_channel) if self.runs_engine else _NO_SENDER
         )
-        self.live = LiveWork()  # match actors' fan-outs in progress; the prematch job gives way to them
+        # match actors' fan-outs in progress and how many run: the prematch job gives way to them, and is
+        # paced while any runs
+        self.live = LiveWork(matches=lambda: len(self.orchestrator.owned) if self.orchestrator else 0)
         self.api: Any = None
         self.supervisor: Supervisor | None = None
         self.orchestrator: Orchestrator | None = None

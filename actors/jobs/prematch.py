@@ -47,11 +47,20 @@ others claim by claim: with three instances two of every three claim writes woul
 daemons' DynamoDB calls. The per-follower claims still decide who sends, so two
 instances that overlap (a lease that ran out) cannot send one alert twice.
 
-Live work first: before each follower the job gives way to this instance's live fan-outs (``LiveWork``,
-``give_way_s`` at most, 2 s). A follower is up to three DynamoDB calls (~1.1-1.2 ms of botocore CPU each, in worker
-threads that hold the GIL the sender's loop needs); a catch-up of many followers beside live matches is most
-of a daemon's CPU and lengthens every wicket's fan-out. An alert that says
-"starting soon" can wait a second; a wicket's 10,000 updates should not.
+Followers go in batches of ``batch_size`` (200): the batch's devices are read by the device each follow
+names (one BatchGetItem per 100; a Query only for a follower whose device changed since it followed), its
+claims are written ``send_concurrency`` at a time, its push-to-start claims in one call (a BatchGetItem and a
+TransactWriteItems per 100), then its pushes go out and each claim is confirmed as its results arrive. A
+follower costs two DynamoDB calls of its own (claim and confirm): a catch-up of 200,000 followers is still
+400,000 writes beside the live matches' ticks, on the same DynamoDB and in botocore worker threads that
+hold the GIL the sender's loop needs.
+
+Live work first: before each claim and each follower's pushes the job gives way to this instance's live
+fan-outs (``LiveWork``, ``give_way_s`` at most, 2 s), and its confirmations share the claims' concurrency.
+While this instance runs live matches, the claims are also paced at ``live_followers_per_s`` (100 a second;
+``Pace``): between fan-outs a catch-up would otherwise run its DynamoDB calls flat out beside every tick's,
+and stretch the next fan-out as much as one running beside it. With nothing live it goes at full speed.
+An alert that says "starting soon" can wait a second; a wicket's 10,000 updates should not.
 
 And a start time moved by more than ``restart_notify_threshold_s`` notifies again: the marker records the
 start time it was for, and a claim is allowed when the fixture's start differs from it by more than the
@@ -62,7 +71,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import math
 import time
 import uuid
 from collections import OrderedDict
@@ -76,7 +84,7 @@ from actors.janitor import TokenRef
 from actors.jobs.convert import TERMINAL_STATUSES, epoch_of, iso_utc
 from actors.jobs.reference_sync import LeagueDirectory
 from actors.jobs.settings import PrematchSettings
-from actors.livework import LiveWork
+from actors.livework import LiveWork, Pace
 from daemon import metrics
 from daemon.apns.types import Push, PushResult
 from daemon.backoff import backoff_delay
@@ -285,6 +293,7 @@ class CycleReport:
     no_device: int = 0
     tokens_removed: int = 0
     gave_way_s: float = 0.0  # waited for this instance's live fan-outs (give_way_s per follower)
+    paced_s: float = 0.0  # waited for the pace beside live matches (live_followers_per_s)
     push_to_start: int = 0
     starts_held: int = 0  # push-to-starts not sent: the follower's start claim was held (already started)
     sent: int = 0  # alerts handed to the sender
@@ -297,6 +306,7 @@ class _Work:
     decision: Decision
     marker: Marker | None
     team_id: str | None
+    device_token: str | None = None  # the device the follow names (written when the user followed)
 
 
 @dataclass
@@ -313,6 +323,7 @@ class _Claim:
     start_token: str | None = None
     results: dict[str, PushResult] = field(default_factory=dict)
     pending: int = 0  # results still to come
+    handed: bool = False  # its pushes were handed to the sender (or it had none to send)
     settled: bool = False
 
 
@@ -338,6 +349,8 @@ class PrematchNotifier:
         self._owner = owner or f"prematch-{uuid.uuid4().hex[:12]}"
         self._sender = sender
         self.settings = settings or PrematchSettings()
+        # beside live matches, at most live_followers_per_s followers a second (their claims)
+        self._pace = Pace(self.settings.live_followers_per_s, active=lambda: self._live.matches() > 0)
         self._topic = self.settings.topic or topic
         self._clock = clock
         self.leagues = leagues or LeagueDirectory(
@@ -452,8 +465,16 @@ class PrematchNotifier:
             elif decision is Decision.IN_FLIGHT:
                 report.in_flight += 1
             else:
-                team_id = follow.get("teamId")
-                work.append(_Work(user_id, decision, marker, team_id if isinstance(team_id, str) else None))
+                team_id, named = follow.get("teamId"), follow.get("deviceToken")
+                work.append(
+                    _Work(
+                        user_id,
+                        decision,
+                        marker,
+                        team_id if isinstance(team_id, str) else None,
+                        named if isinstance(named, str) and named else None,
+                    )
+                )
         if not work:
             return
         teams = await self._team_info(match.fixture)
@@ -473,80 +494,120 @@ class PrematchNotifier:
         now: float,
         report: CycleReport,
     ) -> None:
-        # Room for every result of the batch, so the sender never waits on us.
-        results_in, results_out = trio.open_memory_channel[PushResult](2 * len(batch))
-        claims: list[_Claim] = []
-        waiting: dict[str, _Claim] = {}
+        """One batch in three steps, so its DynamoDB calls are few and bounded: the devices (a BatchGetItem
+        per 100), the claims (``send_concurrency`` at a time, each after giving way to live fan-outs), the
+        batch's push-to-start claims (one call); then the pushes, each claim confirmed as its last result
+        arrives while the rest are still going out."""
         limiter = trio.CapacityLimiter(self.settings.send_concurrency)
-        sends_done = trio.Event()
+        devices = await self._devices_of(batch, now)
+        claims: list[_Claim] = []
 
-        async def one(work: _Work) -> None:
+        async def claim_one(work: _Work) -> None:
             async with limiter:
+                paced = await self._pace.take()
+                report.paced_s += paced
                 waited = await self._live.give_way(JOB, self.settings.give_way_s)
                 report.gave_way_s += waited  # (not `+= await`: that reads the sum before the wait)
-                claim = await self._claim(match, work, now, report)
-                if claim is None:
-                    return
-                claims.append(claim)
-                start = await self._claim_start(claim, now, report)
-                pushes = self._pushes(claim, teams, now, results_in, start=start)
-                claim.pending = len(pushes)
-                if not pushes:
-                    await self._settle_once(claim, report)
-                    return
-                for push in pushes:
-                    assert push.apns_id is not None
-                    waiting[push.apns_id] = claim
-                    await self._sender.send(push)
-                report.sent += 1
+                claim = await self._claim(match, work, devices.get(work.user_id), now, report)
+                if claim is not None:
+                    claims.append(claim)
 
-        async def send_all() -> None:
-            async with trio.open_nursery() as sends:
-                for work in batch:
-                    sends.start_soon(one, work)
+        async with trio.open_nursery() as nursery:
+            for work in batch:
+                nursery.start_soon(claim_one, work)
+        if not claims:
+            return
+        starting = await self._claim_starts(claims, now, report)
+
+        # Room for every result of the batch, so the sender never waits on us.
+        results_in, results_out = trio.open_memory_channel[PushResult](2 * len(claims))
+        waiting: dict[str, _Claim] = {}
+        # At most send_concurrency claims between their pushes and their confirmation: a crash then repeats
+        # only those (the rest of the batch is claimed but not sent, and the lease brings it back), and the
+        # confirmations keep pace with the sends.
+        window = trio.Semaphore(self.settings.send_concurrency)
+        sends = trio.CancelScope()
+        sends_done = trio.Event()
+
+        async def settle(claim: _Claim) -> None:
+            try:
+                async with limiter:
+                    await self._settle_once(claim, report)
+            finally:
+                window.release()
+
+        async def send_all(nursery: trio.Nursery) -> None:
+            with sends:
+                for claim in claims:
+                    await window.acquire()
+                    waited = await self._live.give_way(JOB, self.settings.give_way_s)
+                    report.gave_way_s += waited
+                    pushes = self._pushes(claim, teams, now, results_in, start=claim.user_id in starting)
+                    claim.pending, claim.handed = len(pushes), True
+                    if not pushes:
+                        nursery.start_soon(settle, claim)
+                        continue
+                    for push in pushes:
+                        assert push.apns_id is not None
+                        waiting[push.apns_id] = claim
+                        await self._sender.send(push)
+                    report.sent += 1
             sends_done.set()
 
         # Each claim is confirmed as soon as its last result is in, while the rest of the batch is still
-        # going out: a crash then repeats only what was in flight, not the whole unconfirmed batch. A
-        # missing answer is a failure, which leaves its claim unconfirmed and the lease brings it back
-        # (same collapse id).
+        # going out. No answer for result_timeout_s stops the batch: a missing answer is a failure, which
+        # leaves its claim unconfirmed, and the lease brings it back (same collapse id), as it does the
+        # claims not sent yet.
         async with results_out, trio.open_nursery() as nursery:
-            nursery.start_soon(send_all)
-            deadline = math.inf
-            while True:
-                if sends_done.is_set():
-                    if not any(c.pending for c in claims):
-                        break
-                    deadline = min(deadline, trio.current_time() + self.settings.result_timeout_s)
+            nursery.start_soon(send_all, nursery)
+            last_answer = trio.current_time()
+            while not (sends_done.is_set() and not any(c.pending for c in claims)):
                 result = None
-                with trio.move_on_at(min(deadline, trio.current_time() + 0.5)):
+                with trio.move_on_after(0.5):
                     result = await results_out.receive()
                 if result is None:
-                    if trio.current_time() >= deadline:
+                    if trio.current_time() - last_answer >= self.settings.result_timeout_s:
+                        sends.cancel()
                         break
                     continue
+                last_answer = trio.current_time()
                 claim = waiting.pop(result.push.apns_id or "", None)
                 if claim is None:
                     continue
                 claim.results[result.push.apns_id or ""] = result
                 claim.pending -= 1
                 if claim.pending == 0:
-                    nursery.start_soon(self._settle_once, claim, report)
+                    nursery.start_soon(settle, claim)
         for claim in claims:
-            await self._settle_once(claim, report)
+            if claim.handed:  # one never sent is not settled: its claim stands until the lease brings it back
+                await self._settle_once(claim, report)
 
     async def _settle_once(self, claim: _Claim, report: CycleReport) -> None:
         if not claim.settled:
             claim.settled = True
             await self._settle(claim, report)
 
-    async def _claim(self, match: DueMatch, work: _Work, now: float, report: CycleReport) -> _Claim | None:
+    async def _devices_of(self, batch: Sequence[_Work], now: float) -> dict[str, Mapping[str, Any]]:
+        """Each follower's registered device: by the device its follow names (BatchGetItem, 100 a call), else
+        by a Query per follower (``send_concurrency`` at a time). A follower without one is absent."""
+        named = {w.user_id: w.device_token for w in batch if w.device_token}
+        return await self._repos.devices.get_devices_of_users(
+            [w.user_id for w in batch], named, concurrency=self.settings.send_concurrency, now=now
+        )
+
+    async def _claim(
+        self,
+        match: DueMatch,
+        work: _Work,
+        device: Mapping[str, Any] | None,
+        now: float,
+        report: CycleReport,
+    ) -> _Claim | None:
+        """The follower's prematch claim, given its device (None: it has none); None when not taken."""
         user_id, decision, marker = work.user_id, work.decision, work.marker
-        device: Mapping[str, Any] | None = None
         if decision is Decision.NOTIFY:
-            # The device first: a follower nothing can reach is settled in the claim's own write (two calls,
-            # not claim + look-up + confirm). A device registered after the look-up is missed either way.
-            device = await self._repos.devices.get_device_for_user(user_id)
+            # A follower nothing can reach is settled in the claim's own write (one call, not claim +
+            # confirm). A device registered after the batch's device read is missed either way.
             reachable = bool(_alert_token(device))
             stamp = await self._repos.follows.claim_prematch(
                 match.match_id,
@@ -580,7 +641,6 @@ class PrematchNotifier:
             report.recovered += 1
             metrics.PREMATCH_NOTIFICATIONS.labels("recovered").inc()
             log.info("prematch_resend_after_lease", match_id=match.match_id, user_id=user_id)
-            device = await self._repos.devices.get_device_for_user(user_id)
         return _Claim(match, user_id, stamp, decision, collapse_start, team_id=work.team_id, device=device)
 
     def _pushes(
@@ -677,21 +737,27 @@ class PrematchNotifier:
             return None  # the owner starts it on a channel (see PrematchSettings.ios18_waits_for_channels)
         return str(token) if token else None
 
-    async def _claim_start(self, claim: _Claim, now: float, report: CycleReport) -> bool:
-        """Take the follower's push-to-start claim (``start:{match}:{user}``, the one the match's owner takes
-        before its own push-to-starts) until ``push_to_start_hold_s`` after the start: the owner does not
-        start the follower again meanwhile, and a follower the owner (or this job before a crash) already
-        started gets the alert only. False when no push-to-start is due or the claim is held."""
-        if self._start_token(claim) is None:
-            return False
-        hold = max(0.0, claim.match.start_epoch - now) + self.settings.push_to_start_hold_s
-        won = await self._repos.locks.claim_push_to_starts(
-            claim.match.match_id, [claim.user_id], owner=self._owner, hold_s=hold, now=now
+    async def _claim_starts(self, claims: Sequence[_Claim], now: float, report: CycleReport) -> set[str]:
+        """Take the push-to-start claims (``start:{match}:{user}``, the one the match's owner takes before its
+        own push-to-starts) of the batch's followers that are due one, in one call, until
+        ``push_to_start_hold_s`` after the start: the owner does not start them again meanwhile, and a
+        follower the owner (or this job before a crash) already started gets the alert only. The user ids
+        whose claim was taken; a held one is counted in ``starts_held``."""
+        due = [c.user_id for c in claims if self._start_token(c) is not None]
+        if not due:
+            return set()
+        match = claims[0].match
+        hold = max(0.0, match.start_epoch - now) + self.settings.push_to_start_hold_s
+        won = set(
+            await self._repos.locks.claim_push_to_starts(
+                match.match_id, due, owner=self._owner, hold_s=hold, now=now
+            )
         )
-        if not won:
-            report.starts_held += 1
-            log.info("prematch_push_to_start_held", match_id=claim.match.match_id, user_id=claim.user_id)
-        return bool(won)
+        for user_id in due:
+            if user_id not in won:
+                report.starts_held += 1
+                log.info("prematch_push_to_start_held", match_id=match.match_id, user_id=user_id)
+        return won
 
     async def _settle(self, claim: _Claim, report: CycleReport) -> None:
         match, user_id = claim.match, claim.user_id
@@ -794,12 +860,13 @@ class PrematchNotifier:
 
 def progress(report: CycleReport) -> dict[str, Any]:
     """A cycle in progress as ``ctl jobs`` shows it: claims taken, alerts sent, claims confirmed, time given
-    way to live fan-outs."""
+    way to live fan-outs and paced beside live matches."""
     return {
         "claims": report.claimed + report.recovered,
         "sent": report.sent,
         "confirmed": report.confirmed,
         "given_way_s": round(report.gave_way_s, 3),
+        "paced_s": round(report.paced_s, 3),
         "matches_due": report.matches_due,
     }
 

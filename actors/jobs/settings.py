@@ -160,6 +160,14 @@ class PrematchSettings(BaseModel):
         description="before each follower, wait while a live fan-out is in progress on this instance, at most "
         "this long (0: never); a wicket's updates go first, and the job still moves under continuous live load",
     )
+    live_followers_per_s: float = Field(
+        default=100.0,
+        ge=0,
+        le=100000,
+        description="while this instance runs live matches, at most this many followers a second (0: no "
+        "bound): between fan-outs a catch-up's DynamoDB calls would otherwise run flat out beside every tick's; "
+        "with no match live the job goes as fast as send_concurrency allows",
+    )
     match_lock_s: float = Field(
         default=120.0,
         gt=0,

@@ -18,8 +18,10 @@ The seed's "update push-to-start token" is GetItem + UpdateItem; here it is one 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+import trio
 
 from daemon.store.base import Item, Repository
 from daemon.store.codec import UpdateBuilder, from_item, iso
@@ -58,6 +60,35 @@ class DeviceRepository(Repository):
         simply absent: the caller falls back to ``get_device_for_user``."""
         found = await self._batch_get(keys, now=now)
         return {str(item["userId"]): item for item in found}
+
+    async def get_devices_of_users(
+        self,
+        users: Iterable[str],
+        named: Mapping[str, str],
+        *,
+        concurrency: int,
+        now: float | None = None,
+    ) -> dict[str, Item]:
+        """The device of each of ``users`` that has one, by user id: by the device their follow names
+        (``named``: user id to device token; ``get_devices``, 100 a call), else by ``get_device_for_user``
+        (at most ``concurrency`` Queries in flight). A user without a device is absent."""
+        users = list(users)
+        pairs = [(u, named[u]) for u in users if named.get(u)]
+        found = await self.get_devices(pairs, now=now) if pairs else {}
+        missing = [u for u in users if u not in found]
+        if missing:
+            limiter = trio.CapacityLimiter(concurrency)
+
+            async def one(user_id: str) -> None:
+                async with limiter:
+                    device = await self.get_device_for_user(user_id, now=now)
+                if device is not None:
+                    found[user_id] = device
+
+            async with trio.open_nursery() as nursery:
+                for user_id in missing:
+                    nursery.start_soon(one, user_id)
+        return found
 
     async def get_devices_for_user(self, user_id: str, *, now: float | None = None) -> list[Item]:
         """Every unexpired record of the user (normally one)."""

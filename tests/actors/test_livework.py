@@ -1,12 +1,14 @@
-"""LiveWork: background jobs give way to the live fan-outs in progress, for a bounded time (virtual time)."""
+"""LiveWork: background jobs give way to the live fan-outs in progress, for a bounded time, and are paced beside
+live matches (virtual time)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
-from actors.livework import LiveWork
+from actors.livework import LiveWork, Pace
 from daemon import metrics
 
 
@@ -59,3 +61,35 @@ async def test_a_fan_out_that_begins_after_an_idle_spell_is_waited_for_again(aut
         nursery.start_soon(_hold, live, 3.0)
         await trio.sleep(0.1)
         assert abs(await live.give_way("test", 10.0) - 2.9) < 1e-6
+
+
+async def test_a_pace_spaces_concurrent_takers_at_its_rate(autojump_clock: Any) -> None:
+    pace = Pace(10.0)  # 10 a second
+    started = trio.current_time()
+    taken: list[float] = []
+
+    async def worker() -> None:
+        for _ in range(5):
+            await pace.take()
+            taken.append(trio.current_time() - started)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):  # 8 concurrent takers share the one schedule
+            nursery.start_soon(worker)
+    assert len(taken) == 40
+    assert sorted(taken) == pytest.approx([i / 10 for i in range(40)])
+
+
+async def test_a_pace_allows_its_burst_then_its_rate_and_nothing_while_inactive(autojump_clock: Any) -> None:
+    live = [False]
+    pace = Pace(2.0, burst=3, active=lambda: live[0])
+    for _ in range(100):  # inactive: never waits
+        assert await pace.take() == 0.0
+    await trio.sleep(10)
+    live[0] = True
+    waits = [await pace.take() for _ in range(5)]
+    assert waits[:3] == [0.0, 0.0, 0.0]  # the burst
+    assert waits[3:] == [pytest.approx(0.5), pytest.approx(0.5)]  # then 2 a second
+    assert await Pace(0.0).take() == 0.0  # 0: no bound
+    with pytest.raises(ValueError, match="rate must be >= 0"):
+        Pace(-1.0)

@@ -24,9 +24,10 @@ from actors.jobs.prematch import (
 )
 from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork
-from daemon import metrics
+from daemon import metrics, seed
+from daemon.apns.types import Push
 from daemon.store.locks import prematch_lock_key
-from daemon.store.tables import DEVICES, MATCH_FOLLOWS
+from daemon.store.tables import DEVICES, LOCKS, MATCH_FOLLOWS
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
@@ -379,6 +380,36 @@ async def test_actor_survives_failing_cycles_and_notifies_once_they_pass(repos: 
     assert len(sender.pushes) == 1 and notifier.failures == 0
 
 
+class SilentSender(RecordingSender):
+    """Takes every push and never answers (a connection that went away with them)."""
+
+    async def send(self, push: Push) -> None:
+        self.pushes.append(push)
+
+
+async def test_a_sender_that_never_answers_stops_the_batch_with_every_claim_left_to_the_lease(
+    repos: Any,
+) -> None:
+    users = await _match_7_followed_by(repos, 20)
+    settings = PrematchSettings(send_concurrency=4, result_timeout_s=0.5)
+    silent = SilentSender()
+    clock = Clock()
+    with trio.fail_after(30):
+        report = await PrematchNotifier(repos, silent, settings, topic=TOPIC, clock=clock).run_cycle()
+    # four claims went out and got no answer; the other sixteen were never sent: none is confirmed, so none
+    # is lost
+    assert len([p for p in silent.pushes if p.kind == "alert"]) == 4
+    assert (report.claimed, report.failed, report.confirmed) == (20, 4, 0)
+    states = {f["userId"]: f.get("prematchState") for f in await repos.follows.get_followers_for_match("7")}
+    assert set(states.values()) == {"claimed"}
+    clock.now += settings.claim_lease_s + 1
+    sender = RecordingSender()
+    report = await PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=clock).run_cycle()
+    assert report.recovered == 20 and all(len(sender.to(token(u), "alert")) == 1 for u in users)
+    first = {p.token: p.collapse_id for p in silent.pushes}
+    assert all(first[p.token] == p.collapse_id for p in sender.pushes if p.token in first)
+
+
 def test_settings_refuse_a_lease_shorter_than_the_result_wait() -> None:
     with pytest.raises(ValueError, match="claim_lease_s"):
         PrematchSettings(claim_lease_s=10, result_timeout_s=30)
@@ -451,8 +482,75 @@ async def test_under_continuous_live_load_followers_wait_at_most_give_way_s_each
     assert 3 * 0.2 <= report.gave_way_s < 3 * 5.0, "each follower waited its 0.2 s, then went on"
 
 
+async def test_beside_live_matches_the_followers_are_paced_and_with_none_they_are_not(repos: Any) -> None:
+    await _match_7_followed_by(repos, 20)
+    matches_live = [1]
+    live = LiveWork(matches=lambda: matches_live[0])
+    settings = PrematchSettings(live_followers_per_s=20.0)
+    started = trio.current_time()
+    report = await PrematchNotifier(
+        repos, RecordingSender(), settings, topic=TOPIC, clock=Clock(), live=live
+    ).run_cycle()
+    assert report.claimed == 20 and report.paced_s > 0
+    assert trio.current_time() - started >= 19 / 20, "20 claims at 20 a second span at least 0.95 s"
+
+    await put_fixture(repos, 8, START)
+    for user in ("v0", "v1", "v2"):
+        await follow(repos, 8, user, start=START)
+        await register(repos, user)
+    matches_live[0] = 0  # nothing live on this instance: full speed
+    report = await PrematchNotifier(
+        repos, RecordingSender(), settings, topic=TOPIC, clock=Clock(), live=live
+    ).run_cycle()
+    assert report.claimed == 3 and report.paced_s == 0.0
+
+
 def _calls(table: str, operation: str) -> float:
     return metrics.DYNAMODB_CALLS.labels(table=table, operation=operation)._value.get()
+
+
+async def test_a_batch_reads_its_devices_and_takes_its_start_claims_in_a_few_calls(repos: Any) -> None:
+    # 250 followers whose follows name their devices: two batches (200 + 50). The devices come from one
+    # BatchGetItem per 100, the push-to-start claims from one read and one transaction per 100, so a
+    # follower costs its claim and its confirmation only. u0's named device was replaced since it
+    # followed: it is found by the user's Query and gets the new one.
+    await seed_reference(repos)
+    await put_fixture(repos, 7, START)
+    users = [f"u{i}" for i in range(250)]
+    await seed.seed_followers(
+        repos,
+        "7",
+        [seed.Follower(u, "1", "d0", device_token=token(u)) for u in users],
+        expires_at=START + seed.FOLLOW_TTL_S,
+    )
+    for user in users[1:]:
+        await register(repos, user)
+    await seed.seed_devices(
+        repos,
+        [
+            seed.Follower(
+                "u0", None, "d0", device_token=token("u0-new"), push_to_start_token=token("u0", "start")
+            )
+        ],
+    )
+    ops = [(DEVICES, "BatchGetItem"), (DEVICES, "Query"), (DEVICES, "GetItem"), (LOCKS, "BatchGetItem")]
+    ops += [(LOCKS, "TransactWriteItems"), (MATCH_FOLLOWS, "UpdateItem")]
+    before = {op: _calls(*op) for op in ops}
+    sender = RecordingSender()
+    report = await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    calls = {op: _calls(*op) - before[op] for op in ops}
+    assert (report.claimed, report.accepted, report.push_to_start, report.confirmed) == (250, 250, 250, 250)
+    assert sender.to(token("u0-new"), "alert") and not sender.to(token("u0"), "alert")
+    assert all(len(sender.to(token(u), "alert")) == 1 for u in users[1:])
+    assert all(len(sender.to(token(u, "start"), "start")) == 1 for u in users)
+    assert calls == {
+        (DEVICES, "BatchGetItem"): 2 + 1,
+        (DEVICES, "Query"): 1,  # u0's fallback
+        (DEVICES, "GetItem"): 0,
+        (LOCKS, "BatchGetItem"): 2 + 1,
+        (LOCKS, "TransactWriteItems"): 2 + 1,
+        (MATCH_FOLLOWS, "UpdateItem"): 2 * 250,  # claim + confirm each
+    }
 
 
 async def test_a_follower_nothing_can_reach_costs_a_look_up_and_one_write(repos: Any) -> None:

@@ -112,6 +112,7 @@ async def test_a_crash_mid_batch_repeats_only_the_alerts_in_flight(repos: Any) -
     await successor.run_cycle()
     resent = {p.token for p in successor_sender.pushes if p.kind == "alert" and p.token in sent_before}
     assert resent <= {token(u) for u in in_flight}, "an alert confirmed before the crash was sent again"
+    assert len(resent) <= settings.send_concurrency, "more were between their send and confirmation"
     assert not any(token(u) in resent for u in confirmed)
     after = {f["userId"]: f.get("prematchState") for f in await repos.follows.get_followers_for_match("7")}
     assert set(after.values()) == {"sent"} and len(after) == 60
@@ -134,7 +135,7 @@ async def test_the_cycles_progress_is_visible_while_it_runs(repos: Any) -> None:
     assert notifier.stats()["progress"] is None
     await notifier.run_cycle()
     assert seen and all(p is not None and p["claims"] >= 1 for p in seen)
-    assert set(seen[0]) == {"claims", "sent", "confirmed", "given_way_s", "matches_due"}
+    assert set(seen[0]) == {"claims", "sent", "confirmed", "given_way_s", "paced_s", "matches_due"}
     assert notifier.stats()["progress"] is None  # between cycles
     last = notifier.stats()["last"]
     assert last["claimed"] == 3 and last["sent"] == 3 and last["confirmed"] == 3
