@@ -5,10 +5,11 @@ wrap each round of pushes to their sessions in ``fanout()``; a background job ca
 before each unit of its own work and, while a fan-out is in progress, waits for it to end - at most
 ``max_wait_s``, so that a job still moves under continuous live load.
 
-Why: a wicket's 10,000 Live Activity updates are the product; a prematch follower is up to three DynamoDB calls
-of 1.1-1.2 ms of CPU each in botocore's worker threads (``bench/dynamodb_call_cost.py``), which hold the GIL
-the sender's event loop needs, so a job working through thousands of followers beside live matches
-lengthens every wicket's fan-out (docs/performance.md: the target soak with and without the prematch job).
+Why: a wicket's 10,000 Live Activity updates are the product; a prematch follower is two DynamoDB calls of
+its own (claim and confirmation) of 1.1-1.2 ms of CPU each in botocore's worker threads
+(``bench/dynamodb_call_cost.py``), which hold the GIL the sender's event loop needs, so a job working
+through thousands of followers beside live matches lengthens every wicket's fan-out (docs/performance.md:
+the target soak with and without the prematch job).
 A fan-out lasts about a second; the job loses that second, the wicket does not wait behind the job.
 
 Between fan-outs the job is paced (``Pace``) while this instance runs live matches (``matches()``): its

@@ -3,7 +3,7 @@
     python bench/soak.py [--matches M] [--tokens T] [--instances I] [--speed X] [--kill-every S]
                          [--duration S] [--cadence S] [--lease S] [--seed N] [--format T20|T10]
                          [--stagger S] [--drain S] [--dynamodb moto|dynalite] [--apns python|nginx]
-                         [--ios18-share F] [--compare-single] [--single-tokens T]
+                         [--ios18-share F] [--prematch-settled] [--compare-single] [--single-tokens T]
 
 Runs M synthesised T20 matches concurrently at speed X against the local servers (moto on loopback, the
 replay server, the APNs server), with T Live Activity tokens in total spread over the matches, across I
@@ -72,6 +72,12 @@ Definitions (what the figures mean):
   perspective (two owners racing). ``ios18_start_s``: seconds from a match's first ball being served to each
   of its iOS 18 phones' activity starting (on a channel or, failing one, on a token): p50, p90, max, how
   many within 5/10/20/30/60 s, and how many never started.
+- The prematch job: the matches start seconds after their 200,000 followers are seeded, so by default the
+  job runs its downtime catch-up (every follower of every match at once) beside live play, paced by
+  ``[jobs.prematch].live_followers_per_s`` (``prematch_followers``: how many it worked through).
+  ``--prematch-settled`` seeds each follow with the job's settled marker instead, as production has it
+  when play begins: the job notified the followers in the 30 minutes before the start, and at play its
+  cycles find nothing to do.
 
 The last line printed is one JSON object with those figures.
 """
@@ -435,6 +441,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             apns_peer=(nginx.url, nginx.ca_file) if nginx is not None else None,
             extra_config={"match": {"session_refresh_s": args.session_refresh}},
             ios18_share=args.ios18_share,
+            prematch_settled=args.prematch_settled,
         )
         async with trio.open_nursery() as nursery:
             try:
@@ -788,6 +795,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease", type=float, default=3.0, help="lock lease in seconds")
     parser.add_argument("--start-delay", type=float, default=8.0, help="wall seconds before the first ball")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--prematch-settled",
+        action="store_true",
+        help="seed the follows as notified by the prematch job already (no catch-up beside live play)",
+    )
     parser.add_argument(
         "--ios18-share",
         type=float,

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from daemon.store import Repositories
 from daemon.store.codec import iso
+from daemon.store.follows import PREMATCH_SENT
 
 # How long seeded follows live: long enough for any local run, short enough that DynamoDB's TTL cleans up.
 FOLLOW_TTL_S = 48 * 3600
+PREMATCH_MARKER_S = 4 * 3600  # a settled marker outlives the job's window (start + catch-up + grace)
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,10 @@ async def seed_followers(
     expires_at: float,
     now: float | None = None,
     app_version: str = "local",
+    marker: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write each follower's follow, and the device and session they were given."""
+    """Write each follower's follow (with ``marker``'s attributes when given), and the device and session
+    they were given."""
     followers = list(followers)
     stamp = iso(time.time() if now is None else now, timespec="seconds")
     follows = []
@@ -137,6 +141,7 @@ async def seed_followers(
             "userId": f.user_id,
             "expiresAt": int(expires_at),
             "createdAt": stamp,
+            **(marker or {}),
         }
         if f.team_id is not None:
             follow["teamId"] = f.team_id
@@ -194,8 +199,11 @@ async def seed_match(
     devices: bool = False,
     sessions: bool = False,
     app_version: str = "local",
+    prematch_settled: bool = False,
 ) -> SeededMatch:
-    """The league, both teams, the fixture and ``followers`` followers (half each team) of a tape's match."""
+    """The league, both teams, the fixture and ``followers`` followers (half each team) of a tape's match.
+    ``prematch_settled``: each follow carries the prematch job's settled marker for this start, as if the job
+    had notified its follower before the match (a run about live play, without the job's catch-up)."""
     match_id = str(tape.fixture_id)
     local, visitor = tape.localteam, tape.visitorteam
     await seed_reference(
@@ -216,7 +224,21 @@ async def seed_match(
         devices=devices,
         sessions=sessions,
     )
+    marker = None
+    if prematch_settled:
+        marker = {
+            "prematchFor": iso(starts_at, timespec="seconds"),
+            "prematchStart": int(starts_at),
+            "prematchState": PREMATCH_SENT,
+            "prematchResult": "accepted",
+            "prematchExpiresAt": int(starts_at + PREMATCH_MARKER_S),
+        }
     await seed_followers(
-        repos, match_id, people, expires_at=time.time() + FOLLOW_TTL_S, app_version=app_version
+        repos,
+        match_id,
+        people,
+        expires_at=time.time() + FOLLOW_TTL_S,
+        app_version=app_version,
+        marker=marker,
     )
     return SeededMatch(match_id, str(tape.league_id), people)

@@ -279,6 +279,7 @@ class UnfollowedMemo:
 class CycleReport:
     matches_due: int = 0
     matches_unfollowed: int = 0
+    matches_settled: int = 0  # followed, and every follower notified for this start already
     matches_skipped_unfollowed: int = 0
     follower_reads: int = 0
     claimed: int = 0
@@ -413,8 +414,18 @@ class PrematchNotifier:
                 report.matches_locked += 1  # another instance is working through its followers
                 continue
             try:
-                followers = await self._repos.follows.get_followers_for_match(match.match_id)
+                # only the followers whose marker is not settled for this start come back: once a match's
+                # followers are notified, its later cycles read nothing but the Query's pages
+                followers = await self._repos.follows.get_prematch_pending(
+                    match.match_id,
+                    start_epoch=match.start_epoch,
+                    threshold_s=s.restart_notify_threshold_s,
+                    now=now,
+                )
                 report.follower_reads += 1
+                if not followers and await self._repos.follows.has_followers(match.match_id, now=now):
+                    report.matches_settled += 1  # every follower notified for this start already
+                    continue
                 if not followers:
                     report.matches_unfollowed += 1
                     self.unfollowed.remember(

@@ -116,6 +116,50 @@ class MatchFollowRepository(Repository):
     # (claimed|sent), prematchClaimedMs (the claim's stamp: a fencing token), prematchExpiresAt,
     # prematchAt, prematchResult.
 
+    async def get_prematch_pending(
+        self, match_id: str, *, start_epoch: float, threshold_s: float, now: float | None = None
+    ) -> list[Item]:
+        """The follows of a match whose prematch marker is not settled for a start at ``start_epoch``: no
+        marker, an expired one, one for a start more than ``threshold_s`` away, or a claim not confirmed (a
+        FilterExpression, so the settled majority is neither sent nor parsed; ``actors.jobs.prematch.decide``
+        judges each one returned). The job's read every cycle: once a match's followers are notified, a
+        cycle costs the Query's pages and nothing more."""
+        t = self._now(now)
+        names = {
+            "#mid": "matchId",
+            "#pf": "prematchFor",
+            "#ps": "prematchStart",
+            "#pst": "prematchState",
+            "#pe": "prematchExpiresAt",
+        }
+        values = {
+            ":mid": match_id,
+            ":n": "N",
+            ":sent": PREMATCH_SENT,
+            ":lo": start_epoch - threshold_s,
+            ":hi": start_epoch + threshold_s,
+            ":now": t,
+        }
+        pending = (
+            "attribute_not_exists(#pf) OR NOT attribute_type(#ps, :n)"
+            " OR (attribute_exists(#pst) AND #pst <> :sent)"  # (no state reads as sent)
+            " OR #ps < :lo OR #ps > :hi OR #pe <= :now"
+        )
+        return await self._query("#mid = :mid", filter_expression=pending, names=names, values=values, now=t)
+
+    async def has_followers(self, match_id: str, *, now: float | None = None) -> bool:
+        """Whether anyone follows the match (a Query of one item's key)."""
+        found = await self._query(
+            "#mid = :mid",
+            names={"#mid": "matchId"},
+            values={":mid": match_id},
+            now=now,
+            fields=["userId"],
+            max_items=1,
+            Limit=1,
+        )
+        return bool(found)
+
     async def claim_prematch(
         self,
         match_id: str,

@@ -93,6 +93,7 @@ class Cluster:
         apns_peer: tuple[str, str] | None = None,
         stagger_wall_s: float = 0.0,
         ios18_share: float = 0.0,
+        prematch_settled: bool = False,
     ) -> None:
         self.workdir = workdir
         self.moto_url = moto_url
@@ -119,6 +120,7 @@ class Cluster:
         # this share of each match's followers (spread evenly over both teams) run iOS 18: seeded without a
         # session, they are started by the daemons' push-to-start on a broadcast channel (``start_phones``)
         self.ios18_share = ios18_share
+        self.prematch_settled = prematch_settled  # followers seeded as notified by prematch already
         self.channel_phones: dict[str, tuple[str, Any]] = {}  # push-to-start token -> (match id, follower)
         self.channel_started: dict[
             str, float
@@ -227,6 +229,7 @@ class Cluster:
                 league_name="Cluster",
                 league_code="CL",
                 sessions=True,
+                prematch_settled=self.prematch_settled,
             )
             self.matches[seeded.match_id] = seeded
             if self.ios18_share > 0:

@@ -200,7 +200,8 @@ async def test_followers_get_one_alert_and_push_to_start_where_they_have_a_token
 
     clock.now += MINUTE
     again = await notifier.run_cycle()
-    assert again.done == 3 and again.claimed == 0 and len(sender.pushes) == 3
+    # the next cycle finds every follower settled for this start: nothing read back, nothing sent
+    assert (again.matches_settled, again.claimed, again.done, len(sender.pushes)) == (1, 0, 0, 3)
 
 
 async def _match_7_followed_by(repos: Any, n: int) -> list[str]:
@@ -307,7 +308,7 @@ async def test_small_start_time_moves_do_not_renotify_but_a_big_move_does(repos:
 
     await put_fixture(repos, 7, START + 10 * MINUTE)  # a 10-minute delay: the same notification
     clock.now += MINUTE
-    assert (await notifier.run_cycle()).done == 1
+    assert (await notifier.run_cycle()).matches_settled == 1
 
     await put_fixture(repos, 7, START + 2 * 3600)  # pushed back two hours
     clock.now = START + 2 * 3600 - 25 * MINUTE
@@ -503,6 +504,47 @@ async def test_beside_live_matches_the_followers_are_paced_and_with_none_they_ar
         repos, RecordingSender(), settings, topic=TOPIC, clock=Clock(), live=live
     ).run_cycle()
     assert report.claimed == 3 and report.paced_s == 0.0
+
+
+async def test_the_pending_read_returns_exactly_the_followers_decide_does_not_call_done(repos: Any) -> None:
+    settings = PrematchSettings(restart_notify_threshold_s=900)
+    now = T0
+    iso = "2027-01-15T08:20:00Z"
+    marked = {"prematchFor": iso, "prematchStart": int(START), "prematchExpiresAt": int(START + 7200)}
+    markers: dict[str, dict[str, Any]] = {
+        "none": {},
+        "sent": {**marked, "prematchState": "sent"},
+        "sent_no_state": marked,  # a marker without a state reads as sent
+        "moved_within": {**marked, "prematchState": "sent", "prematchStart": int(START + 899)},
+        "moved_at_threshold": {**marked, "prematchState": "sent", "prematchStart": int(START - 900)},
+        "moved_early": {**marked, "prematchState": "sent", "prematchStart": int(START - 901)},
+        "moved_late": {**marked, "prematchState": "sent", "prematchStart": int(START + 901)},
+        "expired": {**marked, "prematchState": "sent", "prematchExpiresAt": int(now)},
+        "claimed_fresh": {**marked, "prematchState": "claimed", "prematchClaimedMs": int(now * 1000)},
+        "claimed_lapsed": {
+            **marked,
+            "prematchState": "claimed",
+            "prematchClaimedMs": int((now - 600) * 1000),
+        },
+        "start_not_a_number": {**marked, "prematchState": "sent", "prematchStart": "soon"},
+        "no_start": {"prematchFor": iso, "prematchState": "sent", "prematchExpiresAt": int(START + 7200)},
+    }
+    expires = int(START + seed.FOLLOW_TTL_S)
+    await repos.follows.import_items(
+        [{"matchId": "7", "userId": u, "expiresAt": expires, **m} for u, m in markers.items()]
+    )
+    pending = await repos.follows.get_prematch_pending(
+        "7", start_epoch=START, threshold_s=settings.restart_notify_threshold_s, now=now
+    )
+    everyone = await repos.follows.get_followers_for_match("7", now=now)
+    not_done = {
+        f["userId"]
+        for f in everyone
+        if decide(Marker.of(f), start_epoch=START, now=now, settings=settings) is not Decision.DONE
+    }
+    assert {f["userId"] for f in pending} == not_done
+    assert not_done == set(markers) - {"sent", "sent_no_state", "moved_within", "moved_at_threshold"}
+    assert await repos.follows.has_followers("7") and not await repos.follows.has_followers("8")
 
 
 def _calls(table: str, operation: str) -> float:

@@ -318,7 +318,9 @@ async def test_defect5_a_match_nobody_follows_is_read_with_backoff_not_every_cyc
     our_reads = await queries_over(20, notifier.run_cycle)
 
     assert legacy_reads == 20  # legacy: "skipping (will retry)" every 60 s
-    assert our_reads == 3  # ours: at 0, 5 and 15 minutes (the wait doubles)
+    # ours: looks at 0, 5 and 15 minutes (the wait doubles), each a read of the followers not yet notified
+    # and, finding none, a one-item read of whether anyone follows
+    assert our_reads == 3 * 2
     assert notifier.last_report is not None and notifier.last_report.matches_skipped_unfollowed == 1
 
 
