@@ -39,6 +39,7 @@ from botocore.exceptions import ClientError
 from daemon.logs import get_logger
 from daemon.store.base import Repository
 from daemon.store.codec import from_item, iso, to_item
+from daemon.store.dynamo import TRANSACT_MAX_ACTIONS, cancellation_codes
 from daemon.store.tables import DISPLAY_STATE_CACHE, FIXTURE_CACHE, FIXTURE_CACHE_BY_LEAGUE_INDEX
 
 log = get_logger("daemon.store")
@@ -109,7 +110,7 @@ def livescores_cache_key(region: str) -> str:
 
 
 # TransactWriteItems takes at most 100 actions and 4 MB: one action is the lease's ConditionCheck.
-TRANSACT_MAX_PUTS = 99
+TRANSACT_MAX_PUTS = TRANSACT_MAX_ACTIONS - 1
 TRANSACT_MAX_BYTES = 3_500_000
 
 
@@ -361,10 +362,9 @@ class FixtureCacheRepository(Repository):
                     self.logical, "transact_write_items", TransactItems=[condition(), *chunk]
                 )
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
-                    reasons = exc.response.get("CancellationReasons") or [{}]
-                    if reasons[0].get("Code") in ("ConditionalCheckFailed", None):
-                        raise FenceLost(f"the feed lease no longer holds (epoch {epoch})") from None
+                codes = cancellation_codes(exc)
+                if codes is not None and (codes or [None])[0] in ("ConditionalCheckFailed", None):
+                    raise FenceLost(f"the feed lease no longer holds (epoch {epoch})") from None
                 raise
             written += len(chunk)
         return written - (summary is not None)

@@ -41,9 +41,10 @@ from daemon.store.settings import DynamoSettings
 
 log = get_logger("daemon.store")
 
-# DynamoDB's per-call limits (API Reference: BatchWriteItem, BatchGetItem).
+# DynamoDB's per-call limits (API Reference: BatchWriteItem, BatchGetItem, TransactWriteItems).
 BATCH_WRITE_MAX = 25
 BATCH_GET_MAX = 100
+TRANSACT_MAX_ACTIONS = 100
 
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
 
@@ -69,6 +70,16 @@ def is_condition_failed(exc: BaseException) -> bool:
     return (
         isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED
     )
+
+
+def cancellation_codes(exc: BaseException) -> list[str | None] | None:
+    """For a cancelled TransactWriteItems (``TransactionCanceledException``): each action's cancellation
+    reason code, in the order of the actions (None where it gave none). None for any other error."""
+    if not isinstance(exc, ClientError) or exc.response.get("Error", {}).get("Code") != (
+        "TransactionCanceledException"
+    ):
+        return None
+    return [(reason or {}).get("Code") for reason in exc.response.get("CancellationReasons") or []]
 
 
 # --- per-task call counting ---------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from botocore.exceptions import ClientError
 
 from daemon.store.base import Repository
 from daemon.store.codec import from_item, to_attr, to_item
+from daemon.store.dynamo import TRANSACT_MAX_ACTIONS, cancellation_codes
 from daemon.store.tables import LOCKS
 
 OWNER_SEPARATOR = "#"  # not allowed in a configured instance id, so the split below is unambiguous
@@ -76,9 +77,6 @@ def match_lock_key(match_id: str) -> str:
 def prematch_lock_key(match_id: str) -> str:
     """The lock under which one instance at a time works through a match's prematch notifications."""
     return f"prematch:{match_id}"
-
-
-TRANSACT_MAX_ITEMS = 100  # DynamoDB's limit of actions in one TransactWriteItems
 
 
 def push_to_start_claim_key(match_id: str, user_id: str) -> str:
@@ -209,9 +207,11 @@ class LockRepository(Repository):
                     held.add(str(item["lockKey"]))
         free = [u for u in users if u in forced or push_to_start_claim_key(match_id, u) not in held]
         won: set[str] = set()
-        for i in range(0, len(free), TRANSACT_MAX_ITEMS):
+        for i in range(0, len(free), TRANSACT_MAX_ACTIONS):
             won.update(
-                await self._claim_chunk(match_id, free[i : i + TRANSACT_MAX_ITEMS], owner, hold_s, t, forced)
+                await self._claim_chunk(
+                    match_id, free[i : i + TRANSACT_MAX_ACTIONS], owner, hold_s, t, forced
+                )
             )
         return [u for u in users if u in won]
 
@@ -244,14 +244,13 @@ class LockRepository(Repository):
                 await self.dynamo.call(self.logical, "transact_write_items", TransactItems=actions)
                 return pending
             except ClientError as exc:
-                error = exc.response.get("Error", {})
-                if error.get("Code") != "TransactionCanceledException":
+                codes = cancellation_codes(exc)
+                if codes is None:
                     raise
-                reasons = exc.response.get("CancellationReasons") or []
                 taken = {
                     pending[i]
-                    for i, reason in enumerate(reasons[: len(pending)])
-                    if (reason or {}).get("Code") == "ConditionalCheckFailed"
+                    for i, code in enumerate(codes[: len(pending)])
+                    if code == "ConditionalCheckFailed"
                 }
                 if not taken:
                     raise  # cancelled for another reason (a conflicting transaction): botocore retried already
