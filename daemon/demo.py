@@ -275,7 +275,7 @@ class DemoRun:
             nursery.start_soon(self.iphones.start_activities, lambda: list(apns.records))
             if self.args.exit_at_end:
                 await self.ended.wait()
-                await trio.sleep(0.2)  # let the janitor and the end sequence's writes settle
+                await self._wound_up()
             else:
                 await daemon.finished.wait()
             daemon.shutdown()
@@ -283,6 +283,15 @@ class DemoRun:
             nursery.cancel_scope.cancel()
         self._print(json.dumps({"summary": self.summary()}))
         return 0
+
+    async def _wound_up(self) -> None:
+        """After the end's delivery, the match actor's wind-up (channels deleted, sessions ended, the match
+        deactivated, the lock released) runs on; the actor leaves the orchestrator's owned set when it is done.
+        Bounded, so a wind-up stuck on a dead part cannot hold the demo open."""
+        with trio.move_on_after(30):
+            while self.daemon.orchestrator is not None and self.match_id in self.daemon.orchestrator.owned:
+                await trio.sleep(0.05)
+        await trio.sleep(0.2)  # the janitor's last writes
 
     async def _seed(self, repos: Any, tape: Any) -> None:
         """The demo league, both teams and the match, starting in DEMO_START_DELAY_S; its followers come
