@@ -17,7 +17,10 @@ project's validating Python APNs server. At the target scale (20 matches, 200,00
 those peers, not the daemons, are the bottleneck (moto answers a Query of 10,000 sessions in ~5 s; the Python
 APNs server costs 100-200 µs per push), so ``--dynamodb dynalite`` (npm, installed on first use) and
 ``--apns nginx`` (a C HTTP/2 server that records what it was sent) take their place. See
-``tests/harness/dynalite.py`` and ``tests/harness/nginx_apns.py`` for what each does not check.
+``tests/harness/dynalite.py`` and ``tests/harness/nginx_apns.py`` for what each does not check. With
+``--apns nginx --ios18-share F`` the project's server runs beside nginx for channel management and
+broadcasts (nginx cannot fan a broadcast out to the phones on a channel); every per-token push, the
+push-to-starts included, goes to nginx, and the harness reads the push-to-starts from nginx's record file.
 
 Definitions (what the figures mean):
 - key events in the tapes: the events that must reach every token whatever the cadence — every wicket that
@@ -421,6 +424,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     kills = 0
     kill_times: list[float] = []
     tally: Tally | None = None
+    held: list[dict[str, Any]] = []  # beside nginx: broadcasts not yet counted (see the sample loop)
     cut = started
     try:
         if nginx is not None:
@@ -460,6 +464,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     if isinstance(text, str):
                         sm_base[(f"i{inst.slot}", inst.proc.pid)] = _sportmonks_calls(text)
 
+                start_offset = [0]  # how far the nginx record file has been read for push-to-starts
+                read_to = [0.0]  # ... and up to what time
+
                 async def sample_loop() -> None:
                     while True:
                         for name, proc in (("dynamodb", store.proc), ("apns", nginx.proc if nginx else None)):
@@ -467,7 +474,18 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                                 raise RuntimeError(
                                     f"the {name} peer exited with code {proc.returncode}: see {workdir}"
                                 )
-                        if cluster.apns is not None:
+                        if nginx is not None and cluster.apns is not None:
+                            # push-to-starts go to nginx, broadcasts to the project's server beside it: a
+                            # broadcast is counted once the starts answered before it are read, so it reaches
+                            # the phones that were on its channel by then (nginx flushes once a second)
+                            starts, start_offset[0], through = nginx.starts_since(start_offset[0])
+                            await cluster.start_phones(starts)
+                            read_to[0] = max(read_to[0], through or 0.0, time.time() - 3.0)
+                            held.extend(cluster.apns.records)
+                            cluster.apns.records = []
+                            tally.eat(r for r in held if r["time"] <= read_to[0])
+                            held[:] = [r for r in held if r["time"] > read_to[0]]
+                        elif cluster.apns is not None:
                             records, cluster.apns.records = cluster.apns.records, []
                             if cluster.channel_phones:
                                 await cluster.start_phones(records)
@@ -538,10 +556,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             if nginx is not None:
                 await trio.to_thread.run_sync(nginx.stop)
     assert tally is not None
+    if cluster.apns is not None:  # the project's server: every push, or beside nginx the broadcasts
+        tally.eat([*held, *cluster.apns.records])
     if nginx is not None:
         tally.eat(nginx.records())
-    elif cluster.apns is not None:
-        tally.eat(cluster.apns.records)
     if args.keep_workdir:
         print(f"soak: logs, configurations and APNs records kept in {workdir}", file=sys.stderr)
     else:  # nginx's record of a target run is hundreds of MB

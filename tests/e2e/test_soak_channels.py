@@ -5,6 +5,7 @@ twice for a perspective, none is left behind at the end, and no key event is los
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+HAS_NGINX = shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
 
 
 @pytest.mark.slow
@@ -57,5 +59,36 @@ def test_owner_killed_mid_match_with_channels_creates_none_twice_leaks_none_lose
     channels = result["channels"]
     assert channels["created"] == 3, result  # neutral and both teams, once, whoever owned the match
     assert channels["open_at_end"] == 0 and channels["deleted"] == 3, result
+    assert result["expected_deliveries"] > 0 and result["lost"] == 0, result
+    assert result["duplicate_alerts"] == 0, result
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not HAS_NGINX, reason="nginx is not installed (Debian: apt-get install nginx-light)")
+def test_with_nginx_for_the_per_token_pushes_the_channel_phones_start_from_its_record_and_get_everything() -> (
+    None
+):
+    """The target soak's peers: per-token pushes (push-to-starts included) to nginx, channel management and
+    broadcasts to the project's server beside it; the harness starts the iOS 18 phones from nginx's record."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(PROJECT_ROOT / "bench" / "soak.py"),
+            *("--matches", "1", "--tokens", "40", "--instances", "2", "--speed", "600"),
+            *("--kill-every", "0", "--cadence", "0.5", "--lease", "3", "--duration", "200"),
+            *("--session-refresh", "2", "--ios18-share", "0.75", "--drain", "20", "--apns", "nginx"),
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["matches_ended"] == 1, result
+    assert result["channel_phones_started"] == result["channel_phones"] == 30, result
+    assert result["ios18_phones_started_twice"] == 0, result
+    assert result["broadcasts"] > 0 and result["channels"]["created"] == result["channels"]["deleted"] == 3
     assert result["expected_deliveries"] > 0 and result["lost"] == 0, result
     assert result["duplicate_alerts"] == 0, result

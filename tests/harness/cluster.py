@@ -113,7 +113,9 @@ class Cluster:
         self.keep_records = keep_records
         self.extra_config = extra_config or {}
         # (url, CA file) of an APNs peer the caller runs (e.g. nginx for the soak); None: the project's
-        # own validating APNs server, in this loop, whose ``records`` the caller reads
+        # own validating APNs server, in this loop, whose ``records`` the caller reads. With iOS 18 phones
+        # the project's server runs beside the peer for what the peer cannot do: channel management and
+        # broadcasts (``[apns].broadcast_host``), which it fans out to the phones subscribed to the channel.
         self.apns_peer = apns_peer
         # match i starts i * stagger_wall_s after the first: real matches do not bowl in step
         self.stagger_wall_s = stagger_wall_s
@@ -130,6 +132,7 @@ class Cluster:
         # accepted push-to-starts per iOS 18 phone (more than one would start a second activity on a phone)
         self.start_pushes: dict[str, int] = defaultdict(int)
         self.management_port = 0
+        self.broadcast_port = 0  # the project's server beside a peer: where broadcasts go
         self.apns_url = ""
         self.apns_ca_file = ""
         self.instances: dict[int, Instance] = {}
@@ -166,9 +169,7 @@ class Cluster:
         for n in range(1, 65):
             kid = f"GEN{n:07d}"
             self._keys[kid] = generate_signing_key(kid)
-        if self.apns_peer is not None:
-            self.apns_url, self.apns_ca_file = self.apns_peer
-        else:
+        if self.apns_peer is None or self.ios18_share > 0:
             self.apns = ApnsTestServer(
                 team_id=TEAM_ID,
                 keys={kid: pair.public_pem for kid, pair in self._keys.items()},
@@ -179,6 +180,12 @@ class Cluster:
             await nursery.start(self.apns.serve)
             self.management_port = await nursery.start(self.apns.serve_management)
             self.apns_url, self.apns_ca_file = f"https://127.0.0.1:{self.apns.port}", self.apns.ca_file
+        if self.apns_peer is not None:
+            peer_url, peer_ca = self.apns_peer
+            if self.apns is not None:  # both servers' CAs in one bundle, broadcasts to the project's server
+                bundle = _ca_bundle(self.workdir / "apns-ca-bundle.pem", peer_ca, self.apns.ca_file)
+                self.broadcast_port, peer_ca = self.apns.port, bundle
+            self.apns_url, self.apns_ca_file = peer_url, peer_ca
         self.replay = ReplayServer(
             [],
             speed=self.speed,
@@ -358,6 +365,7 @@ class Cluster:
                     if self.management_port
                     else {}
                 ),
+                **({"broadcast_host": f"127.0.0.1:{self.broadcast_port}"} if self.broadcast_port else {}),
             },
             "orchestrator": {"cycle_s": self.cycle_s, "lease_s": self.lease_s, "clock_skew_bound_s": 0.5},
             # sessions are seeded before the daemons start: a slow refresh keeps moto (one thread) free
@@ -459,6 +467,12 @@ class Cluster:
             if record.get("status") == 200:
                 out[record["token"]].append(record)
         return out
+
+
+def _ca_bundle(path: Path, *ca_files: str) -> str:
+    """One CA file trusting every server named (the daemons take one ``[apns].ca_file``)."""
+    path.write_text("".join(Path(f).read_text() for f in ca_files))
+    return str(path)
 
 
 async def admin_request(path: str, cmd: str, args: list[str] | None = None) -> Any:

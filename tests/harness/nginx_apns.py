@@ -8,8 +8,8 @@ machine. nginx costs a few µs, so the daemons are what gets measured. It does n
 
 Record lines (``record_path``): ``{"t": <epoch s, ms>, "s": <status>, "u": "/3/device/<token>",
 "k": "start|update|end", "b": "<body or empty>"}``. To keep the file small the body is written only for
-pushes that carry something a benchmark looks at: an ``end``, or an update/start whose ``events`` list is
-not empty (``"events":[]`` is how ``daemon.cricket.payloads`` encodes "no event this tick").
+pushes that carry something a benchmark looks at: a ``start`` (an iOS 18 phone learns its channel from it),
+an ``end``, or an update whose ``events`` list is not empty (``"events":[]`` is how ``daemon.cricket.payloads`` encodes "no event this tick").
 
 Needs Debian's ``nginx-light`` (or any nginx with HTTP/2 and SSL); the body is read with the echo module
 (``libnginx-mod-http-echo``) when present, else through a proxy hop to a second local server block.
@@ -48,7 +48,7 @@ http {{
     keepalive_timeout 600s;
     http2_max_concurrent_streams 1000;
     client_body_buffer_size 16k;
-    map $request_body $interesting {{ "~\\"event\\":\\"end\\"" 1; "~\\"events\\":\\[\\]" 0; default 1; }}
+    map $request_body $interesting {{ "~\\"event\\":\\"end\\"" 1; "~\\"event\\":\\"start\\"" 1; "~\\"events\\":\\[\\]" 0; default 1; }}
     map $interesting $logged_body {{ 1 $request_body; default ""; }}
     map $request_body $kind {{ "~\\"event\\":\\"end\\"" end; "~\\"event\\":\\"start\\"" start; default update; }}
     log_format rec escape=json '{{"t":$msec,"s":$status,"u":"$request_uri","k":"$kind","b":"$logged_body"}}';
@@ -157,19 +157,43 @@ class NginxApns:
             return
         with self.record_path.open("rb") as f:
             for line in f:
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a crash: nothing to count
-                body = r.get("b") or ""
-                try:
-                    payload = json.loads(body) if body else None
-                except ValueError:
-                    payload = None  # a body cut short: the client went away mid-request (status 499)
-                yield {
-                    "time": float(r["t"]),
-                    "status": int(r["s"]),
-                    "token": str(r["u"]).rsplit("/", 1)[-1],
-                    "kind": r.get("k"),
-                    "payload": payload,
-                }
+                record = _record(line)
+                if record is not None:
+                    yield record
+
+    def starts_since(self, offset: int) -> tuple[list[dict[str, Any]], int, float | None]:
+        """The push-to-starts recorded from byte ``offset`` on (complete lines only: nginx flushes its buffer
+        at least once a second while running), the offset to read from next time, and the time of the last
+        line read (None when there was none): every push answered before it has been read."""
+        if self.record_path is None or not self.record_path.exists():
+            return [], offset, None
+        with self.record_path.open("rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1
+        lines = chunk[:end].splitlines()
+        starts = [
+            record for line in lines if b'"k":"start"' in line and (record := _record(line)) is not None
+        ]
+        last = _record(lines[-1]) if lines else None
+        return starts, offset + end, None if last is None else last["time"]
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    """One record line as the benchmarks read it; None for a line cut by a crash (nothing to count)."""
+    try:
+        r = json.loads(line)
+    except ValueError:
+        return None
+    body = r.get("b") or ""
+    try:
+        payload = json.loads(body) if body else None
+    except ValueError:
+        payload = None  # a body cut short: the client went away mid-request (status 499)
+    return {
+        "time": float(r["t"]),
+        "status": int(r["s"]),
+        "token": str(r["u"]).rsplit("/", 1)[-1],
+        "kind": r.get("k"),
+        "payload": payload,
+    }

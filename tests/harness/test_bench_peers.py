@@ -51,8 +51,9 @@ async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_car
                 await client.post("/3/device/aaa", content=_body("update", wicket)),
                 await client.post("/3/device/bbb", content=_body("update", [])),
                 await client.post("/3/device/ccc", content=_body("end", [])),
+                await client.post("/3/device/ddd", content=_body("start", [])),
             ]
-        assert [a.status_code for a in answers] == [200, 200, 200]
+        assert [a.status_code for a in answers] == [200, 200, 200, 200]
         assert {a.http_version for a in answers} == {"HTTP/2"}
     finally:
         server.stop()  # flushes the buffered record lines
@@ -61,10 +62,12 @@ async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_car
         ("aaa", "update", 200),
         ("bbb", "update", 200),
         ("ccc", "end", 200),
+        ("ddd", "start", 200),
     ]
     assert records[0]["payload"]["aps"]["content-state"]["events"] == wicket  # non-ASCII survives the log
     assert records[1]["payload"] is None  # nothing to look at: the body is not logged
     assert records[2]["payload"]["aps"]["event"] == "end"
+    assert records[3]["payload"]["aps"]["event"] == "start"  # a push-to-start always: it names the channel
     assert all(r["time"] > 1.7e9 for r in records)
 
 
@@ -374,3 +377,19 @@ async def test_push_to_start_claims_taken_meanwhile_are_left_out_on_dynalite(dyn
         )
     finally:
         dynamo.close()
+
+
+def test_nginx_push_to_starts_are_read_as_they_are_flushed_complete_lines_only(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    start = '{"t":2.5,"s":200,"u":"/3/device/%s","k":"start","b":"{\\"aps\\":{\\"event\\":\\"start\\"}}"}\n'
+    update = '{"t":2.6,"s":200,"u":"/3/device/uuu","k":"update","b":""}\n'
+    path.write_text(start % "s1" + update + (start % "s2")[:20])  # the last line not flushed whole yet
+    server = NginxApns(record_path=path)
+    starts, offset, through = server.starts_since(0)
+    assert [(r["token"], r["payload"]) for r in starts] == [("s1", {"aps": {"event": "start"}})]
+    assert through == 2.6  # the update after it was read too
+    assert server.starts_since(offset) == ([], offset, None)
+    path.write_text(path.read_text() + (start % "s2")[20:] + start % "s3")
+    starts, offset, through = server.starts_since(offset)
+    assert [r["token"] for r in starts] == ["s2", "s3"] and through == 2.5
+    assert offset == path.stat().st_size
