@@ -157,6 +157,7 @@ class MatchActor:
         self._first_display = trio.Event()
         # iOS 18 broadcast channels (None: off, or a sender without channel management)
         self.channel_sessions: dict[str, Session] = {}
+        self._session_items = 0  # items the last session read returned (ended and channel ones too)
         self._bundle = topic.removesuffix(LIVEACTIVITY_TOPIC_SUFFIX)
         request = getattr(getattr(sender, "channels", None), "request", None)
         self.channels: MatchChannels | None = (
@@ -309,8 +310,7 @@ class MatchActor:
         sessions = await self._repos.live_activities.get_all_la_sessions_for_match(
             self.match_id, fields=SESSION_FIELDS
         )
-        old = self.sessions
-        old_channel = self.channel_sessions
+        old, old_channel, self._session_items = self.sessions, self.channel_sessions, len(sessions)
         fresh: dict[str, Session] = {}
         fresh_channel: dict[str, Session] = {}
         for item in sessions:
@@ -359,9 +359,10 @@ class MatchActor:
 
     def refresh_interval(self) -> float:
         """Seconds to the next session refresh: ``session_refresh_s``, longer for a big match so that its
-        re-reads stay under ``session_refresh_items_per_s`` (their decoding is most of a big match's CPU)."""
+        re-reads stay under ``session_refresh_items_per_s`` (their decoding is most of a big match's CPU).
+        Every item the read returns counts: channel and ended sessions are read and decoded too."""
         s = self._settings
-        return max(s.session_refresh_s, len(self.sessions) / s.session_refresh_items_per_s)
+        return max(s.session_refresh_s, self._session_items / s.session_refresh_items_per_s)
 
     async def _refresh_loop(self) -> None:
         followers_due = -math.inf

@@ -119,6 +119,17 @@ async def seed_reference(
         await repos.teams.batch_write_teams(rows)
 
 
+def prematch_marker(starts_at: float) -> dict[str, Any]:
+    """The attributes the prematch job leaves on a follow whose follower it notified for ``starts_at``."""
+    return {
+        "prematchFor": iso(starts_at, timespec="seconds"),
+        "prematchStart": int(starts_at),
+        "prematchState": PREMATCH_SENT,
+        "prematchResult": "accepted",
+        "prematchExpiresAt": int(starts_at + PREMATCH_MARKER_S),
+    }
+
+
 async def seed_followers(
     repos: Repositories,
     match_id: str,
@@ -224,21 +235,12 @@ async def seed_match(
         devices=devices,
         sessions=sessions,
     )
-    marker = None
-    if prematch_settled:
-        marker = {
-            "prematchFor": iso(starts_at, timespec="seconds"),
-            "prematchStart": int(starts_at),
-            "prematchState": PREMATCH_SENT,
-            "prematchResult": "accepted",
-            "prematchExpiresAt": int(starts_at + PREMATCH_MARKER_S),
-        }
     await seed_followers(
         repos,
         match_id,
         people,
         expires_at=time.time() + FOLLOW_TTL_S,
         app_version=app_version,
-        marker=marker,
+        marker=prematch_marker(starts_at) if prematch_settled else None,
     )
     return SeededMatch(match_id, str(tape.league_id), people)

@@ -51,10 +51,35 @@ async def test_refresh_without_followers_leaves_the_follower_map_alone(repos: An
     assert actor.follower_team == {"u1": "7", "u2": "8"}
 
 
-async def test_a_big_match_refreshes_its_sessions_less_often() -> None:
-    actor = _actor(None, session_refresh_s=15, session_refresh_items_per_s=250)
+class _BigMatch:
+    """A match's session read: 2,000 on update tokens, 7,000 on broadcast channels, 1,000 ended."""
+
+    def __init__(self) -> None:
+        self.live_activities = self
+        self.follows = self
+
+    async def get_all_la_sessions_for_match(self, match_id: str, **_: Any) -> list[dict[str, Any]]:
+        token = [
+            {"visitorKey": f"t{i}#d", "updateToken": f"{i:064x}", "status": "active"} for i in range(2000)
+        ]
+        channel = [
+            {"visitorKey": f"c{i}#d", "channelId": "ch-neutral", "status": "active"} for i in range(7000)
+        ]
+        ended = [
+            {"visitorKey": f"e{i}#d", "updateToken": f"{i:064x}", "status": "ended"} for i in range(1000)
+        ]
+        return [*token, *channel, *ended]
+
+    async def get_followers_for_match(self, match_id: str, **_: Any) -> list[dict[str, Any]]:
+        return []
+
+
+async def test_a_big_match_refreshes_its_sessions_less_often_counting_every_item_its_read_returns() -> None:
+    actor = _actor(_BigMatch(), session_refresh_s=15, session_refresh_items_per_s=250)
     assert actor.refresh_interval() == 15
-    actor.sessions = {f"u{i}#d": None for i in range(10_000)}  # type: ignore[misc]
+    await actor.refresh_sessions()
+    assert (len(actor.sessions), len(actor.channel_sessions)) == (2000, 7000)
+    # 10,000 items read and decoded, whatever path each session is on: every 40 s, not every 15
     assert actor.refresh_interval() == 40
 
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,35 +17,22 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 HAS_NGINX = shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_owner_killed_mid_match_with_channels_creates_none_twice_leaks_none_loses_nothing() -> None:
+# one match of 40 followers, 30 of them on iOS 18, at 600x with two instances
+SHORT = ("--matches", "1", "--tokens", "40", "--instances", "2", "--speed", "600", "--cadence", "0.5")
+SHORT_TAIL = ("--lease", "3", "--duration", "200", "--session-refresh", "2", "--ios18-share", "0.75")
+
+
+def _soak(*args: str) -> dict[str, Any]:
+    """The soak benchmark's JSON result for the short run with ``args`` added."""
     proc = subprocess.run(
         [
             sys.executable,
             str(PROJECT_ROOT / "bench" / "soak.py"),
-            "--matches",
-            "1",
-            "--tokens",
-            "40",
-            "--instances",
-            "2",
-            "--speed",
-            "600",
-            "--kill-every",
-            "8",
-            "--cadence",
-            "0.5",
-            "--lease",
-            "3",
-            "--duration",
-            "200",
-            "--session-refresh",
-            "2",
-            "--ios18-share",
-            "0.75",
+            *SHORT,
+            *SHORT_TAIL,
             "--drain",
             "20",
+            *args,
         ],
         cwd=PROJECT_ROOT,
         capture_output=True,
@@ -52,7 +40,13 @@ def test_owner_killed_mid_match_with_channels_creates_none_twice_leaks_none_lose
         timeout=500,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_owner_killed_mid_match_with_channels_creates_none_twice_leaks_none_loses_nothing() -> None:
+    result = _soak("--kill-every", "8")
     assert result["matches_ended"] == 1 and result["kills"] >= 1, result
     assert result["channel_phones_started"] == result["channel_phones"] == 30, result
     assert result["broadcasts"] > 0, result
@@ -71,21 +65,7 @@ def test_with_nginx_for_the_per_token_pushes_the_channel_phones_start_from_its_r
 ):
     """The target soak's peers: per-token pushes (push-to-starts included) to nginx, channel management and
     broadcasts to the project's server beside it; the harness starts the iOS 18 phones from nginx's record."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(PROJECT_ROOT / "bench" / "soak.py"),
-            *("--matches", "1", "--tokens", "40", "--instances", "2", "--speed", "600"),
-            *("--kill-every", "0", "--cadence", "0.5", "--lease", "3", "--duration", "200"),
-            *("--session-refresh", "2", "--ios18-share", "0.75", "--drain", "20", "--apns", "nginx"),
-        ],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=500,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = _soak("--kill-every", "0", "--apns", "nginx")
     assert result["matches_ended"] == 1, result
     assert result["channel_phones_started"] == result["channel_phones"] == 30, result
     assert result["ios18_phones_started_twice"] == 0, result

@@ -228,10 +228,11 @@ class Cluster:
     async def seed(self) -> None:
         """Each tape's match, starting at its offset, with ``followers_per_match`` running sessions."""
         for i, tape in enumerate(self.tapes):
+            starts_at = time.time() + self._start_offset_s(i)
             seeded = await seed_match(
                 self.repos,
                 tape,
-                starts_at=time.time() + self._start_offset_s(i),
+                starts_at=starts_at,
                 followers=self.followers_per_match,
                 league_name="Cluster",
                 league_code="CL",
@@ -240,18 +241,30 @@ class Cluster:
             )
             self.matches[seeded.match_id] = seeded
             if self.ios18_share > 0:
-                await self._seed_ios18(seeded)
+                await self._seed_ios18(seeded, starts_at)
 
-    async def _seed_ios18(self, seeded: SeededMatch) -> None:
+    async def _seed_ios18(self, seeded: SeededMatch, starts_at: float) -> None:
         """The iOS 18 share of a match's followers: their seeded session ended (so the daemons start them),
         their device on iOS 18 with a push-to-start token, and their follow naming that device (as the API
         writes it when a user with a registered device follows). Their update token stays their device key.
-        Written with BatchWriteItem (25 a call): at the target load that is 160,000 phones."""
+        Written with BatchWriteItem (25 a call): at the target load that is 160,000 phones.
+
+        With ``prematch_settled`` they were started before play instead, as the prematch job does in the
+        window before the start: the match's channels exist (created at the APNs server and recorded on the
+        fixture, as a previous owner leaves them), each phone's session is on its perspective's channel and
+        the phone listens to it; their follows carry the job's settled marker."""
         import secrets
 
-        from daemon.seed import FOLLOW_TTL_S
+        from daemon.seed import FOLLOW_TTL_S, prematch_marker
         from daemon.store.codec import iso
 
+        channels: dict[str, str] = {}
+        if self.prematch_settled:
+            teams = sorted({f.team_id for f in seeded.followers if f.team_id is not None})
+            for perspective in ("neutral", *teams):
+                channels[perspective] = str(self.apns.channels.create(TOPIC, 0))
+            await self.repos.fixtures.swap_broadcast_channels(seeded.match_id, None, channels)
+        started: list[tuple[Any, ...]] = []
         now = time.time()
         stamp = iso(now, timespec="seconds")
         ended: list[dict[str, Any]] = []
@@ -263,19 +276,25 @@ class Cluster:
                 continue
             pts = secrets.token_hex(32)
             device_token = secrets.token_hex(32)
-            ended.append(
-                {
-                    "matchId": seeded.match_id,
-                    "visitorKey": follower.visitor_key,
-                    "userId": follower.user_id,
-                    "deviceId": follower.device_id,
-                    "updateToken": follower.update_token,
-                    "status": "ended",
-                    "sessionStartedAt": stamp,
-                    "endedAt": stamp,
-                    "endReason": "ios18-seed",
-                }
-            )
+            if channels:  # started before play, on its perspective's channel
+                channel = channels.get(follower.team_id or "") or channels["neutral"]
+                started.append((seeded.match_id, follower.user_id, follower.device_id, None, None, channel))
+                self.apns.subscribe(str(follower.update_token), channel)
+                self.channel_started[str(follower.update_token)] = now
+            else:
+                ended.append(
+                    {
+                        "matchId": seeded.match_id,
+                        "visitorKey": follower.visitor_key,
+                        "userId": follower.user_id,
+                        "deviceId": follower.device_id,
+                        "updateToken": follower.update_token,
+                        "status": "ended",
+                        "sessionStartedAt": stamp,
+                        "endedAt": stamp,
+                        "endReason": "ios18-seed",
+                    }
+                )
             devices.append(
                 {
                     "userId": follower.user_id,
@@ -297,12 +316,14 @@ class Cluster:
             }
             if follower.team_id is not None:
                 follow["teamId"] = follower.team_id
+            if self.prematch_settled:
+                follow.update(prematch_marker(starts_at))
             follows.append(follow)
             self.channel_phones[pts] = (seeded.match_id, follower)
-        if ended:
-            await self.repos.live_activities.import_items(ended)
-            await self.repos.devices.import_items(devices)
-            await self.repos.follows.import_items(follows)
+        await self.repos.live_activities.import_items(ended)
+        await self.repos.live_activities.register_la_sessions(started, now=now)
+        await self.repos.devices.import_items(devices)
+        await self.repos.follows.import_items(follows)
 
     async def start_phones(self, records: Iterable[dict[str, Any]]) -> None:
         """iOS 18 phones a push-to-start reached: their activity starts on the channel it named (they listen
