@@ -19,7 +19,8 @@ def tick_timings(
 ) -> dict[str, float]:
     """Where a key event's time went, for the ``key_event_tick`` log line: from the leader's fetch to the
     tick done, to the tick's start (the cache hop and the queue), the tick itself, and from its start to each
-    mark (``persisted``: the alert intent written; ``answer``: APNs' first answer)."""
+    mark (``persisted``: the alert intent written; ``answer``: the first answer the actor took, which for a
+    fan-out is after its whole hand-off, watermark writes included, however early APNs answered)."""
     out = {"since_fetch_s": since_fetch_s, "at_start_s": at_start_s, "tick_s": tick_s}
     out.update({f"{name}_s": at - started for name, at in marks.items()})
     return {k: round(v, 3) for k, v in out.items()}
