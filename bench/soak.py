@@ -333,12 +333,6 @@ def _prematch_followers(metrics_text: str) -> float:
     )
 
 
-def _served(replay: Any) -> int:
-    """SportMonks requests the replay server answered so far (control requests aside)."""
-    served = getattr(replay, "requests_served", {}) or {}
-    return sum(v for k, v in served.items() if k != "control")
-
-
 def _per_slot(calls: dict[tuple[str, int], float], base: dict[tuple[str, int], float]) -> dict[str, float]:
     """Each slot's calls summed over its processes, less what the processes it had at the start of the
     window had already made."""
@@ -458,7 +452,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 token_match = {t: m.match_id for m in cluster.matches.values() for t in m.tokens}
                 tally = Tally(token_match)
                 # the SportMonks window opens now: what each process had called before it is left out
-                window_start, served_start = time.time(), _served(cluster.replay)
+                window_start, served_start = time.time(), cluster.replay.sportmonks_requests()
                 for inst in list(cluster.instances.values()):
                     text = await admin_request(cluster.admin_socket(inst), "metrics")
                     if isinstance(text, str):
@@ -517,7 +511,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                             next_kill = trio.current_time() + args.kill_every
                 cut = time.time()
                 # the SportMonks window closes at the cut-off (or the last match's end): the drain is left out
-                window_end, served_end = cut, _served(cluster.replay)
+                window_end, served_end = cut, cluster.replay.sportmonks_requests()
                 for inst in list(cluster.instances.values()):
                     text = await admin_request(cluster.admin_socket(inst), "metrics")
                     if isinstance(text, str):

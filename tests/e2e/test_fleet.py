@@ -47,11 +47,6 @@ async def _feed(cluster: Cluster, inst: Instance) -> dict[str, Any]:
     return dict(answer)
 
 
-def _served(cluster: Cluster) -> int:
-    """SportMonks requests the replay server has served (its own control requests left out)."""
-    return sum(cluster.replay.requests_served.values()) - cluster.replay.requests_served["control"]
-
-
 def _calls(feed: dict[str, Any]) -> int:
     return sum(per.get("ok", 0) + per.get("error", 0) + per.get("retry", 0) for per in feed["calls"].values())
 
@@ -86,13 +81,13 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
             # count is read on both sides of each replay-server reading (admin requests take time under load,
             # and the leader polls meanwhile): the requests served lie between the inner and outer counts.
             outer0 = _calls(await _feed(cluster, leader))
-            served0 = _served(cluster)
+            served0 = cluster.replay.sportmonks_requests()
             inner0 = _calls(await _feed(cluster, leader))
             before = {i.slot: _calls(await _feed(cluster, i)) for i in cluster.instances.values()}
             await trio.sleep(4.0)
             after = {i.slot: _calls(await _feed(cluster, i)) for i in cluster.instances.values()}
             inner1 = _calls(await _feed(cluster, leader))
-            served1 = _served(cluster)
+            served1 = cluster.replay.sportmonks_requests()
             outer1 = _calls(await _feed(cluster, leader))
             assert (await _leader(cluster))[1] == epoch, "the leader changed during the window"
             made = {slot: after[slot] - before[slot] for slot in after}

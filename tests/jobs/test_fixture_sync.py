@@ -281,6 +281,8 @@ async def test_syncs_from_the_project_replay_server_like_from_sportmonks(repos: 
     items = await stored(repos, ["900", "901", "902"])
     assert {it["leagueCode"] for it in items.values()} == {"SRL"}
     assert server.requests_served["fixtures"] == 2  # two pages of two
+    # with no feed view of /livescores given, the job made that call itself: three SportMonks calls in all
+    assert server.sportmonks_requests() == 3, server.requests_served
 
 
 async def test_a_chunk_that_keeps_failing_is_skipped_so_the_rest_of_the_full_sync_goes_on(

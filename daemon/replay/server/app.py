@@ -197,6 +197,10 @@ class ReplayServer:
         if self._stop_event is not None:
             self._stop_event.set()
 
+    def sportmonks_requests(self) -> int:
+        """SportMonks requests answered so far, every endpoint together (the control requests aside)."""
+        return sum(n for endpoint, n in self.requests_served.items() if endpoint != "control")
+
     def status(self) -> dict[str, dict[str, Any]]:
         """Per fixture: cursor, total, status, started_at, ms_per_ball, speed, paused, finished, ..."""
         now = self.clock()
