@@ -528,7 +528,7 @@ class PrematchNotifier:
                 nursery.start_soon(claim_one, work)
         if not claims:
             return
-        starting = await self._claim_starts(claims, now, report)
+        starting = await self._claim_starts(match, claims, now, report)
 
         # Room for every result of the batch, so the sender never waits on us.
         results_in, results_out = trio.open_memory_channel[PushResult](2 * len(claims))
@@ -748,7 +748,9 @@ class PrematchNotifier:
             return None  # the owner starts it on a channel (see PrematchSettings.ios18_waits_for_channels)
         return str(token) if token else None
 
-    async def _claim_starts(self, claims: Sequence[_Claim], now: float, report: CycleReport) -> set[str]:
+    async def _claim_starts(
+        self, match: DueMatch, claims: Sequence[_Claim], now: float, report: CycleReport
+    ) -> set[str]:
         """Take the push-to-start claims (``start:{match}:{user}``, the one the match's owner takes before its
         own push-to-starts) of the batch's followers that are due one, in one call, until
         ``push_to_start_hold_s`` after the start: the owner does not start them again meanwhile, and a
@@ -757,7 +759,6 @@ class PrematchNotifier:
         due = [c.user_id for c in claims if self._start_token(c) is not None]
         if not due:
             return set()
-        match = claims[0].match
         hold = max(0.0, match.start_epoch - now) + self.settings.push_to_start_hold_s
         won = set(
             await self._repos.locks.claim_push_to_starts(
