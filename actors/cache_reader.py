@@ -15,10 +15,15 @@ the orchestrator's next cycle.
 When it reads: the leader polls once per cadence and writes each poll's changed fixtures, then the poll's
 summary, whose ``fetchedAt`` comes back with every read (the same BatchGetItem): it is the leader's
 heartbeat, present whether or not a fixture changed, and a read that sees it sees that poll's fixtures.
-So the reader aims just after the next poll's writes (``next_read_in``: last poll + cadence + a margin);
-when that poll is not in yet, it looks again a margin later, for up to a cadence; past that (no leader
-is polling: it died, or is being replaced) every half cadence. Without a summary it aims by the newest
-fixture instead. On the leader it only waits: the feed serves the subscribers in process.
+So the reader aims at the moment the next poll's writes become visible (``next_read_in``: last poll +
+cadence + the write delay). That delay is measured, not assumed (``WriteDelay``): each time a read sees a
+new poll, the time from that poll's fetch to the start of that read is a sample (a read begun that long
+after the fetch found the writes), and the reader aims one step before the smallest recent sample, so the
+estimate keeps coming down to what the leader and DynamoDB take now; the clock difference between the two
+instances is in it too. When that poll is not in yet, it looks again a step (a 25th of a cadence) later, for up to a
+cadence; past that (no leader is polling: it died, or is being replaced) every half cadence. Without a
+summary it aims by the newest fixture instead. On the leader it only waits: the feed serves the
+subscribers in process.
 
 It also answers the orchestrator's ``livescores()`` on a follower, from the leader's
 summary item, and hands the 404 verdicts written with it to the feed (``adopt_not_found``: a fixture the
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -44,24 +50,54 @@ from daemon.sportmonks.settings import FeedSettings
 
 log = get_logger("actors.cache_reader")
 
-READ_MARGIN_S = 0.25  # after the leader's expected write: its transaction takes a moment
+DEFAULT_WRITE_DELAY_S = 0.25  # before a poll has been seen arriving: the leader's write takes a moment
+STEPS_PER_CADENCE = 25  # while the next poll is not in: look again every 25th of a cadence
+DELAY_SAMPLES = 8  # polls the write delay is measured over
+
+
+class WriteDelay:
+    """How long after the leader's fetch its writes are visible to this reader, from the recent polls this
+    reader saw arrive: the smallest sample (how long after its poll's fetch the first read that found the
+    poll began), at most half a cadence."""
+
+    def __init__(self, samples: int = DELAY_SAMPLES) -> None:
+        self._samples: deque[float] = deque(maxlen=samples)
+
+    def add(self, seen_after_s: float) -> None:
+        self._samples.append(max(0.0, seen_after_s))
+
+    def estimate(self, cadence_s: float) -> float:
+        """The delay to aim at, one step under the smallest sample (so a read that still finds the writes
+        brings the estimate down), or ``DEFAULT_WRITE_DELAY_S`` before any sample."""
+        if not self._samples:
+            return min(DEFAULT_WRITE_DELAY_S, cadence_s / 2)
+        return min(cadence_s / 2, max(0.0, min(self._samples) - read_step(cadence_s)))
+
+    def describe(self) -> float | None:
+        return None if not self._samples else round(min(self._samples), 3)
+
+
+def read_step(cadence_s: float) -> float:
+    """How much later the reader looks again while the poll it expects is not in."""
+    return cadence_s / STEPS_PER_CADENCE
 
 
 def next_read_in(
-    cadence_s: float, last_poll_at: float | None, now_wall: float, margin_s: float = READ_MARGIN_S
+    cadence_s: float, last_poll_at: float | None, now_wall: float, delay_s: float = DEFAULT_WRITE_DELAY_S
 ) -> float:
-    """Seconds to the next read, from the leader's last poll (wall clock): just after its next poll's
-    writes; a margin later while that poll is late (up to a cadence); half a cadence once no leader seems
-    to poll. Never less than a tenth of a cadence."""
-    floor = cadence_s / 10
+    """Seconds to the next read, from the leader's last poll (wall clock): when its next poll's writes are
+    expected to be visible (``delay_s`` after that poll's fetch); a step later while that poll is late (up to
+    a cadence); half a cadence once no leader seems to poll. Never less than a step."""
+    step = read_step(cadence_s)
     if last_poll_at is None:
         return cadence_s / 2
     behind = now_wall - last_poll_at
-    if behind < cadence_s + margin_s:
-        return max(floor, cadence_s + margin_s - behind)
-    if behind < 2 * cadence_s + margin_s:
-        return max(floor, min(margin_s, cadence_s / 2))
-    return max(floor, cadence_s / 2)
+    due = cadence_s + delay_s
+    if behind < due:
+        return max(step, due - behind)
+    if behind < due + cadence_s:
+        return step
+    return max(step, cadence_s / 2)
 
 
 def reader_cadence(settings: FeedSettings, marquee: bool) -> float:
@@ -91,6 +127,7 @@ class CacheReader:
         self.seen: dict[str, tuple[int, int]] = {}
         self.newest_fetched_at: float | None = None
         self.last_poll_at: float | None = None  # the leader's last /livescores poll, from its summary
+        self.write_delay = WriteDelay()
         self.reads = 0
         self.delivered = 0
         self.errors = 0
@@ -111,18 +148,26 @@ class CacheReader:
                 await trio.sleep(cadence / 2)
                 continue
             await self.read_once(subs)
-            heartbeat = self.last_poll_at if self.last_poll_at is not None else self.newest_fetched_at
-            await trio.sleep(next_read_in(cadence, heartbeat, self._wall()))
+            if self.last_poll_at is not None:
+                wait = next_read_in(
+                    cadence, self.last_poll_at, self._wall(), self.write_delay.estimate(cadence)
+                )
+            else:
+                wait = next_read_in(cadence, self.newest_fetched_at, self._wall())
+            await trio.sleep(wait)
 
     async def read_once(self, subs: dict[str, bool] | None = None) -> int:
         """One BatchGetItem of the change stamps of every subscribed match (and of the leader's 404
         verdicts), then one of the fixtures that changed (none when nothing did); returns how many changed
         fixtures were handed on."""
         subs = self._feed.local_subscriptions() if subs is None else subs
+        started = self._wall()
         try:
             got = await self._cache.batch_get_region_stamps(list(subs), self.region)
             self._adopt_verdicts(got.not_found)
             if got.polled_at is not None:
+                if self.last_poll_at is not None and got.polled_at > self.last_poll_at:
+                    self.write_delay.add(started - got.polled_at)  # a new poll: first seen by this read
                 self.last_poll_at = got.polled_at
             stamps = got.stamps
             for stamp in stamps.values():
@@ -199,5 +244,6 @@ class CacheReader:
             ),
             "livescores_age_s": None if self._summary is None else round(now - self._summary[1], 3),
             "last_poll_age_s": None if self.last_poll_at is None else round(now - self.last_poll_at, 3),
+            "write_delay_s": self.write_delay.describe(),
             "stale_after_s": self._stale_after_s if math.isfinite(self._stale_after_s) else None,
         }

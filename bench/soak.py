@@ -288,8 +288,8 @@ def _bucket_bound(merged: dict[float, float], q: float) -> float | None:
 
 
 def stage_quantiles(per_process: list[dict[str, dict[float, float]]]) -> dict[str, Any]:
-    """Per stage, over every process: how many observations and the bucket bound under which half and 99%
-    of them fell (a histogram gives bounds, not exact values)."""
+    """Per stage, over every process: how many observations and the bucket bound under which half, 90% and
+    99% of them fell (a histogram gives bounds, not exact values)."""
     out: dict[str, Any] = {}
     for stage in STAGE_HISTOGRAMS:
         merged: dict[float, float] = defaultdict(float)
@@ -301,6 +301,7 @@ def stage_quantiles(per_process: list[dict[str, dict[float, float]]]) -> dict[st
             out[stage] = {
                 "n": int(total),
                 "p50_at_most": _bucket_bound(merged, 0.5),
+                "p90_at_most": _bucket_bound(merged, 0.9),
                 "p99_at_most": _bucket_bound(merged, 0.99),
             }
     return out

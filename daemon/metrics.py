@@ -183,7 +183,7 @@ FEED_LEADER_CHANGES = Counter(
 FIXTURE_CACHE_AGE = Histogram(
     "sightscreen_fixture_cache_age_seconds",
     "Age of a changed cached fixture when a non-leading instance read it (from the leader's fetch)",
-    buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0),
+    buckets=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0),
     registry=REGISTRY,
 )
 SPORTMONKS_REGION_CALLS = Gauge(

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pytest
 import trio
 
-from actors.cache_reader import CacheReader, next_read_in, reader_cadence
+from actors.cache_reader import CacheReader, WriteDelay, next_read_in, read_step, reader_cadence
 from actors.feed import FeedActor, FeedUpdate
 from actors.feed_leader import (
     FeedLeadership,
@@ -78,17 +79,41 @@ def test_a_follower_contends_just_after_the_lease_it_saw_runs_out() -> None:
     assert next_attempt_at(10.0, 3.0, 999.0, 10.5, 1000.5) == 10.3
 
 
-def test_the_reader_aims_just_after_the_leaders_next_write() -> None:
-    assert next_read_in(2.0, 100.0, 100.5, margin_s=0.25) == 1.75
-    # the next poll is late: look again a margin later (never faster than a tenth of a cadence)
-    assert next_read_in(2.0, 100.0, 102.3, margin_s=0.25) == 0.25
-    assert next_read_in(2.0, 100.0, 102.3, margin_s=0.1) == 0.2
-    assert next_read_in(2.0, 100.0, 104.0, margin_s=0.25) == 0.25
+def test_the_reader_aims_at_the_leaders_next_write() -> None:
+    assert next_read_in(2.0, 100.0, 100.5, delay_s=0.25) == 1.75
+    # the next poll is late: look again a step (a 25th of a cadence) later
+    assert next_read_in(2.0, 100.0, 102.3, delay_s=0.25) == 0.08
+    assert next_read_in(2.0, 100.0, 104.0, delay_s=0.25) == 0.08
+    # never sooner than a step, even when the aim is now
+    assert next_read_in(2.0, 100.0, 101.99, delay_s=0.0) == 0.08
     # no leader polls any more (it died, or is being replaced): every half cadence
-    assert next_read_in(2.0, 100.0, 104.3, margin_s=0.25) == 1.0
+    assert next_read_in(2.0, 100.0, 104.3, delay_s=0.25) == 1.0
     assert next_read_in(2.0, None, 100.0) == 1.0
     settings = FeedSettings(livescores_cadence_s=5.0, marquee_cadence_s=2.5)
     assert reader_cadence(settings, True) == 2.5 and reader_cadence(settings, False) == 5.0
+
+
+def test_the_write_delay_is_measured_down_to_what_the_leader_takes_now() -> None:
+    delay = WriteDelay(samples=3)
+    step = read_step(2.5)
+    assert delay.estimate(2.5) == 0.25 and delay.describe() is None  # before any poll was seen arriving
+    # polls first seen 0.6 s, 0.4 s and 0.5 s after their fetch: aim a step under the smallest
+    for seen in (0.6, 0.4, 0.5):
+        delay.add(seen)
+    assert delay.estimate(2.5) == pytest.approx(0.4 - step) and delay.describe() == 0.4
+    # a read at that aim that already finds the poll brings the estimate down a step
+    delay.add(0.4 - step)
+    assert delay.estimate(2.5) == pytest.approx(0.4 - 2 * step)
+    # old samples leave: after a slow spell (the leader's writes take longer) the aim follows it up
+    for seen in (1.0, 1.1, 0.9):
+        delay.add(seen)
+    assert delay.estimate(2.5) == pytest.approx(0.9 - step)
+    # a sample under zero (this reader's clock is behind the leader's) counts as zero; never past half a cadence
+    delay.add(-0.3)
+    assert delay.estimate(2.5) == 0.0
+    slow = WriteDelay()
+    slow.add(5.0)
+    assert slow.estimate(2.5) == 1.25
 
 
 def test_the_region_budget_is_handed_on_without_counting_twice() -> None:
@@ -272,6 +297,9 @@ async def test_a_follower_gets_its_fixtures_from_the_leaders_cache_and_calls_spo
                 assert a.fake.calls("/livescores")
                 # one BatchGetItem per read for both matches: reads, not reads per match
                 assert b.reader.reads >= 1 and b.reader.delivered >= 3
+                # the reader saw the leader's polls arrive and aims by how long their writes took
+                assert b.reader.write_delay.describe() is not None
+                assert b.reader.describe()["write_delay_s"] == b.reader.write_delay.describe() >= 0
                 assert await b.feed.livescores(max_age_s=5) == [
                     {
                         "id": 11,
