@@ -10,26 +10,22 @@ The actor owns, for its match:
   a write fenced on ``instanceId = me AND ownerEpoch = epoch`` — a paused instance that lost its lease cannot
   overwrite the new owner; a fenced write that fails stops the actor the same way;
 - its cooldowns (part of the engine's state);
-- the match's Live Activity sessions and followers, held in memory and refreshed every ``session_refresh_s``
-  (sessions; longer for a big match, see ``refresh_interval``) and ``follower_refresh_s`` (followers),
-  so a tick costs a bounded number of DynamoDB calls whatever the number of followers;
+- the match's Live Activity sessions and followers, held in memory and re-read every ``session_refresh_s``
+  (longer for a big match: ``refresh_interval``; spread so that matches do not re-read together:
+  ``refresh_pause``) and ``follower_refresh_s``, so a tick's DynamoDB calls do not grow with its followers;
 - self-healing: followers without an active session get a push-to-start, rate-limited per device;
 - its iOS 18 broadcast channels (``actors.channels``), one per display perspective: created (policy 0) before
-  the first push-to-start that needs one, recorded on the fixture, reused by a restarted or new owner,
-  deleted at the end. A follower on iOS 18 or later is started with ``input-push-channel`` (its activity
-  then listens on its perspective's channel: a *channel session*, stored for counts and the lifecycle, never
-  pushed per device); older ones with ``input-push-token`` (a *token session*). Each tick is one broadcast
-  per perspective that has channel sessions or was announced in a push-to-start (before the token fan-out; priority 10 for key events, 5 for
-  routine updates, expiration 0) plus the per-token pushes. A broadcast APNs answers ``ChannelNotRegistered``
-  or ``BadChannelId`` gets its channel recreated, recorded and re-announced with a push-to-start to the
-  followers whose activities were on it. An alerting tick's broadcasts carry the alert when the tick is
-  fresh and go without it when a successor completes the tick's intent: on channels an alert is shown at
-  most once, and the content (the key events) always arrives.
+  the first push-to-start that needs one, recorded on the fixture, reused by a new owner, deleted at the end.
+  An iOS 18 follower is started with ``input-push-channel`` (a *channel session*: stored, never pushed per
+  device), older ones with ``input-push-token`` (a *token session*). Each tick is one broadcast per
+  perspective in use (first; priority 10 for key events, 5 for routine updates, expiration 0), then the
+  per-token pushes. A channel APNs no longer knows (``ChannelNotRegistered``, ``BadChannelId``) is recreated,
+  recorded and re-announced to its followers with a push-to-start. A successor completing a tick's intent
+  broadcasts without the alert: on channels an alert is shown at most once, and the key events always arrive.
 
 Each tick: the Feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> one payload per
-perspective team -> pushes to the shared sender over its bounded inbox -> wait for APNs's results -> persist the
-new state (fenced) -> publish the display state for the API side (``cricket-fixtures`` live fields,
-``DisplayStateCache``).
+perspective -> pushes to the shared sender over its bounded inbox -> wait for APNs's results -> persist the new
+state (fenced) -> publish the display state for the API (``cricket-fixtures`` live fields, ``DisplayStateCache``).
 
 Delivery (docs/delivery.md has the whole argument): a device shows each alert at most once and still
 receives every key event, whatever moment an owner dies. A routine tick (no alert) is pushed, then persisted:
@@ -37,21 +33,18 @@ a successor pushes it again, which shows nothing twice. An alerting tick goes th
 (``daemon.cricket.intent``): its state, exact payloads and a fan-out watermark are written in one fenced write
 before its first push, the watermark moved before each chunk of sessions; a successor completes it with the
 same payloads, without the alert for sessions up to the watermark. A fixture fetched before the state's is
-skipped, not taken as a correction (``fixture_behind_state``). The first tick of a match detects nothing and
-is persisted before its display goes out. Push-to-starts are claimed per follower before they are sent
-(``actors.match_starts``).
+skipped, not taken as a correction (``fixture_behind_state``). A match's first tick detects nothing and is
+persisted before its display goes out. Push-to-starts are claimed per follower (``actors.match_starts``).
 
 A tick the engine doubts goes out as the match was before it: a final status not yet confirmed (the engine
 processes the tick with the previous status), a score gone back further than a correction can (skipped);
 implausible numbers are refused at the snapshot and skipped like a malformed tick. Each is logged.
 
-At match end (confirmed by the engine): ``end`` (with a dismissal date) to every session, sessions marked ended, the
-match deactivated in ``active-matches`` and the lock released. Follows are kept: the orchestrator removes them
-once the end has stood ``follows_grace_s``. A restarted or new owner that finds the persisted phase already
-terminal runs the same end sequence again (each step is idempotent). A match ended wrongly and taken again
-(its record reopened, its persisted phase final) re-starts its followers at its first live heal: every
-follower without an active session gets a push-to-start at once, whatever the per-device interval, since the
-wrong end closed their Live Activities (docs/delivery.md).
+At match end (confirmed by the engine): ``end`` (with a dismissal date) to every session, sessions marked
+ended, the match deactivated in ``active-matches`` and the lock released. Follows are kept (the orchestrator
+removes them once the end has stood ``follows_grace_s``). An owner that finds the persisted phase terminal
+runs the same, idempotent, end sequence again. A match ended wrongly and taken again re-starts its followers
+at its first live heal: each without an active session gets a push-to-start at once (docs/delivery.md).
 """
 
 from __future__ import annotations
@@ -70,7 +63,15 @@ from actors.feed import FixtureSource
 from actors.janitor import TokenRef
 from actors.livework import LiveWork
 from actors.match_starts import HEAL_PHASES, FollowerStarts
-from actors.match_types import STORE_UNAVAILABLE, ChannelRef, Delivery, LeaseLost, Session, tick_timings
+from actors.match_types import (
+    STORE_UNAVAILABLE,
+    ChannelRef,
+    Delivery,
+    LeaseLost,
+    Session,
+    refresh_pause,
+    tick_timings,
+)
 from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.apns.broadcast import ChannelError
 from daemon.apns.types import LIVEACTIVITY_TOPIC_SUFFIX, Fence, Push
@@ -365,7 +366,7 @@ class MatchActor:
         return max(s.session_refresh_s, self._session_items / s.session_refresh_items_per_s)
 
     async def _refresh_loop(self) -> None:
-        followers_due = -math.inf
+        followers_due, first = -math.inf, True
         while True:
             with_followers = trio.current_time() >= followers_due
             try:
@@ -375,7 +376,8 @@ class MatchActor:
             except Exception as exc:  # keep the last good view; try again next round
                 self.log.warning("session_refresh_failed", error=repr(exc))
                 self._sessions_loaded.set()
-            await trio.sleep(self.refresh_interval())
+            await trio.sleep(refresh_pause(self.refresh_interval(), first=first))  # spread: see refresh_pause
+            first = False
 
     # ------------------------------------------------------------------ ticks
     async def _on_update(self, update: Any) -> bool:

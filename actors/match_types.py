@@ -4,6 +4,7 @@ holds in memory and what a broadcast carries back. A module of its own so that t
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,20 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from actors.janitor import TokenRef
 from daemon.store.dynamo import StoreError
+
+REFRESH_FIRST_SPREAD = (0.5, 1.0)  # the first re-read after the load: anywhere in the second half
+REFRESH_SPREAD = (0.85, 1.15)  # every later one: within 15% of the interval either side
+
+
+def refresh_pause(interval_s: float, *, first: bool, u: float | None = None) -> float:
+    """The pause before a match's next session re-read: ``interval_s`` spread by ``u`` (uniform in [0, 1),
+    drawn when not given). Matches taken together (a round of fixtures starting at the same minute, an
+    instance taking a dead one's matches) would otherwise re-read their sessions at the same moments, every
+    interval: at 10,000 sessions a match that is half a second of the instance's CPU and a burst of reads on
+    the table, and a wicket fanned out then waits behind all of them."""
+    low, high = REFRESH_FIRST_SPREAD if first else REFRESH_SPREAD
+    draw = random.random() if u is None else u
+    return interval_s * (low + (high - low) * draw)
 
 
 def tick_timings(

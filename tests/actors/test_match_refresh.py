@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 from actors.match import MatchActor
+from actors.match_types import refresh_pause
 from tests.actors.match_helpers import make_match_actor
 
 
@@ -87,23 +89,58 @@ class _CountingRepos:
     """In-memory stand-ins (no I/O, so the autojump clock measures only the loop's own waits)."""
 
     def __init__(self) -> None:
-        self.reads: list[str] = []
+        self.reads: list[tuple[str, float]] = []  # (what, virtual time)
         self.live_activities = self
         self.follows = self
 
+    def at(self, what: str) -> list[float]:
+        return [t for kind, t in self.reads if kind == what]
+
     async def get_all_la_sessions_for_match(self, match_id: str, **_: Any) -> list[dict[str, Any]]:
-        self.reads.append("sessions")
+        self.reads.append(("sessions", trio.current_time()))
         return [{"visitorKey": "u1#d", "userId": "u1", "updateToken": "a" * 64, "status": "active"}]
 
     async def get_followers_for_match(self, match_id: str, **_: Any) -> list[dict[str, Any]]:
-        self.reads.append("followers")
+        self.reads.append(("followers", trio.current_time()))
         return [{"userId": "u1", "teamId": "7"}]
 
 
 async def test_the_refresh_loop_reads_followers_on_their_own_slower_cadence(autojump_clock: Any) -> None:
     repos = _CountingRepos()
     actor = _actor(repos, session_refresh_s=15, follower_refresh_s=60)
-    with trio.move_on_after(100):  # refreshes at 0, 15, 30, 45, 60, 75, 90 (virtual time)
+    start = trio.current_time()
+    with trio.move_on_after(100):
         await actor._refresh_loop()
-    assert repos.reads.count("sessions") == 7
-    assert repos.reads.count("followers") == 2  # at 0 and 60
+    sessions = [t - start for t in repos.at("sessions")]
+    gaps = [b - a for a, b in zip(sessions, sessions[1:], strict=False)]
+    # every 15 s, spread: the first re-read in the second half of the interval, the others within 15%
+    assert sessions[0] == 0 and 7.5 <= gaps[0] < 15
+    assert all(12.75 <= gap <= 17.25 for gap in gaps[1:]) and 6 <= len(sessions) <= 9
+    # followers at the load and then with the first session re-read at least 60 s later, not before
+    followers = [t - start for t in repos.at("followers")]
+    assert followers[0] == 0 and len(followers) == 2
+    assert followers[1] == min(t for t in sessions if t >= 60)
+
+
+async def test_matches_taken_together_re_read_their_sessions_at_different_moments(
+    autojump_clock: Any,
+) -> None:
+    repos_of = [_CountingRepos() for _ in range(20)]
+    async with trio.open_nursery() as nursery:
+        for repos in repos_of:
+            nursery.start_soon(_actor(repos, session_refresh_s=40)._refresh_loop)
+        await trio.sleep(39.9)
+        nursery.cancel_scope.cancel()
+    # all loaded at once; their first re-reads fall apart over the interval's second half
+    firsts = sorted(repos.at("sessions")[1] for repos in repos_of)
+    start = repos_of[0].at("sessions")[0]
+    assert all(20 <= t - start < 40 for t in firsts)
+    assert firsts[-1] - firsts[0] > 4  # 20 uniform draws within 4 s of each other: odds of about 1e-12
+
+
+def test_the_pause_before_a_re_read_is_spread_around_the_interval() -> None:
+    assert refresh_pause(40.0, first=True, u=0.0) == 20.0
+    assert refresh_pause(40.0, first=True, u=0.5) == 30.0
+    assert refresh_pause(40.0, first=False, u=0.0) == pytest.approx(34.0)
+    assert refresh_pause(40.0, first=False, u=0.5) == pytest.approx(40.0)
+    assert refresh_pause(40.0, first=False, u=1.0) == pytest.approx(46.0)
