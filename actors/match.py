@@ -18,14 +18,14 @@ The actor owns, for its match:
   the first push-to-start that needs one, recorded on the fixture, reused by a new owner, deleted at the end.
   An iOS 18 follower is started with ``input-push-channel`` (a *channel session*: stored, never pushed per
   device), older ones with ``input-push-token`` (a *token session*). Each tick is one broadcast per
-  perspective in use (first; priority 10 for key events, 5 for routine updates, expiration 0), then the
-  per-token pushes. A channel APNs no longer knows (``ChannelNotRegistered``, ``BadChannelId``) is recreated,
-  recorded and re-announced to its followers with a push-to-start. A successor completing a tick's intent
-  broadcasts without the alert: on channels an alert is shown at most once, and the key events always arrive.
+  perspective with channel sessions or announced in a push-to-start (first; priority 10 for key events, 5
+  for routine updates, expiration 0), then the per-token pushes. A channel APNs no longer knows
+  (``ChannelNotRegistered``, ``BadChannelId``) is recreated, recorded and re-announced to its followers with
+  a push-to-start. A successor completing a tick's intent broadcasts it without the alert (at most once).
 
-Each tick: the Feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> one payload per
-perspective -> pushes to the shared sender over its bounded inbox -> wait for APNs's results -> persist the new
-state (fenced) -> publish the display state for the API (``cricket-fixtures`` live fields, ``DisplayStateCache``).
+Each tick: the Feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> a payload per
+perspective -> pushes to the shared sender (bounded inbox) -> APNs's results -> persist the new state (fenced)
+-> publish the display state for the API (``cricket-fixtures`` live fields, ``DisplayStateCache``).
 
 Delivery (docs/delivery.md has the whole argument): a device shows each alert at most once and still
 receives every key event, whatever moment an owner dies. A routine tick (no alert) is pushed, then persisted:
