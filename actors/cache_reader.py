@@ -20,9 +20,9 @@ cadence + the write delay). That delay is measured, not assumed (``WriteDelay``)
 new poll, the time from that poll's fetch to the start of that read is a sample (a read begun that long
 after the fetch found the writes), and the reader aims one step before the smallest recent sample, so the
 estimate keeps coming down to what the leader and DynamoDB take now; the clock difference between the two
-instances is in it too. When that poll is not in yet, it looks again a step (a 25th of a cadence) later, for up to a
-cadence; past that (no leader is polling: it died, or is being replaced) every half cadence. Without a
-summary it aims by the newest fixture instead. On the leader it only waits: the feed serves the
+instances is in it too. When that poll is not in yet, it looks again a step (a 25th of a cadence) later,
+for up to a cadence; past that (no leader is polling: it died, or is being replaced) every half cadence.
+Without a summary it aims by the newest fixture instead. On the leader it only waits: the feed serves the
 subscribers in process.
 
 It also answers the orchestrator's ``livescores()`` on a follower, from the leader's

@@ -98,9 +98,9 @@ class MatchActorSettings(BaseModel):
         15.0,
         gt=0,
         le=3600,
-        description="how often the actor re-reads the match's Live Activity sessions, on average: each pause is "
-        "spread within 15% either side (the first after the load falls in its second half), so matches taken "
-        "together do not re-read together",
+        description="how often the actor re-reads the match's Live Activity sessions, on average: each pause "
+        "is spread within 15% either side (the first after the load falls in its second half), so matches "
+        "taken together do not re-read together",
     )
     session_refresh_items_per_s: float = Field(
         250.0,
