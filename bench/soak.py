@@ -782,12 +782,13 @@ def _round(value: float | None) -> float | None:
 
 def _standing_wickets(tape: Any, replay: Any) -> list[tuple[str, str, float | None, float | None]]:
     """The wickets that stand at the end of the tape, with when each became visible at the replay server
-    (its due time on the tape's clock) and when a poll first got it."""
+    (its due time on the tape's clock) and when a poll first got it. A wicket given late, by a correction
+    of a ball first posted as something else, becomes visible with that correction, not with the ball."""
     out: list[tuple[str, str, float | None, float | None]] = []
     fixture_id = str(tape.fixture_id)
     for ball in tape.fixture_at(len(tape)).get("balls") or []:
         if (ball.get("score") or {}).get("is_wicket") and ball.get("batsmanout_id"):
-            idx = tape.entry_index_of_ball(int(ball["id"]))
+            idx = tape.entry_index_of_wicket(int(ball["id"]))
             served = replay.ball_served_at(fixture_id, idx) if idx is not None else None
             polled = replay.ball_polled_at(fixture_id, idx) if idx is not None else None
             out.append(("wicket", f"{ball['scoreboard']}:{ball['batsmanout_id']}", served, polled))

@@ -87,7 +87,7 @@ def _constraints(field: Any) -> str:
 
 
 def _wrap(text: str, width: int = 106) -> list[str]:
-    return textwrap.wrap(text, width=width) or [""]
+    return textwrap.wrap(text, width=width, break_on_hyphens=False) or [""]
 
 
 def _render_table(dotted: str, model: type[BaseModel], intro: str, out: list[str]) -> None:

@@ -176,6 +176,32 @@ def test_ball_updated_at_comes_from_the_entry_that_last_changed_it() -> None:
     assert balls[1]["updated_at"] == "1970-01-01T00:33:20.000000Z"
 
 
+def test_a_wicket_is_visible_from_the_entry_that_made_it_stand() -> None:
+    no_run, caught = 82, 54
+    assert not SCORES[no_run].is_wicket and SCORES[caught].is_wicket
+    tape = Tape.model_validate(
+        _tiny(
+            entries=[
+                {"op": "ball", "ball": _ball(100, 0.1, no_run)},
+                {"op": "correct", "ball": _ball(100, 0.1, caught, batsmanout_id=11)},  # given late
+                {"op": "ball", "ball": _ball(105, 0.2, caught, batsmanout_id=12)},
+                {"op": "correct", "ball": _ball(105, 0.2, no_run)},  # overturned
+                {"op": "ball", "ball": _ball(110, 0.3, caught, batsmanout_id=12)},
+                {"op": "delete", "ball_id": 110},  # withdrawn
+                {"op": "ball", "ball": _ball(115, 0.3, caught, batsmanout_id=12)},
+                {"op": "ball", "ball": _ball(120, 0.4, no_run)},
+            ]
+        )
+    )
+    assert tape.entry_index_of_ball(100) == 0
+    assert tape.entry_index_of_wicket(100) == 1
+    assert tape.entry_index_of_wicket(105) is None
+    assert tape.entry_index_of_wicket(110) is None
+    assert tape.entry_index_of_wicket(115) == 6
+    assert tape.entry_index_of_wicket(120) is None
+    assert tape.entry_index_of_wicket(999) is None
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [

@@ -394,6 +394,23 @@ class Tape(BaseModel):
                 return i
         return None
 
+    def entry_index_of_wicket(self, ball_id: int) -> int | None:
+        """The entry from which ``ball_id`` stands as a wicket (its score is a wicket and it names the batter
+        out) to the end of the tape: the ball's first posting, or the correction that gave a wicket late;
+        None when it does not stand at the end (never a wicket, overturned, or deleted)."""
+        scores = self.score_catalogue()
+        since: int | None = None
+        for i, e in enumerate(self.entries):
+            if e.target_id != ball_id:
+                continue
+            ball = e.ball
+            score = scores.get(ball.score_id) if ball is not None else None
+            if ball is None or score is None or not (score.is_wicket and ball.batsmanout_id):
+                since = None
+            elif since is None:
+                since = i
+        return since
+
     def innings_break_index(self) -> int | None:
         """The cursor at which the first innings is over: the index of the first ball of the 2nd scoreboard.
 
