@@ -42,7 +42,10 @@ What the job guarantees, and how:
 
 Several instances run this job; one at a time works through a match's followers. It holds the lock
 ``prematch:{matchId}`` in ``cricket-locks`` (``match_lock_s``, renewed after every batch, released when done)
-and the others skip that match for the cycle. Without it every instance read every follower and raced the
+and the others skip that match for the cycle. A match found settled (every follower told for this start)
+keeps its lock for ``settled_recheck_s`` (before the start at most half the time left, so a new follower is
+still told before it): each of its follower reads scans every follow of the match, and without the hold
+every instance would scan every due match every cycle, three times the reads with three instances. Without it every instance read every follower and raced the
 others claim by claim: with three instances two of every three claim writes would be refused, most of the
 daemons' DynamoDB calls. The per-follower claims still decide who sends, so two
 instances that overlap (a lease that ran out) cannot send one alert twice.
@@ -272,6 +275,17 @@ class UnfollowedMemo:
             del self._entries[key]
 
 
+def settled_hold_s(start_epoch: float, now: float, recheck_s: float) -> float:
+    """How long a settled match keeps its prematch lock, so that no instance reads its followers again
+    before then: ``recheck_s``, but before the start at most half the time left (the looks close in on the
+    start, as the unfollowed memo's do); 0 when ``recheck_s`` is 0 (released at once, read every cycle)."""
+    if recheck_s <= 0:
+        return 0.0
+    if now < start_epoch:
+        return min(recheck_s, (start_epoch - now) / 2)
+    return recheck_s
+
+
 # --- the actor -----------------------------------------------------------------------------------------
 
 
@@ -413,6 +427,7 @@ class PrematchNotifier:
             if not await self._repos.locks.acquire(lock, self._owner, s.match_lock_s):
                 report.matches_locked += 1  # another instance is working through its followers
                 continue
+            hold = 0.0
             try:
                 # only the followers whose marker is not settled for this start come back: once a match's
                 # followers are notified, its later cycles read nothing but the Query's pages
@@ -425,6 +440,7 @@ class PrematchNotifier:
                 report.follower_reads += 1
                 if not followers and await self._repos.follows.has_followers(match.match_id, now=now):
                     report.matches_settled += 1  # every follower notified for this start already
+                    hold = settled_hold_s(match.start_epoch, now, s.settled_recheck_s)
                     continue
                 if not followers:
                     report.matches_unfollowed += 1
@@ -440,7 +456,10 @@ class PrematchNotifier:
             finally:
                 # even when cancelled (shutdown): the next instance need not wait out the lease
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + 5.0):
-                    await self._release(lock)
+                    if hold > 0:
+                        await self._hold(lock, hold)
+                    else:
+                        await self._release(lock)
         self.cycles += 1
         self.last_report, self.current = report, None
         metrics.JOB_CYCLES.labels(JOB, "ok").inc()
@@ -448,6 +467,13 @@ class PrematchNotifier:
         if report.claimed or report.recovered or report.matches_due:
             log.info("prematch_cycle", **vars(report))
         return report
+
+    async def _hold(self, lock: str, hold_s: float) -> None:
+        """Keep a settled match's lock for ``hold_s``: the other instances skip the match until then."""
+        try:
+            await self._repos.locks.extend(lock, self._owner, hold_s)
+        except Exception as exc:  # it expires on its own (match_lock_s)
+            log.warning("prematch_lock_hold_failed", lock=lock, error=f"{type(exc).__name__}: {exc}")
 
     async def _release(self, lock: str) -> None:
         try:

@@ -176,6 +176,15 @@ class PrematchSettings(BaseModel):
         "lock prematch:{matchId} this long, renewed after every batch; the other instances skip the match "
         "that cycle instead of racing it claim by claim (the claims keep it correct if two ever overlap)",
     )
+    settled_recheck_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="a match whose followers were all told for this start keeps its prematch lock this long "
+        "(before the start at most half the time left): the fleet reads its followers, a scan of every follow "
+        "of the match, once in that time rather than every instance every cycle; a follower who comes "
+        "meanwhile is told after it (0: read every cycle)",
+    )
     push_to_start: bool = Field(
         default=True, description="also send a Live Activity push-to-start where the device has a token"
     )

@@ -21,6 +21,7 @@ from actors.jobs.prematch import (
     decide,
     due_matches,
     prematch_text,
+    settled_hold_s,
 )
 from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork
@@ -246,6 +247,54 @@ async def test_a_match_whose_prematch_lock_another_instance_holds_is_skipped_unt
     report = await notifier.run_cycle()
     assert (report.matches_locked, report.claimed) == (0, 2)
     assert await repos.locks.get(prematch_lock_key("7")) is None, "released once the match was done"
+
+
+@pytest.mark.parametrize(
+    ("now", "recheck_s", "expected"),
+    [
+        (START - 20 * MINUTE, 60.0, 60.0),
+        (START - 40.0, 60.0, 20.0),  # before the start: at most half the time left
+        (START + 5 * MINUTE, 60.0, 60.0),  # catch-up after the start
+        (START - 20 * MINUTE, 0.0, 0.0),  # off: released, read every cycle
+    ],
+)
+def test_settled_hold(now: float, recheck_s: float, expected: float) -> None:
+    assert settled_hold_s(START, now, recheck_s) == pytest.approx(expected)
+
+
+async def test_a_settled_match_is_read_once_for_the_fleet_until_its_hold_runs_out(repos: Any) -> None:
+    await _match_7_followed_by(repos, 3)
+    sender = RecordingSender()
+    settings = PrematchSettings(settled_recheck_s=0.5)  # START is 20 min away: the hold is the 0.5 s
+    a = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(), owner="a")
+    b = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(), owner="b")
+    assert (await a.run_cycle()).claimed == 3
+    assert await repos.locks.get(prematch_lock_key("7")) is None, "released: it had work to do"
+    assert (await a.run_cycle()).matches_settled == 1
+    held = await b.run_cycle()
+    assert (held.matches_locked, held.follower_reads) == (1, 0), "b skips what a just found settled"
+    again = await a.run_cycle()
+    assert (again.follower_reads, again.matches_settled) == (1, 1), "the holder itself looks again"
+
+    await follow(repos, 7, "late", start=START)
+    await register(repos, "late")
+    assert (await b.run_cycle()).matches_locked == 1
+    assert sender.to(token("late"), "alert") == []
+    await trio.sleep(0.6)
+    found = await b.run_cycle()
+    assert (found.matches_locked, found.claimed) == (0, 1)
+    assert len(sender.to(token("late"), "alert")) == 1
+
+
+async def test_without_a_hold_a_settled_match_is_released_for_the_next_instance(repos: Any) -> None:
+    await _match_7_followed_by(repos, 2)
+    settings = PrematchSettings(settled_recheck_s=0)
+    a = PrematchNotifier(repos, RecordingSender(), settings, topic=TOPIC, clock=Clock(), owner="a")
+    b = PrematchNotifier(repos, RecordingSender(), settings, topic=TOPIC, clock=Clock(), owner="b")
+    await a.run_cycle()
+    assert (await a.run_cycle()).matches_settled == 1
+    report = await b.run_cycle()
+    assert (report.matches_locked, report.follower_reads, report.matches_settled) == (0, 1, 1)
 
 
 async def test_a_prematch_lock_taken_over_mid_match_stops_this_instance_after_its_batch(repos: Any) -> None:
