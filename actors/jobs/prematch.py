@@ -42,13 +42,15 @@ What the job guarantees, and how:
 
 Several instances run this job; one at a time works through a match's followers. It holds the lock
 ``prematch:{matchId}`` in ``cricket-locks`` (``match_lock_s``, renewed after every batch, released when done)
-and the others skip that match for the cycle. A match found settled (every follower told for this start)
-keeps its lock for ``settled_recheck_s`` (before the start at most half the time left, so a new follower is
-still told before it): each of its follower reads scans every follow of the match, and without the hold
-every instance would scan every due match every cycle, three times the reads with three instances. Without it every instance read every follower and raced the
+and the others skip that match for the cycle. Without it every instance read every follower and raced the
 others claim by claim: with three instances two of every three claim writes would be refused, most of the
 daemons' DynamoDB calls. The per-follower claims still decide who sends, so two
 instances that overlap (a lease that ran out) cannot send one alert twice.
+
+A match found settled (every follower told for this start) keeps its lock for ``settled_recheck_s``
+(``settled_hold_s``: before the start at most half the time left, so a new follower is still told before
+it). Each look at a match scans every follow it has, however few come back; without the hold every
+instance would scan every due match every cycle, three times the reads with three instances.
 
 Followers go in batches of ``batch_size`` (200): the batch's devices are read by the device each follow
 names (one BatchGetItem per 100; a Query only for a follower whose device changed since it followed), its

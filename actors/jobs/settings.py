@@ -180,10 +180,10 @@ class PrematchSettings(BaseModel):
         default=60.0,
         ge=0,
         le=3600,
-        description="a match whose followers were all told for this start keeps its prematch lock this long "
-        "(before the start at most half the time left): the fleet reads its followers, a scan of every follow "
-        "of the match, once in that time rather than every instance every cycle; a follower who comes "
-        "meanwhile is told after it (0: read every cycle)",
+        description="a match whose followers were all told for this start keeps its prematch lock this "
+        "long (before the start at most half the time left): the fleet reads its followers, a scan of "
+        "every follow of the match, once in that time rather than every instance every cycle; a follower "
+        "who comes meanwhile is told after it (0: read every cycle)",
     )
     push_to_start: bool = Field(
         default=True, description="also send a Live Activity push-to-start where the device has a token"

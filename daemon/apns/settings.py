@@ -43,8 +43,8 @@ class ApnsSettings(BaseModel):
     inbox_size: int = Field(
         10000,
         ge=1,
-        description="capacity of each of the sender's three inboxes (priority-10 updates and alerts, priority-5 "
-        "updates, push-to-starts) and of the queue behind each; a full inbox blocks its producers",
+        description="capacity of each of the sender's three inboxes (priority-10 updates and alerts, "
+        "priority-5 updates, push-to-starts) and of the queue behind each; a full inbox blocks its producers",
     )
     request_timeout_s: float = Field(
         10.0, gt=0, le=120, description="deadline for one request, from send to answer"
