@@ -148,13 +148,11 @@ class CacheReader:
                 await trio.sleep(cadence / 2)
                 continue
             await self.read_once(subs)
-            if self.last_poll_at is not None:
-                wait = next_read_in(
-                    cadence, self.last_poll_at, self._wall(), self.write_delay.estimate(cadence)
-                )
-            else:
-                wait = next_read_in(cadence, self.newest_fetched_at, self._wall())
-            await trio.sleep(wait)
+            # by the leader's poll summary, with the measured delay; without one, by the newest fixture
+            polled = self.last_poll_at is not None
+            heartbeat = self.last_poll_at if polled else self.newest_fetched_at
+            delay = self.write_delay.estimate(cadence) if polled else DEFAULT_WRITE_DELAY_S
+            await trio.sleep(next_read_in(cadence, heartbeat, self._wall(), delay))
 
     async def read_once(self, subs: dict[str, bool] | None = None) -> int:
         """One BatchGetItem of the change stamps of every subscribed match (and of the leader's 404
