@@ -25,7 +25,8 @@ The actor owns, for its match:
 
 Each tick: the Feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> a payload per
 perspective -> pushes to the shared sender (bounded inbox) -> APNs's results -> persist the new state (fenced)
--> publish the display state for the API (``cricket-fixtures`` live fields, ``DisplayStateCache``).
+-> publish the display state for the API (``cricket-fixtures`` live fields, ``DisplayStateCache``). A routine
+tick first waits until ``routine_after_s`` after the leader fetched it: the poll's key events go out first.
 
 Delivery (docs/delivery.md has the whole argument): a device shows each alert at most once and still
 receives every key event, whatever moment an owner dies. A routine tick (no alert) is pushed, then persisted:
@@ -70,6 +71,7 @@ from actors.match_types import (
     LeaseLost,
     Session,
     refresh_pause,
+    routine_hold,
     tick_timings,
 )
 from actors.settings import MatchActorSettings, OrchestratorSettings
@@ -151,9 +153,8 @@ class MatchActor:
         self._heal_wake = trio.Event()
         # the device each follow names (``deviceToken``, written when the user followed): read in batches
         self.follower_device: dict[str, str] = {}
-        self._restart_followers = (
-            False  # reopened after a wrong end: the first live heal starts every follower
-        )
+        # reopened after a wrong end: the first live heal starts every follower
+        self._restart_followers = False
         self._sessions_loaded = trio.Event()
         self._first_display = trio.Event()
         # iOS 18 broadcast channels (None: off, or a sender without channel management)
@@ -183,8 +184,9 @@ class MatchActor:
         self.last_tick_at: float | None = None
         self.last_tick_lag_s: float | None = None
         self.ticks = 0
-        # the current tick's moments (trio time), for its key_event_tick log
+        # the current tick's moments (trio time), for its key_event_tick log, and its routine hold
         self._marks: dict[str, float] = {}
+        self._held_s = 0.0  # left out of the tick's duration
         self.last_events: list[dict[str, Any]] = []
         self.phase: str | None = None
         self._starts = FollowerStarts(self)  # push-to-start (self-healing)
@@ -399,7 +401,7 @@ class MatchActor:
         with count_calls() as calls:
             started = trio.current_time()
             age_at_start = max(0.0, self._now() - update.fetched_at)
-            self._marks = {}  # when this tick's intent was persisted and its first answer came
+            self._marks, self._held_s = {}, 0.0  # when its intent was persisted, its first answer came
             result = process_tick(
                 self.state,
                 snapshot,
@@ -422,7 +424,7 @@ class MatchActor:
                 await self._persist_baseline(result)
             persisted = False
             if result.display_changed or result.events:
-                persisted = await self._deliver(result, snapshot, kind="update")
+                persisted = await self._deliver(result, snapshot, kind="update", fetched_at=update.fetched_at)
             if result.state != self.state and not persisted:
                 await self._persist(result.state)
             if result.display_changed:
@@ -431,7 +433,7 @@ class MatchActor:
             if result.phase in HEAL_PHASES and self.phase not in HEAL_PHASES:
                 self._heal_wake.set()  # gone live: its followers get their push-to-start now
             self.phase = result.phase
-            elapsed = trio.current_time() - started
+            elapsed = trio.current_time() - started - self._held_s
         self.ticks += 1
         self.last_tick_at = self._now()
         self.last_tick_lag_s = max(0.0, self.last_tick_at - update.fetched_at)
@@ -465,12 +467,8 @@ class MatchActor:
         if result.end_withdrawn:
             self.log.warning("match_end_withdrawn", status=snapshot.status)
         if result.end_pending and (self.state is None or self.state.end_doubt is None):
-            self.log.warning(
-                "match_end_unconfirmed",
-                status=snapshot.status,
-                note=snapshot.note,
-                winner=snapshot.winner_team_id,
-            )
+            status, note, winner = snapshot.status, snapshot.note, snapshot.winner_team_id
+            self.log.warning("match_end_unconfirmed", status=status, note=note, winner=winner)
         if result.skipped is None:
             return False
         self.log.warning(
@@ -486,11 +484,14 @@ class MatchActor:
         team = self.follower_team.get(user_id, "")
         return team if team and team in display else "neutral"
 
-    async def _deliver(self, result: TickResult, snapshot: MatchSnapshot, *, kind: str) -> bool:
+    async def _deliver(
+        self, result: TickResult, snapshot: MatchSnapshot, *, kind: str, fetched_at: float | None = None
+    ) -> bool:
         """Push the tick to every session; True when the tick's state was persisted on the way.
 
         A routine tick (no alert in any payload) is pushed, then persisted by the caller: a crash repeats it,
-        which shows nothing twice. An alerting tick goes through an ``AlertIntent`` (``_fan_out``): its state
+        which shows nothing twice; given the leader's ``fetched_at``, it first waits until ``routine_after_s``
+        after it (``routine_hold``). An alerting tick goes through an ``AlertIntent`` (``_fan_out``): its state
         and intent are written before the first push, so what a dying owner leaves is completed by the next
         one with the alert only where it cannot have been shown yet."""
         display = result.display
@@ -519,6 +520,8 @@ class MatchActor:
             total, counts = await self._fan_out(intent, state=result.state)
             persisted = True
         else:
+            if fetched_at is not None:
+                self._held_s = await routine_hold(fetched_at, self._now(), self._settings.routine_after_s)
             sessions = list(self.sessions.values())
             topic = self._topic
             casts = self._broadcast_targets()
@@ -572,17 +575,8 @@ class MatchActor:
         casts, self._last_broadcasts = self._last_broadcasts, 0
         if self._on_delivery is not None:
             sessions = len(self.channel_sessions) if casts else 0
-            self._on_delivery(
-                Delivery.of(
-                    self.match_id,
-                    kind,
-                    display,
-                    {**counts, **fields},
-                    tokens=total - casts,
-                    broadcasts=casts,
-                    channel_sessions=sessions,
-                )
-            )
+            more = {"tokens": total - casts, "broadcasts": casts, "channel_sessions": sessions}
+            self._on_delivery(Delivery.of(self.match_id, kind, display, {**counts, **fields}, **more))
 
     async def _fan_out(self, intent: AlertIntent, *, state: MatchState | None) -> tuple[int, dict[str, int]]:
         """Push an alerting tick's intent to every session, at most one alert per session across owners.

@@ -1,6 +1,7 @@
 """What the match actor hands out and stops on: ``LeaseLost``, the tick's ``Delivery`` report, the sessions it
-holds in memory and what a broadcast carries back. A module of its own so that the actor's parts
-(``actors.match``, ``actors.match_starts``) and their callers share them without importing each other."""
+holds in memory, what a broadcast carries back, and the small timing rules of its loops. A module of its own
+so that the actor's parts (``actors.match``, ``actors.match_starts``) and their callers share them without
+importing each other."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import trio
 from botocore.exceptions import BotoCoreError, ClientError
 
 from actors.janitor import TokenRef
@@ -27,6 +29,25 @@ def refresh_pause(interval_s: float, *, first: bool, u: float | None = None) -> 
     low, high = REFRESH_FIRST_SPREAD if first else REFRESH_SPREAD
     draw = random.random() if u is None else u
     return interval_s * (low + (high - low) * draw)
+
+
+def routine_wait_s(fetched_at: float, now: float, after_s: float) -> float:
+    """How long a routine tick (no alert) still waits before its pushes: until ``after_s`` after the feed
+    leader fetched it (wall clock, ``fetched_at``), never longer than ``after_s`` (another host's clock may
+    be ahead) and not at all once that moment has passed (a late tick: a cache hop, a take-over)."""
+    return min(max(0.0, fetched_at + after_s - now), after_s)
+
+
+async def routine_hold(fetched_at: float, now: float, after_s: float) -> float:
+    """Wait ``routine_wait_s``; the seconds waited.
+
+    Why: a poll carries the new balls of every match of the region at once, so a wicket's fan-out and
+    another match's routine update start together, often on other instances of the same host, and share
+    its CPU and the APNs peer. Held back, routine updates go out once the poll's key events are out."""
+    wait = routine_wait_s(fetched_at, now, after_s)
+    if wait > 0:
+        await trio.sleep(wait)
+    return wait
 
 
 def tick_timings(

@@ -194,6 +194,15 @@ class MatchActorSettings(BaseModel):
         description="after channels could not be had (limit reached, management host down), wait "
         "this long before trying again; meanwhile iOS 18 followers are started on update tokens",
     )
+    routine_after_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="a routine update (no alert) goes out no sooner than this long after the feed leader "
+        "fetched its poll, so that the poll's key events, on every instance of the region, have the CPU and "
+        "the APNs connections first; at most 40% of the fastest poll cadence is used, so that a held tick "
+        "never delays its match's next one (0: at once)",
+    )
     stale_after_s: int = Field(
         900,
         ge=0,
@@ -205,3 +214,16 @@ class MatchActorSettings(BaseModel):
         if self.alert_chunk_max < self.alert_chunk_first:
             raise ValueError("alert_chunk_max must be at least alert_chunk_first")
         return self
+
+
+ROUTINE_HOLD_SHARE = 0.4  # of the fastest poll cadence
+
+
+def with_routine_hold_capped(match: MatchActorSettings, fastest_cadence_s: float) -> MatchActorSettings:
+    """``match`` with ``routine_after_s`` at most ``ROUTINE_HOLD_SHARE`` of the fastest cadence the feed
+    polls at: a routine tick held longer could still be waiting when its match's next poll comes, and a key
+    event in that poll would wait behind it."""
+    cap = ROUTINE_HOLD_SHARE * fastest_cadence_s
+    if match.routine_after_s <= cap:
+        return match
+    return match.model_copy(update={"routine_after_s": cap})

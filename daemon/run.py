@@ -39,6 +39,7 @@ from actors.match import Delivery, MatchActor
 from actors.orchestrator import Orchestrator
 from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
+from actors.settings import with_routine_hold_capped
 from daemon import __version__, gctune
 from daemon.admin import expect_args
 from daemon.logs import get_logger
@@ -107,6 +108,10 @@ class Daemon:
         # match actors' fan-outs in progress and how many run: the prematch job gives way to them, and is
         # paced while any runs
         self.live = LiveWork(matches=lambda: len(self.orchestrator.owned) if self.orchestrator else 0)
+        feed = config.feed
+        self.match_settings = with_routine_hold_capped(
+            config.match, min(feed.marquee_cadence_s, feed.livescores_cadence_s)
+        )
         self.api: Any = None
         self.supervisor: Supervisor | None = None
         self.orchestrator: Orchestrator | None = None
@@ -128,7 +133,7 @@ class Daemon:
             topic=self.config.apns.topic,
             marquee=marquee,
             engine_settings=self.config.engine,
-            settings=self.config.match,
+            settings=self.match_settings,
             lease=self.config.orchestrator,
             on_delivery=self._on_delivery,
             live=self.live,

@@ -10,6 +10,9 @@ from daemon.cricket.settings import EngineSettings
 
 
 def make_match_actor(match_id: str, repos: Any, sender: Any = None, **settings: Any) -> MatchActor:
+    """Routine ticks are not held back after the poll (``routine_after_s`` 0) unless a test asks: the tests
+    hand the actor ticks one after another, as fast as it takes them (test_match_routine_hold.py holds)."""
+    settings.setdefault("routine_after_s", 0.0)
     return MatchActor(
         match_id,
         instance_id="me",
