@@ -59,8 +59,10 @@ Definitions (what the figures mean):
   without kills: a kill makes its owner's matches wait for the lease);
 - slowest events: the five key events whose last token got them latest, with the wait for the leader's
   next poll (``poll_wait_s``), the lag of their first token (that wait, the cache hop and the tick), their
-  median and their last (last minus first is the fan-out), and how long after the last kill their ball came
-  (a match whose owner was just killed waits for its lease to run out);
+  median and their last, their fan-out (``fanout_s``: the first token to the 94th percentile), and how long
+  after the last kill their ball came (a match whose owner was just killed waits for its lease to run out);
+- fan-out (``fanout_s``): that first-to-94th-percentile time's median and maximum over the run's key events
+  (a run's p99 is about the slowest wicket's wait for the poll plus its fan-out);
 - stages (``stages_s``), from the daemons' own histograms (bucket bounds): the cache hop (a changed
   fixture's age when a non-leading instance read it), ball to push (the leader's fetch to the tick done:
   every push answered) and the event loop's lag (how much CPU the machine left each daemon).
@@ -207,6 +209,11 @@ class Tally:
                     int(aps.get("timestamp", 0)),
                 )
             )
+
+
+def fanout_s(lags: list[float]) -> float:
+    """A key event's fan-out from its tokens' lags: the first token to the 94th percentile, in seconds."""
+    return round((_pct(lags, 0.94) or 0.0) - min(lags), 2)
 
 
 def _proc_sample(pid: int) -> tuple[int, float] | None:
@@ -636,6 +643,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         "lag_first_s": round(min(event_lags), 2),
                         "lag_p50_s": round(_pct(event_lags, 0.5) or 0.0, 2),
                         "lag_max_s": round(max(event_lags), 2),
+                        "fanout_s": fanout_s(event_lags),
                         "since_last_kill_s": round(served_at - before[-1], 1) if before else None,
                     }
                 )
@@ -714,6 +722,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         },
         # where the time goes, from the daemons' own histograms (bucket bounds)
         "stages_s": stage_quantiles(list(stages.values())),
+        # each key event's fan-out, its first token to its 94th percentile: the part of a run's p99 that is
+        # not the wait for the poll
+        "fanout_s": {
+            "p50": _pct([e["fanout_s"] for e in per_event], 0.5),
+            "max": max((e["fanout_s"] for e in per_event), default=None),
+        },
         # where the tail comes from: the five events whose last token got them latest
         "slowest_events": sorted(per_event, key=lambda e: -e["lag_max_s"])[:5],
         "peak_rss_mb": {k: round(v / 2**20, 1) for k, v in peak_rss.items()},

@@ -113,7 +113,8 @@ OWNED_MATCHES = Gauge("sightscreen_owned_matches", "Matches this instance owns",
 BALL_TO_PUSH = Histogram(
     "sightscreen_ball_to_push_seconds",
     "For a tick that pushed: from the feed receiving the fixture to the tick done (APNs answered every push, "
-    "state persisted); the poll interval before the fetch is not included",
+    "state persisted), a routine tick's wait after the poll (match.routine_after_s) included; the poll "
+    "interval before the fetch is not included",
     buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.5, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0),
     registry=REGISTRY,
 )

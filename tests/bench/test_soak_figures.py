@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from soak import (  # noqa: E402
     _per_slot,
     _stage_buckets,
+    fanout_s,
     fleet_figures,
     main,
     single_instance_args,
@@ -156,3 +157,10 @@ def test_stage_histograms_are_summed_over_label_sets_and_processes_into_bucket_b
     assert one["fixture_cache_age_at_read"]["p99_at_most"] == 1.0
     assert got["event_loop_lag"] == {"n": 4, "p50_at_most": 0.01, "p90_at_most": 0.01, "p99_at_most": 0.01}
     assert "ball_to_push" not in got  # nothing observed: no figure rather than a made-up one
+
+
+def test_a_key_events_fan_out_runs_from_its_first_token_to_its_94th_percentile() -> None:
+    lags = [2.0 + i / 100 for i in range(101)]  # 2.00 s to 3.00 s, one token every 10 ms
+    assert fanout_s(lags) == 0.94
+    assert fanout_s(list(reversed(lags))) == 0.94  # in any order
+    assert fanout_s([1.5]) == 0.0  # a single token
