@@ -112,6 +112,12 @@ class Daemon:
         self.match_settings = with_routine_hold_capped(
             config.match, min(feed.marquee_cadence_s, feed.livescores_cadence_s)
         )
+        if self.match_settings.routine_after_s != config.match.routine_after_s:
+            log.info(
+                "routine_hold_capped",
+                configured_s=config.match.routine_after_s,
+                used_s=self.match_settings.routine_after_s,
+            )
         self.api: Any = None
         self.supervisor: Supervisor | None = None
         self.orchestrator: Orchestrator | None = None
