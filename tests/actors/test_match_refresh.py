@@ -129,7 +129,8 @@ async def test_matches_taken_together_re_read_their_sessions_at_different_moment
     async with trio.open_nursery() as nursery:
         for repos in repos_of:
             nursery.start_soon(_actor(repos, session_refresh_s=40)._refresh_loop)
-        await trio.sleep(39.9)
+        # past the latest first re-read (just under 40 s), before any second one (at least 20 + 34 s)
+        await trio.sleep(41)
         nursery.cancel_scope.cancel()
     # all loaded at once; their first re-reads fall apart over the interval's second half
     firsts = sorted(repos.at("sessions")[1] for repos in repos_of)
