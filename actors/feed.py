@@ -425,6 +425,11 @@ class FeedActor:
             return False
         return True
 
+    def use_cache(self, fixture_cache: FixtureCache) -> None:
+        """Write the leader's polls to ``fixture_cache`` from now on (the region's cache, fenced by the lease
+        of a leadership built after this feed)."""
+        self._cache = fixture_cache
+
     @property
     def breaker_open(self) -> bool:
         return self.client.breaker.state == "open"

@@ -974,6 +974,20 @@ class MatchActor:
             await self.heal(again=users)
 
     # ------------------------------------------------------------------ introspection
+    @property
+    def token_sessions(self) -> int:
+        """Active sessions pushed per token."""
+        return len(self.sessions)
+
+    @property
+    def channel_session_count(self) -> int:
+        """Active sessions started on a broadcast channel."""
+        return len(self.channel_sessions)
+
+    def channel_ids(self) -> dict[str, str]:
+        """The match's broadcast channels by perspective."""
+        return dict(self.channels.channels) if self.channels is not None else {}
+
     def describe(self) -> dict[str, Any]:
         return {
             "match_id": self.match_id,

@@ -46,11 +46,11 @@ import trio
 
 from actors.jobs.convert import iso_utc
 from actors.match import LeaseLost, MatchActor
+from actors.ports import Supervision
 from actors.settings import OrchestratorSettings
 from daemon.logs import get_logger
 from daemon.metrics import MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS
 from daemon.store.locks import match_lock_key
-from daemon.supervisor import Supervisor
 
 log = get_logger("orchestrator")
 
@@ -65,7 +65,7 @@ class Orchestrator:
         instance_id: str,
         repos: Any,
         feed: Any,
-        supervisor: Supervisor,
+        supervisor: Supervision,
         actor_factory: Callable[[str, int, bool], MatchActor],
         settings: OrchestratorSettings,
         marquee_leagues: Collection[int | str] = (),

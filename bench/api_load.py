@@ -7,7 +7,7 @@ What runs, all on loopback:
 
 - dynalite (``tests/harness/dynalite.py``, as ``bench/soak.py --dynamodb dynalite`` starts it) with the
   tables created;
-- the local issuer (``daemon.api.issuer``), its JWKS over HTTP;
+- the local issuer (``daemon.demo.issuer``), its JWKS over HTTP;
 - the API as production runs it: ``python -m daemon run --config FILE`` with ``roles = ["api"]`` in its own
   process (hypercorn on trio, default settings: 1 s display cache, the per-user rate limit, access log
   lines at info level written to a file);
@@ -281,7 +281,7 @@ def main() -> int:
 
     import trio
 
-    from daemon.api.issuer import LocalIssuer
+    from daemon.demo.issuer import LocalIssuer
     from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
     from daemon.store.local import MotoServer, free_port, stop_child
     from tests.harness.dynalite import DynaliteServer

@@ -31,9 +31,9 @@ def model(matches: int, sessions_per_match: int, fanouts: int, tuned: bool) -> d
 
     from actors.janitor import TokenRef
     from actors.match import Session
-    from daemon import gctune
     from daemon.apns.types import Push, PushResult
     from daemon.config import InstanceSettings
+    from daemon.runtime import gctune
 
     monitor = gctune.configure(InstanceSettings().gc_young_threshold if tuned else 0)
     if tuned:

@@ -1,7 +1,7 @@
-"""The `sightscreen` command: one entry point, dispatching to the module that owns each subcommand.
+"""The `sightscreen` command: one entry point, routing each subcommand to its module in ``daemon.commands``.
 
-Each subcommand lives beside the code it drives and exposes ``main(argv: list[str]) -> int``; this module
-only routes, so that importing the CLI stays cheap (a subcommand's dependencies load only when it runs).
+Each command module exposes ``main(argv: list[str]) -> int``; this module only routes, so that importing the
+CLI stays cheap (a subcommand's dependencies load only when it runs). Nothing imports ``daemon.commands``.
 """
 
 from __future__ import annotations
@@ -11,20 +11,16 @@ import sys
 
 # subcommand -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "run": ("daemon.run", "main", "run the production daemon (--config FILE)"),
-    "demo": ("daemon.demo", "main", "run the whole daemon end to end on embedded local parts"),
-    "tables": ("daemon.store.cli", "main", "create or check the DynamoDB tables (create|check)"),
-    "tape": ("daemon.replay.cli", "tape_main", "make tapes (synth|from-fixture|record)"),
-    "replay": ("daemon.replay.cli", "replay_main", "serve tapes as a SportMonks-compatible API (serve)"),
-    "events": ("daemon.cricket.cli", "main", "replay a tape through the match engine, print key events"),
-    "apns-server": ("daemon.apns.server_cli", "main", "run the project's HTTP/2 TLS APNs server"),
-    "ctl": ("daemon.ctl", "main", "talk to a running daemon over its admin socket"),
-    "api-token": (
-        "daemon.api.issuer",
-        "api_token_main",
-        "print an access token from the demo's local issuer",
-    ),
-    "check-config": ("daemon.config", "check_main", "validate a configuration file"),
+    "run": ("daemon.commands.run", "main", "run the production daemon (--config FILE)"),
+    "demo": ("daemon.commands.demo", "main", "run the whole daemon end to end on embedded local parts"),
+    "tables": ("daemon.commands.tables", "main", "create or check the DynamoDB tables (create|check)"),
+    "tape": ("daemon.commands.tape", "main", "make tapes (synth|from-fixture|record)"),
+    "replay": ("daemon.commands.replay", "main", "serve tapes as a SportMonks-compatible API (serve)"),
+    "events": ("daemon.commands.events", "main", "replay a tape through the match engine, print key events"),
+    "apns-server": ("daemon.commands.apns_server", "main", "run the project's HTTP/2 TLS APNs server"),
+    "ctl": ("daemon.commands.ctl", "main", "talk to a running daemon over its admin socket"),
+    "api-token": ("daemon.commands.api_token", "main", "print an access token from the demo's local issuer"),
+    "check-config": ("daemon.commands.check_config", "main", "validate a configuration file"),
 }
 
 

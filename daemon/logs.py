@@ -25,6 +25,8 @@ from typing import Any, TextIO
 
 import structlog
 
+# the stdlib handler ``configure`` installed last (replaced, not added to, when configured again)
+_INSTALLED: list[logging.Handler] = []
 _configured = False
 _static: dict[str, Any] = {}
 _secrets: set[str] = set()
@@ -194,10 +196,9 @@ def configure(
         )
     )
     root = logging.getLogger()
-    for old in list(root.handlers):
-        if getattr(old, "_sightscreen", False):
-            root.removeHandler(old)
-    handler._sightscreen = True  # type: ignore[attr-defined]
+    for old in _INSTALLED:
+        root.removeHandler(old)
+    _INSTALLED[:] = [handler]
     root.addHandler(handler)
     root.setLevel(_LEVELS.get(stdlib_level.lower(), logging.WARNING))
     _configured = True
@@ -208,9 +209,9 @@ def reset() -> None:
     global _configured
     structlog.reset_defaults()
     root = logging.getLogger()
-    for old in list(root.handlers):
-        if getattr(old, "_sightscreen", False):
-            root.removeHandler(old)
+    for old in _INSTALLED:
+        root.removeHandler(old)
+    _INSTALLED.clear()
     _static.clear()
     structlog.contextvars.clear_contextvars()
     _configured = False

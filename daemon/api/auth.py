@@ -79,12 +79,18 @@ def keys_from_jwks(doc: Any) -> dict[str, PyJWK]:
     if not isinstance(doc, Mapping) or not isinstance(doc.get("keys"), list):
         raise ValueError("JWKS: expected an object with a 'keys' list")
     try:
-        jwk_set = PyJWKSet.from_dict(dict(doc))
+        PyJWKSet.from_dict(dict(doc))  # the set's own checks: at least one key PyJWT can use
     except jwt.PyJWTError as exc:
         raise ValueError(f"JWKS: {exc}") from exc
     keys: dict[str, PyJWK] = {}
-    for key in jwk_set:
-        data = key._jwk_data if isinstance(getattr(key, "_jwk_data", None), dict) else {}
+    for data in doc["keys"]:
+        if not isinstance(data, Mapping):
+            continue
+        data = dict(data)
+        try:
+            key = PyJWK(data)
+        except jwt.PyJWTError:
+            continue  # a key PyJWT cannot use (another algorithm family): the set's others still serve
         kid = key.key_id
         if not isinstance(kid, str) or not kid:
             continue

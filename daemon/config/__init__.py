@@ -4,14 +4,13 @@
   section is its component's own settings class.
 - ``loading``: the file, ``SIGHTSCREEN_*`` overrides, ``*_file`` secrets, and errors naming each wrong key.
 - ``example``: the annotated example configuration generated from the models.
-- ``check``: the ``check-config`` command.
+- ``preflight``: what ``check-config`` checks beyond the models (``daemon.commands.check_config``).
 
 The names below are the package's public surface; ``from daemon.config import ...`` is the way to use them.
 """
 
 from actors.jobs.settings import JobsSettings
 from actors.settings import MatchActorSettings, OrchestratorSettings
-from daemon.config.check import check_main
 from daemon.config.example import render_example
 from daemon.config.loading import ConfigError, ConfigProblem, load_config, register_secrets
 from daemon.config.models import (
@@ -40,7 +39,6 @@ __all__ = [
     "MatchActorSettings",
     "MetricsSettings",
     "OrchestratorSettings",
-    "check_main",
     "default_instance_id",
     "load_config",
     "register_secrets",

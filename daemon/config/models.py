@@ -39,6 +39,18 @@ def default_instance_id() -> str:
     return f"{host}-{os.getpid()}"
 
 
+def parse_listen(listen: str, *, any_port: bool = False) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9464`` for IPv6) as (host, port); ValueError says what is wrong.
+
+    ``any_port`` admits port 0 (the kernel picks one: tests); a configured scrape target needs a real port.
+    """
+    host, sep, port_text = listen.rpartition(":")
+    lowest = 0 if any_port else 1
+    if not sep or not host or not port_text.isdigit() or not lowest <= int(port_text) < 65536:
+        raise ValueError("expected HOST:PORT, such as 127.0.0.1:9464")
+    return host.strip("[]"), int(port_text)
+
+
 class InstanceSettings(BaseModel):
     """This process as one member of the fleet: who it is and how it stops."""
 
@@ -234,8 +246,6 @@ class MetricsSettings(BaseModel):
     @classmethod
     def _host_and_port(cls, value: str) -> str:
         if value:
-            from daemon.admin import parse_listen
-
             parse_listen(value)
         return value
 

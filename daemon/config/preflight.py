@@ -2,9 +2,8 @@
 
 A file the models accept can still fail at start-up: an empty file has no APNs key, a key file may not be a
 PEM P-256 key, a CA bundle may not be certificates. ``preflight`` finds those (each as a ``ConfigProblem``
-naming the key, and the file's path where there is one), then builds the daemon exactly as ``run`` does
-(DynamoDB, SportMonks and APNs clients, actors; nothing is started and nothing connects), so that OK from
-``check-config`` means ``run`` starts. What it cannot know without the network (credentials accepted by AWS,
+naming the key, and the file's path where there is one); ``check-config`` then builds the daemon exactly as
+``run`` does (``daemon.commands.check_config``), so that OK from ``check-config`` means ``run`` starts. What it cannot know without the network (credentials accepted by AWS,
 APNs or SportMonks) is left to ``run``.
 """
 
@@ -15,8 +14,6 @@ import re
 import ssl
 from collections.abc import Mapping
 from urllib.parse import urlsplit
-
-import trio
 
 from daemon.apns.settings import ApnsSettings
 from daemon.apns.token import load_signing_key
@@ -34,8 +31,6 @@ def preflight(config: Config, env: Mapping[str, str] = os.environ) -> list[Confi
     if config.runs("engine"):
         problems += _apns(config.apns)
         problems += _sportmonks(config.sportmonks, env)
-    if not problems:
-        problems += _build(config)
     return problems
 
 
@@ -97,14 +92,3 @@ def _sportmonks(sm: SportMonksSettings, env: Mapping[str, str]) -> list[ConfigPr
             )
         )
     return problems
-
-
-def _build(config: Config) -> list[ConfigProblem]:
-    from daemon.run import Daemon
-
-    try:
-        daemon = Daemon(config)
-    except Exception as exc:  # what run would die of, worded by the part that refused
-        return [ConfigProblem("(start-up)", f"the daemon cannot be built: {exc}")]
-    trio.run(daemon.client.aclose)
-    return []

@@ -305,7 +305,7 @@ class SportMonksClient:
         log.warning("sportmonks_breaker", state=state, failures=self.breaker.consecutive_failures)
 
     async def _paginated(
-        self, path: str, query: dict[str, str], envelope: type[models._Envelope], budget_wait_s: float | None
+        self, path: str, query: dict[str, str], envelope: type[models.Envelope], budget_wait_s: float | None
     ) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         url_path, page_query = path, dict(query)
@@ -555,7 +555,7 @@ class _Page:
     next_url: str | None
 
 
-def _page(envelope: type[models._Envelope]) -> Callable[[Any, str], _Page]:
+def _page(envelope: type[models.Envelope]) -> Callable[[Any, str], _Page]:
     def check(payload: Any, source: str) -> _Page:
         parsed = _validate(envelope, payload, source)
         next_url = parsed.links.next if parsed.links is not None else None

@@ -390,42 +390,42 @@ class Meta(BaseModel):
     total: int | None = None
 
 
-class _Envelope(BaseModel):
+class Envelope(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
 
     links: Links | None = None
     meta: Meta | None = None
 
 
-class FixtureEnvelope(_Envelope):
+class FixtureEnvelope(Envelope):
     data: Fixture
 
 
-class FixtureListEnvelope(_Envelope):
+class FixtureListEnvelope(Envelope):
     data: list[Fixture]
 
 
-class TeamListEnvelope(_Envelope):
+class TeamListEnvelope(Envelope):
     data: list[Team]
 
 
-class LeagueListEnvelope(_Envelope):
+class LeagueListEnvelope(Envelope):
     data: list[League]
 
 
-class SeasonEnvelope(_Envelope):
+class SeasonEnvelope(Envelope):
     data: Season
 
 
-class PlayerEnvelope(_Envelope):
+class PlayerEnvelope(Envelope):
     data: Player
 
 
-class StandingListEnvelope(_Envelope):
+class StandingListEnvelope(Envelope):
     data: list[Standing]
 
 
-class ObjectListEnvelope(_Envelope):
+class ObjectListEnvelope(Envelope):
     """Only the list shape, items unchecked: used to split /livescores before checking fixture by fixture."""
 
     data: list[dict[str, Any]]

@@ -35,13 +35,13 @@ from actors.orchestrator import Orchestrator
 from actors.settings import MatchActorSettings, OrchestratorSettings
 from daemon.cricket.settings import EngineSettings
 from daemon.metrics import REGISTRY, SPORTMONKS_REGION_CALLS
+from daemon.runtime.supervisor import Supervisor
 from daemon.sportmonks.budget import CallBudget
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
 from daemon.store.caches import CachePut
 from daemon.store.dynamo import count_calls
 from daemon.store.locks import Lease, match_lock_key
-from daemon.supervisor import Supervisor
 from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
 
 LEASE_S = 1.5
@@ -217,7 +217,7 @@ def _member(
         renew_every_s=RENEW_S,
         clock_skew_bound_s=SKEW_S,
     )
-    feed._cache = FencedFixtureCache(leadership, repos)
+    feed.use_cache(FencedFixtureCache(leadership, repos))
     reader = CacheReader(feed, repos, settings, region="eu", stale_after_s=2 * LEASE_S)
     feed.follower_livescores = reader.livescores
     return fake, feed, leadership, reader

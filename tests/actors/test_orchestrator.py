@@ -17,10 +17,10 @@ import trio
 from actors.match import LeaseLost
 from actors.orchestrator import Orchestrator
 from actors.settings import OrchestratorSettings
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
 from daemon.store.local import MotoServer
 from daemon.store.locks import match_lock_key
-from daemon.supervisor import Supervisor
 
 ME = "instance-me"
 

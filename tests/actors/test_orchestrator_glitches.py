@@ -12,7 +12,7 @@ import trio
 
 from actors.orchestrator import Orchestrator
 from actors.settings import OrchestratorSettings
-from daemon.supervisor import Supervisor
+from daemon.runtime.supervisor import Supervisor
 
 
 class FakeFeed:

@@ -16,8 +16,8 @@ import pytest
 
 from daemon.api.app import ApiState, build_app
 from daemon.api.auth import Authenticator, JwksKeys
-from daemon.api.issuer import LocalIssuer
 from daemon.api.settings import ApiSettings, AuthSettings
+from daemon.demo.issuer import LocalIssuer
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,8 @@ from daemon.api.auth import (
     keys_from_jwks,
     verify_token,
 )
-from daemon.api.issuer import LocalIssuer, new_key
 from daemon.api.settings import AuthSettings
+from daemon.demo.issuer import LocalIssuer, new_key
 
 CLIENT = "sightscreen-local-app"
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import jwt
 
-from daemon.api.issuer import new_key
+from daemon.demo.issuer import new_key
 from tests.api.conftest import Api
 
 U = "user-cccc-3333"

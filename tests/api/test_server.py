@@ -9,10 +9,10 @@ import httpx
 import pytest
 import trio
 
-from daemon.api.issuer import LocalIssuer
 from daemon.api.server import ApiConfigError, ApiServer
 from daemon.api.settings import ApiSettings, AuthSettings
 from daemon.config import Config
+from daemon.demo.issuer import LocalIssuer
 from daemon.store.local import MotoServer
 
 
@@ -125,7 +125,7 @@ def test_the_api_role_needs_a_listen_address_and_an_issuer() -> None:
 async def test_an_api_only_daemon_serves_the_api_and_takes_no_match(
     moto_server: MotoServer, table_prefix: str, repos: Any, issuer: LocalIssuer
 ) -> None:
-    from daemon.run import Daemon
+    from daemon.runtime.assembly import Daemon
 
     config = Config.model_validate(
         {
@@ -147,7 +147,7 @@ async def test_an_api_only_daemon_serves_the_api_and_takes_no_match(
                 "/user/activities", headers={"Authorization": f"Bearer {issuer.mint('u1')}"}
             )
             assert resp.status_code == 200
-        ready = await daemon._h_ready([])
+        ready = await daemon.readiness()
         assert ready["ready"] is True and set(ready["checks"]) == {"dynamodb", "api_keys"}
         daemon.shutdown()
         with trio.fail_after(15):
@@ -161,7 +161,7 @@ def test_the_engine_never_imports_the_api() -> None:
     from pathlib import Path
 
     code = (
-        "import sys, daemon.run, actors.orchestrator, actors.match, actors.jobs.prematch; "
+        "import sys, daemon.runtime.assembly, actors.orchestrator, actors.match, actors.jobs.prematch; "
         "print(sorted(m for m in sys.modules if m.startswith('daemon.api') and m != 'daemon.api.settings' "
         "and m != 'daemon.api'))"
     )

@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from daemon import logs
-from daemon.config import Config, ConfigError, check_main, load_config, render_example
+from daemon.commands.check_config import main as check_main
+from daemon.config import Config, ConfigError, load_config, render_example
 from tests.conftest import log_lines
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ import annotated_types as at
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from daemon.config import Config, ConfigError, check_main, load_config
+from daemon.commands.check_config import main as check_main
+from daemon.config import Config, ConfigError, load_config
 from daemon.config.introspect import submodel, unwrap_optional
 
 from .test_config import PROJECT, complete, write

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.cricket import payloads
-from daemon.cricket.cli import replay_events
 from daemon.cricket.settings import EngineSettings
 from daemon.cricket.snapshot import MatchSnapshot, snapshot_from_fixture
+from daemon.replay.offline import replay_events
 from daemon.replay.synth import synthesise
 
 

@@ -143,7 +143,7 @@ MDWE_PROBE = textwrap.dedent("""
     # From here the kernel refuses writable+executable memory, as MemoryDenyWriteExecute=yes does.
     import ssl, trio, h2.connection, httpx, boto3, jwt, structlog, prometheus_client, pydantic
     from cryptography.hazmat.primitives.asymmetric import ec
-    import daemon.admin, daemon.config, daemon.metrics
+    import daemon.runtime.admin.server, daemon.config, daemon.metrics
     key = ec.generate_private_key(ec.SECP256R1())
     token = jwt.encode({"iss": "TEAM", "iat": 0}, key, algorithm="ES256", headers={"kid": "KEY"})
     jwt.decode(token, key.public_key(), algorithms=["ES256"], options={"verify_iat": False})

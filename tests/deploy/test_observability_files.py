@@ -139,10 +139,10 @@ def test_promtool_accepts_the_rules_and_their_unit_tests_pass() -> None:
 def test_the_demo_serves_metrics_where_told_and_refuses_a_bad_address(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from daemon.demo import _parse
+    from daemon.commands.demo import parse_args
 
-    assert _parse(["--metrics-listen", "127.0.0.1:9464"]).metrics_listen == "127.0.0.1:9464"
-    assert _parse([]).metrics_listen == "", "by default the demo exposes metrics on its admin socket only"
+    assert parse_args(["--metrics-listen", "127.0.0.1:9464"]).metrics_listen == "127.0.0.1:9464"
+    assert parse_args([]).metrics_listen == "", "by default the demo exposes metrics on its admin socket only"
     with pytest.raises(SystemExit):
-        _parse(["--metrics-listen", "9464"])
+        parse_args(["--metrics-listen", "9464"])
     assert "--metrics-listen: expected HOST:PORT" in capsys.readouterr().err

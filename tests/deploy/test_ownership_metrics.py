@@ -16,7 +16,7 @@ import trio
 
 from actors.settings import OrchestratorSettings
 from daemon import metrics
-from daemon.supervisor import Supervisor
+from daemon.runtime.supervisor import Supervisor
 
 MATCH = "880001"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.demo import DemoRun
+from daemon.demo.world import DemoRun
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

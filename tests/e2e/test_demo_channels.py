@@ -11,7 +11,7 @@ import json
 import pytest
 import trio
 
-from daemon.demo import DemoRun
+from daemon.demo.world import DemoRun
 
 
 @pytest.mark.slow

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import trio
 
-from daemon.admin import AdminError
+from daemon.demo.controls import replay_controls
+from daemon.runtime.admin.protocol import AdminError
 from tests.faults.checks import assert_nothing_lost, assert_state_whole, first_updates
 from tests.harness.fault_rig import aps, event_ids
 
@@ -276,5 +277,5 @@ async def test_admin_commands_refuse_wrong_arguments_and_the_replay_refuses_an_o
             assert answer["ok"] is False and error in answer["error"], (line, answer)
         assert not rig.daemon.stopping, "a drain with arguments drained the instance"
         with pytest.raises(AdminError, match="replay server answered 400"):
-            await rig.daemon._h_replay(["speed", "inf"])
+            await replay_controls(rig.daemon.config.sportmonks.base_url)["replay"](["speed", "inf"])
         await assert_nothing_lost(rig)  # the replay clock still runs: the match reaches its end

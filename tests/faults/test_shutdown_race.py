@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from actors.match import LeaseLost
-from daemon.supervisor import Supervisor
+from daemon.runtime.supervisor import Supervisor
 
 
 class _ActorLosingItsLeaseAsItIsStopped:

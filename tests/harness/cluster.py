@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from daemon.seed import SeededMatch, seed_match
+from daemon.demo.seed import SeededMatch, seed_match
 from daemon.store.local import die_with_parent
 from tests.harness.records import aps, event_ids, record_kid, standing_wickets
 
@@ -255,7 +255,7 @@ class Cluster:
         the phone listens to it; their follows carry the job's settled marker."""
         import secrets
 
-        from daemon.seed import FOLLOW_TTL_S, prematch_marker
+        from daemon.demo.seed import FOLLOW_TTL_S, prematch_marker
         from daemon.store.codec import iso
 
         channels: dict[str, str] = {}

@@ -3,7 +3,7 @@
 What the fault tests (``tests/faults``) drive. In the caller's trio loop it starts the project's APNs server,
 the replay server (serving one tape), and three ``FaultProxy`` instances (``LazyFaultProxy`` for DynamoDB) (``dynamodb``, ``sportmonks``,
 ``apns``) forwarding to moto (a child process the caller owns), the replay server and the APNs server. The
-daemon (``daemon.run.Daemon``, jobs off) is configured with the proxies' ports, so every byte it exchanges with
+daemon (``daemon.runtime.assembly.Daemon``, jobs off) is configured with the proxies' ports, so every byte it exchanges with
 a peer crosses a proxy that a test can degrade; the rig's own ``repos`` talk to moto directly, so a test
 observes DynamoDB even while the daemon's link to it is cut.
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import trio
 
-from daemon.seed import seed_match
+from daemon.demo.seed import seed_match
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.lazy_proxy import LazyFaultProxy
 from tests.harness.records import aps, event_ids, record_kid, standing_wickets
@@ -171,7 +171,7 @@ class FaultRig:
     ) -> Any:
         """The daemon's configuration: every peer through its proxy (DynamoDB directly with ``dynamo_direct``,
         APNs with ``apns_direct``); the admin socket is named after ``admin_name`` (default: the instance id)."""
-        from daemon.demo import demo_config
+        from daemon.demo.world import demo_config
 
         opts = self.options
         extra: dict[str, dict[str, Any]] = {
@@ -210,7 +210,8 @@ class FaultRig:
         on_delivery: Callable[[Any], None] | None = None,
     ) -> Any:
         """A daemon on this rig's peers (not started: ``await nursery.start(daemon.run)``)."""
-        from daemon.run import Daemon
+        from daemon.demo.controls import replay_controls
+        from daemon.runtime.assembly import Daemon
 
         config = self.config(
             instance_id,
@@ -219,7 +220,12 @@ class FaultRig:
             apns_direct=apns_direct,
             admin_name=admin_name,
         )
-        return Daemon(config, on_delivery=on_delivery or self.deliveries.append, with_jobs=False)
+        return Daemon(
+            config,
+            on_delivery=on_delivery or self.deliveries.append,
+            with_jobs=False,
+            extra_handlers=replay_controls(config.sportmonks.base_url),
+        )
 
     def sever(self) -> None:
         """Cut whatever talks through the proxies off from DynamoDB and APNs at once, as ``kill -9`` would: the

@@ -25,8 +25,9 @@ from actors.jobs.prematch import (
 )
 from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork
-from daemon import metrics, seed
+from daemon import metrics
 from daemon.apns.types import Push
+from daemon.demo import seed
 from daemon.store.locks import prematch_lock_key
 from daemon.store.tables import DEVICES, LOCKS, MATCH_FOLLOWS
 from tests.jobs.prematch_world import (

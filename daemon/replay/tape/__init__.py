@@ -16,19 +16,12 @@ from daemon.replay.tape.files import (
     builtin_tape_path,
     iter_cursors,
     load_tape,
+    resolve_tape,
     save_tape,
     tape_to_json,
     validate_tape,
 )
 from daemon.replay.tape.model import (
-    FIXTURE_INCLUDES,
-    NOT_OUT_SCORE_ID,
-    OVERS_BY_TYPE,
-    POWERPLAYS,
-    STATUS_BREAK,
-    STATUS_FINISHED,
-    STATUS_NOT_STARTED,
-    TERMINAL_STATUSES,
     League,
     LineupEntry,
     Player,
@@ -38,8 +31,6 @@ from daemon.replay.tape.model import (
     Tape,
     TapeBall,
     TapeEntry,
-    TapeError,
-    TapeResult,
     Team,
     Toss,
     Venue,
@@ -47,6 +38,18 @@ from daemon.replay.tape.model import (
 from daemon.replay.tape.render import derive_result, economy, iso, number, overs_from_balls, strike_rate
 from daemon.replay.tape.scorecard import Innings, Scorecard, VisibleBall, rebuild, visible_balls
 from daemon.replay.tape.scores import SCORES, Score
+from daemon.replay.tape.terms import (
+    FIXTURE_INCLUDES,
+    NOT_OUT_SCORE_ID,
+    OVERS_BY_TYPE,
+    POWERPLAYS,
+    STATUS_BREAK,
+    STATUS_FINISHED,
+    STATUS_NOT_STARTED,
+    TERMINAL_STATUSES,
+    TapeError,
+    TapeResult,
+)
 
 __all__ = [
     "FIXTURE_INCLUDES",
@@ -84,6 +87,7 @@ __all__ = [
     "iso",
     "iter_cursors",
     "load_tape",
+    "resolve_tape",
     "number",
     "overs_from_balls",
     "rebuild",

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from daemon.replay.tape.files import validate_tape
-from daemon.replay.tape.model import TERMINAL_STATUSES, Tape, TapeBall, TapeError
+from daemon.replay.tape.model import Tape, TapeBall
 from daemon.replay.tape.scores import SCORES
+from daemon.replay.tape.terms import TERMINAL_STATUSES, TapeError
 
 _BALL_FIELDS = tuple(TapeBall.model_fields)
 _PLAYER_STRIP = {"lineup", "resource"}

@@ -12,7 +12,8 @@ from pydantic import (
     ValidationError,
 )
 
-from daemon.replay.tape.model import Tape, TapeError
+from daemon.replay.tape.model import Tape
+from daemon.replay.tape.terms import TapeError
 
 TAPES_DIR = Path(__file__).resolve().parent.parent / "tapes"
 
@@ -65,6 +66,17 @@ def builtin_tape_path(name: str = "t20-demo") -> Path:
             return candidate
     known = sorted(p.name.split(".")[0] for p in TAPES_DIR.glob("*.json*"))
     raise TapeError(f"no built-in tape {name!r} (have: {', '.join(known) or 'none'})")
+
+
+def resolve_tape(name: str) -> Tape:
+    """A tape file, or the name of a tape shipped with the package (``t20-demo``)."""
+    path = Path(name)
+    if path.exists():
+        return load_tape(path)
+    try:
+        return load_tape(builtin_tape_path(name))
+    except TapeError:
+        raise TapeError(f"{name}: no such file, and not a built-in tape") from None
 
 
 def iter_cursors(tape: Tape) -> Iterable[int]:

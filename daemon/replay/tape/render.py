@@ -7,22 +7,23 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from daemon.replay.tape.model import (
+from daemon.replay.tape.scorecard import Scorecard, VisibleBall, rebuild
+from daemon.replay.tape.scores import Score
+from daemon.replay.tape.terms import (
     FIXTURE_INCLUDES,
     NOT_OUT_SCORE_ID,
     POWERPLAYS,
     STATUS_BREAK,
     STATUS_FINISHED,
     STATUS_NOT_STARTED,
-    Player,
-    Tape,
     TapeError,
     TapeResult,
 )
-from daemon.replay.tape.scorecard import Scorecard, VisibleBall, rebuild
-from daemon.replay.tape.scores import Score
+
+if TYPE_CHECKING:
+    from daemon.replay.tape.model import Player, Tape
 
 
 def number(value: float) -> int | float:

@@ -7,9 +7,12 @@ disagree with its balls.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from daemon.replay.tape.model import Tape, TapeBall
 from daemon.replay.tape.scores import Score
+
+if TYPE_CHECKING:
+    from daemon.replay.tape.model import Tape, TapeBall
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,44 @@
+"""``sightscreen run --config FILE``: the production daemon (``daemon.runtime.assembly``) until a signal."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import trio
+
+from daemon.runtime import gctune
+from daemon.runtime.assembly import Daemon, serve
+
+
+def main(argv: list[str]) -> int:
+    from daemon.config import ConfigError, load_config
+    from daemon.logs import configure_from
+    from daemon.runtime.sdnotify import SdNotifier
+
+    parser = argparse.ArgumentParser(prog="sightscreen run", description="Run the Sightscreen daemon.")
+    parser.add_argument("--config", required=True, help="TOML configuration file")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"sightscreen: bad configuration in {args.config}:\n{exc}", file=sys.stderr)
+        return 2
+    configure_from(config.logging, instance_id=config.instance.id)
+    gctune.configure(config.instance.gc_young_threshold)
+    try:
+        daemon = Daemon(config, notifier=SdNotifier())
+    except (
+        Exception
+    ) as exc:  # a part that cannot be built (a key that is not P-256 PEM): say which, no traceback
+        print(
+            f"sightscreen: cannot start with {args.config}: {exc}\n"
+            f"(sightscreen check-config {args.config} lists every problem)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        trio.run(serve, daemon)
+    except KeyboardInterrupt:
+        pass
+    return daemon.exit_code

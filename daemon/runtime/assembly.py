@@ -1,0 +1,516 @@
+"""The production daemon: ``sightscreen run --config FILE``.
+
+``Daemon`` wires the actors together under one supervisor and owns the process lifecycle:
+
+    Dynamo/Repositories ─┐
+    SportMonksClient ── FeedActor ──▶ MatchActor × N ──▶ ApnsSender ──▶ APNs
+                          ▲              ▲    (supervised)      │ rejected
+                     Orchestrator ───────┘                      ▼
+    jobs (fixture sync, reference sync, prematch)            Janitor ──▶ DynamoDB
+    AdminServer (Unix socket)  ·  sd_notify (READY, STATUS, WATCHDOG, STOPPING)
+
+Start-up: every actor is started with ``nursery.start`` so the process is ready (``READY=1``) only once each
+said so. Shutdown (SIGTERM/SIGINT, or the admin ``drain``): stop taking matches, stop every match actor and
+release its lock (another instance takes over at once), let the sender finish in-flight pushes within the
+grace period, ``STOPPING=1``, exit 0. SIGHUP stops the same way (there is no reload).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import functools
+import io
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from actors.cache_reader import CacheReader
+from actors.feed import FeedActor
+from actors.feed_leader import FeedLeadership, FencedFixtureCache, leader_view
+from actors.janitor import Janitor
+from actors.livework import LiveWork
+from actors.match import Delivery, MatchActor
+from actors.orchestrator import Orchestrator
+from actors.reconciler import LiveMatchReconciler
+from actors.sender import ApnsSender
+from actors.settings import with_routine_hold_capped
+from daemon import __version__
+from daemon.logs import get_logger
+from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK
+from daemon.runtime import gctune
+from daemon.runtime.admin.handlers import daemon_handlers
+from daemon.runtime.admin.protocol import Handler
+from daemon.runtime.supervisor import Supervisor
+from daemon.sportmonks.client import SportMonksClient
+from daemon.store import Repositories
+from daemon.store.dynamo import Dynamo
+from daemon.store.locks import owner_identity
+
+if TYPE_CHECKING:
+    from daemon.config import Config
+
+log = get_logger("daemon")
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        on_delivery: Callable[[Delivery], None] | None = None,
+        notifier: Any = None,
+        with_jobs: bool = True,
+        extra_handlers: Mapping[str, Handler] | None = None,
+    ) -> None:
+        self.config = config
+        self.instance_id: str = config.instance.id  # for people: logs, status
+        # what this process writes on locks and active-matches: unique per process even where the id is
+        # configured (a restart, or two processes from one configuration, never share a lease)
+        self.owner_id: str = owner_identity(self.instance_id)
+        self._on_delivery = on_delivery
+        self._notifier = notifier
+        self._with_jobs = with_jobs
+        # admin commands of the embedding program (the demo's replay controls)
+        self._extra_handlers = dict(extra_handlers or {})
+        self.started_at = time.time()
+        self.dynamo = Dynamo(config.dynamodb)
+        self.repos = Repositories(self.dynamo)
+        self.client = SportMonksClient(config.sportmonks)
+        # One fleet per region: the feed polls only while this instance leads the region (the lease
+        # feed:{region}); elsewhere the cache reader serves the match actors from cricket-fixture-cache.
+        self.region = str(getattr(config.instance, "region", "") or "default")
+        orch = config.orchestrator
+        self.feed = FeedActor(self.client, config.feed, leading=False)
+        self.leadership = FeedLeadership(
+            feed=self.feed,
+            repos=self.repos,
+            region=self.region,
+            instance_id=self.owner_id,
+            lease_s=orch.lease_s,
+            renew_every_s=orch.renew_every_s,
+            clock_skew_bound_s=orch.clock_skew_bound_s,
+            marquee_leagues=config.feed.marquee_leagues,
+        )
+        self.feed.use_cache(FencedFixtureCache(self.leadership, self.repos))
+        self.cache_reader = CacheReader(
+            self.feed, self.repos, config.feed, region=self.region, stale_after_s=2 * orch.lease_s
+        )
+        self.feed.follower_livescores = self.cache_reader.livescores
+        # roles: an "api"-only instance takes no match, polls nothing and pushes nothing (no APNs key needed);
+        # the API runs where it is listed and [api].listen is set
+        self.runs_engine = config.runs("engine")
+        self.runs_api = config.runs("api") and bool(config.api.listen)
+        self.janitor = Janitor(self.repos)
+        self.sender: ApnsSender = (
+            ApnsSender(config.apns, janitor=self.janitor.send_channel) if self.runs_engine else _NO_SENDER
+        )
+        # match actors' fan-outs in progress and how many run: the prematch job gives way to them, and is
+        # paced while any runs
+        self.live = LiveWork(matches=lambda: len(self.orchestrator.owned) if self.orchestrator else 0)
+        feed = config.feed
+        self.match_settings = with_routine_hold_capped(
+            config.match, min(feed.marquee_cadence_s, feed.livescores_cadence_s)
+        )
+        if self.match_settings.routine_after_s != config.match.routine_after_s:
+            log.info(
+                "routine_hold_capped",
+                configured_s=config.match.routine_after_s,
+                used_s=self.match_settings.routine_after_s,
+            )
+        self.api: Any = None
+        self.supervisor: Supervisor | None = None
+        self.orchestrator: Orchestrator | None = None
+        self.jobs: dict[str, Any] = {}
+        self._shutdown = trio.Event()
+        self.finished = trio.Event()
+        self.exit_code = 0
+        self.stopping = False
+
+    # ------------------------------------------------------------------ assembly
+    def _match_actor(self, match_id: str, epoch: int, marquee: bool) -> MatchActor:
+        return MatchActor(
+            match_id,
+            instance_id=self.owner_id,
+            epoch=epoch,
+            repos=self.repos,
+            feed=self.feed,
+            sender=self.sender,
+            topic=self.config.apns.topic,
+            marquee=marquee,
+            engine_settings=self.config.engine,
+            settings=self.match_settings,
+            lease=self.config.orchestrator,
+            on_delivery=self._on_delivery,
+            live=self.live,
+        )
+
+    def _channel_sweeper(self) -> Any:
+        """Deletes broadcast channels no active match records (see ``actors.channels.ChannelSweeper``)."""
+        from actors.channels import ChannelSweeper
+
+        async def active() -> list[str]:
+            items = await self.repos.active_matches.get_all_active_matches()
+            return [str(i["matchId"]) for i in items if i.get("status") != "ended"]
+
+        channels = self.sender.channels
+        assert channels is not None, "the channel sweeper runs only where the sender manages channels"
+        return ChannelSweeper(
+            bundle=self.config.apns.topic.removesuffix(".push-type.liveactivity"),
+            request=channels.request,
+            fixtures=self.repos.fixtures,
+            active_matches=active,
+            interval_s=self.config.match.channel_sweep_s,
+        )
+
+    def _build_jobs(self) -> dict[str, Any]:
+        if not self._with_jobs:
+            return {}
+        # prematch keeps its per-match lock (any instance works through a match's followers)
+        return {
+            name: job if name == "prematch" else self._leased(name, job, sportmonks=True)
+            for name, job in self._plain_jobs(self.config.jobs).items()
+        }
+
+    def _leased(self, name: str, job: Any, *, sportmonks: bool) -> Any:
+        """Once per region: the job runs under the lease job:{name}:{region}; a job that calls SportMonks
+        runs only where the feed leader is, so the region's calls share one client and one budget."""
+        from actors.jobs.lease import LeasedJob
+
+        orch = self.config.orchestrator
+        return LeasedJob(
+            name,
+            job,
+            locks=self.repos.locks,
+            region=self.region,
+            owner=self.owner_id,
+            lease_s=orch.lease_s,
+            renew_every_s=orch.renew_every_s,
+            clock_skew_bound_s=orch.clock_skew_bound_s,
+            may_run=(lambda: self.leadership.leading) if sportmonks else (lambda: True),
+        )
+
+    def _plain_jobs(self, jobs_cfg: Any) -> dict[str, Any]:
+        from actors.jobs.fixture_sync import FixtureSyncJob
+        from actors.jobs.prematch import PrematchNotifier
+        from actors.jobs.reference_sync import ReferenceSyncJob
+
+        return {
+            # the job reads /livescores through the feed (fresh within 30 s), so it costs that budget nothing
+            "fixture-sync": FixtureSyncJob(
+                self.client,
+                self.repos,
+                jobs_cfg.fixture_sync,
+                livescores=lambda: self.feed.livescores(max_age_s=30),
+            ),
+            "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
+            "prematch": PrematchNotifier(
+                self.repos,
+                self.sender,
+                jobs_cfg.prematch,
+                topic=self.config.apns.topic,
+                owner=self.owner_id,
+                live=self.live,
+            ),
+        }
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from daemon.runtime.admin.server import AdminServer
+
+        orch_cfg = self.config.orchestrator
+        try:
+            async with trio.open_nursery() as nursery:
+                self.supervisor = supervisor = Supervisor(
+                    nursery,
+                    max_restarts=orch_cfg.max_restarts,
+                    window_s=orch_cfg.restart_window_s,
+                    backoff_s=orch_cfg.restart_backoff_s,
+                )
+                if self.runs_engine:
+                    self.orchestrator = Orchestrator(
+                        instance_id=self.owner_id,
+                        repos=self.repos,
+                        feed=self.feed,
+                        supervisor=supervisor,
+                        actor_factory=self._match_actor,
+                        settings=orch_cfg,
+                        marquee_leagues=self.config.feed.marquee_leagues,
+                        quarantine_s=orch_cfg.quarantine_s,
+                    )
+                    await supervisor.start("janitor", lambda: self.janitor, kind="janitor")
+                    sender_guard = _FatalOnConfigError(self, self.sender)
+                    await supervisor.start("sender", lambda: sender_guard, kind="sender")
+                    await supervisor.start("feed", lambda: self.feed, kind="feed")
+                    await supervisor.start("feed-leader", lambda: self.leadership, kind="feed")
+                    await supervisor.start("cache-reader", lambda: self.cache_reader, kind="feed")
+                if self.config.admin.socket_path:
+                    admin = AdminServer(
+                        self.config.admin.socket_path,
+                        {**daemon_handlers(self, self.repos.active_matches), **self._extra_handlers},
+                        mode=self.config.admin.mode,
+                        max_line_bytes=self.config.admin.max_line_bytes,
+                        client_timeout_s=self.config.admin.client_timeout_s,
+                        max_clients=self.config.admin.max_clients,
+                    )
+                    await supervisor.start("admin", lambda: admin, kind="admin")
+                if self.config.metrics.listen:
+                    from daemon.runtime.metrics_http import MetricsHttpServer
+
+                    metrics_http = MetricsHttpServer(self.config.metrics.listen)
+                    await supervisor.start("metrics-http", lambda: metrics_http, kind="admin")
+                if self.runs_api:
+                    # imported here: an engine-only instance never loads the API
+                    from daemon.api.server import ApiServer
+
+                    self.api = api = ApiServer(self.repos, self.config.api, self.config.auth)
+                    await supervisor.start("api", lambda: api, kind="api")
+                if self.runs_engine:
+                    self.jobs = self._build_jobs()
+                    for name, job in self.jobs.items():
+                        await supervisor.start(name, functools.partial(_same, job), kind="job")
+                    orchestrator = self.orchestrator
+                    assert orchestrator is not None  # built above when the engine runs
+                    await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
+                    reconciler = self._leased(
+                        # where the feed leader is: it compares the leader's own fresh /livescores, never
+                        # a cached summary that may be a leader change old
+                        "reconciler",
+                        LiveMatchReconciler(self.repos, self.feed, cycle_s=orch_cfg.cycle_s),
+                        sportmonks=True,
+                    )
+                    self.jobs["reconciler"] = reconciler
+                    await supervisor.start("reconciler", lambda: reconciler, kind="job")
+                    if self.config.match.broadcast_channels and self.sender.channels is not None:
+                        sweeper = self._leased("channel-sweep", self._channel_sweeper(), sportmonks=False)
+                        self.jobs["channel-sweep"] = sweeper
+                        await supervisor.start("channel-sweep", lambda: sweeper, kind="job")
+                nursery.start_soon(self._watchdog)
+                nursery.start_soon(self._loop_monitor)
+                nursery.start_soon(self._readiness_monitor)
+                instance = self.config.instance
+                if instance.gc_sweep_s:
+                    nursery.start_soon(gctune.sweep, instance.gc_sweep_s, instance.gc_full_every_s)
+                if self._notifier is not None:
+                    self._notifier.ready()
+                log.info(
+                    "daemon_ready", instance_id=self.instance_id, owner=self.owner_id, version=__version__
+                )
+                task_status.started(self)
+                await self._shutdown.wait()
+                await self._graceful_stop()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.client.aclose()
+            self.finished.set()
+
+    async def _graceful_stop(self) -> None:
+        self.stopping = True
+        READY.set(0)
+        if self._notifier is not None:
+            self._notifier.stopping()
+        grace = self.config.instance.shutdown_grace_s
+        log.info("daemon_stopping", grace_s=grace)
+        if self.api is not None:
+            self.api.stop()  # stops accepting at once; requests in flight get [api].shutdown_grace_s
+        with trio.move_on_after(grace):
+            if self.orchestrator is not None:
+                await self.orchestrator.drain()  # every match actor stopped, every lock released
+            if self.runs_engine:
+                await self.sender.drain(grace)
+        if self.api is not None:
+            with trio.move_on_after(self.config.api.shutdown_grace_s + 1.0):
+                await self.api.stopped.wait()
+        log.info("daemon_stopped")
+
+    def shutdown(self) -> None:
+        self._shutdown.set()
+
+    async def _watchdog(self) -> None:
+        notifier = self._notifier
+        interval = notifier.watchdog_interval() if notifier is not None else None
+        period = min(interval or 10.0, 10.0)
+        while True:
+            if notifier is not None:
+                if interval:
+                    notifier.watchdog()
+                owned = len(self.orchestrator.owned) if self.orchestrator else 0
+                notifier.status(f"{owned} matches owned")
+            await trio.sleep(period)
+
+    async def _loop_monitor(self, interval_s: float = 1.0) -> None:
+        """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
+        sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
+        dump_to = sys.__stderr__
+        dump_s = self.config.instance.stall_dump_s
+        try:
+            while True:
+                if dump_s and dump_to is not None:  # without a stderr there is nowhere to write the stacks
+                    try:
+                        faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
+                    except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
+                        log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
+                        dump_s = 0.0
+                started = trio.current_time()
+                await trio.sleep(interval_s)
+                lag = max(0.0, trio.current_time() - started - interval_s)
+                EVENT_LOOP_LAG.observe(lag)
+                if lag >= 1.0:
+                    log.warning("event_loop_stalled", seconds=round(lag, 2))
+        finally:
+            if dump_s:
+                faulthandler.cancel_dump_traceback_later()
+
+    # ------------------------------------------------------------------ what the admin socket reads
+    async def readiness(self) -> dict[str, Any]:
+        """DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: signing keys loaded;
+        not stopping. Exported as the ``sightscreen_ready`` and ``sightscreen_ready_check`` gauges as well as
+        returned."""
+        checks: dict[str, Any] = {}
+        try:
+            with trio.fail_after(3):
+                await self.repos.locks.get("health:probe")
+            checks["dynamodb"] = True
+        except Exception as exc:
+            checks["dynamodb"] = f"unreachable: {exc!r}"
+        if self.runs_engine:
+            checks["apns"] = bool(self.sender.connected) or "no connection to APNs"
+            checks["feed"] = (not self.feed.breaker_open) or "SportMonks circuit breaker is open"
+        if self.api is not None:
+            checks["api_keys"] = self.api.keys.loaded or "no signing keys loaded from the JWKS"
+        ready = all(v is True for v in checks.values()) and not self.stopping
+        for name, value in checks.items():
+            READY_CHECK.labels(name).set(1 if value is True else 0)
+        READY.set(1 if ready else 0)
+        return {"ready": ready, "checks": checks}
+
+    async def _readiness_monitor(self, interval_s: float = 5.0) -> None:
+        """Keep the readiness gauges current for scrapers, which cannot ask the admin socket."""
+        while True:
+            await self.readiness()
+            await trio.sleep(interval_s)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "alive": True,
+            "instance_id": self.instance_id,
+            "owner": self.owner_id,
+            "stopping": self.stopping,
+        }
+
+    def status(self) -> dict[str, Any]:
+        orch = self.orchestrator
+        return {
+            "instance_id": self.instance_id,
+            "owner": self.owner_id,
+            "version": __version__,
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "owned_matches": sorted(orch.owned) if orch else [],
+            "draining": bool(orch and orch.draining),
+            "gc": gctune.snapshot(),
+            "live_fanouts": {"in_progress": self.live.active, "begun": self.live.fanouts},
+            "orchestrator": {
+                "cycles": orch.cycles if orch else 0,
+                "last_cycle_at": orch.last_cycle_at if orch else None,
+                "last_error": orch.last_cycle_error if orch else None,
+            },
+        }
+
+    def owned_matches(self) -> Mapping[str, MatchActor]:
+        return self.orchestrator.actors() if self.orchestrator else {}
+
+    def sender_stats(self) -> dict[str, Any] | None:
+        return self.sender.stats() if self.runs_engine else None
+
+    async def feed_view(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.feed.stats())
+        try:
+            with trio.fail_after(3):
+                item = await self.repos.locks.read(self.leadership.key)
+            out["region"] = leader_view(item, self.owner_id, time.time())
+        except Exception as exc:  # noqa: BLE001 - the rest of the answer still helps
+            out["region"] = {"error": f"cricket-locks unreachable: {exc!r}"}
+        out["region"]["name"] = self.region
+        out["leadership"] = self.leadership.describe()
+        out["cache_reader"] = self.cache_reader.describe()
+        out["jobs"] = self.jobs_view()
+        return out
+
+    def jobs_view(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, job in self.jobs.items():
+            if hasattr(job, "describe"):
+                out[name] = job.describe()
+            elif hasattr(job, "stats"):
+                out[name] = job.stats()
+            else:
+                out[name] = {}
+        return out
+
+    def drain(self) -> dict[str, Any]:
+        self.shutdown()
+        return {
+            "draining": True,
+            "owned_matches": sorted(self.orchestrator.owned) if self.orchestrator else [],
+        }
+
+
+_NO_SENDER: Any = None
+"""The sender of an instance without the engine role: never started, never called."""
+
+
+def _same(actor: Any) -> Any:
+    """The supervisor's factory for an actor built once: every (re)start runs the same object."""
+    return actor
+
+
+class _FatalOnConfigError:
+    """Runs the APNs sender; an APNs configuration error (403: bad key, team or topic) stops the daemon.
+
+    Restarting the sender cannot fix a wrong key, and a daemon that keeps polling and diffing while no push
+    can leave would only hide the problem: it exits with EX_CONFIG (78) and one loud log line, and systemd's
+    restart policy (or the operator) takes it from there.
+    """
+
+    def __init__(self, daemon: Daemon, sender: Any) -> None:
+        self._daemon = daemon
+        self._sender = sender
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from daemon.apns.types import ApnsConfigurationError
+
+        try:
+            await self._sender.run(task_status=task_status)
+        except ApnsConfigurationError as exc:
+            log.critical("apns_configuration_error_stopping_daemon", error=str(exc))
+            self._daemon.exit_code = 78
+            self._daemon.shutdown()
+            await trio.sleep_forever()
+
+
+async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Run ``daemon`` until SIGTERM, SIGINT or SIGHUP (or an admin drain), then stop gracefully.
+
+    SIGHUP is a graceful stop like SIGTERM, not a reload: the configuration is read once, at start. Its
+    default action would end the process at once with its match locks held (other instances would wait out
+    each lease); a closed terminal or ``systemctl kill -s HUP`` instead hands every match over."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch_signals() -> None:
+                async for signum in signals:
+                    log.info("signal_received", signal=signal.Signals(signum).name)
+                    daemon.shutdown()
+                    return
+
+            nursery.start_soon(watch_signals)
+            await nursery.start(daemon.run)
+            if daemon.config.instance.gc_freeze_at_ready:
+                frozen = gctune.freeze_startup_heap()
+                log.info("gc_startup_heap_frozen", objects=frozen)
+            task_status.started(daemon)
+            await daemon.finished.wait()  # the graceful stop is done inside run()
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,116 @@
+"""The garbage-collector settings: threshold, pause timing, the frozen start-up heap, and what ``status`` shows."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from daemon.config import ConfigError, InstanceSettings, load_config
+from daemon.runtime import gctune
+
+
+@pytest.fixture
+def restore_gc() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    yield
+    gc.set_threshold(*thresholds)
+    gc.unfreeze()
+
+
+def test_configure_sets_the_young_threshold_and_times_every_collection(restore_gc: None) -> None:
+    monitor = gctune.configure(123_456)
+    assert gc.get_threshold()[0] == 123_456
+    before = list(monitor.collections)
+    gc.collect(0)
+    gc.collect()
+    assert monitor.collections[0] == before[0] + 1
+    assert monitor.collections[2] == before[2] + 1
+    assert monitor.longest_s > 0.0
+    cycle: list[object] = []
+    cycle.append(cycle)  # only the collector can free this
+    del cycle
+    freed = sum(monitor.collected)
+    gc.collect()
+    assert sum(monitor.collected) >= freed + 1
+    assert gctune.configure(0) is monitor  # one monitor per process; 0 leaves the threshold alone
+    assert gc.get_threshold()[0] == 123_456
+    snap = gctune.snapshot()
+    assert snap is not None and snap["thresholds"][0] == 123_456
+    assert snap["collections"]["2"] == monitor.collections[2]
+
+
+def test_the_pause_histogram_is_fed_by_generation(restore_gc: None) -> None:
+    from daemon.metrics import REGISTRY
+
+    gctune.configure(0)
+
+    def count() -> float:
+        return REGISTRY.get_sample_value("sightscreen_gc_pause_seconds_count", {"generation": "2"}) or 0.0
+
+    before = count()
+    gc.collect()
+    assert count() == before + 1
+
+
+async def test_the_sweep_frees_cycles_between_collections(restore_gc: None) -> None:
+    gctune.configure(10_000_000)  # the collector would not run on its own here
+    box = Box(None)
+    box.value = box  # a cycle: reference counting alone never frees it
+    alive = weakref.ref(box)
+    del box
+    assert alive() is not None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gctune.sweep, 0.01)
+        with trio.fail_after(5):
+            while alive() is not None:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+
+
+async def test_every_full_every_s_the_sweep_collects_the_oldest_generation_too(restore_gc: None) -> None:
+    monitor = gctune.configure(10_000_000)
+    box = Box(None)
+    box.value = box
+    alive = weakref.ref(box)
+    gc.collect(1)  # alive at a young collection (a response in flight): promoted to the oldest generation
+    del box  # now garbage in the oldest generation, which young collections never look at
+    gc.collect(1)
+    assert alive() is not None
+    before = monitor.collections[2]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gctune.sweep, 0.01, 0.05)
+        with trio.fail_after(5):
+            while alive() is not None:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert monitor.collections[2] > before
+
+
+class Box:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+def test_freezing_the_startup_heap_hides_it_from_later_collections(restore_gc: None) -> None:
+    frozen = gctune.freeze_startup_heap()
+    assert frozen > 1000  # at least the modules loaded for this test
+    # A frozen object can still be freed by reference counting (another thread dropping its last
+    # reference), which takes it out of the count; nothing enters the count but a freeze.
+    assert frozen - 100 <= gc.get_freeze_count() <= frozen
+    survivors = [[i] for i in range(1000)]
+    assert len(gc.get_objects()) < frozen  # a full walk no longer sees them
+    del survivors
+
+
+def test_the_threshold_is_checked_like_every_other_key(tmp_path: Path) -> None:
+    assert InstanceSettings().gc_young_threshold == 100_000
+    assert InstanceSettings().gc_freeze_at_ready is True
+    path = tmp_path / "bad.toml"
+    path.write_text("[instance]\ngc_young_threshold = -1\n")
+    with pytest.raises(ConfigError, match="gc_young_threshold"):
+        load_config(path, env={})
