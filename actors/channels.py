@@ -24,13 +24,15 @@ there and removes it. So:
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from actors.match_types import ChannelRef
+from actors.lease import LeaseLost
 from daemon import metrics
 from daemon.apns import broadcast
 from daemon.apns.rules import Action
@@ -41,6 +43,14 @@ log = get_logger("channels")
 
 Request = Callable[[broadcast.Request], Awaitable[Any]]
 ActiveMatches = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelRef:
+    """What a broadcast carries back: the perspective and the channel it went to."""
+
+    perspective: str
+    channel_id: str
 
 
 class ChannelsUnavailable(Exception):
@@ -235,6 +245,113 @@ class MatchChannels:
 
     def _gauge(self) -> None:
         metrics.CHANNELS.labels(self.match_id).set(len(self.channels))
+
+
+class MatchBroadcasts:
+    """How a match's owner uses its channels: which a tick is broadcast on, which a push-to-start may name, and
+    their recreation when APNs no longer knows one. The channels themselves (creation, record, deletion) are
+    ``MatchChannels``'s; the caller holds the lease, which ``check`` asserts before any change."""
+
+    def __init__(
+        self,
+        channels: MatchChannels,
+        *,
+        retry_s: float,
+        check: Callable[[], None],
+        perspectives: Callable[[], Iterable[str] | None],
+    ) -> None:
+        """``perspectives`` gives the perspectives of the latest display (None before the first)."""
+        self.match = channels
+        self._retry_s = retry_s
+        self._check = check
+        self._perspectives = perspectives
+        self.announced: set[str] = set()  # channels named in a push-to-start this owner sent
+        self.gone: dict[str, str] = {}  # perspective -> channel APNs no longer knows
+        self._retry_at = -math.inf
+        self.log = get_logger("match", match_id=channels.match_id)
+
+    @property
+    def channels(self) -> dict[str, str]:
+        return self.match.channels
+
+    async def load(self) -> None:
+        """A restarted or new owner reuses the recorded channels."""
+        try:
+            await self.match.load()
+        except Exception as exc:
+            self.log.warning("broadcast_channels_load_failed", error=repr(exc))
+
+    async def prepare(self, teams: list[str]) -> None:
+        """The channels of neutral and ``teams`` created and recorded if they are not yet, so that push-to-starts
+        sent before the first tick (the prematch job's) can name them too."""
+        try:
+            self._check()
+            with trio.fail_after(self._retry_s):
+                await self.match.ensure(["neutral", *teams])
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            self._retry_at = trio.current_time() + self._retry_s
+            self.log.warning("broadcast_channels_unavailable", error=repr(exc))
+
+    async def for_start(self) -> dict[str, str]:
+        """The match's channels for a push-to-start, created (under the lease) if some perspective has none;
+        {} while they cannot be had (then iOS 18 followers are started on update tokens)."""
+        perspectives = self._perspectives()
+        if perspectives is None:
+            return {}
+        wanted = list(perspectives)
+        if all(p in self.channels for p in wanted) or trio.current_time() < self._retry_at:
+            return self.channels
+        self._check()
+        try:
+            with trio.fail_after(self._retry_s):
+                await self.match.ensure(wanted)
+        except (ChannelsUnavailable, broadcast.ChannelError, trio.TooSlowError) as exc:
+            self._retry_at = trio.current_time() + self._retry_s
+            self.log.warning(
+                "broadcast_channels_unavailable",
+                error=str(exc) or type(exc).__name__,
+                retry_in_s=self._retry_s,
+            )
+        return self.channels
+
+    def announce(self, channel: str) -> None:
+        self.announced.add(channel)
+
+    def targets(self, listening: set[str]) -> list[tuple[str, str]]:
+        """(perspective, channel) for each recorded channel that sessions listen on (``listening``) or that a
+        push-to-start of ours announced: an activity listens from its start, before its session is
+        registered and read back, and a broadcast costs one request whoever listens."""
+        heard = listening | self.announced
+        if not heard:
+            return []
+        return [(p, c) for p, c in self.channels.items() if c in heard]
+
+    def note_gone(self, ref: ChannelRef) -> None:
+        self.gone[ref.perspective] = ref.channel_id
+
+    async def recover(self) -> set[str]:
+        """Recreate and record the channels APNs no longer knows; the dead channel ids (their followers need a
+        push-to-start on the new ones)."""
+        gone, self.gone = self.gone, {}
+        self.log.warning("broadcast_channels_gone", channels=gone)
+        self._check()
+        try:
+            await self.match.ensure(list(self.channels) or list(gone), replace=gone)
+        except (ChannelsUnavailable, broadcast.ChannelError) as exc:
+            self._retry_at = trio.current_time() + self._retry_s
+            self.log.warning("broadcast_channels_unavailable", error=str(exc))
+        dead = set(gone.values())
+        self.announced -= dead
+        return dead
+
+    async def delete_all(self) -> None:
+        """After the end broadcast: the channels are of no more use (the sweep deletes what is left)."""
+        try:
+            await self.match.delete_all()
+        except Exception as exc:
+            self.log.warning("broadcast_channels_delete_failed", error=repr(exc))
 
 
 class ChannelSweeper:

@@ -1,86 +1,44 @@
 """MatchActor: everything about one live match, owned by exactly one instance at a time.
 
-The actor owns, for its match:
-- the lock lease (``cricket-locks``, ``match:{id}``): renewed every ``lease_s * renew_fraction``; when a renewal
-  is refused, or the lease would run out (by this process's monotonic clock, less the configured clock-skew
-  bound) before a renewal succeeded, the actor raises ``LeaseLost`` and stops before pushing anything more.
-  Its pushes carry a ``Fence`` the actor moves to the new lease end at each renewal and to -inf when it
-  stops: a push waiting in the sender's queue goes out while, and only while, the actor holds the lease;
-- the previous state it diffs against (``active-matches``), loaded at start and written after every tick with
-  a write fenced on ``instanceId = me AND ownerEpoch = epoch`` — a paused instance that lost its lease cannot
-  overwrite the new owner; a fenced write that fails stops the actor the same way;
-- its cooldowns (part of the engine's state);
-- the match's Live Activity sessions and followers, held in memory and re-read every ``session_refresh_s``
-  (longer for a big match: ``refresh_interval``; spread so that matches do not re-read together:
-  ``refresh_pause``) and ``follower_refresh_s``, so a tick's DynamoDB calls do not grow with its followers;
-- self-healing: followers without an active session get a push-to-start, rate-limited per device;
-- its iOS 18 broadcast channels (``actors.channels``), one per display perspective: created (policy 0) before
-  the first push-to-start that needs one, recorded on the fixture, reused by a new owner, deleted at the end.
-  An iOS 18 follower is started with ``input-push-channel`` (a *channel session*: stored, never pushed per
-  device), older ones with ``input-push-token`` (a *token session*). Each tick is one broadcast per
-  perspective with channel sessions or announced in a push-to-start (first; priority 10 for key events, 5
-  for routine updates, expiration 0), then the per-token pushes. A channel APNs no longer knows
-  (``ChannelNotRegistered``, ``BadChannelId``) is recreated, recorded and re-announced to its followers with
-  a push-to-start. A successor completing a tick's intent broadcasts it without the alert (at most once).
+It owns, for its match: the lock lease (``actors.lease``: it stops pushing the moment the lease cannot be
+relied on), the previous state it diffs against (``active-matches``, every write fenced on owner and epoch),
+its cooldowns (in the engine's state), its audience (``actors.audience``), its push-to-starts
+(``actors.match_starts``), its broadcast channels (``actors.channels``) and its fan-outs (``actors.fanout``).
 
-Each tick: the Feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> a payload per
-perspective -> pushes to the shared sender (bounded inbox) -> APNs's results -> persist the new state (fenced)
--> publish the display state for the API (``cricket-fixtures`` live fields, ``DisplayStateCache``). A routine
-tick first waits until ``routine_after_s`` after the leader fetched it: the poll's key events go out first.
-
-Delivery (docs/delivery.md has the whole argument): a device shows each alert at most once and still
-receives every key event, whatever moment an owner dies. A routine tick (no alert) is pushed, then persisted:
-a successor pushes it again, which shows nothing twice. An alerting tick goes through an alert intent
-(``daemon.cricket.intent``): its state, exact payloads and a fan-out watermark are written in one fenced write
-before its first push, the watermark moved before each chunk of sessions; a successor completes it with the
-same payloads, without the alert for sessions up to the watermark. A fixture fetched before the state's is
-skipped, not taken as a correction (``fixture_behind_state``). A match's first tick detects nothing and is
-persisted before its display goes out. Push-to-starts are claimed per follower (``actors.match_starts``).
-
-A tick the engine doubts goes out as the match was before it: a final status not yet confirmed (the engine
-processes the tick with the previous status), a score gone back further than a correction can (skipped);
-implausible numbers are refused at the snapshot and skipped like a malformed tick. Each is logged.
-
-At match end (confirmed by the engine): ``end`` (with a dismissal date) to every session, sessions marked
-ended, the match deactivated in ``active-matches`` and the lock released. Follows are kept (the orchestrator
-removes them once the end has stood ``follows_grace_s``). An owner that finds the persisted phase terminal
-runs the same, idempotent, end sequence again. A match ended wrongly and taken again re-starts its followers
-at its first live heal: each without an active session gets a push-to-start at once (docs/delivery.md).
+Each tick: the feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (pure) -> a payload per
+perspective -> the fan-out -> APNs's results -> the new state persisted (fenced) -> the display published for
+the app's API (every perspective in ``DisplayStateCache``, neutral on the fixture). A routine tick is pushed,
+then persisted; an alerting tick goes through an alert intent written before its first push; the match's end
+winds everything down. docs/delivery.md has why each step is where it is; docs/architecture.md what may call
+what. It must not talk to SportMonks or APNs itself: the feed and the sender do.
 """
 
 from __future__ import annotations
 
-import math
-import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
+from botocore.exceptions import BotoCoreError, ClientError
 
-from actors.channels import ChannelsUnavailable, MatchChannels, broadcast_pushes
-from actors.feed import FixtureSource
+from actors.audience import NEUTRAL, MatchAudience
+from actors.channels import ChannelRef, MatchBroadcasts, MatchChannels, broadcast_pushes
+from actors.delivery import Delivery
+from actors.fanout import FanOut, RetryPolicy
 from actors.janitor import TokenRef
+from actors.lease import HeldLease, LeaseLost
 from actors.livework import LiveWork
-from actors.match_starts import HEAL_PHASES, FollowerStarts
-from actors.match_types import (
-    STORE_UNAVAILABLE,
-    ChannelRef,
-    Delivery,
-    LeaseLost,
-    Session,
-    refresh_pause,
-    routine_hold,
-    tick_timings,
-)
+from actors.match_starts import HEAL_PHASES, FollowerStarts, Latest, StartsContext
+from actors.ports import ChannelRequests, FixtureSource, MatchStore, PushSender
 from actors.settings import MatchActorSettings, OrchestratorSettings
-from daemon.apns.broadcast import ChannelError
-from daemon.apns.types import LIVEACTIVITY_TOPIC_SUFFIX, Fence, Push
+from daemon.apns.types import LIVEACTIVITY_TOPIC_SUFFIX, Fence, Push, PushResult
 from daemon.cricket import intent as intents
 from daemon.cricket import payloads
 from daemon.cricket.engine import TickResult, process_tick
 from daemon.cricket.intent import HANDED_ATTRIBUTE, INTENT_ATTRIBUTE, AlertIntent
+from daemon.cricket.payloads import TeamRef, activity_attributes
 from daemon.cricket.settings import EngineSettings
 from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, snapshot_from_fixture
 from daemon.cricket.state import MatchState
@@ -91,21 +49,61 @@ from daemon.metrics import (
     KEY_EVENTS,
     LOCK_LOSSES,
     LOCK_RENEWALS,
-    SESSIONS_BY_PATH,
     TICK_DURATION,
     TICKS,
 )
 from daemon.store.codec import iso
-from daemon.store.dynamo import count_calls
+from daemon.store.dynamo import StoreError, count_calls
 from daemon.store.locks import match_lock_key
+
+if TYPE_CHECKING:
+    from actors.feed import FeedUpdate
 
 TERMINAL_PHASES = frozenset({"completed", "abandoned"})
 
+# DynamoDB failing past botocore's own retries (throttled, unreachable). Without DynamoDB the actor can neither
+# prove its lease nor persist a tick, so it stops as if the lease were lost: its lock (if still its own) is
+# released and the orchestrator takes the match again at its next takeover check, once DynamoDB answers,
+# from the persisted state. Treating it as a crash would spend the supervisor's restart budget in seconds and
+# quarantine the match for minutes.
+STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, StoreError)
 
-# What a refresh reads: only these attributes come back (a match can have 100,000 sessions and followers,
-# held in memory for the whole match; the rest of each item is not needed here).
-SESSION_FIELDS = ("visitorKey", "userId", "updateToken", "channelId", "status")
-FOLLOWER_FIELDS = ("userId", "teamId", "deviceToken")
+
+# ------------------------------------------------------------------------------------------------ tick timing
+
+
+def routine_wait_s(fetched_at: float, now: float, after_s: float) -> float:
+    """How long a routine tick (no alert) still waits before its pushes: until ``after_s`` after the feed
+    leader fetched it (wall clock, ``fetched_at``), never longer than ``after_s`` (another host's clock may
+    be ahead) and not at all once that moment has passed (a late tick: a cache hop, a take-over).
+
+    Why: a poll carries the new balls of every match of the region at once, so a wicket's fan-out and
+    another match's routine update start together, often on other instances of the same host, and share
+    its CPU and the APNs peer. Held back, routine updates go out once the poll's key events are out."""
+    return min(max(0.0, fetched_at + after_s - now), after_s)
+
+
+def tick_timings(
+    *, since_fetch_s: float, at_start_s: float, tick_s: float, started: float, marks: dict[str, float]
+) -> dict[str, float]:
+    """Where a key event's time went, for the ``key_event_tick`` log line: from the leader's fetch to the
+    tick done, to the tick's start (the cache hop and the queue), the tick itself, and from its start to each
+    mark (``persisted``: the alert intent written; ``answer``: the first answer the actor took)."""
+    out = {"since_fetch_s": since_fetch_s, "at_start_s": at_start_s, "tick_s": tick_s}
+    out.update({f"{name}_s": at - started for name, at in marks.items()})
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def _team(snapshot: MatchSnapshot, side: str) -> TeamRef | None:
+    team = getattr(snapshot, side, None)
+    if team is None:
+        return None
+    return TeamRef(
+        str(getattr(team, "id", "")), str(getattr(team, "name", "")), str(getattr(team, "code", ""))
+    )
+
+
+# ------------------------------------------------------------------------------------------------ the actor
 
 
 class MatchActor:
@@ -115,9 +113,10 @@ class MatchActor:
         *,
         instance_id: str,
         epoch: int,
-        repos: Any,
+        repos: MatchStore,
         feed: FixtureSource,
-        sender: Any,
+        sender: PushSender,
+        channel_requests: ChannelRequests | None,
         topic: str,
         marquee: bool,
         engine_settings: EngineSettings,
@@ -127,84 +126,118 @@ class MatchActor:
         wall_clock: Callable[[], float] = time.time,
         live: LiveWork | None = None,
     ) -> None:
+        """``channel_requests``: the sender's channel management (None: the match uses no broadcast
+        channels)."""
         self.match_id = match_id
         self.instance_id = instance_id
         self.epoch = epoch
         self._repos = repos
         self._feed = feed
-        self._sender = sender
         self._topic = topic
         self.marquee = marquee
         self._engine_settings = engine_settings
-        self._settings = settings
-        self._lease = lease
+        self.settings = settings
+        self._ended_ttl_s = lease.ended_ttl_s
         self._on_delivery = on_delivery
         self._now = wall_clock
-        self._live = live or LiveWork()
         self.log = get_logger("match", match_id=match_id)
 
-        self.state: MatchState | None = None
-        self.sessions: dict[str, Session] = {}
-        self.follower_team: dict[str, str] = {}
-        self._lease_until = -math.inf
-        self._fence = Fence(-math.inf)  # rides on every push; moved with the lease (see _renew_once)
-        self._last_display: dict[str, Any] | None = None
-        self._last_snapshot: MatchSnapshot | None = None
-        self._heal_wake = trio.Event()
-        # the device each follow names (``deviceToken``, written when the user followed): read in batches
-        self.follower_device: dict[str, str] = {}
-        # reopened after a wrong end: the first live heal starts every follower
-        self._restart_followers = False
-        self._sessions_loaded = trio.Event()
-        self._first_display = trio.Event()
-        # iOS 18 broadcast channels (None: off, or a sender without channel management)
-        self.channel_sessions: dict[str, Session] = {}
-        self._session_items = 0  # items the last session read returned (ended and channel ones too)
+        self.lease = HeldLease(
+            repos.locks,
+            match_lock_key(match_id),
+            instance_id,
+            lease_s=lease.lease_s,
+            renew_every_s=lease.renew_every_s,
+            clock_skew_bound_s=lease.clock_skew_bound_s,
+            wall_clock=wall_clock,
+            on_outcome=lambda outcome: LOCK_RENEWALS.labels(outcome).inc(),
+        )
+        self.audience = MatchAudience(match_id, repos, settings)
+        self.latest = Latest()
+        self.fanout = FanOut(
+            sender,
+            fence=self.lease.fence,
+            check=self.lease.check,
+            policy=RetryPolicy(
+                retry_max_s=settings.push_retry_max_s,
+                backoff_max_s=settings.push_retry_backoff_max_s,
+                result_timeout_s=settings.push_result_timeout_s,
+            ),
+            live=live or LiveWork(),
+            on_result=self._on_result,
+            log=self.log,
+        )
         self._bundle = topic.removesuffix(LIVEACTIVITY_TOPIC_SUFFIX)
-        request = getattr(getattr(sender, "channels", None), "request", None)
-        self.channels: MatchChannels | None = (
-            MatchChannels(
+        self.broadcasts: MatchBroadcasts | None = None
+        if settings.broadcast_channels and channel_requests is not None:
+            channels = MatchChannels(
                 match_id,
                 bundle=self._bundle,
-                request=request,
+                request=channel_requests.request,
                 fixtures=repos.fixtures,
                 epoch=lambda: self.epoch,
                 active_matches=repos.active_matches.get_all_active_matches,
             )
-            if settings.broadcast_channels and request is not None
-            else None
+            self.broadcasts = MatchBroadcasts(
+                channels,
+                retry_s=settings.channel_retry_s,
+                check=self.lease.check,
+                perspectives=lambda: None if self.latest.display is None else list(self.latest.display),
+            )
+        self.starts = FollowerStarts(
+            StartsContext(
+                match_id=match_id,
+                owner=instance_id,
+                topic=topic,
+                settings=settings,
+                pending_hold_s=lease.lease_s,
+                now=wall_clock,
+            ),
+            audience=self.audience,
+            latest=self.latest,
+            devices=repos.devices,
+            claims=repos.locks,
+            fanout=self.fanout,
+            channels=self.broadcasts,
+            report=on_delivery,
         )
-        self._channels_gone: dict[str, str] = {}  # perspective -> channel APNs no longer knows
-        self._announced: set[str] = set()  # channels named in a push-to-start this actor sent
+
+        self.state: MatchState | None = None
         self._ending = False
-        self._channels_retry_at = -math.inf
-        self._last_broadcasts = 0
-        self.broadcasts: dict[str, int] = {"update": 0, "end": 0}
+        self._cast_count = 0  # broadcasts of the hand-off being reported
+        self.broadcast_counts: dict[str, int] = {"update": 0, "end": 0}
         # introspection for the admin socket
         self.last_tick_at: float | None = None
         self.last_tick_lag_s: float | None = None
         self.ticks = 0
+        self.last_events: list[dict[str, Any]] = []
         # the current tick's moments (trio time), for its key_event_tick log, and its routine hold
         self._marks: dict[str, float] = {}
-        self._held_s = 0.0  # left out of the tick's duration
-        self.last_events: list[dict[str, Any]] = []
-        self.phase: str | None = None
-        self._starts = FollowerStarts(self)  # push-to-start (self-healing)
+        self.held_s = 0.0  # the last routine tick's wait after the poll (left out of its duration)
+
+    @property
+    def phase(self) -> str | None:
+        return self.latest.phase
 
     # ------------------------------------------------------------------ lifecycle
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             await self._run(task_status)
         except* STORE_UNAVAILABLE as group:
             LOCK_LOSSES.inc()
             raise LeaseLost(f"DynamoDB unavailable: {group.exceptions[0]!r}") from None
+        except* LeaseLost:
+            LOCK_LOSSES.inc()
+            raise
         finally:
             # Stopped (lease lost, cancelled, crashed): what is still queued in the sender must not go out;
             # the next owner repeats the tick.
-            self._fence.until = -math.inf
+            self.lease.drop()
 
-    async def _run(self, task_status: Any) -> None:
-        await self._renew_once()  # a restarted incarnation must prove it still holds the lease
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
+        await self.lease.acquire()  # a restarted incarnation must prove it still holds the lease
+        if not self.lease.held:
+            raise LeaseLost("lock is held by another instance")
         item = await self._repos.active_matches.get_active_match_state(self.match_id)
         if (
             item is None
@@ -213,13 +246,13 @@ class MatchActor:
         ):
             raise LeaseLost("active-matches record is owned by another instance or epoch")
         if item.get("status") == "ended":
-            await self._release_lock()
+            await self.lease.release()
             task_status.started()
             return
         self.state = MatchState.from_item(item) if item.get("matchPhase") else None
-        self.phase = self.state.match_phase if self.state else None
-        # Active with a final phase: reopened after a wrong end, whose sessions were all ended.
-        self._restart_followers = self.phase in TERMINAL_PHASES
+        self.latest.phase = self.state.match_phase if self.state else None
+        if self.latest.phase in TERMINAL_PHASES:  # reopened after a wrong end, its sessions all ended
+            self.starts.restart_all()
         intent = AlertIntent.from_record(item)
         self._ending = intent is not None and intent.kind == "end"
         self.log.info(
@@ -228,163 +261,38 @@ class MatchActor:
             resumed=self.state is not None,
             unfinished_alert=bool(intent),
         )
-        if self.channels is not None:
-            try:  # a restarted or new owner reuses the recorded channels
-                await self.channels.load()
-            except Exception as exc:
-                self.log.warning("broadcast_channels_load_failed", error=repr(exc))
+        if self.broadcasts is not None:
+            await self.broadcasts.load()
 
         updates = self._feed.subscribe(self.match_id, marquee=self.marquee)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._renew_loop)
-                nursery.start_soon(self._refresh_loop)
-                nursery.start_soon(self._heal_loop)
+                nursery.start_soon(self._keep_lease)
+                nursery.start_soon(self.audience.keep_fresh)
+                nursery.start_soon(self.starts.loop)
                 nursery.start_soon(self._prepare_channels)
-                await self._sessions_loaded.wait()
+                await self.audience.loaded.wait()
                 task_status.started()
                 if intent is not None:
                     await self._complete_intent(intent)
                     if intent.kind == "end":
-                        await self._wind_up(self.phase or "completed")
+                        await self.wind_up(self.latest.phase or "completed")
                         nursery.cancel_scope.cancel()
                         return
                 async for update in updates:
-                    if await self._on_update(update):
+                    if await self.handle(update):
                         break
                 nursery.cancel_scope.cancel()
         finally:
             self._feed.unsubscribe(self.match_id)
 
-    # ------------------------------------------------------------------ the lease
-    def _assert_lease(self) -> None:
-        if trio.current_time() >= self._lease_until:
-            LOCK_LOSSES.inc()
-            raise LeaseLost("lease ran out before it was renewed")
-
-    async def _renew_once(self) -> None:
-        started = trio.current_time()
-        ok = await self._repos.locks.extend(
-            match_lock_key(self.match_id), self.instance_id, self._lease.lease_s
-        )
-        if not ok:
-            LOCK_RENEWALS.labels("lost").inc()
-            LOCK_LOSSES.inc()
-            raise LeaseLost("lock is held by another instance")
-        LOCK_RENEWALS.labels("ok").inc()
-        # Count from when the request left, not when it came back: the server may have written it at once.
-        self._lease_until = started + self._lease.lease_s - self._lease.clock_skew_bound_s
-        self._fence.until = self._lease_until
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await trio.sleep(self._lease.renew_every_s)
-            while True:
-                remaining = self._lease_until - trio.current_time()
-                if remaining <= 0:
-                    LOCK_LOSSES.inc()
-                    raise LeaseLost("could not renew the lease before it ran out")
-                try:
-                    with trio.fail_after(max(remaining, 0.01)):
-                        await self._renew_once()
-                    break
-                except (trio.TooSlowError, OSError, RuntimeError) as exc:
-                    LOCK_RENEWALS.labels("error").inc()
-                    self.log.warning("lease_renewal_failed", error=repr(exc))
-                    await trio.sleep(min(0.5, max(self._lease_until - trio.current_time(), 0)))
-                except LeaseLost:
-                    raise
-                except Exception as exc:  # botocore errors: retry until the lease runs out
-                    LOCK_RENEWALS.labels("error").inc()
-                    self.log.warning("lease_renewal_failed", error=repr(exc))
-                    await trio.sleep(min(0.5, max(self._lease_until - trio.current_time(), 0)))
-
-    async def _release_lock(self) -> None:
-        try:
-            await self._repos.locks.release(match_lock_key(self.match_id), self.instance_id)
-        except Exception as exc:
-            self.log.warning("lock_release_failed", error=repr(exc))
-
-    # ------------------------------------------------------------------ sessions and followers
-    async def refresh_sessions(self, *, followers: bool = True) -> None:
-        """Re-read the match's sessions (and followers, unless told not to). Unchanged sessions keep their
-        objects and user ids are shared between the two maps, so a big match costs its memory once, not
-        once per refresh."""
-        sessions = await self._repos.live_activities.get_all_la_sessions_for_match(
-            self.match_id, fields=SESSION_FIELDS
-        )
-        old, old_channel, self._session_items = self.sessions, self.channel_sessions, len(sessions)
-        fresh: dict[str, Session] = {}
-        fresh_channel: dict[str, Session] = {}
-        for item in sessions:
-            token = item.get("updateToken")
-            if item.get("status", "active") != "active":
-                continue
-            if not token:
-                channel = item.get("channelId")
-                if channel:  # started on a broadcast channel: counted, never pushed per device
-                    key = str(item["visitorKey"])
-                    known = old_channel.get(key)
-                    if known is not None and known.channel == channel:
-                        fresh_channel[key] = known
-                    else:
-                        user = sys.intern(str(item.get("userId") or key.split("#", 1)[0]))
-                        ref = TokenRef("la", self.match_id, visitor_key=key, user_id=user)
-                        fresh_channel[key] = Session(key, user, "", ref, str(channel))
-                continue
-            key = str(item["visitorKey"])
-            known = old.get(key)
-            if known is not None and known.token == token:
-                fresh[known.visitor_key] = known
-            else:
-                user = sys.intern(str(item.get("userId") or key.split("#", 1)[0]))
-                ref = TokenRef("la", self.match_id, visitor_key=key, user_id=user)
-                fresh[key] = Session(key, user, str(token), ref)
-        del sessions
-        if followers:
-            follows = await self._repos.follows.get_followers_for_match(self.match_id, fields=FOLLOWER_FIELDS)
-            teams: dict[str, str] = {}  # one string per team, not one per follower
-            follower_team: dict[str, str] = {}
-            follower_device: dict[str, str] = {}
-            for f in follows:
-                team = str(f.get("teamId") or "")
-                user = sys.intern(str(f["userId"]))
-                follower_team[user] = teams.setdefault(team, team)
-                if f.get("deviceToken"):
-                    follower_device[user] = str(f["deviceToken"])
-            self.follower_team = follower_team
-            self.follower_device = follower_device
-        self.sessions = fresh
-        self.channel_sessions = fresh_channel
-        SESSIONS_BY_PATH.labels(self.match_id, "token").set(len(fresh))
-        SESSIONS_BY_PATH.labels(self.match_id, "channel").set(len(fresh_channel))
-        self._sessions_loaded.set()
-
-    def refresh_interval(self) -> float:
-        """Seconds to the next session refresh: ``session_refresh_s``, longer for a big match so that its
-        re-reads stay under ``session_refresh_items_per_s`` (their decoding is most of a big match's CPU).
-        Every item the read returns counts: channel and ended sessions are read and decoded too."""
-        s = self._settings
-        return max(s.session_refresh_s, self._session_items / s.session_refresh_items_per_s)
-
-    async def _refresh_loop(self) -> None:
-        followers_due, first = -math.inf, True
-        while True:
-            with_followers = trio.current_time() >= followers_due
-            try:
-                await self.refresh_sessions(followers=with_followers)
-                if with_followers:
-                    followers_due = trio.current_time() + self._settings.follower_refresh_s
-            except Exception as exc:  # keep the last good view; try again next round
-                self.log.warning("session_refresh_failed", error=repr(exc))
-                self._sessions_loaded.set()
-            await trio.sleep(refresh_pause(self.refresh_interval(), first=first))  # spread: see refresh_pause
-            first = False
+    async def _keep_lease(self) -> None:
+        raise LeaseLost(await self.lease.keep())
 
     # ------------------------------------------------------------------ ticks
-    async def _on_update(self, update: Any) -> bool:
+    async def handle(self, update: FeedUpdate) -> bool:
         """Handle one feed update; True once the match has ended and been wound up."""
-        if getattr(update, "released", False):
+        if update.released:
             await self._let_go(str(update.error))
             return True
         if update.error or update.fixture is None:
@@ -401,7 +309,7 @@ class MatchActor:
         with count_calls() as calls:
             started = trio.current_time()
             age_at_start = max(0.0, self._now() - update.fetched_at)
-            self._marks, self._held_s = {}, 0.0  # when its intent was persisted, its first answer came
+            self._marks, self.held_s = {}, 0.0  # when its intent was persisted, its first answer came
             result = process_tick(
                 self.state,
                 snapshot,
@@ -412,28 +320,29 @@ class MatchActor:
             )
             if self._doubtful(result, snapshot):
                 return False
-            self._last_snapshot = snapshot
+            self.latest.attributes = activity_attributes(
+                self.match_id, _team(snapshot, "localteam"), _team(snapshot, "visitorteam")
+            )
             if result.display:
-                self._last_display = dict(result.display)
-                self._first_display.set()
-            terminal = result.ended or result.phase in TERMINAL_PHASES
-            if terminal:
+                self.latest.display = dict(result.display)
+                self.latest.shown.set()
+            if result.ended or result.phase in TERMINAL_PHASES:
                 await self._finish(result, snapshot)
                 return True
             if self.state is None and not result.events:
                 await self._persist_baseline(result)
             persisted = False
             if result.display_changed or result.events:
-                persisted = await self._deliver(result, snapshot, kind="update", fetched_at=update.fetched_at)
+                persisted = await self.deliver(result, kind="update", fetched_at=update.fetched_at)
             if result.state != self.state and not persisted:
                 await self._persist(result.state)
             if result.display_changed:
                 await self._publish_display(result, snapshot)
             self.state = result.state
-            if result.phase in HEAL_PHASES and self.phase not in HEAL_PHASES:
-                self._heal_wake.set()  # gone live: its followers get their push-to-start now
-            self.phase = result.phase
-            elapsed = trio.current_time() - started - self._held_s
+            if result.phase in HEAL_PHASES and self.latest.phase not in HEAL_PHASES:
+                self.starts.wake()  # gone live: its followers get their push-to-start now
+            self.latest.phase = result.phase
+            elapsed = trio.current_time() - started - self.held_s
         self.ticks += 1
         self.last_tick_at = self._now()
         self.last_tick_lag_s = max(0.0, self.last_tick_at - update.fetched_at)
@@ -450,7 +359,7 @@ class MatchActor:
             self.log.info(
                 "key_event_tick",
                 events=[e.key for e in result.events],
-                sessions=len(self.sessions),
+                sessions=len(self.audience.sessions),
                 **timings,
             )
         TICKS.labels(self.match_id).inc()
@@ -477,33 +386,46 @@ class MatchActor:
         self.state = result.state  # the previous state, with the doubt counted (in memory only)
         return True
 
-    def _content_for(self, display: Any, user_id: str) -> dict[str, Any]:
-        return dict(display[self._perspective(user_id, display)])
+    def _on_result(self, result: PushResult) -> None:
+        """A push APNs answered: a rejected session or channel is pushed no more."""
+        if self.fanout.first_answer_at is not None:
+            self._marks.setdefault("answer", self.fanout.first_answer_at)
+        if result.outcome != "rejected":
+            return
+        ref = result.push.context
+        if isinstance(ref, TokenRef) and ref.kind == "la":
+            self.audience.drop_session(ref.visitor_key or "")
+        elif isinstance(ref, ChannelRef) and self.broadcasts is not None:
+            self.broadcasts.note_gone(ref)
 
-    def _perspective(self, user_id: str, display: Mapping[str, Any]) -> str:
-        team = self.follower_team.get(user_id, "")
-        return team if team and team in display else "neutral"
+    def _casts(self, kind: str) -> list[tuple[str, str]]:
+        """The broadcasts of a ``kind`` hand-off, counted (for ``describe`` and the demo)."""
+        if self.broadcasts is None:
+            return []
+        casts = self.broadcasts.targets({s.channel for s in self.audience.channel_sessions.values()})
+        self._cast_count = len(casts)
+        if kind in self.broadcast_counts:
+            self.broadcast_counts[kind] += len(casts)
+        return casts
 
-    async def _deliver(
-        self, result: TickResult, snapshot: MatchSnapshot, *, kind: str, fetched_at: float | None = None
-    ) -> bool:
+    async def deliver(self, result: TickResult, *, kind: str, fetched_at: float | None = None) -> bool:
         """Push the tick to every session; True when the tick's state was persisted on the way.
 
         A routine tick (no alert in any payload) is pushed, then persisted by the caller: a crash repeats it,
         which shows nothing twice; given the leader's ``fetched_at``, it first waits until ``routine_after_s``
-        after it (``routine_hold``). An alerting tick goes through an ``AlertIntent`` (``_fan_out``): its state
-        and intent are written before the first push, so what a dying owner leaves is completed by the next
-        one with the alert only where it cannot have been shown yet."""
+        after it (``routine_wait_s``). An alerting tick goes through an ``AlertIntent`` (``_fan_out``): its
+        state and intent are written before the first push, so what a dying owner leaves is completed by the
+        next one with the alert only where it cannot have been shown yet."""
         display = result.display
         now = self._now()
-        stale_after = self._settings.stale_after_s
+        stale_after = self.settings.stale_after_s
         by_perspective = payloads.tick_payloads(
             display,
             kind=kind,
             timestamp=result.timestamp,
             event=result.best,
             events=result.events,
-            dismissal_date=int(now) + self._settings.dismissal_after_s,
+            dismissal_date=int(now) + self.settings.dismissal_after_s,
             stale_date=int(now) + stale_after if stale_after else None,
         )
         priority = 10 if kind == "end" else payloads.apns_priority(result.best)
@@ -521,16 +443,19 @@ class MatchActor:
             persisted = True
         else:
             if fetched_at is not None:
-                self._held_s = await routine_hold(fetched_at, self._now(), self._settings.routine_after_s)
-            sessions = list(self.sessions.values())
-            topic = self._topic
-            casts = self._broadcast_targets()
+                wait = routine_wait_s(fetched_at, self._now(), self.settings.routine_after_s)
+                if wait > 0:
+                    await trio.sleep(wait)
+                self.held_s = wait
+            sessions = list(self.audience.sessions.values())
+            perspective = self.audience.perspective
+            casts = self._casts(kind)
 
-            def pushes(reply_to: Any, fence: Fence) -> list[Push]:
+            def pushes(reply_to: trio.MemorySendChannel[PushResult], fence: Fence) -> list[Push]:
                 return broadcast_pushes(
-                    self._counted(casts, kind),
+                    casts,
                     self._bundle,
-                    lambda p: by_perspective.get(p) or by_perspective["neutral"],
+                    lambda p: by_perspective.get(p) or by_perspective[NEUTRAL],
                     priority,
                     kind,
                     reply_to,
@@ -539,8 +464,8 @@ class MatchActor:
                     Push(
                         s.token,
                         "liveactivity",
-                        topic,
-                        by_perspective[self._perspective(s.user_id, display)],
+                        self._topic,
+                        by_perspective[perspective(s.user_id, display)],
                         priority,
                         kind,
                         context=s.ref,
@@ -550,7 +475,7 @@ class MatchActor:
                     for s in sessions
                 ]
 
-            total, counts = await self._push_all(pushes)
+            total, counts = await self.fanout.push_all(pushes)
         for event in result.events:
             KEY_EVENTS.labels(event.type).inc()
         self.last_events = (
@@ -566,15 +491,15 @@ class MatchActor:
             event_types=tuple(e.type for e in result.events),
             priority=priority,
         )
-        if self._channels_gone:
-            await self._recover_channels()
+        await self._recover_channels()
         return persisted
 
     def _report(self, kind: str, display: Any, total: int, counts: dict[str, int], **fields: Any) -> None:
-        """Hand the tick's ``Delivery`` to the demo/admin listener (``fields``: event, event_types, priority)."""
-        casts, self._last_broadcasts = self._last_broadcasts, 0
+        """Hand the hand-off's ``Delivery`` to the demo/admin listener (``fields``: event, event_types,
+        priority)."""
+        casts, self._cast_count = self._cast_count, 0
         if self._on_delivery is not None:
-            sessions = len(self.channel_sessions) if casts else 0
+            sessions = len(self.audience.channel_sessions) if casts else 0
             more = {"tokens": total - casts, "broadcasts": casts, "channel_sessions": sessions}
             self._on_delivery(Delivery.of(self.match_id, kind, display, {**counts, **fields}, **more))
 
@@ -583,18 +508,20 @@ class MatchActor:
 
         With ``state`` (a fresh intent, this tick's), the state, the intent and the first chunk's watermark
         are written in one fenced write before the first push. Without (an intent found at take-over), the
-        sessions at or below its watermark get the payload without its alert first. Every chunk that carries
-        the alert is handed to the sender only once its watermark is persisted (fenced), and a re-send of a
-        push whose fate is unknown (no answer came) goes without its alert. The intent is removed at the end.
-        The cost, in DynamoDB writes: one per chunk (the first rides on the state write) and one to remove it.
-        """
-        sessions = {s.visitor_key: s for s in self.sessions.values()}
-        s = self._settings
+        sessions at or below its watermark get the payload without its alert first. Every later chunk that
+        carries the alert is handed to the sender only once every push before it has been answered and its
+        watermark is persisted (fenced): the watermark is never more than one chunk ahead of APNs's answers,
+        so an owner killed at any moment leaves at most one chunk (``alert_chunk_max`` sessions) without the
+        alert, and a re-send of a push whose fate is unknown (no answer came) goes without its alert. The
+        intent is removed at the end. The cost, in DynamoDB writes: one per chunk (the first rides on the state
+        write) and one to remove it."""
+        sessions = {s.visitor_key: s for s in self.audience.sessions.values()}
+        s = self.settings
         plan = intents.plan(list(sessions), intent.handed, first=s.alert_chunk_first, most=s.alert_chunk_max)
         repo = self._repos.active_matches
         gated = list(plan.chunks)
         if state is not None:
-            self._assert_lease()
+            self.lease.check()
             first = gated.pop(0).watermark if gated else None
             await self._persist(state, extra={INTENT_ATTRIBUTE: intent.to_item(), HANDED_ATTRIBUTE: first})
             self._marks.setdefault("persisted", trio.current_time())
@@ -602,29 +529,26 @@ class MatchActor:
         else:
             ungated = len(plan.quiet)
         gates: dict[int, Callable[[], Awaitable[None]]] = {}
-        casts = self._broadcast_targets()
+        casts = self._casts(intent.kind)
         at = ungated + len(casts)  # the broadcasts go first, ungated
         for chunk in gated:
 
             async def move(mark: str = chunk.watermark) -> None:
                 if not await repo.move_alert_watermark(self.match_id, self.instance_id, self.epoch, mark):
-                    LOCK_LOSSES.inc()
                     raise LeaseLost("fenced: active-matches is owned by another instance now")
 
             gates[at] = move
             at += len(chunk.keys)
         order = [(k, False) for k in plan.quiet] + [(k, True) for c in plan.chunks for k in c.keys]
-        topic = self._topic
-        perspective = {k: self._perspective(v.user_id, intent.payloads) for k, v in sessions.items()}
-
+        perspective = {k: self.audience.perspective(v.user_id, intent.payloads) for k, v in sessions.items()}
         fresh = state is not None  # a successor completing the intent broadcasts without the alert
 
         def cast_payload(p: str, alert: bool = fresh) -> bytes:
-            return intent.payload_for(p if p in intent.payloads else "neutral", alert=alert)
+            return intent.payload_for(p if p in intent.payloads else NEUTRAL, alert=alert)
 
-        def pushes(reply_to: Any, fence: Fence) -> list[Push]:
+        def pushes(reply_to: trio.MemorySendChannel[PushResult], fence: Fence) -> list[Push]:
             return broadcast_pushes(
-                self._counted(casts, intent.kind),
+                casts,
                 self._bundle,
                 cast_payload,
                 intent.priority,
@@ -636,7 +560,7 @@ class MatchActor:
                 Push(
                     sessions[key].token,
                     "liveactivity",
-                    topic,
+                    self._topic,
                     intent.payload_for(perspective[key], alert=alert),
                     intent.priority,
                     intent.kind,
@@ -654,9 +578,8 @@ class MatchActor:
                 return replace(push)
             return replace(push, payload=push.resend_payload, collapse_id=None, resend_payload=None)
 
-        total, counts = await self._push_all(pushes, gates=gates, quiet=quiet)
+        total, counts = await self.fanout.push_all(pushes, gates=gates, quiet=quiet)
         if not await repo.clear_alert_intent(self.match_id, self.instance_id, self.epoch):
-            LOCK_LOSSES.inc()
             raise LeaseLost("fenced: active-matches is owned by another instance now")
         return total, counts
 
@@ -669,140 +592,14 @@ class MatchActor:
         self.log.info("alert_intent_completed", kind=intent.kind, tokens=total, **counts)
         self._report(
             intent.kind,
-            self._last_display,
+            self.latest.display,
             total,
             counts,
             event=None,
             event_types=(),
             priority=intent.priority,
         )
-        if self._channels_gone:
-            await self._recover_channels()
-
-    async def _push_all(
-        self,
-        build: Callable[[Any, Fence], list[Push]],
-        *,
-        gates: Mapping[int, Callable[[], Awaitable[None]]] | None = None,
-        quiet: Callable[[Push], Push] | None = None,
-    ) -> tuple[int, dict[str, int]]:
-        """Hand pushes to the sender and wait for every result, dropping sessions whose token is dead.
-
-        ``build(reply_to, fence)`` makes the pushes, tagged with the channel their results come back on
-        and the actor's lease fence, after which the sender must not send them (each push is built once: at
-        10,000 per tick, a copy per push is measurable). Returns how many were built and the outcome counts.
-
-        Pushes that failed (APNs down past the sender's own retry budget) or whose result did not come back
-        in time are sent again, the same payload with the same timestamp, with a capped backoff, until
-        accepted or ``push_retry_max_s`` has passed; ``quiet`` (given by an alerting fan-out) turns a push
-        whose fate is unknown (it went out and no answer came) into its ``resend_payload``, the update
-        without its alert, so no device shows the alert twice; a push APNs answered with an error, or that
-        never left, is re-sent as it was. A routine tick's state is persisted only after this returns, so an
-        owner that dies meanwhile leaves the tick to the next owner rather than losing it (an alerting
-        tick's intent does the same, see ``_fan_out``). The lease is checked before every round: a paused or
-        cut-off owner stops here.
-
-        ``gates`` (index -> coroutine function): before the first round hands over the pushes from that index
-        on, the gate is awaited (an alerting fan-out persists its watermark there)."""
-        counts = {"accepted": 0, "rejected": 0, "failed": 0}
-        deadline = trio.current_time() + self._settings.push_retry_max_s
-        send, receive = trio.open_memory_channel[Any](math.inf)
-        async with receive:
-            self._assert_lease()
-            pending = build(send, self._fence)
-            total = len(pending)
-            attempt = 0
-            while pending:
-                with self._live.fanout():  # background jobs of this instance give way meanwhile
-                    retry, unknown = await self._push_round(pending, receive, counts, gates)
-                gates = None
-                if not retry:
-                    break
-                if trio.current_time() >= deadline:
-                    counts["failed"] += len(retry)
-                    self.log.error(
-                        "pushes_given_up", pushes=len(retry), after_s=self._settings.push_retry_max_s
-                    )
-                    break
-                delay = min(self._settings.push_retry_backoff_max_s, 0.5 * 2**attempt)
-                self.log.warning("pushes_retrying", pushes=len(retry), attempt=attempt + 1, delay_s=delay)
-                await trio.sleep(delay)
-                attempt += 1
-                self._assert_lease()
-                # new objects: a late answer to the last round is then recognised and ignored
-                pending = [
-                    quiet(push) if quiet is not None and id(push) in unknown else replace(push)
-                    for push in retry
-                ]
-        return total, counts
-
-    async def _push_round(
-        self,
-        pushes: list[Push],
-        receive: trio.MemoryReceiveChannel[Any],
-        counts: dict[str, int],
-        gates: Mapping[int, Callable[[], Awaitable[None]]] | None = None,
-    ) -> tuple[list[Push], set[int]]:
-        """One hand-off of ``pushes``; returns those to send again (failed, or no result in time) and the ids
-        of those among them whose fate is unknown (sent, never answered).
-
-        The pushes go to the sender in one ``send_many`` and the results are taken as they are buffered,
-        awaiting only when none is: a scheduler trip per push each way cost as much CPU as the push itself.
-        The round ends early only when no result at all has come for ``push_result_timeout_s`` (the sender
-        lost them: it was restarted); a long queue that is moving is waited for, since re-sending what is
-        still queued would only lengthen it."""
-        waiting: dict[int, Push] = {id(push): push for push in pushes}
-        if gates:
-            marks = sorted(gates)
-            start = 0
-            for mark in marks:
-                if mark > start:
-                    await self._sender.send_many(pushes[start:mark])
-                await gates[mark]()
-                self._assert_lease()
-                start = mark
-            if start < len(pushes):
-                await self._sender.send_many(pushes[start:])
-        else:
-            await self._sender.send_many(pushes)
-        retry: list[Push] = []
-        unknown: set[int] = set()
-        stalled = False
-        while waiting:
-            try:
-                result = receive.receive_nowait()
-            except trio.WouldBlock:
-                result = None
-                with trio.move_on_after(self._settings.push_result_timeout_s):
-                    result = await receive.receive()
-                if result is None:
-                    stalled = True
-                    break
-            push = waiting.pop(id(result.push), None)
-            if push is None:
-                continue  # a late answer to an earlier round
-            self._marks.setdefault("answer", trio.current_time())
-            if result.outcome == "failed":
-                retry.append(push)
-                if result.status is None and result.attempts:
-                    unknown.add(id(push))
-                continue
-            counts[result.outcome] = counts.get(result.outcome, 0) + 1
-            ref = push.context
-            if result.outcome == "rejected" and isinstance(ref, TokenRef) and ref.kind == "la":
-                self.sessions.pop(ref.visitor_key or "", None)
-            elif result.outcome == "rejected" and isinstance(ref, ChannelRef):
-                self._channels_gone[ref.perspective] = ref.channel_id
-        if stalled:
-            self.log.warning(
-                "push_results_timed_out",
-                pending=len(waiting),
-                total=len(pushes),
-                idle_s=self._settings.push_result_timeout_s,
-            )
-            retry.extend(waiting.values())
-            unknown.update(waiting)
-        return retry, unknown
+        await self._recover_channels()
 
     async def _persist_baseline(self, result: TickResult) -> None:
         """Persist the first tick's state before its display goes out, marked as not yet shown (no display
@@ -817,11 +614,11 @@ class MatchActor:
             self.match_id, self.instance_id, self.epoch, item
         )
         if not ok:
-            LOCK_LOSSES.inc()
             raise LeaseLost("fenced: active-matches is owned by another instance now")
 
     async def _publish_display(self, result: TickResult, snapshot: MatchSnapshot) -> None:
-        neutral = result.display.get("neutral")
+        """The display for the app's API: the fixture's live fields (neutral), and every perspective, neutral
+        included, in ``DisplayStateCache`` (the API's display read is a cache hit for each)."""
         try:
             await self._repos.fixtures.update_fixture_fields(
                 self.match_id,
@@ -829,46 +626,41 @@ class MatchActor:
                     "live": result.phase not in TERMINAL_PHASES and result.phase != "pre",
                     "status": snapshot.status,
                     "liveUpdatedAt": iso(self._now(), timespec="seconds"),
-                    "displayState": neutral,
+                    "displayState": result.display.get(NEUTRAL),
                 },
             )
-            for team, content in result.display.items():
-                if team == "neutral":
-                    continue
+            for perspective, content in result.display.items():
                 await self._repos.display_cache.set_cached_display_state(
-                    self.match_id, team, dict(content), ttl_s=self._settings.display_cache_ttl_s
+                    self.match_id, perspective, dict(content), ttl_s=self.settings.display_cache_ttl_s
                 )
         except Exception as exc:  # the API side's copy is best effort; the push already went out
             self.log.warning("display_publish_failed", error=repr(exc))
 
     # ------------------------------------------------------------------ match end
     async def _finish(self, result: TickResult, snapshot: MatchSnapshot) -> None:
-        self.log.info("match_ending", sessions=len(self.sessions))
-        if not await self._deliver(result, snapshot, kind="end"):
+        self.log.info("match_ending", sessions=len(self.audience.sessions))
+        if not await self.deliver(result, kind="end"):
             await self._persist(result.state)
         self.state = result.state
-        self.phase = result.phase
+        self.latest.phase = result.phase
         await self._publish_display(result, snapshot)
-        await self._wind_up(result.phase)
+        await self.wind_up(result.phase)
 
-    async def _wind_up(self, phase: str) -> None:
+    async def wind_up(self, phase: str) -> None:
         """The end's last steps, each idempotent: sessions ended, the match deactivated, the lock released.
         Follows stay for the orchestrator to remove after ``follows_grace_s`` (a wrong end is undone by taking
         the match again, and its followers are found through them)."""
         reason = "match_abandoned" if phase == "abandoned" else "match_end"
-        if self.channels is not None:  # after the end broadcast: the channels are of no more use
-            try:
-                await self.channels.delete_all()
-            except Exception as exc:  # the sweep deletes what is left
-                self.log.warning("broadcast_channels_delete_failed", error=repr(exc))
+        if self.broadcasts is not None:  # after the end broadcast: the channels are of no more use
+            await self.broadcasts.delete_all()
         sessions = await self._repos.live_activities.get_all_la_sessions_for_match(self.match_id)
         await self._repos.live_activities.end_la_sessions(
-            self.match_id, sessions, reason, ttl_s=self._settings.session_ttl_after_end_s
+            self.match_id, sessions, reason, ttl_s=self.settings.session_ttl_after_end_s
         )
         await self._repos.active_matches.deactivate_match(
-            self.match_id, self.instance_id, self.epoch, ttl_s=int(self._lease.ended_ttl_s)
+            self.match_id, self.instance_id, self.epoch, ttl_s=int(self._ended_ttl_s)
         )
-        await self._release_lock()
+        await self.lease.release()
         self.log.info("match_ended", phase=phase)
 
     async def _let_go(self, reason: str) -> None:
@@ -876,117 +668,52 @@ class MatchActor:
         the record idled (fenced) so that a real match under that id can be registered again later."""
         self.log.warning("match_released_by_feed", reason=reason)
         if not await self._repos.active_matches.release_match(
-            self.match_id, self.instance_id, self.epoch, ttl_s=int(self._lease.ended_ttl_s)
+            self.match_id, self.instance_id, self.epoch, ttl_s=int(self._ended_ttl_s)
         ):
             raise LeaseLost("fenced: active-matches is owned by another instance now")
-        await self._release_lock()
-
-    # ------------------------------------------------------------------ self-healing push-to-start
-    async def _heal_loop(self) -> None:
-        await self._starts.loop()
-
-    async def heal(self, *, again: set[str] | None = None) -> int:
-        """Push-to-start to followers without a session (``FollowerStarts.heal``); how many were sent."""
-        return await self._starts.heal(again=again)
+        await self.lease.release()
 
     # ------------------------------------------------------------------ broadcast channels
     async def _prepare_channels(self) -> None:
         """As the owner takes the match: its channels (neutral and both teams, from the fixture) created and
         recorded if they are not yet, so that push-to-starts sent before the first tick (the prematch job's)
         can name them too. In the background: a slow or failing management host delays nothing else."""
-        if self.channels is None or self.phase in TERMINAL_PHASES or self._ending:
+        if self.broadcasts is None or self.latest.phase in TERMINAL_PHASES or self._ending:
             return  # an owner finishing the match has no use for new channels
         try:
             fixture = await self._repos.fixtures.get_fixture(self.match_id) or {}
-            teams = [str(fixture[k]) for k in ("localteamId", "visitorteamId") if fixture.get(k)]
-            if not teams:
-                return  # the first display names the perspectives (see _start_channels)
-            self._assert_lease()
-            with trio.fail_after(self._settings.channel_retry_s):
-                await self.channels.ensure(["neutral", *teams])
-        except LeaseLost:
-            raise
         except Exception as exc:
-            self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
             self.log.warning("broadcast_channels_unavailable", error=repr(exc))
-
-    async def _start_channels(self) -> dict[str, str]:
-        """The match's channels for a push-to-start, created (under the lease) if some perspective has none;
-        {} while they cannot be had (then iOS 18 followers are started on update tokens)."""
-        channels = self.channels
-        if channels is None or self._last_display is None:
-            return {}
-        perspectives = list(self._last_display)
-        if all(p in channels.channels for p in perspectives) or trio.current_time() < self._channels_retry_at:
-            return channels.channels
-        self._assert_lease()
-        try:
-            with trio.fail_after(self._settings.channel_retry_s):
-                await channels.ensure(perspectives)
-        except (ChannelsUnavailable, ChannelError, trio.TooSlowError) as exc:
-            self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
-            self.log.warning(
-                "broadcast_channels_unavailable",
-                error=str(exc) or type(exc).__name__,
-                retry_in_s=self._settings.channel_retry_s,
-            )
-        return channels.channels
-
-    def _broadcast_targets(self) -> list[tuple[str, str]]:
-        """(perspective, channel) for each recorded channel that has channel sessions on it, or that a
-        push-to-start of ours announced: an activity listens from its start, before its session is
-        registered and read back, and a broadcast costs one request whoever listens."""
-        if self.channels is None or not (self.channel_sessions or self._announced):
-            return []
-        listening = {s.channel for s in self.channel_sessions.values()} | self._announced
-        return [(p, c) for p, c in self.channels.channels.items() if c in listening]
-
-    def _counted(self, casts: list[tuple[str, str]], kind: str) -> list[tuple[str, str]]:
-        """``casts``, counted as the broadcasts of a ``kind`` push (for ``describe`` and the demo)."""
-        self._last_broadcasts = len(casts)
-        if kind in self.broadcasts:
-            self.broadcasts[kind] += len(casts)
-        return casts
+            return
+        teams = [str(fixture[k]) for k in ("localteamId", "visitorteamId") if fixture.get(k)]
+        if teams:  # else the first display names the perspectives (``MatchBroadcasts.for_start``)
+            await self.broadcasts.prepare(teams)
 
     async def _recover_channels(self) -> None:
         """Broadcasts found channels APNs no longer knows: recreate and record them, and re-announce them with
         a push-to-start to the followers whose activities were on them."""
-        gone, self._channels_gone = self._channels_gone, {}
-        if self.channels is None:
+        if self.broadcasts is None or not self.broadcasts.gone:
             return
-        self.log.warning("broadcast_channels_gone", channels=gone)
-        self._assert_lease()
-        try:
-            await self.channels.ensure(list(self.channels.channels) or list(gone), replace=gone)
-        except (ChannelsUnavailable, ChannelError) as exc:
-            self._channels_retry_at = trio.current_time() + self._settings.channel_retry_s
-            self.log.warning("broadcast_channels_unavailable", error=str(exc))
-        dead = set(gone.values())
-        self._announced -= dead
-        users = set()
-        for key, session in list(self.channel_sessions.items()):
-            if session.channel in dead:
-                users.add(session.user_id)
-                del self.channel_sessions[key]
-        for user_id in users:
-            self._starts.sent.pop(user_id, None)
+        dead = await self.broadcasts.recover()
+        users = self.audience.drop_channel_sessions(dead)
+        self.starts.forget(users)
         if users:
-            await self.heal(again=users)
+            await self.starts.heal(again=users)
 
     # ------------------------------------------------------------------ introspection
     @property
     def token_sessions(self) -> int:
         """Active sessions pushed per token."""
-        return len(self.sessions)
+        return len(self.audience.sessions)
 
     @property
     def channel_session_count(self) -> int:
         """Active sessions started on a broadcast channel."""
-        return len(self.channel_sessions)
+        return len(self.audience.channel_sessions)
 
     def channel_ids(self) -> dict[str, str]:
         """The match's broadcast channels by perspective."""
-        return dict(self.channels.channels) if self.channels is not None else {}
+        return dict(self.broadcasts.channels) if self.broadcasts is not None else {}
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -994,15 +721,16 @@ class MatchActor:
             "owner": self.instance_id,
             "epoch": self.epoch,
             "marquee": self.marquee,
-            "phase": self.phase,
+            "phase": self.latest.phase,
             "ticks": self.ticks,
             "last_tick_at": self.last_tick_at,
             "lag_s": self.last_tick_lag_s,
-            "tokens": len(self.sessions),
-            "channel_sessions": len(self.channel_sessions),
-            "channels": dict(self.channels.channels) if self.channels is not None else {},
-            "broadcasts": dict(self.broadcasts),
-            "followers": len(self.follower_team),
+            "lease_left_s": self.lease.left_s(),
+            "tokens": len(self.audience.sessions),
+            "channel_sessions": len(self.audience.channel_sessions),
+            "channels": self.channel_ids(),
+            "broadcasts": dict(self.broadcast_counts),
+            "followers": len(self.audience.follower_team),
             "cooldowns": dict(getattr(self.state, "cooldowns", {}) or {}),
             "last_events": self.last_events,
         }

@@ -208,8 +208,7 @@ class Orchestrator:
                 log.warning("follows_removal_failed", match_id=match_id, error=repr(exc))
 
     async def _remove_follows(self, match_id: str, ended_at: str) -> None:
-        key = match_lock_key(match_id)
-        if not await self._repos.locks.acquire(key, self.instance_id, self.settings.lease_s):
+        if not await self._take_lock(match_id):
             return  # someone is taking it (reopening) or removing them: not ours to do now
         try:
             item = await self._repos.active_matches.get_active_match_state(match_id)
@@ -223,8 +222,7 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ taking a match
     async def try_take(self, match_id: str, league_id: str | None) -> bool:
-        key = match_lock_key(match_id)
-        if not await self._repos.locks.acquire(key, self.instance_id, self.settings.lease_s):
+        if not await self._take_lock(match_id):
             return False
         started = False
         try:
@@ -279,6 +277,13 @@ class Orchestrator:
             return None
         TAKEOVERS.inc()
         return int(epoch)
+
+    async def _take_lock(self, match_id: str) -> bool:
+        """The match's lock, if it is free, run out or already ours (the actor then renews it as its lease)."""
+        lease, _ = await self._repos.locks.acquire_fenced(
+            match_lock_key(match_id), self.instance_id, self.settings.lease_s
+        )
+        return lease is not None
 
     async def _release(self, match_id: str) -> None:
         try:

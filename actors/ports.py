@@ -1,16 +1,27 @@
-"""The Protocols actors use of the layers around them: what they call, declared here, so that an actor's
-constructor names its dependencies by what it needs of them, and tests hand in the shared doubles of
-``tests/doubles.py`` (or the real thing) without guessing an interface.
-
-The runtime (``daemon.runtime``) hands in the concrete parts; nothing here imports them.
+"""The Protocols actors use of the layers around them: each actor's constructor names its dependencies by what
+it needs of them, the runtime (``daemon.runtime.assembly``) hands in the concrete parts (the repositories of
+``daemon.store``, the sender, the feed), and tests hand in the shared doubles of ``tests/doubles.py`` or the
+real thing. A Protocol lists only what actors call: the store's repositories have more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
+
+from daemon.apns import broadcast
+from daemon.apns.types import Push
+from daemon.store.locks import Lease
+
+if TYPE_CHECKING:
+    from actors.feed import FeedUpdate
+
+Item = dict[str, Any]
+
+
+# --- supervision -------------------------------------------------------------------------------------------
 
 
 class Actor(Protocol):
@@ -36,3 +47,186 @@ class Supervision(Protocol):
     async def stop_and_wait(self, name: str) -> None: ...
 
     def actor(self, name: str) -> Actor | None: ...
+
+
+# --- the sender ----------------------------------------------------------------------------------------------
+
+
+class PushSender(Protocol):
+    """The shared APNs sender as producers use it: pushes in (bounded: it waits while its inbox is full),
+    results back on each push's ``reply_to``."""
+
+    async def send_many(self, pushes: list[Push]) -> None: ...
+
+
+class ChannelRequests(Protocol):
+    """Channel management (create, read, list, delete broadcast channels): one request, its parsed answer."""
+
+    async def request(self, req: broadcast.Request) -> Any: ...
+
+
+# --- the feed ------------------------------------------------------------------------------------------------
+
+
+class FixtureSource(Protocol):
+    """What a match actor needs to get its fixture each tick: the feed (in process on the leader, from the
+    region's cache elsewhere)."""
+
+    def subscribe(self, match_id: str, *, marquee: bool) -> trio.MemoryReceiveChannel[FeedUpdate]: ...
+
+    def unsubscribe(self, match_id: str) -> None: ...
+
+
+# --- the store -----------------------------------------------------------------------------------------------
+
+
+class LeaseStore(Protocol):
+    """The lock operations a lease needs (``daemon.store.locks.LockRepository``)."""
+
+    async def acquire_fenced(
+        self, lock_key: str, owner: str, lease_s: float, *, fields: dict[str, Any] | None = None
+    ) -> tuple[Lease | None, dict[str, Any] | None]: ...
+
+    async def extend_fenced(
+        self, lease: Lease, lease_s: float, *, fields: dict[str, Any] | None = None
+    ) -> Lease | None: ...
+
+    async def release_fenced(self, lease: Lease) -> bool: ...
+
+
+class StartClaims(Protocol):
+    """The push-to-start claims per follower and match (``cricket-locks``), shared by the match's owner and the
+    prematch job."""
+
+    async def claim_push_to_starts(
+        self,
+        match_id: str,
+        user_ids: Sequence[str],
+        *,
+        owner: str,
+        hold_s: float,
+        now: float | None = None,
+        force: Collection[str] = (),
+    ) -> list[str]: ...
+
+    async def confirm_push_to_starts(
+        self, match_id: str, user_ids: Sequence[str], *, owner: str, hold_s: float, now: float | None = None
+    ) -> int: ...
+
+    async def release_push_to_starts(self, match_id: str, user_ids: Sequence[str], *, owner: str) -> int: ...
+
+
+class MatchLocks(LeaseStore, StartClaims, Protocol):
+    """``cricket-locks`` as a match actor uses it: its lease and its followers' push-to-start claims."""
+
+
+class MatchStateStore(Protocol):
+    """``active-matches`` as a match's owner writes it: every write fenced on owner and epoch."""
+
+    async def get_active_match_state(self, match_id: str) -> Item | None: ...
+
+    async def get_all_active_matches(self) -> list[Item]: ...
+
+    async def update_match_state(
+        self, match_id: str, instance_id: str, epoch: int, state: Mapping[str, Any]
+    ) -> bool: ...
+
+    async def move_alert_watermark(
+        self, match_id: str, instance_id: str, epoch: int, handed: str
+    ) -> bool: ...
+
+    async def clear_alert_intent(self, match_id: str, instance_id: str, epoch: int) -> bool: ...
+
+    async def deactivate_match(
+        self, match_id: str, instance_id: str, epoch: int, *, ttl_s: float
+    ) -> bool: ...
+
+    async def release_match(self, match_id: str, instance_id: str, epoch: int, *, ttl_s: float) -> bool: ...
+
+
+class SessionStore(Protocol):
+    """``live-activities`` by match."""
+
+    async def get_all_la_sessions_for_match(
+        self, match_id: str, *, fields: Sequence[str] | None = None
+    ) -> list[Item]: ...
+
+    async def end_la_sessions(
+        self, match_id: str, sessions: list[Item], end_reason: str, *, ttl_s: float | None = None
+    ) -> int: ...
+
+
+class FollowerStore(Protocol):
+    """``follows`` by match."""
+
+    async def get_followers_for_match(
+        self, match_id: str, *, fields: Sequence[str] | None = None
+    ) -> list[Item]: ...
+
+
+class DeviceStore(Protocol):
+    """``cricket-devices``: the devices of followers."""
+
+    async def get_devices_of_users(
+        self, users: Iterable[str], named: Mapping[str, str], *, concurrency: int
+    ) -> dict[str, Item]: ...
+
+
+class FixtureStore(Protocol):
+    """``cricket-fixtures`` as a match's owner reads and writes it: its live fields, its broadcast channels."""
+
+    async def get_fixture(self, match_id: str) -> Item | None: ...
+
+    async def batch_get_fixtures(self, match_ids: Iterable[str]) -> dict[str, Item]: ...
+
+    async def update_fixture_fields(self, match_id: str, fields: Mapping[str, Any]) -> bool: ...
+
+    async def swap_broadcast_channels(
+        self,
+        match_id: str,
+        old: Mapping[str, str] | None,
+        new: Mapping[str, str] | None,
+        *,
+        claim: Mapping[str, Any] | None = None,
+    ) -> bool: ...
+
+    async def claim_broadcast_channels(
+        self, match_id: str, recorded: Mapping[str, str] | None, claim: Mapping[str, Any] | None
+    ) -> bool: ...
+
+
+class DisplayStore(Protocol):
+    """``DisplayStateCache``: every perspective's display state, for the app's API."""
+
+    async def set_cached_display_state(
+        self, match_id: str, team_id: str, display_state: Mapping[str, Any], *, ttl_s: float
+    ) -> None: ...
+
+
+class AudienceStore(Protocol):
+    """What a match's audience reads: its sessions and its followers."""
+
+    @property
+    def live_activities(self) -> SessionStore: ...
+
+    @property
+    def follows(self) -> FollowerStore: ...
+
+
+class MatchStore(AudienceStore, Protocol):
+    """Every table a match actor (with its starts and channels) reads or writes."""
+
+    @property
+    def active_matches(self) -> MatchStateStore: ...
+
+    @property
+    def fixtures(self) -> FixtureStore: ...
+
+    @property
+    def display_cache(self) -> DisplayStore: ...
+
+    @property
+    def devices(self) -> DeviceStore: ...
+
+    @property
+    def locks(self) -> MatchLocks: ...

@@ -29,8 +29,8 @@ def model(matches: int, sessions_per_match: int, fanouts: int, tuned: bool) -> d
     import h2.config
     import h2.stream
 
+    from actors.audience import Session
     from actors.janitor import TokenRef
-    from actors.match import Session
     from daemon.apns.types import Push, PushResult
     from daemon.config import InstanceSettings
     from daemon.runtime import gctune

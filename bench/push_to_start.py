@@ -35,6 +35,7 @@ from daemon.cricket.settings import EngineSettings  # noqa: E402
 from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables  # noqa: E402
 from daemon.store.dynamo import count_calls  # noqa: E402
 from daemon.store.local import MotoServer  # noqa: E402
+from daemon.store.locks import match_lock_key  # noqa: E402
 from tests.harness.dynalite import DynaliteServer  # noqa: E402
 
 MATCH = "700"
@@ -90,21 +91,22 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         repos=repos,
         feed=cast(Any, None),  # heal alone: no ticks
         sender=sender,
+        channel_requests=None,
         topic="app.bench",
         marquee=True,
         engine_settings=EngineSettings(),
         settings=MatchActorSettings(heal_chunk=args.chunk, heal_concurrency=args.concurrency),
-        lease=OrchestratorSettings(),
+        lease=OrchestratorSettings(lease_s=600.0),  # no renewals here: one lease outlasts the heal
     )
-    actor._lease_until = trio.current_time() + 3600
-    actor._fence.until = actor._lease_until
-    actor.phase = "live"
-    actor._last_display = {"neutral": {"title": "A v B", "subtitle": "live", "score": "1/0", "overs": "0.1"}}
-    await actor.refresh_sessions()
+    await repos.locks.acquire_fenced(match_lock_key(MATCH), "bench", 3600.0)
+    await actor.lease.acquire()
+    actor.latest.phase = "live"
+    actor.latest.display = {"neutral": {"title": "A v B", "subtitle": "live", "score": "1/0", "overs": "0.1"}}
+    await actor.audience.refresh()
     started = time.perf_counter()
     cpu = time.process_time()
     with count_calls() as calls:
-        sent = await actor.heal()
+        sent = await actor.starts.heal()
     seconds = time.perf_counter() - started
     return {
         "followers": args.followers,

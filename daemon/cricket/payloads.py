@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from daemon.cricket.detectors import KeyEvent
@@ -167,6 +168,28 @@ def supports_channels(device: Mapping[str, Any] | None) -> bool:
     version = str((device or {}).get("osVersion") or "")
     head = version.split(".", 1)[0]
     return head.isdigit() and int(head) >= 18
+
+
+@dataclass(frozen=True)
+class TeamRef:
+    """A team as a Live Activity's attributes name it."""
+
+    id: str
+    name: str
+    code: str
+
+
+def activity_attributes(
+    match_id: str, localteam: TeamRef | None, visitorteam: TeamRef | None
+) -> dict[str, Any]:
+    """The Live Activity's static attributes, fixed for its life: the match and its two teams. Every
+    push-to-start carries them, whoever sends it (the match's owner, the prematch job), so an activity looks
+    the same however it was started."""
+    attrs: dict[str, Any] = {"matchId": match_id}
+    for side, team in (("localteam", localteam), ("visitorteam", visitorteam)):
+        if team is not None and team.id:
+            attrs[side] = {"id": team.id, "name": team.name, "code": team.code}
+    return attrs
 
 
 def start_payload(

@@ -139,6 +139,7 @@ class Daemon:
             repos=self.repos,
             feed=self.feed,
             sender=self.sender,
+            channel_requests=self.sender.channels,
             topic=self.config.apns.topic,
             marquee=marquee,
             engine_settings=self.config.engine,

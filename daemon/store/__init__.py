@@ -17,7 +17,8 @@ Usage::
 
     dynamo = Dynamo(settings.dynamodb)
     repos = Repositories(dynamo)
-    if await repos.locks.acquire(match_lock_key(mid), instance_id, lease_s=30):
+    lease, _ = await repos.locks.acquire_fenced(match_lock_key(mid), instance_id, lease_s=30)
+    if lease is not None:
         ...
 """
 

@@ -42,7 +42,7 @@ and has not run out by the writer's clock, so a holder paused past its lease wri
 from __future__ import annotations
 
 import secrets
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,40 +221,105 @@ class LockRepository(Repository):
         """Write the claims of ``users`` in one transaction; a claim found taken meanwhile is left out and the
         transaction tried again without it. Returns the users whose claim was written."""
         table = self.dynamo.table(self.logical)
-        pending = list(users)
-        while pending:  # each cancellation for a taken claim removes at least one
-            actions = []
-            for u in pending:
-                put: dict[str, Any] = {
+
+        def put(u: str) -> dict[str, Any]:
+            action: dict[str, Any] = {
+                "TableName": table,
+                "Item": to_item(
+                    {
+                        "lockKey": push_to_start_claim_key(match_id, u),
+                        "owner": owner,
+                        "expiresAt": t + hold_s,
+                        "claimedAt": t,
+                    }
+                ),
+            }
+            if u not in forced:
+                action["ConditionExpression"] = "attribute_not_exists(lockKey) OR expiresAt < :now"
+                action["ExpressionAttributeValues"] = {":now": to_attr(t)}
+            return {"Put": action}
+
+        return await self._transact_each(users, put)
+
+    async def confirm_push_to_starts(
+        self, match_id: str, user_ids: Sequence[str], *, owner: str, hold_s: float, now: float | None = None
+    ) -> int:
+        """Hold ``owner``'s claims of ``user_ids`` until ``now + hold_s``: their push-to-start was delivered.
+
+        A claim is taken for a short hold (about a lease) before the push is sent and held for the whole
+        interval only once APNs accepted it, so the claim of an owner that died before sending runs out within
+        a lease and its successor starts the follower then. Claims no longer ``owner``'s are left alone; how
+        many were held."""
+        t = self._now(now)
+        table = self.dynamo.table(self.logical)
+
+        def hold(u: str) -> dict[str, Any]:
+            return {
+                "Update": {
                     "TableName": table,
-                    "Item": to_item(
-                        {
-                            "lockKey": push_to_start_claim_key(match_id, u),
-                            "owner": owner,
-                            "expiresAt": t + hold_s,
-                            "claimedAt": t,
-                        }
-                    ),
+                    "Key": self._key(push_to_start_claim_key(match_id, u)),
+                    "UpdateExpression": "SET expiresAt = :exp, confirmedAt = :now",
+                    "ConditionExpression": "#owner = :owner",
+                    "ExpressionAttributeNames": {"#owner": "owner"},
+                    "ExpressionAttributeValues": {
+                        ":exp": to_attr(t + hold_s),
+                        ":now": to_attr(t),
+                        ":owner": to_attr(owner),
+                    },
                 }
-                if u not in forced:
-                    put["ConditionExpression"] = "attribute_not_exists(lockKey) OR expiresAt < :now"
-                    put["ExpressionAttributeValues"] = {":now": to_attr(t)}
-                actions.append({"Put": put})
+            }
+
+        users = list(dict.fromkeys(user_ids))
+        held = 0
+        for i in range(0, len(users), TRANSACT_MAX_ACTIONS):
+            held += len(await self._transact_each(users[i : i + TRANSACT_MAX_ACTIONS], hold))
+        return held
+
+    async def release_push_to_starts(self, match_id: str, user_ids: Sequence[str], *, owner: str) -> int:
+        """Give ``owner``'s claims of ``user_ids`` up (their push-to-start was not delivered: the next attempt,
+        by whichever owner or the prematch job, may start them); how many were released."""
+        table = self.dynamo.table(self.logical)
+
+        def free(u: str) -> dict[str, Any]:
+            return {
+                "Delete": {
+                    "TableName": table,
+                    "Key": self._key(push_to_start_claim_key(match_id, u)),
+                    "ConditionExpression": "#owner = :owner",
+                    "ExpressionAttributeNames": {"#owner": "owner"},
+                    "ExpressionAttributeValues": {":owner": to_attr(owner)},
+                }
+            }
+
+        users = list(dict.fromkeys(user_ids))
+        freed = 0
+        for i in range(0, len(users), TRANSACT_MAX_ACTIONS):
+            freed += len(await self._transact_each(users[i : i + TRANSACT_MAX_ACTIONS], free))
+        return freed
+
+    async def _transact_each(self, users: list[str], action: Callable[[str], dict[str, Any]]) -> list[str]:
+        """One TransactWriteItems of ``action(u)`` for each of ``users`` (at most 100); an action whose condition
+        fails is left out and the transaction tried again without it. Returns the users whose action was
+        written."""
+        pending = list(users)
+        while pending:  # each cancellation for a failed condition removes at least one
             try:
-                await self.dynamo.call(self.logical, "transact_write_items", TransactItems=actions)
+                await self.dynamo.call(
+                    self.logical, "transact_write_items", TransactItems=[action(u) for u in pending]
+                )
                 return pending
             except ClientError as exc:
                 codes = cancellation_codes(exc)
                 if codes is None:
                     raise
-                taken = {
+                failed = {
                     pending[i]
                     for i, code in enumerate(codes[: len(pending)])
                     if code == "ConditionalCheckFailed"
                 }
-                if not taken:
+                if not failed:
                     raise  # cancelled for another reason (a conflicting transaction): botocore retried already
-                pending = [u for u in pending if u not in taken]
+                pending = [u for u in pending if u not in failed]
         return []
 
     # --- fenced region-wide leases -------------------------------------------------------------------------

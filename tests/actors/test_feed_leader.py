@@ -32,8 +32,7 @@ from actors.feed_leader import (
 from actors.jobs.lease import LeasedJob, keep_running
 from actors.match import MatchActor
 from actors.orchestrator import Orchestrator
-from actors.settings import MatchActorSettings, OrchestratorSettings
-from daemon.cricket.settings import EngineSettings
+from actors.settings import OrchestratorSettings
 from daemon.metrics import REGISTRY, SPORTMONKS_REGION_CALLS
 from daemon.runtime.supervisor import Supervisor
 from daemon.sportmonks.budget import CallBudget
@@ -42,6 +41,7 @@ from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
 from daemon.store.caches import CachePut
 from daemon.store.dynamo import count_calls
 from daemon.store.locks import Lease, match_lock_key
+from tests.actors.match_helpers import make_match_actor
 from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
 
 LEASE_S = 1.5
@@ -490,18 +490,15 @@ NOT_FOUND = {"not_found_max_tries": 3, "not_found_backoff_s": 0.1, "not_found_re
 
 def _match_actors(instance_id: str, repos: Any, feed: FeedActor) -> Any:
     def factory(match_id: str, epoch: int, marquee: bool) -> MatchActor:
-        return MatchActor(
+        return make_match_actor(
             match_id,
-            instance_id=instance_id,
+            repos,
+            owner=instance_id,
             epoch=epoch,
-            repos=repos,
             feed=feed,
-            sender=None,
-            topic="app.test",
             marquee=marquee,
-            engine_settings=EngineSettings(),
-            settings=MatchActorSettings(),
-            lease=OrchestratorSettings(),
+            lease_s=10.0,
+            routine_after_s=1.0,
         )
 
     return factory

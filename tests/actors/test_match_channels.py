@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from actors.channels import ChannelSweeper, MatchChannels
+from actors.delivery import Delivery
 from actors.match import MatchActor
 from actors.sender import ApnsSender
 from daemon.apns.certs import SigningKeyPair
@@ -27,7 +28,7 @@ from daemon.cricket.detectors import KeyEvent
 from daemon.cricket.engine import TickResult
 from daemon.cricket.state import MatchState
 from daemon.store.locks import match_lock_key
-from tests.actors.match_helpers import make_match_actor
+from tests.actors.match_helpers import live, make_match_actor, take_lease
 from tests.actors.test_sender import sender_settings
 from tests.apns.conftest import BUNDLE_ID
 
@@ -52,17 +53,24 @@ class Rig:
         self.update_tokens: dict[str, str] = {}  # user -> the update token of its token session
         self.started: dict[str, dict[str, Any]] = {}  # user -> the aps of its last start
 
-    def actor(self, epoch: int = 1) -> MatchActor:
-        actor = make_match_actor(MATCH, self.repos, self.sender, push_to_start_min_interval_s=600)
-        actor.epoch = epoch
-        actor._topic = BUNDLE_ID
-        actor._bundle = BUNDLE_ID
-        if actor.channels is not None:
-            actor.channels.bundle = BUNDLE_ID
-        actor._lease_until = trio.current_time() + 600
-        actor._fence.until = actor._lease_until
-        actor.phase = "live"
-        actor._last_display = {k: dict(v) for k, v in DISPLAY.items()}
+    async def actor(
+        self, epoch: int = 1, on_delivery: Callable[[Delivery], None] | None = None, **settings: Any
+    ) -> MatchActor:
+        """An owner of the match (a successor with a higher ``epoch`` takes the lock once the last let go)."""
+        if epoch > 1:
+            await self.repos.locks.release(match_lock_key(MATCH), "me")
+        actor = make_match_actor(
+            MATCH,
+            self.repos,
+            self.sender,
+            epoch=epoch,
+            channel_requests=self.sender.channels,
+            topic=BUNDLE_ID,
+            on_delivery=on_delivery,
+            **{"push_to_start_min_interval_s": 600, **settings},
+        )
+        await take_lease(actor)
+        live(actor, {k: dict(v) for k, v in DISPLAY.items()})
         return actor
 
     async def phones_start(self) -> None:
@@ -112,7 +120,6 @@ async def make_rig(
     await repos.fixtures.batch_write_fixtures(
         [{"matchId": MATCH, "leagueCode": "T20", "startTime": "2026-12-03"}]
     )
-    assert await repos.locks.acquire(match_lock_key(MATCH), "me", 600.0)
     await repos.active_matches.register_active_match(MATCH, "me")
     for user, (team, version) in FOLLOWERS.items():
         await repos.follows.follow_match(MATCH, user, team, 4_000_000_000)
@@ -160,9 +167,11 @@ async def test_ios18_followers_start_on_channels_and_every_device_sees_every_key
     start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
 ) -> None:
     rig = await make_rig(start_apns_server, nursery, signing_key, repos)
-    actor = rig.actor()
-    await actor.refresh_sessions()
-    assert await actor.heal() == 4
+    deliveries: list[Any] = []
+    actor = await rig.actor(on_delivery=deliveries.append)
+    await actor.audience.refresh()
+    assert await actor.starts.heal() == 4
+    deliveries.clear()
     channels = await recorded_channels(repos)
     assert set(channels) == {"neutral", "7", "8"} and rig.server.channels.count() == 3
     assert {rig.server.channels.policy(BUNDLE_ID, c) for c in channels.values()} == {0}
@@ -170,14 +179,12 @@ async def test_ios18_followers_start_on_channels_and_every_device_sees_every_key
     assert rig.started["u1"]["input-push-channel"] == channels["7"]
     assert rig.started["u2"]["input-push-channel"] == channels["8"]
     assert rig.started["u3"].get("input-push-token") == 1 and "input-push-channel" not in rig.started["u3"]
-    await actor.refresh_sessions()
-    assert (len(actor.sessions), len(actor.channel_sessions)) == (2, 2)
-    deliveries: list[Any] = []
-    actor._on_delivery = deliveries.append
+    await actor.audience.refresh()
+    assert (len(actor.audience.sessions), len(actor.audience.channel_sessions)) == (2, 2)
     before = len(rig.server.records)
-    await actor._deliver(tick(1_800_000_001), None, kind="update")  # type: ignore[arg-type]
-    await actor._deliver(tick(1_800_000_002, event=wicket(1)), None, kind="update")  # type: ignore[arg-type]
-    await actor._deliver(tick(1_800_000_003, ended=True), None, kind="end")  # type: ignore[arg-type]
+    await actor.deliver(tick(1_800_000_001), kind="update")
+    await actor.deliver(tick(1_800_000_002, event=wicket(1)), kind="update")
+    await actor.deliver(tick(1_800_000_003, ended=True), kind="end")
     requests = rig.server.records[before:]
     casts = [r for r in requests if r.get("channel_id")]
     assert len(casts) == 3 * 2 and len(requests) - len(casts) == 3 * 2  # per tick: 2 broadcasts + 2 tokens
@@ -190,7 +197,7 @@ async def test_ios18_followers_start_on_channels_and_every_device_sees_every_key
         seen = [aps["timestamp"] for aps in rig.seen(user)]
         assert seen[-3:] == [1_800_000_001, 1_800_000_002, 1_800_000_003], user
         assert rig.seen(user)[-2]["alert"]["title"] == "Wicket!"
-    await actor._wind_up("completed")
+    await actor.wind_up("completed")
     assert rig.server.channels.count() == 0 and await recorded_channels(repos) == {}
     assert rig.server.channels.deleted == 3
 
@@ -199,20 +206,22 @@ async def test_recorded_channels_are_reused_after_a_restart_or_takeover(
     start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
 ) -> None:
     rig = await make_rig(start_apns_server, nursery, signing_key, repos)
-    first = rig.actor()
-    await first.refresh_sessions()
-    await first.heal()
+    first = await rig.actor()
+    await first.audience.refresh()
+    await first.starts.heal()
     channels = await recorded_channels(repos)
-    successor = rig.actor(epoch=2)
-    assert await successor.channels.load() == channels  # type: ignore[union-attr]
+    successor = await rig.actor(epoch=2)
+    assert successor.broadcasts is not None
+    await successor.broadcasts.load()
+    assert successor.broadcasts.channels == channels
     await repos.follows.follow_match(MATCH, "u5", "7", 4_000_000_000)
     await repos.devices.register_device(
         "u5", secrets.token_hex(32), os_version="18.2", push_to_start_token="b" * 64
     )
-    await successor.refresh_sessions()
+    await successor.audience.refresh()
     await rig.phones_start()
-    await successor.refresh_sessions()
-    assert await successor.heal() == 1
+    await successor.audience.refresh()
+    assert await successor.starts.heal() == 1
     assert rig.server.channels.created == 3 and await recorded_channels(repos) == channels
     start = rig.server.records[-1]["payload"]["aps"]
     assert start["input-push-channel"] == channels["7"]
@@ -222,22 +231,22 @@ async def test_a_channel_apns_no_longer_knows_is_recreated_and_re_announced(
     start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
 ) -> None:
     rig = await make_rig(start_apns_server, nursery, signing_key, repos)
-    actor = rig.actor()
-    await actor.refresh_sessions()
-    await actor.heal()
+    actor = await rig.actor()
+    await actor.audience.refresh()
+    await actor.starts.heal()
     await rig.phones_start()
-    await actor.refresh_sessions()
+    await actor.audience.refresh()
     old = await recorded_channels(repos)
     rig.server.channels.delete(BUNDLE_ID, old["7"])  # gone behind our back (capability toggled, say)
-    await actor._deliver(tick(1_800_000_010), None, kind="update")  # type: ignore[arg-type]
+    await actor.deliver(tick(1_800_000_010), kind="update")
     new = await recorded_channels(repos)
     assert new["7"] != old["7"] and new["8"] == old["8"] and new["neutral"] == old["neutral"]
     restart = rig.server.records[-1]["payload"]["aps"]
     assert restart["event"] == "start" and restart["input-push-channel"] == new["7"]
     assert rig.server.records[-1]["token"] == pts("u1")  # u1's activity was on it; nobody else is re-started
     await rig.phones_start()
-    await actor.refresh_sessions()
-    await actor._deliver(tick(1_800_000_011), None, kind="update")  # type: ignore[arg-type]
+    await actor.audience.refresh()
+    await actor.deliver(tick(1_800_000_011), kind="update")
     assert rig.seen("u1")[-1]["timestamp"] == 1_800_000_011
     assert rig.server.channels.count() == 3
 
@@ -246,9 +255,9 @@ async def test_channel_limit_reached_falls_back_to_update_tokens_and_leaks_nothi
     start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
 ) -> None:
     rig = await make_rig(start_apns_server, nursery, signing_key, repos, channel_limit=2)
-    actor = rig.actor()
-    await actor.refresh_sessions()
-    assert await actor.heal() == 4
+    actor = await rig.actor()
+    await actor.audience.refresh()
+    assert await actor.starts.heal() == 4
     assert rig.server.channels.count() == 0 and await recorded_channels(repos) == {}
     await rig.phones_start()
     assert all(rig.started[u].get("input-push-token") == 1 for u in FOLLOWERS)
@@ -258,9 +267,9 @@ async def test_the_sweep_deletes_only_channels_unrecorded_at_two_sweeps(
     start_apns_server: StartServer, nursery: trio.Nursery, signing_key: SigningKeyPair, repos: Any
 ) -> None:
     rig = await make_rig(start_apns_server, nursery, signing_key, repos)
-    actor = rig.actor()
-    await actor.refresh_sessions()
-    await actor.heal()
+    actor = await rig.actor()
+    await actor.audience.refresh()
+    await actor.starts.heal()
     from daemon.apns import broadcast
 
     leaked = await rig.sender.channels.request(broadcast.create_channel(BUNDLE_ID))
@@ -463,12 +472,10 @@ async def test_push_to_start_reads_a_chunks_devices_and_claims_by_the_hundred_an
     repos.devices.get_device_for_user = counted("queries", repos.devices.get_device_for_user)
     repos.devices.get_devices = counted("batch_gets", repos.devices.get_devices)
     repos.locks.claim_push_to_starts = counted("claims", repos.locks.claim_push_to_starts)
-    actor = rig.actor()
-    actor._settings = actor._settings.model_copy(update={"heal_chunk": 100, "heal_concurrency": 4})
     starts: list[int] = []
-    actor._on_delivery = lambda d: starts.append(d.tokens)
-    await actor.refresh_sessions()
-    assert await actor.heal() == 240
+    actor = await rig.actor(on_delivery=lambda d: starts.append(d.tokens), heal_chunk=100, heal_concurrency=4)
+    await actor.audience.refresh()
+    assert await actor.starts.heal() == 240
     assert starts == [100, 100, 40]  # one send per chunk, each after its claims
     # per chunk one batch read of the devices the follows name and one claim of the chunk; a Query only for
     # the followers whose follow names no device (the rig's four and every tenth), at most 4 at once
@@ -479,9 +486,9 @@ async def test_push_to_start_reads_a_chunks_devices_and_claims_by_the_hundred_an
     ]
     assert len(started) == len({r["token"] for r in started}) == 240
     assert sum(1 for r in started if r["payload"]["aps"].get("input-push-channel")) == 118 + 2
-    successor = rig.actor(epoch=2)  # the claims hold for a successor too: nobody is started twice
-    await successor.refresh_sessions()
-    assert await successor.heal() == 0 and calls["claims"] == 6
+    successor = await rig.actor(epoch=2)  # the claims hold for a successor too: nobody is started twice
+    await successor.audience.refresh()
+    assert await successor.starts.heal() == 0 and calls["claims"] == 6
     assert (
         len(
             [r for r in rig.server.records if (r.get("payload") or {}).get("aps", {}).get("event") == "start"]

@@ -8,11 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from actors.feed import FeedUpdate
-from actors.match_types import routine_wait_s
+from actors.match import routine_wait_s
 from actors.settings import MatchActorSettings, with_routine_hold_capped
-from daemon.apns.types import Push
-from tests.actors.test_match_alert_intent import Recorder, _actor, _alerting, _entries, _world
+from tests.actors.test_match_alert_intent import _actor, _alerting, _entries, _world
+from tests.doubles import FakeSender, update
 
 
 def test_the_wait_runs_to_the_moment_after_the_fetch_and_never_beyond_it() -> None:
@@ -24,43 +23,31 @@ def test_the_wait_runs_to_the_moment_after_the_fetch_and_never_beyond_it() -> No
     assert routine_wait_s(100.0, 100.0, 0.0) == 0.0  # switched off
 
 
-class TimedRecorder(Recorder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.handed: list[tuple[float, Push]] = []
-
-    async def send_many(self, pushes: list[Push]) -> None:
-        at = time.time()
-        self.handed.extend((at, p) for p in pushes)
-        await super().send_many(pushes)
-
-
 async def test_routine_ticks_wait_for_the_hold_and_alerting_ticks_go_at_once(repos: Any) -> None:
     tape, match_id = await _world(repos)
-    sender = TimedRecorder()
+    sender = FakeSender()
     hold = 0.3
-    actor = _actor(match_id, repos, sender, "owner-a#1", 1)
-    actor._settings = actor._settings.model_copy(update={"routine_after_s": hold})
-    await actor.refresh_sessions()
+    actor = await _actor(match_id, repos, sender, "owner-a#1", 1, routine_after_s=hold)
+    await actor.audience.refresh()
     routine = alerting = 0
     for n, entry in enumerate(_entries(tape, "update")):
         stale = n == 0  # the first tick comes long after its fetch (a take-over): no wait
         fetched_at = time.time() - (30.0 if stale else 0.0)
-        before = len(sender.handed)
-        await actor._on_update(FeedUpdate(match_id, tape.fixture_at(entry), fetched_at, "fixture", True))
-        handed = sender.handed[before:]
+        before = len(sender.pushes)
+        await actor.handle(update(match_id, tape.fixture_at(entry), fetched_at=fetched_at))
+        handed, handed_at = sender.pushes[before:], sender.handed_at[before:]
         if not handed:
             continue
-        if _alerting([p for _, p in handed]):
+        if _alerting(handed):
             alerting += 1
-            assert actor._held_s == 0.0
+            assert actor.held_s == 0.0
         elif stale:
-            assert actor._held_s == 0.0
+            assert actor.held_s == 0.0
         else:
             routine += 1
-            assert 0 < actor._held_s <= hold
+            assert 0 < actor.held_s <= hold
             # handed over only once the hold had run out (a sleep never ends early; 10 ms for clock slew)
-            assert min(at for at, _ in handed) >= fetched_at + hold - 0.01
+            assert min(handed_at) >= fetched_at + hold - 0.01
         if alerting and routine >= 2:
             break
     assert alerting and routine >= 2

@@ -1,8 +1,9 @@
-"""The match actor's shared types: the tick report and the key event's timings (pure)."""
+"""The tick report and the key event's timings (pure)."""
 
 from __future__ import annotations
 
-from actors.match_types import Delivery, tick_timings
+from actors.delivery import Delivery
+from actors.match import tick_timings
 
 
 def test_a_key_events_timings_are_measured_from_the_ticks_start_and_rounded() -> None:

@@ -1,0 +1,213 @@
+"""One lease on one lock of ``cricket-locks``, held by this process: the match actors (``match:{id}``), the
+region's feed leader (``feed:{region}``) and the region jobs (``job:{name}:{region}``) all hold theirs here.
+
+A lease is relied on until ``sent + lease_s - clock_skew_bound_s`` by this process's monotonic clock, where
+``sent`` is when the request that took or renewed it left: the server may have written it at once, and another
+host's clock may be ahead by the skew bound. Renewals are timed from the sends, not the answers, and start
+early enough that a slow answer (DynamoDB slow, a congested path) still lands inside the lease
+(``next_renewal_at``). A refused renewal, or a deadline that passes before a renewal succeeded, loses the lease:
+the holder stops at once. The ``Fence`` rides on every push a match actor makes and follows the deadline, so a
+queued push of a holder that lost its lease never goes out. docs/delivery.md has the argument.
+
+Decisions (``lease_deadline``, ``next_renewal_at``) are pure; ``HeldLease`` is the shell around the store.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from actors.ports import LeaseStore
+from daemon.apns.types import Fence
+from daemon.logs import get_logger
+from daemon.store.locks import Lease
+
+log = get_logger("actors.lease")
+
+# A renewal is started at least this many answer times before the deadline (the last answer's time counts):
+# an answer as slow as the last one then still lands inside the lease with as much again to spare.
+RTT_MARGIN = 2.0
+# After a renewal that failed (DynamoDB unreachable, throttled past botocore's retries), try again after at
+# most this long, for as long as the lease lasts.
+RETRY_AFTER_S = 0.5
+
+
+class LeaseLost(Exception):
+    """This process no longer holds the lease: stop at once, write and push nothing more. Not a crash."""
+
+
+def lease_deadline(sent_at: float, lease_s: float, clock_skew_bound_s: float) -> float:
+    """Until when (this process's monotonic clock) a lease taken or renewed by a request sent at ``sent_at``
+    may be relied on: counted from when the request left, less the skew bound between hosts' clocks."""
+    return sent_at + lease_s - clock_skew_bound_s
+
+
+def next_renewal_at(last_sent: float, renew_every_s: float, deadline: float, last_rtt_s: float) -> float:
+    """When (monotonic) to send the next renewal: a period after the last was sent, or earlier when the
+    answers are slow, so that an answer as slow as the last one, twice over, still comes before the deadline.
+    Never sooner than a tenth of a period after the last send (no busy loop on a lease nearly gone)."""
+    due = min(last_sent + renew_every_s, deadline - RTT_MARGIN * max(0.0, last_rtt_s))
+    return max(due, last_sent + renew_every_s / 10)
+
+
+class HeldLease:
+    """The lease on ``key`` this process holds (or tries to). ``acquire`` takes it, ``keep`` renews it until
+    it is lost, ``check`` raises ``LeaseLost`` once it cannot be relied on, ``release`` gives it up."""
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        key: str,
+        owner: str,
+        *,
+        lease_s: float,
+        renew_every_s: float,
+        clock_skew_bound_s: float,
+        wall_clock: Callable[[], float],
+        on_outcome: Callable[[str], None] = lambda outcome: None,
+    ) -> None:
+        """``on_outcome`` hears of each renewal: "ok", "lost" (refused or run out) or "error" (no answer)."""
+        if not 0 < renew_every_s < lease_s or clock_skew_bound_s + renew_every_s >= lease_s:
+            raise ValueError("a lease needs renew_every_s + clock_skew_bound_s below lease_s")
+        self._store = store
+        self.key = key
+        self.owner = owner
+        self.lease_s = lease_s
+        self.renew_every_s = renew_every_s
+        self.skew_s = clock_skew_bound_s
+        self._wall = wall_clock
+        self.lease: Lease | None = None
+        self.until = -math.inf
+        self.fence = Fence(-math.inf)  # rides on pushes; follows ``until``
+        self.last_sent = -math.inf
+        self.last_rtt_s = 0.0
+        self._on_outcome = on_outcome
+
+    # --- state ---------------------------------------------------------------------------------------------
+    @property
+    def held(self) -> bool:
+        """Held and not run out by this process's clock."""
+        return self.lease is not None and trio.current_time() < self.until
+
+    @property
+    def epoch(self) -> int | None:
+        return None if self.lease is None else self.lease.epoch
+
+    def left_s(self) -> float | None:
+        return None if self.lease is None else self.until - trio.current_time()
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` unless the lease can still be relied on."""
+        if self.lease is None:
+            raise LeaseLost("the lease is not held")
+        if trio.current_time() >= self.until:
+            raise LeaseLost("the lease ran out before it was renewed")
+
+    def _hold(self, lease: Lease, sent: float, answered: float) -> None:
+        self.lease = lease
+        self.until = lease_deadline(sent, self.lease_s, self.skew_s)
+        self.fence.until = self.until
+        self.last_sent = sent
+        self.last_rtt_s = max(0.0, answered - sent)
+
+    def drop(self) -> None:
+        """Forget the lease (lost or given up): pushes fenced on it stop at once."""
+        self.lease = None
+        self.until = -math.inf
+        self.fence.until = -math.inf
+
+    # --- the store -----------------------------------------------------------------------------------------
+    async def acquire(self, *, fields: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """Take the lease if it is free, run out, or already ours; returns the lock item (what the last holder
+        left on it, or who holds it when it was not taken: then ``held`` is False)."""
+        sent, sent_wall = trio.current_time(), self._wall()
+        lease, item = await self._store.acquire_fenced(
+            self.key, self.owner, self.lease_s, fields=dict(fields) if fields else None
+        )
+        if lease is not None and lease.expires_at < sent_wall + self.lease_s - self.skew_s:
+            # Already ours, from an earlier request whose send time is unknown here (a lost answer, a
+            # restarted incarnation of the same process): renew it before relying on it.
+            sent = trio.current_time()
+            lease = await self._store.extend_fenced(lease, self.lease_s)
+        if lease is None:
+            self.drop()
+            return item
+        self._hold(lease, sent, trio.current_time())
+        return item
+
+    async def renew(self, *, fields: Mapping[str, Any] | None = None) -> None:
+        """One renewal, given up when the deadline passes first. ``LeaseLost`` when it was refused or the lease
+        ran out; other errors (DynamoDB unreachable) propagate with the lease still held until its deadline."""
+        lease = self.lease
+        self.check()
+        assert lease is not None
+        sent = trio.current_time()
+        try:
+            with trio.fail_after(max(self.until - sent, 0.001)):
+                renewed = await self._store.extend_fenced(
+                    lease, self.lease_s, fields=dict(fields) if fields else None
+                )
+        except trio.TooSlowError:
+            self._on_outcome("lost")
+            self.drop()
+            raise LeaseLost("the lease ran out while its renewal was under way") from None
+        except Exception:
+            self._on_outcome("error")
+            raise
+        if self.lease is not lease:
+            return  # dropped meanwhile (the holder stopped): the renewed lease runs out on its own
+        if renewed is None:
+            self._on_outcome("lost")
+            self.drop()
+            raise LeaseLost("the lease was taken over")
+        self._on_outcome("ok")
+        self._hold(renewed, sent, trio.current_time())
+
+    async def keep(
+        self,
+        *,
+        fields: Callable[[], Mapping[str, Any] | None] | None = None,
+        may_hold: Callable[[], bool] = lambda: True,
+    ) -> str:
+        """Renew the lease until it is lost or ``may_hold`` turns false; returns why it ended (the lease is
+        dropped, not released). A failed renewal is tried again every ``RETRY_AFTER_S`` until the deadline."""
+        failed = False
+        while True:
+            now = trio.current_time()
+            if failed:
+                at = now + min(RETRY_AFTER_S, max(0.0, self.until - now))
+            else:
+                at = next_renewal_at(self.last_sent, self.renew_every_s, self.until, self.last_rtt_s)
+            await trio.sleep_until(at)
+            if not may_hold():
+                self.drop()
+                return "may no longer hold it"
+            try:
+                await self.renew(fields=fields() if fields is not None else None)
+            except LeaseLost as exc:
+                self.drop()
+                return str(exc)
+            except Exception as exc:  # noqa: BLE001 - unreachable or throttled: try again while it lasts
+                log.warning("lease_renewal_failed", key=self.key, error=repr(exc))
+                failed = True
+                if trio.current_time() >= self.until:
+                    self.drop()
+                    return "could not renew the lease before it ran out"
+                continue
+            failed = False
+
+    async def release(self, *, timeout_s: float = 3.0) -> None:
+        """Give the lease up at once (another process takes it without waiting it out); best effort, shielded:
+        a lease not released runs out on its own."""
+        lease = self.lease
+        self.drop()
+        if lease is None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(timeout_s):
+            try:
+                await self._store.release_fenced(lease)
+            except Exception as exc:  # noqa: BLE001 - it runs out on its own
+                log.warning("lease_release_failed", key=self.key, error=repr(exc))
