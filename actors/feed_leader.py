@@ -46,6 +46,7 @@ from typing import Any
 
 import trio
 
+from actors.lease import HeldLease
 from daemon.logs import get_logger
 from daemon.metrics import FEED_LEADER, FEED_LEADER_CHANGES, SPORTMONKS_REGION_CALLS
 from daemon.store.caches import CachePut, FenceLost, LivescoresSummary
@@ -58,12 +59,6 @@ ATTEMPT_MARGIN_S = 0.05  # a follower's attempt after the lease it saw runs out:
 
 
 # ------------------------------------------------------------------------------------------------ pure decisions
-
-
-def lease_deadline(sent_at: float, lease_s: float, clock_skew_bound_s: float) -> float:
-    """Until when (this process's monotonic clock) a lease renewed by a request sent at ``sent_at`` may be
-    relied on: counted from when the request left, less the skew bound between hosts' clocks."""
-    return sent_at + lease_s - clock_skew_bound_s
 
 
 def next_attempt_at(
@@ -83,12 +78,6 @@ def next_attempt_at(
         return due
     at_expiry = now + (seen_expires_wall - now_wall) + margin_s
     return max(min(due, at_expiry), last_attempt + renew_every_s / 10)
-
-
-def may_write(lease: Lease | None, lease_until: float, now: float) -> bool:
-    """Whether the leader may still write under ``lease`` at monotonic ``now`` (the local half of the fence;
-    the transaction's ConditionCheck is the other)."""
-    return lease is not None and now < lease_until
 
 
 def region_calls(record: Mapping[str, Sequence[Sequence[float]]], now_wall: float) -> dict[str, int]:
@@ -198,13 +187,18 @@ class FeedLeadership:
         self.region = region
         self.key = feed_lock_key(region)
         self.instance_id = instance_id
-        self.lease_s = lease_s
         self.renew_every_s = renew_every_s
-        self.skew = clock_skew_bound_s
         self._marquee = marquee_leagues
         self._wall = wall_clock
-        self.lease: Lease | None = None
-        self.lease_until = -math.inf
+        self.held = HeldLease(
+            repos.locks,
+            self.key,
+            instance_id,
+            lease_s=lease_s,
+            renew_every_s=renew_every_s,
+            clock_skew_bound_s=clock_skew_bound_s,
+            wall_clock=wall_clock,
+        )
         self.last_seen: dict[str, Any] | None = None  # the lock item as last seen (a follower's view)
         self.became_leader = 0
         self.stepped_down = 0
@@ -212,15 +206,22 @@ class FeedLeadership:
         self._kick = trio.Event()
         self._take_up = trio.Event()  # set on taking the lease: the region task prepares the first poll
         self._last_attempt = -math.inf
+        self._stepped_down_for: str | None = None
+
+    @property
+    def lease(self) -> Lease | None:
+        return self.held.lease
 
     @property
     def leading(self) -> bool:
-        return may_write(self.lease, self.lease_until, trio.current_time())
+        """Whether this instance may write for the region now (the local half of the fence; the cache
+        write's ConditionCheck is the other)."""
+        return self.held.held
 
     def write_lease(self) -> Lease:
         """The lease a cache write must carry; ``FenceLost`` when this instance may not write now."""
-        lease = self.lease
-        if lease is None or not may_write(lease, self.lease_until, trio.current_time()):
+        lease = self.held.lease
+        if lease is None or not self.held.held:
             self.step_down("lease ran out before it was renewed" if lease is not None else None)
             raise FenceLost("this instance does not lead the region's feed")
         return lease
@@ -228,33 +229,33 @@ class FeedLeadership:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
             # a lone instance leads before the orchestrator's first cycle asks for livescores
-            await self._attempt()
-            if self.lease is not None:
+            await self.attempt()
+            if self.held.lease is not None:
                 await self._take_up_polling()
                 self._take_up = trio.Event()  # done: the region task need not do it again
             task_status.started()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._region_loop)
                 while True:
+                    if self.held.lease is not None:  # leading: renew until the lease is lost or given up
+                        reason = await self.held.keep(fields=self._renewal_fields)
+                        self._stood_down(self._stepped_down_for or reason)
+                        self._stepped_down_for = None
+                        continue  # contend again at once: nobody else may have taken it
                     with trio.move_on_at(self._next_attempt()):
                         await self._kick.wait()
                     self._kick = trio.Event()
-                    await self._attempt()
+                    await self.attempt()
         finally:
-            was = self.lease
-            self.step_down("stopping" if was is not None else None)
-            if was is not None:
-                with trio.CancelScope(shield=True), trio.move_on_after(3):
-                    try:
-                        await self._repos.locks.release_fenced(was)
-                    except Exception as exc:  # noqa: BLE001 - it runs out on its own
-                        log.warning("feed_lease_release_failed", error=repr(exc))
+            if self.held.lease is not None:
+                self._stood_down("stopping")
+                await self.held.release()
 
     def _next_attempt(self) -> float:
-        """A renewal is due renew_every_s after the last one was sent, whatever it cost; a follower also
-        tries just after the lease it saw runs out (``next_attempt_at``)."""
+        """A follower tries a period after its last attempt, or just after the lease it saw runs out
+        (``next_attempt_at``)."""
         expires = None
-        if self.lease is None and self.last_seen is not None:
+        if self.last_seen is not None:
             try:
                 expires = float(self.last_seen.get("expiresAt", 0.0))
             except (TypeError, ValueError):
@@ -270,7 +271,7 @@ class FeedLeadership:
             with trio.move_on_after(self.renew_every_s):
                 await self._take_up.wait()
             self._take_up = trio.Event()
-            if self.lease is None:
+            if self.held.lease is None:
                 continue
             if not self.feed.leading:
                 await self._take_up_polling()
@@ -280,7 +281,7 @@ class FeedLeadership:
     async def _take_up_polling(self) -> None:
         """A new leader's first poll serves the whole region: its active matches first, then polling."""
         await self._refresh_region_safely()
-        if self.lease is not None:
+        if self.held.lease is not None:
             self.feed.set_leading(True)
 
     async def _refresh_region_safely(self) -> None:
@@ -289,27 +290,20 @@ class FeedLeadership:
         except Exception as exc:  # noqa: BLE001 - the last known set stays; next period tries again
             log.warning("feed_region_matches_unavailable", error=repr(exc))
 
-    async def _attempt(self) -> None:
+    async def attempt(self) -> None:
+        """One contention for the lease by a follower (the leader renews it in ``HeldLease.keep``)."""
         self._last_attempt = trio.current_time()
+        if self.held.lease is not None:
+            return
         try:
-            if self.lease is None:
-                await self._acquire()
-            else:
-                await self._renew()
-        except Exception as exc:  # DynamoDB unreachable: keep leading until the local lease runs out
-            log.warning("feed_lease_attempt_failed", error=repr(exc), leading=self.lease is not None)
+            await self._acquire()
+        except Exception as exc:  # DynamoDB unreachable: try again a period later
+            log.warning("feed_lease_attempt_failed", error=repr(exc))
             self.last_seen = None  # a follower tries again a period later, not at an expiry long past
-            if self.lease is not None and not self.leading:
-                self.step_down("could not renew the lease before it ran out")
 
     async def _acquire(self) -> None:
-        sent, sent_wall = trio.current_time(), self._wall()
-        lease, item = await self._repos.locks.acquire_fenced(self.key, self.instance_id, self.lease_s)
-        if lease is not None and lease.expires_at < sent_wall + self.lease_s - self.skew:
-            # the lease was already ours (a lost answer, or a step-down that raced a renewal): its expiry was
-            # set by an earlier request whose send time is not known here, so renew it before relying on it
-            sent = trio.current_time()
-            lease = await self._repos.locks.extend_fenced(lease, self.lease_s)
+        item = await self.held.acquire()
+        lease = self.held.lease
         if lease is None:
             self.last_seen = item
             budget = parse_budget(item)
@@ -317,7 +311,6 @@ class FeedLeadership:
                 for endpoint, n in region_calls(budget[0], self._wall()).items():
                     SPORTMONKS_REGION_CALLS.labels(endpoint).set(n)
             return
-        self.lease, self.lease_until = lease, lease_deadline(sent, self.lease_s, self.skew)
         # counted the moment the lease is held (``leading`` is true from here), not after the reads below
         self.became_leader += 1
         FEED_LEADER.set(1)
@@ -348,33 +341,22 @@ class FeedLeadership:
             return {}
         return {} if got is None else got[2]
 
-    async def _renew(self) -> None:
-        lease = self.lease
-        assert lease is not None
-        remaining = self.lease_until - trio.current_time()
-        if remaining <= 0:
-            self.step_down("lease ran out before it was renewed")
-            return
+    def _renewal_fields(self) -> dict[str, Any]:
+        """What each renewal writes on the lock item: the region's call record and the heartbeat (and, while
+        at it, the region's calls per endpoint to the gauge)."""
         budget = self.feed.client.budget
         wall = self._wall()
+        record = budget.export(to_wall=wall - trio.current_time())
         fields: dict[str, Any] = {
-            "budget": json.dumps(budget.export(to_wall=wall - trio.current_time()), separators=(",", ":")),
+            "budget": json.dumps(record, separators=(",", ":")),
             "budgetAt": wall,
             "previousOwner": self.instance_id,
         }
         if self.last_poll_wall is not None:
             fields["lastPollAt"] = self.last_poll_wall
-        sent = trio.current_time()
-        with trio.fail_after(remaining):
-            renewed = await self._repos.locks.extend_fenced(lease, self.lease_s, fields=fields)
-        if self.lease is not lease:
-            return  # stepped down meanwhile (a refused write): the renewed lease runs out, or is taken again
-        if renewed is None:
-            self.step_down("the lease was taken over")
-            return
-        self.lease, self.lease_until = renewed, lease_deadline(sent, self.lease_s, self.skew)
-        for endpoint, n in region_calls(budget.export(to_wall=wall - trio.current_time()), wall).items():
+        for endpoint, n in region_calls(record, wall).items():
             SPORTMONKS_REGION_CALLS.labels(endpoint).set(n)
+        return fields
 
     async def _refresh_region(self) -> None:
         active = await self._repos.active_matches.get_all_active_matches()
@@ -382,22 +364,26 @@ class FeedLeadership:
             self.feed.set_region_matches(wanted_matches(active, self._marquee))
 
     def step_down(self, reason: str | None) -> None:
-        if self.lease is None:
+        """Stop leading now (a refused fenced write, a lease that ran out): the renewals stop and this
+        instance contends again at once."""
+        if self.held.lease is None:
             return
-        log.warning("feed_leader_stepped_down", region=self.region, epoch=self.lease.epoch, reason=reason)
-        self.lease, self.lease_until = None, -math.inf
+        self._stepped_down_for = reason
+        self.held.drop()
+
+    def _stood_down(self, reason: str | None) -> None:
+        log.warning("feed_leader_stepped_down", region=self.region, epoch=self.held.epoch, reason=reason)
         self.stepped_down += 1
         FEED_LEADER.set(0)
         self.feed.set_leading(False)
-        self._kick.set()  # contend again at once: nobody else may have taken it
 
     def describe(self) -> dict[str, Any]:
         return {
             "region": self.region,
             "lease_key": self.key,
             "leading": self.leading,
-            "epoch": None if self.lease is None else self.lease.epoch,
-            "lease_left_s": None if self.lease is None else round(self.lease_until - trio.current_time(), 3),
+            "epoch": self.held.epoch,
+            "lease_left_s": None if (left := self.held.left_s()) is None else round(left, 3),
             "became_leader": self.became_leader,
             "stepped_down": self.stepped_down,
         }

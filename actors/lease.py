@@ -33,6 +33,11 @@ RTT_MARGIN = 2.0
 # After a renewal that failed (DynamoDB unreachable, throttled past botocore's retries), try again after at
 # most this long, for as long as the lease lasts.
 RETRY_AFTER_S = 0.5
+# What ``keep`` returns when the holder itself dropped or released the lease (not a loss).
+GIVEN_UP = "the lease was given up"
+# Renewals under way at once at most: with answers slower than the renewal period, the next goes out before
+# the last is answered.
+MAX_IN_FLIGHT = 3
 
 
 class LeaseLost(Exception):
@@ -85,6 +90,7 @@ class HeldLease:
         self.last_sent = -math.inf
         self.last_rtt_s = 0.0
         self._on_outcome = on_outcome
+        self._wake = trio.Event()  # set when a renewal ends or the lease is dropped: ``keep`` looks again
 
     # --- state ---------------------------------------------------------------------------------------------
     @property
@@ -114,10 +120,11 @@ class HeldLease:
         self.last_rtt_s = max(0.0, answered - sent)
 
     def drop(self) -> None:
-        """Forget the lease (lost or given up): pushes fenced on it stop at once."""
+        """Forget the lease (lost or given up): pushes fenced on it stop at once, and ``keep`` returns."""
         self.lease = None
         self.until = -math.inf
         self.fence.until = -math.inf
+        self._wake.set()
 
     # --- the store -----------------------------------------------------------------------------------------
     async def acquire(self, *, fields: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
@@ -139,32 +146,33 @@ class HeldLease:
         return item
 
     async def renew(self, *, fields: Mapping[str, Any] | None = None) -> None:
-        """One renewal, given up when the deadline passes first. ``LeaseLost`` when it was refused or the lease
-        ran out; other errors (DynamoDB unreachable) propagate with the lease still held until its deadline."""
+        """One renewal. ``LeaseLost`` when it was refused; other errors (DynamoDB unreachable) propagate with the
+        lease still held until its deadline. A renewal moves the deadline only forward (an older one answered
+        late never shortens a newer one's), and one answered after the lease was dropped changes nothing. It
+        does not give up on its own when the deadline passes: ``keep`` (or a caller's cancel scope) does."""
         lease = self.lease
         self.check()
         assert lease is not None
         sent = trio.current_time()
+        self.last_sent = max(self.last_sent, sent)
         try:
-            with trio.fail_after(max(self.until - sent, 0.001)):
-                renewed = await self._store.extend_fenced(
-                    lease, self.lease_s, fields=dict(fields) if fields else None
-                )
-        except trio.TooSlowError:
-            self._on_outcome("lost")
-            self.drop()
-            raise LeaseLost("the lease ran out while its renewal was under way") from None
+            renewed = await self._store.extend_fenced(
+                lease, self.lease_s, fields=dict(fields) if fields else None
+            )
         except Exception:
             self._on_outcome("error")
             raise
-        if self.lease is not lease:
-            return  # dropped meanwhile (the holder stopped): the renewed lease runs out on its own
+        if self.lease is None or self.lease.epoch != lease.epoch:
+            return  # dropped meanwhile (lost, or the holder stopped): the renewed lease runs out on its own
         if renewed is None:
             self._on_outcome("lost")
             self.drop()
             raise LeaseLost("the lease was taken over")
         self._on_outcome("ok")
-        self._hold(renewed, sent, trio.current_time())
+        self.lease = renewed
+        self.until = max(self.until, lease_deadline(sent, self.lease_s, self.skew_s))
+        self.fence.until = self.until
+        self.last_rtt_s = max(0.0, trio.current_time() - sent)
 
     async def keep(
         self,
@@ -173,31 +181,59 @@ class HeldLease:
         may_hold: Callable[[], bool] = lambda: True,
     ) -> str:
         """Renew the lease until it is lost or ``may_hold`` turns false; returns why it ended (the lease is
-        dropped, not released). A failed renewal is tried again every ``RETRY_AFTER_S`` until the deadline."""
-        failed = False
-        while True:
-            now = trio.current_time()
-            if failed:
-                at = now + min(RETRY_AFTER_S, max(0.0, self.until - now))
-            else:
-                at = next_renewal_at(self.last_sent, self.renew_every_s, self.until, self.last_rtt_s)
-            await trio.sleep_until(at)
-            if not may_hold():
-                self.drop()
-                return "may no longer hold it"
+        dropped, not released).
+
+        A renewal goes out every ``renew_every_s`` after the last was sent (sooner when answers are slow,
+        ``next_renewal_at``) whether or not that one has been answered yet, up to ``MAX_IN_FLIGHT`` at once:
+        with answers slower than the period, each still counts from its own send, so the lease holds as long
+        as an answer takes less than ``lease_s - clock_skew_bound_s - renew_every_s``. A failed renewal is
+        tried again every ``RETRY_AFTER_S`` until the deadline."""
+        ended: list[str] = []
+        in_flight = 0
+        retry_at = math.inf
+
+        async def one() -> None:
+            nonlocal in_flight, retry_at
             try:
                 await self.renew(fields=fields() if fields is not None else None)
+                retry_at = math.inf
             except LeaseLost as exc:
-                self.drop()
-                return str(exc)
+                ended.append(str(exc))
             except Exception as exc:  # noqa: BLE001 - unreachable or throttled: try again while it lasts
                 log.warning("lease_renewal_failed", key=self.key, error=repr(exc))
-                failed = True
-                if trio.current_time() >= self.until:
-                    self.drop()
-                    return "could not renew the lease before it ran out"
-                continue
-            failed = False
+                retry_at = min(retry_at, trio.current_time() + RETRY_AFTER_S)
+            finally:
+                in_flight -= 1
+                self._wake.set()
+
+        async with trio.open_nursery() as nursery:
+            while True:
+                due = next_renewal_at(self.last_sent, self.renew_every_s, self.until, self.last_rtt_s)
+                if in_flight >= MAX_IN_FLIGHT:
+                    due = retry_at = math.inf  # the next goes out once one of those is answered
+                with trio.move_on_at(min(due, retry_at, self.until)):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                now = trio.current_time()
+                if ended:
+                    reason = ended[0]
+                elif self.lease is None:
+                    reason = GIVEN_UP
+                elif not may_hold():
+                    reason = "may no longer hold it"
+                elif now >= self.until:
+                    reason = "could not renew the lease before it ran out"
+                else:
+                    if (now >= due or now >= retry_at) and in_flight < MAX_IN_FLIGHT:
+                        in_flight += 1
+                        retry_at = math.inf
+                        self.last_sent = now  # the schedule counts from this send
+                        nursery.start_soon(one)
+                    continue
+                self.drop()
+                nursery.cancel_scope.cancel()
+                return reason
+        raise AssertionError("unreachable")  # the loop returns from inside the nursery
 
     async def release(self, *, timeout_s: float = 3.0) -> None:
         """Give the lease up at once (another process takes it without waiting it out); best effort, shielded:

@@ -28,7 +28,7 @@ from actors.channels import ChannelRef, MatchBroadcasts, MatchChannels, broadcas
 from actors.delivery import Delivery
 from actors.fanout import FanOut, RetryPolicy
 from actors.janitor import TokenRef
-from actors.lease import HeldLease, LeaseLost
+from actors.lease import GIVEN_UP, HeldLease, LeaseLost
 from actors.livework import LiveWork
 from actors.match_starts import HEAL_PHASES, FollowerStarts, Latest, StartsContext
 from actors.ports import ChannelRequests, FixtureSource, MatchStore, PushSender
@@ -287,7 +287,9 @@ class MatchActor:
             self._feed.unsubscribe(self.match_id)
 
     async def _keep_lease(self) -> None:
-        raise LeaseLost(await self.lease.keep())
+        reason = await self.lease.keep()
+        if reason != GIVEN_UP:  # released at the end: the actor is returning on its own
+            raise LeaseLost(reason)
 
     # ------------------------------------------------------------------ ticks
     async def handle(self, update: FeedUpdate) -> bool:

@@ -141,3 +141,43 @@ class AudienceRecords:
     ) -> list[dict[str, Any]]:
         self.reads.append(("followers", trio.current_time()))
         return [dict(f) for f in self.follows_items]
+
+
+class SilencedLocks:
+    """A lock table (``actors.ports.LeaseStore``) in front of the real one whose link can go silent: once
+    ``silent``, every lease call hangs (no answer, no error), as for a paused process or a dead link. Anything
+    else is the real repository's."""
+
+    def __init__(self, locks: Any) -> None:
+        self._locks = locks
+        self.silent = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._locks, name)
+
+    async def _gate(self) -> None:
+        if self.silent:
+            await trio.sleep_forever()
+
+    async def acquire_fenced(self, *args: Any, **kwargs: Any) -> Any:
+        await self._gate()
+        return await self._locks.acquire_fenced(*args, **kwargs)
+
+    async def extend_fenced(self, *args: Any, **kwargs: Any) -> Any:
+        await self._gate()
+        return await self._locks.extend_fenced(*args, **kwargs)
+
+    async def release_fenced(self, *args: Any, **kwargs: Any) -> Any:
+        await self._gate()
+        return await self._locks.release_fenced(*args, **kwargs)
+
+
+class WithLocks:
+    """The repositories ``repos`` with their lock table replaced by ``locks``."""
+
+    def __init__(self, repos: Any, locks: Any) -> None:
+        self._repos = repos
+        self.locks = locks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._repos, name)

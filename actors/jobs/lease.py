@@ -20,66 +20,72 @@ schedule).
 the feed leader is, so the region's calls go through one client and one budget (the region's), and so does
 the reconciler, which compares the leader's own fresh ``/livescores``.
 
-The decision (whether to keep running) is ``keep_running``, pure; the rest is the shell.
+The lease itself (taking, renewing, the deadline, giving up) is ``actors.lease.HeldLease``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import trio
 
+from actors.lease import HeldLease
+from actors.ports import Actor, LeaseStore
 from daemon.logs import get_logger
 from daemon.metrics import LEASED_JOB_RUNS
-from daemon.store.locks import Lease, job_lock_key
+from daemon.store.locks import job_lock_key
 
 log = get_logger("actors.jobs.lease")
 
 
-def keep_running(lease: Lease | None, lease_until: float, now: float, may_run: bool) -> bool:
-    """Whether the job may go on at monotonic ``now``: its lease is held and has not run out, and the
-    instance may run it (e.g. it still leads the feed)."""
-    return lease is not None and now < lease_until and may_run
+class RegionJob(Actor, Protocol):
+    """A job run once per region. It may also carry its schedule across holders (``schedule_state`` and
+    ``adopt_schedule``) and describe itself (``stats``); ``LeasedJob`` asks for those where they exist."""
 
 
 class LeasedJob:
     def __init__(
         self,
         name: str,
-        job: Any,
+        job: RegionJob,
         *,
-        locks: Any,
+        locks: LeaseStore,
         region: str,
         owner: str,
         lease_s: float,
         renew_every_s: float,
         clock_skew_bound_s: float,
         may_run: Callable[[], bool] = lambda: True,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
         self.job = job
-        self._locks = locks
         self.key = job_lock_key(name, region)
         self.owner = owner
-        self.lease_s = lease_s
         self.renew_every_s = renew_every_s
-        self.skew = clock_skew_bound_s
         self.may_run = may_run
-        self.lease: Lease | None = None
-        self.lease_until = -math.inf
+        self.lease = HeldLease(
+            locks,
+            self.key,
+            owner,
+            lease_s=lease_s,
+            renew_every_s=renew_every_s,
+            clock_skew_bound_s=clock_skew_bound_s,
+            wall_clock=wall_clock,
+        )
         self.runs = 0
         self.adopted = 0  # times this instance took the job's schedule from the lease item
         self.holder: str | None = None  # who holds it, as last seen
 
     @property
     def running(self) -> bool:
-        return keep_running(self.lease, self.lease_until, trio.current_time(), self.may_run())
+        """The lease is held, has not run out, and the instance may run the job (it still leads the feed)."""
+        return self.lease.held and self.may_run()
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
             if self.may_run():
@@ -87,21 +93,15 @@ class LeasedJob:
                     await self._acquire()
                 except Exception as exc:  # noqa: BLE001 - DynamoDB trouble: try again at the next period
                     log.warning("job_lease_attempt_failed", job=self.name, error=repr(exc))
-            if self.lease is not None:
+            if self.lease.held:
                 await self._hold()
             await trio.sleep(self.renew_every_s)
 
     async def _acquire(self) -> None:
-        sent, sent_wall = trio.current_time(), time.time()
-        lease, item = await self._locks.acquire_fenced(self.key, self.owner, self.lease_s)
-        if lease is not None and lease.expires_at < sent_wall + self.lease_s - self.skew:
-            # already ours, from an earlier request of unknown send time: renew it before relying on it
-            sent = trio.current_time()
-            lease = await self._locks.extend_fenced(lease, self.lease_s)
-        if lease is None:
+        item = await self.lease.acquire()
+        if not self.lease.held:
             self.holder = (item or {}).get("owner")
             return
-        self.lease, self.lease_until = lease, sent + self.lease_s - self.skew
         self.holder = self.owner
         self._adopt((item or {}).get("jobState"))
 
@@ -121,7 +121,7 @@ class LeasedJob:
         self.adopted += 1
         log.info("job_schedule_adopted", job=self.name, state=state)
 
-    def _state_fields(self) -> dict[str, Any] | None:
+    def _state_fields(self) -> Mapping[str, Any] | None:
         """What a renewal writes on the lease item: the job's schedule (None for a job that keeps none)."""
         export = getattr(self.job, "schedule_state", None)
         if export is None:
@@ -132,41 +132,16 @@ class LeasedJob:
         """Run the job while the lease holds; stop it the moment it does not, then release the lease."""
         self.runs += 1
         LEASED_JOB_RUNS.labels(self.name).inc()
-        log.info("job_lease_taken", job=self.name, epoch=self.lease.epoch if self.lease else None)
+        log.info("job_lease_taken", job=self.name, epoch=self.lease.epoch)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.job.run)
-                await self._renew_loop()
+                reason = await self.lease.keep(fields=self._state_fields, may_hold=self.may_run)
+                log.info("job_lease_ended", job=self.name, reason=reason)
                 nursery.cancel_scope.cancel()
         finally:
-            was, self.lease, self.lease_until = self.lease, None, -math.inf
-            if was is not None:
-                with trio.CancelScope(shield=True), trio.move_on_after(3):
-                    try:
-                        await self._locks.release_fenced(was)
-                    except Exception as exc:  # noqa: BLE001 - it runs out on its own
-                        log.warning("job_lease_release_failed", job=self.name, error=repr(exc))
+            await self.lease.release()
             log.info("job_lease_given_up", job=self.name)
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await trio.sleep(min(self.renew_every_s, max(0.0, self.lease_until - trio.current_time())))
-            if not keep_running(self.lease, self.lease_until, trio.current_time(), self.may_run()):
-                return
-            assert self.lease is not None
-            sent = trio.current_time()
-            try:
-                with trio.fail_after(max(0.01, self.lease_until - sent)):
-                    renewed = await self._locks.extend_fenced(
-                        self.lease, self.lease_s, fields=self._state_fields()
-                    )
-            except Exception as exc:  # noqa: BLE001 - retried until the lease runs out
-                log.warning("job_lease_renewal_failed", job=self.name, error=repr(exc))
-                continue
-            if renewed is None:
-                log.warning("job_lease_lost", job=self.name)
-                return
-            self.lease, self.lease_until = renewed, sent + self.lease_s - self.skew
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {

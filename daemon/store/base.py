@@ -16,7 +16,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from daemon.store.codec import from_item, to_attr, to_item
-from daemon.store.dynamo import Dynamo, is_condition_failed
+from daemon.store.dynamo import Dynamo, Lane, is_condition_failed
 from daemon.store.tables import TABLE_SPECS, TableSpec
 
 Clock = Callable[[], float]
@@ -82,9 +82,11 @@ class Repository:
 
     # --- single-item operations ---------------------------------------------------------------------------
 
-    async def _get(self, *key: str, consistent: bool = False, now: float | None = None) -> Item | None:
+    async def _get(
+        self, *key: str, consistent: bool = False, now: float | None = None, lane: Lane = "bulk"
+    ) -> Item | None:
         resp = await self.dynamo.call(
-            self.logical, "get_item", Key=self._key(*key), ConsistentRead=consistent
+            self.logical, "get_item", lane=lane, Key=self._key(*key), ConsistentRead=consistent
         )
         raw = resp.get("Item")
         if raw is None:
@@ -120,11 +122,11 @@ class Repository:
         return True, None
 
     async def _update(
-        self, key: dict[str, Any], update: dict[str, Any], **kwargs: Any
+        self, key: dict[str, Any], update: dict[str, Any], *, lane: Lane = "bulk", **kwargs: Any
     ) -> dict[str, Any] | None:
         """UpdateItem; returns the response, or None when the condition failed."""
         try:
-            return await self.dynamo.call(self.logical, "update_item", Key=key, **update, **kwargs)
+            return await self.dynamo.call(self.logical, "update_item", Key=key, lane=lane, **update, **kwargs)
         except ClientError as exc:
             if is_condition_failed(exc):
                 return None

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 import trio
@@ -44,6 +44,7 @@ log = get_logger("daemon.store")
 # DynamoDB's per-call limits (API Reference: BatchWriteItem, BatchGetItem, TransactWriteItems).
 BATCH_WRITE_MAX = 25
 BATCH_GET_MAX = 100
+Lane = Literal["bulk", "lease"]
 TRANSACT_MAX_ACTIONS = 100
 
 CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
@@ -195,7 +196,7 @@ class Dynamo:
             connect_timeout=settings.connect_timeout_s,
             read_timeout=settings.read_timeout_s,
             # one pooled connection per worker thread, so threads never wait on the pool
-            max_pool_connections=settings.max_threads,
+            max_pool_connections=settings.max_threads + settings.lease_threads,
         )
         session = _shared_session()
         key_id = secret = None  # None: boto3's own credential chain
@@ -213,6 +214,9 @@ class Dynamo:
         for operation in RAW_PAGE_OPERATIONS:
             self.client.meta.events.register(f"before-parse.dynamodb.{operation}", _items_as_sent)
         self._limiter = trio.CapacityLimiter(settings.max_threads)
+        # Lease renewals run on threads of their own: with DynamoDB slow, the bulk lane fills up with reads
+        # and writes that each take seconds, and a renewal queued behind them would land after its lease.
+        self._lease_limiter = trio.CapacityLimiter(settings.lease_threads)
         self._api_names: dict[str, str] = dict(self.client.meta.method_to_api_mapping)
         self._snake_names: dict[str, str] = {api: snake for snake, api in self._api_names.items()}
 
@@ -230,12 +234,15 @@ class Dynamo:
             return self._snake_names[operation], operation
         raise ValueError(f"unknown DynamoDB operation {operation!r}")
 
-    async def call(self, logical_table: str, operation: str, **kwargs: Any) -> dict[str, Any]:
+    async def call(
+        self, logical_table: str, operation: str, *, lane: Lane = "bulk", **kwargs: Any
+    ) -> dict[str, Any]:
         """``client.<operation>(TableName=<physical>, **kwargs)`` in a worker thread.
 
         ``operation`` is the method (``put_item``) or API name (``PutItem``). Operations without a
         ``TableName`` parameter (batches, ``list_tables``) get none; ``logical_table`` then only labels
-        the metrics. Raises botocore's ``ClientError`` as it is.
+        the metrics. ``lane`` "lease" runs the call on the threads kept for taking and renewing leases.
+        Raises botocore's ``ClientError`` as it is.
         """
         method_name, api_name = self._resolve(operation)
         members = self.client.meta.service_model.operation_model(api_name).input_shape.members
@@ -245,7 +252,14 @@ class Dynamo:
         DYNAMODB_CALLS.labels(table=logical_table, operation=api_name).inc()
         for counter in _counters.get():
             counter.n += 1
-        response, error = await trio.to_thread.run_sync(_captured, method, kwargs, limiter=self._limiter)
+        limiter = self._lease_limiter if lane == "lease" else self._limiter
+        # A cancelled caller does not wait for its call: the thread finishes on its own (its slot in the
+        # limiter with it) and its answer is dropped. Every write the daemon makes is safe to leave in that
+        # unknown state, as a crash would (conditional, fenced, idempotent), and without this a caller that
+        # must stop (a lost lease, a SIGTERM) would wait out botocore's timeouts and retries first.
+        response, error = await trio.to_thread.run_sync(
+            _captured, method, kwargs, limiter=limiter, abandon_on_cancel=True
+        )
         if error is None:
             return response  # type: ignore[no-any-return]
         try:

@@ -364,7 +364,8 @@ class LockRepository(Repository):
             sets.append(f"#f{i} = :f{i}")
         resp = await self._update(
             self._key(lock_key),
-            {
+            lane="lease",
+            update={
                 "UpdateExpression": "SET " + ", ".join(sets) + " ADD #ep :one",
                 "ConditionExpression": "attribute_not_exists(#k) OR #exp < :now",
                 "ExpressionAttributeNames": names,
@@ -375,7 +376,7 @@ class LockRepository(Repository):
         if resp is not None:
             item = from_item(resp["Attributes"])
             return Lease(lock_key, owner, int(item["epoch"]), float(item["expiresAt"])), item
-        current = await self._get(lock_key, consistent=True, now=t)
+        current = await self._get(lock_key, consistent=True, now=t, lane="lease")
         if current is not None and current.get("owner") == owner:
             return Lease(lock_key, owner, int(current.get("epoch", 0)), float(current["expiresAt"])), current
         return None, current
@@ -401,7 +402,8 @@ class LockRepository(Repository):
             sets.append(f"#f{i} = :f{i}")
         resp = await self._update(
             self._key(lease.key),
-            {
+            lane="lease",
+            update={
                 "UpdateExpression": "SET " + ", ".join(sets),
                 "ConditionExpression": "#owner = :owner AND #ep = :ep",
                 "ExpressionAttributeNames": names,
@@ -415,7 +417,8 @@ class LockRepository(Repository):
         still higher. False when it was no longer ours."""
         resp = await self._update(
             self._key(lease.key),
-            {
+            lane="lease",
+            update={
                 "UpdateExpression": "SET #exp = :zero",
                 "ConditionExpression": "#owner = :owner AND #ep = :ep",
                 "ExpressionAttributeNames": {"#exp": "expiresAt", "#owner": "owner", "#ep": "epoch"},

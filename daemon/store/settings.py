@@ -23,8 +23,22 @@ class DynamoSettings(BaseModel):
     )
     max_attempts: int = Field(5, ge=1, le=20, description="botocore attempts per call, first included")
     max_threads: int = Field(8, ge=1, le=64, description="worker threads running boto3 calls")
+    lease_threads: int = Field(
+        16,
+        ge=1,
+        le=64,
+        description="worker threads kept for taking and renewing leases, apart from max_threads: with DynamoDB "
+        "slow, renewals queued behind seconds-long reads would land after their lease (one per lease held, "
+        "each renewed every lease_s * renew_fraction, is plenty)",
+    )
     connect_timeout_s: float = Field(2.0, gt=0, le=60, description="TCP connect timeout per attempt, seconds")
-    read_timeout_s: float = Field(5.0, gt=0, le=300, description="read timeout per attempt, seconds")
+    read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="read timeout per attempt, seconds: above the slowest answer a congested path gives (a call "
+        "cut off by it starts again from scratch, so too short a timeout turns latency into an outage)",
+    )
     batch_deadline_s: float = Field(
         30.0, gt=0, le=600, description="give up retrying unprocessed batch items after this"
     )

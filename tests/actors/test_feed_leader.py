@@ -21,15 +21,13 @@ from actors.feed_leader import (
     FeedLeadership,
     FencedFixtureCache,
     leader_view,
-    lease_deadline,
-    may_write,
     newer_budget,
     next_attempt_at,
     parse_budget,
     region_calls,
     wanted_matches,
 )
-from actors.jobs.lease import LeasedJob, keep_running
+from actors.jobs.lease import LeasedJob
 from actors.match import MatchActor
 from actors.orchestrator import Orchestrator
 from actors.settings import OrchestratorSettings
@@ -40,8 +38,9 @@ from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
 from daemon.store.caches import CachePut
 from daemon.store.dynamo import count_calls
-from daemon.store.locks import Lease, match_lock_key
+from daemon.store.locks import match_lock_key
 from tests.actors.match_helpers import make_match_actor
+from tests.doubles import SilencedLocks, WithLocks
 from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
 
 LEASE_S = 1.5
@@ -49,23 +48,6 @@ RENEW_S = 0.4
 SKEW_S = 0.2
 
 # ------------------------------------------------------------------------------------------------ pure
-
-
-def test_a_lease_is_relied_on_from_when_the_request_left_less_the_skew_bound() -> None:
-    until = lease_deadline(100.0, 10.0, 1.0)
-    assert until == 109.0
-    lease = Lease("feed:eu", "a", 1, 0.0)
-    assert may_write(lease, until, 108.9)
-    assert not may_write(lease, until, 109.0)  # a leader waking from a pause past it writes nothing
-    assert not may_write(None, until, 100.0)
-
-
-def test_a_job_stops_when_its_lease_runs_out_or_it_may_no_longer_run() -> None:
-    lease = Lease("job:x:eu", "a", 2, 0.0)
-    assert keep_running(lease, 10.0, 9.0, True)
-    assert not keep_running(lease, 10.0, 10.0, True)
-    assert not keep_running(lease, 10.0, 9.0, False)  # e.g. the instance no longer leads the feed
-    assert not keep_running(None, 10.0, 9.0, True)
 
 
 def test_a_follower_contends_just_after_the_lease_it_saw_runs_out() -> None:
@@ -194,11 +176,12 @@ class Member:
     leadership: FeedLeadership
     reader: CacheReader
     scope: trio.CancelScope
+    silenced: SilencedLocks  # the lock table as its leadership reaches it
 
 
 def _member(
     name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: Any
-) -> tuple[FakeSportMonks, FeedActor, FeedLeadership, CacheReader]:
+) -> tuple[FakeSportMonks, FeedActor, FeedLeadership, CacheReader, SilencedLocks]:
     fake = FakeSportMonks()
     fake.live = live  # the same list object: both fakes serve the same live matches
     client = SportMonksClient(
@@ -210,7 +193,7 @@ def _member(
     feed = FeedActor(client, settings, leading=False)
     leadership = FeedLeadership(
         feed=feed,
-        repos=repos,
+        repos=WithLocks(repos, silenced := SilencedLocks(repos.locks)),
         region="eu",
         instance_id=name,
         lease_s=LEASE_S,
@@ -220,7 +203,7 @@ def _member(
     feed.use_cache(FencedFixtureCache(leadership, repos))
     reader = CacheReader(feed, repos, settings, region="eu", stale_after_s=2 * LEASE_S)
     feed.follower_livescores = reader.livescores
-    return fake, feed, leadership, reader
+    return fake, feed, leadership, reader, silenced
 
 
 @asynccontextmanager
@@ -235,7 +218,7 @@ async def member(
 ) -> AsyncIterator[Member]:
     """An instance: feed, leadership and cache reader (``reader_runs=False``: the test calls
     ``reader.read_once`` itself, one read at a time)."""
-    fake, feed, leadership, reader = _member(name, repos, live, **feed_settings)
+    fake, feed, leadership, reader, silenced = _member(name, repos, live, **feed_settings)
     scope = trio.CancelScope()
 
     async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -248,20 +231,15 @@ async def member(
                 task_status.started()
 
     await nursery.start(run)
-    yield Member(name, fake, feed, leadership, reader, scope)
+    yield Member(name, fake, feed, leadership, reader, scope, silenced)
     scope.cancel()
 
 
 def _silence(m: Member) -> None:
-    """The member's leadership stops contending, as a paused or dead process does (its feed and cache writer
-    carry on, so what they try to write past the lease's end is seen refused)."""
-
-    async def no_attempt() -> None:
-        pass
-
-    m.leadership.renew_every_s = 3600.0
-    m.leadership._last_attempt = trio.current_time()
-    m.leadership._attempt = no_attempt  # type: ignore[method-assign]
+    """The member's leadership gets no more answers to its lease calls, as a paused process or a dead link
+    would (its feed and cache writer carry on, so what they try to write past the lease's end is seen
+    refused)."""
+    m.silenced.silent = True
 
 
 async def _next_good(channel: trio.MemoryReceiveChannel[FeedUpdate]) -> FeedUpdate:
@@ -477,9 +455,9 @@ async def test_a_job_tied_to_the_feed_leader_runs_only_there(repos: Any) -> None
             while not leased.running:
                 await trio.sleep(0.05)
             leads[0] = False
-            while leased.lease is not None:
+            while await repos.locks.get("job:reference-sync:eu") is not None:  # released for the next leader
                 await trio.sleep(0.05)
-            assert await repos.locks.get("job:reference-sync:eu") is None  # released for the next leader
+            assert not leased.running
             nursery.cancel_scope.cancel()
 
 
@@ -640,8 +618,7 @@ async def test_a_follower_takes_a_silent_leaders_lease_as_it_runs_out_not_a_peri
             async with member(nursery, "a", repos, live) as a, member(nursery, "b", repos, live) as b:
                 assert a.leadership.leading and not b.leadership.leading
                 b.leadership.renew_every_s = 60.0  # b's own period would come far too late
-                b.leadership._kick.set()  # (so that it applies from now)
-                await trio.sleep(2 * RENEW_S)
+                await trio.sleep(2 * RENEW_S)  # b's next attempts, a period of the old length apart
                 # a stops renewing, as if it died: its lease runs out at the expiry b saw
                 _silence(a)
                 with trio.fail_after(LEASE_S + 10):  # a period of b's would be 60 s

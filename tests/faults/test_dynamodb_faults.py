@@ -80,6 +80,26 @@ async def test_a_slow_and_resetting_link_to_dynamodb_loses_nothing(make_rig: Any
         await assert_nothing_lost(rig)
 
 
+async def test_seconds_of_dynamodb_latency_keep_ownership_with_a_ten_second_lease(make_rig: Any) -> None:
+    """Every chunk of every DynamoDB exchange waits a second each way, so a call takes three to four seconds,
+    with the production lease (10 s) and skew bound (1 s): renewals are timed from their sends, started ahead
+    of slow answers and run on threads of their own, so each lands inside the lease and the match never
+    changes owner."""
+    async with make_rig(seed=4, lease_s=10.0, extra={"orchestrator": {"clock_skew_bound_s": 1.0}}) as rig:
+        await rig.wait_for(first_updates(rig, 4), 60, "the match under way")
+        before = await rig.match_item()
+        assert before is not None
+        losses = metrics.LOCK_LOSSES._value.get()
+        rig.proxies["dynamodb"].set(latency_s=1.0)
+        await trio.sleep(25.0)  # two and a half leases
+        rig.proxies["dynamodb"].clear()
+        await assert_nothing_lost(rig)
+        after = await rig.match_item()
+        assert after is not None and after["ownerEpoch"] == before["ownerEpoch"], "ownership never moved"
+        assert after["instanceId"] == before["instanceId"]
+        assert metrics.LOCK_LOSSES._value.get() == losses, "no lease was lost on the way"
+
+
 async def test_dynamodb_unreachable_past_a_lease_the_owner_stops_and_another_instance_resumes(
     make_rig: Any,
 ) -> None:
