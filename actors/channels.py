@@ -33,6 +33,7 @@ from typing import Any
 import trio
 
 from actors.lease import LeaseLost
+from actors.ports import ChannelRecords
 from daemon import metrics
 from daemon.apns import broadcast
 from daemon.apns.rules import Action
@@ -66,7 +67,7 @@ class MatchChannels:
         *,
         bundle: str,
         request: Request,
-        fixtures: Any,
+        fixtures: ChannelRecords,
         epoch: Callable[[], int] = lambda: 0,
         active_matches: ActiveMatches | None = None,
     ) -> None:
@@ -364,7 +365,7 @@ class ChannelSweeper:
         *,
         bundle: str,
         request: Request,
-        fixtures: Any,
+        fixtures: ChannelRecords,
         active_matches: Callable[[], Awaitable[list[str]]],
         interval_s: float = 300.0,
     ) -> None:
@@ -406,7 +407,7 @@ class ChannelSweeper:
             )
         return deleted
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sweep every ``interval_s`` (run under the region's job lease: one instance sweeps)."""
         task_status.started()
         while True:

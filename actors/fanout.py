@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 import trio
 
@@ -59,7 +58,7 @@ class FanOut:
         policy: RetryPolicy,
         live: LiveWork,
         on_result: Callable[[PushResult], None] = lambda result: None,
-        log: Any = None,
+        log_context: Mapping[str, str] | None = None,
     ) -> None:
         """``check`` raises when the producer may push no more (its lease); ``on_result`` sees every answer
         that settles a push (accepted or rejected), before it is counted."""
@@ -69,7 +68,7 @@ class FanOut:
         self._policy = policy
         self._live = live
         self._on_result = on_result
-        self.log = log or get_logger("fanout")
+        self.log = get_logger("match", **(log_context or {}))
         self.first_answer_at: float | None = None  # of the current push_all (trio time)
         self._extra: Callable[[PushResult], None] | None = None
 

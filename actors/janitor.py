@@ -22,6 +22,8 @@ from typing import Any
 
 import trio
 
+from actors.ports import TokenCleanup
+from daemon.apns.types import PushResult
 from daemon.logs import get_logger, short_token
 
 log = get_logger("janitor")
@@ -39,13 +41,13 @@ class TokenRef:
 
 
 class Janitor:
-    def __init__(self, repos: Any, *, inbox_size: int = 10_000, attempts: int = 5) -> None:
+    def __init__(self, repos: TokenCleanup, *, inbox_size: int = 10_000, attempts: int = 5) -> None:
         self._repos = repos
         self._attempts = attempts
-        self.send_channel, self._receive = trio.open_memory_channel[Any](inbox_size)
+        self.send_channel, self._receive = trio.open_memory_channel[PushResult](inbox_size)
         self.cleaned: dict[str, int] = {"la": 0, "push_to_start": 0, "device": 0, "unknown": 0, "failed": 0}
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async for result in self._receive:
             await self.handle(result)

@@ -165,7 +165,7 @@ class MatchActor:
             ),
             live=live or LiveWork(),
             on_result=self._on_result,
-            log=self.log,
+            log_context={"match_id": match_id},
         )
         self._bundle = topic.removesuffix(LIVEACTIVITY_TOPIC_SUFFIX)
         self.broadcasts: MatchBroadcasts | None = None

@@ -45,8 +45,9 @@ from typing import Any
 import trio
 
 from actors.jobs.convert import iso_utc
-from actors.match import LeaseLost, MatchActor
-from actors.ports import Supervision
+from actors.lease import LeaseLost
+from actors.match import MatchActor
+from actors.ports import LiveFeed, OrchestratorStore, Supervision
 from actors.settings import OrchestratorSettings
 from daemon.logs import get_logger
 from daemon.metrics import MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS
@@ -63,8 +64,8 @@ class Orchestrator:
         self,
         *,
         instance_id: str,
-        repos: Any,
-        feed: Any,
+        repos: OrchestratorStore,
+        feed: LiveFeed,
         supervisor: Supervision,
         actor_factory: Callable[[str, int, bool], MatchActor],
         settings: OrchestratorSettings,
@@ -93,7 +94,7 @@ class Orchestrator:
         self._live_now: set[str] = set()  # ids the latest /livescores answer shows in play
 
     # ------------------------------------------------------------------ loops
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self._safe_cycle(full=True)  # start-up recovery before we call ourselves ready
         task_status.started()
         next_full = trio.current_time() + self.settings.cycle_s
@@ -308,8 +309,7 @@ class Orchestrator:
 
     def _released(self, match_id: str) -> bool:
         """The feed released it after repeated 404s: not taken from any source until the feed says so."""
-        released = getattr(self._feed, "is_released", None)
-        return bool(released is not None and released(match_id))
+        return self._feed.is_released(match_id)
 
     def _is_quarantined(self, match_id: str) -> bool:
         until = self._quarantined.get(match_id)

@@ -47,11 +47,14 @@ class AcceptingSender:
     def __init__(self) -> None:
         self.pushes = 0
 
+    async def send(self, push: Push) -> None:
+        self.pushes += 1
+        assert push.reply_to is not None
+        await push.reply_to.send(PushResult(push, "accepted", 200, None, None, 1, 0.0))
+
     async def send_many(self, pushes: list[Push]) -> None:
         for push in pushes:
-            self.pushes += 1
-            assert push.reply_to is not None
-            await push.reply_to.send(PushResult(push, "accepted", 200, None, None, 1, 0.0))
+            await self.send(push)
 
 
 async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:

@@ -181,3 +181,21 @@ class WithLocks:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._repos, name)
+
+
+class LiveFeedDouble:
+    """What the orchestrator and the reconciler ask of the feed (``actors.ports.LiveFeed``): ``livescores``
+    (``live``, or an error while ``fail``) and ``is_released`` (``released``)."""
+
+    def __init__(self, live: list[dict[str, Any]] | None = None) -> None:
+        self.live: list[dict[str, Any]] = live or []
+        self.released: set[str] = set()
+        self.fail = False
+
+    async def livescores(self, *, max_age_s: float | None = None) -> list[dict[str, Any]]:
+        if self.fail:
+            raise RuntimeError("SportMonks unavailable")
+        return list(self.live)
+
+    def is_released(self, match_id: str) -> bool:
+        return match_id in self.released

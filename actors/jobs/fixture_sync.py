@@ -43,6 +43,7 @@ import trio
 from actors.jobs.convert import ConversionError, fixture_item, fixture_update, iso_utc, sportmonks_datetime
 from actors.jobs.reference_sync import LeagueDirectory, SyncReport
 from actors.jobs.settings import FixtureSyncSettings
+from actors.ports import FixtureSyncStores
 from daemon import metrics
 from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
@@ -132,7 +133,7 @@ class FixtureSyncJob:
     def __init__(
         self,
         client: FixturesClient,
-        repos: Any,
+        repos: FixtureSyncStores,
         settings: FixtureSyncSettings | None = None,
         *,
         livescores: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,

@@ -1,75 +1,10 @@
 """PrematchNotifier: followers of a match about to start get one "starting soon" alert (and a push-to-start).
 
-Owns the prematch actor, its pure decision core, and the prematch marker on ``cricket-match-follows`` items
-(the attributes ``prematchFor``, ``prematchStart``, ``prematchState``, ``prematchClaimedMs``,
-``prematchExpiresAt``, ``prematchAt``, ``prematchResult``; written only through ``MatchFollowRepository``'s ``*_prematch`` methods). It
-reads ``cricket-fixtures`` (GSI by league and start time), ``cricket-leagues`` (active leagues, cached),
-``cricket-teams`` (names for the text) and ``cricket-devices``; it writes nothing else, except deleting a
-device (or its push-to-start token) that APNs rejected for good.
-
-Every 60 s (``interval_s``): for each watched league, the fixtures starting in
-``[now - catch_up_s, now + window]`` (the window is 30 min, per league if configured); for each such match
-that is not finished, the followers; for each follower whose marker says so, a claim, then the pushes.
-
-What the job guarantees, and how:
-
-1. Rejected tokens are cleaned up. Every push carries a reply channel; a "rejected" alert token deletes the
-   device record (the data model's device lifecycle), a rejected push-to-start token is removed from the
-   device. The ``Push.context`` is the janitor's ``TokenRef``, so the process-wide janitor agrees (both
-   cleanups are idempotent).
-2. Crash safety: **claim, send, confirm**, with a lease and a deterministic collapse id. The claim is a
-   conditional UpdateItem on the follow item (``prematchState = claimed`` + a claim stamp); only then are the
-   pushes sent; the result confirms the marker (``sent``). A crash (or a lost result) at any point leaves a
-   claim that is never confirmed; after ``claim_lease_s`` the next cycle takes it over (conditioned on the
-   very claim stamp it saw, so only one instance does) and sends the alert again with the same
-   ``apns-collapse-id`` (``prematch:{matchId}:{startTime}``): if the first copy did reach the device, the
-   second replaces it instead of showing a second alert; if it did not, the user still gets one. Nothing is
-   lost (the claim outlives the crash) and nothing shows twice. The push-to-start, for which APNs has no
-   collapse, goes only with the first claim (at most once): a duplicate would start a second Live
-   Activity, while a missing one is healed by the match actor's push-to-start when the match goes live.
-   The device is looked up before the claim: a follower nothing can reach (no device, no token) is settled
-   as ``no_device`` by the claim's own write, with nothing to send and nothing to confirm.
-3. Downtime catch-up: the query reaches ``catch_up_s`` (10 min) into the past, so a match that started
-   moments ago while the job was down still gets its notification (the text says it has started). The
-   alert's ``apns-expiration`` ends with that catch-up window, so APNs never delivers it later than useful.
-4. Dedup is per (user, match): the marker lives on each follow item, so a user who follows after the first
-   send has no marker and is notified on the next cycle.
-5. A match nobody follows is remembered in memory (bounded LRU, until its catch-up window passes, keyed by
-   start time so a rescheduled match is looked at again) and costs no further follower reads.
-6. The marker expires soon after the window: ``prematchExpiresAt = start + catch_up_s + marker_grace_s``
-   (about 70 min after the start by default); an expired marker counts as absent, and the follow
-   item carrying it is itself deleted when the match ends.
-
-Several instances run this job; one at a time works through a match's followers. It holds the lock
-``prematch:{matchId}`` in ``cricket-locks`` (``match_lock_s``, renewed after every batch, released when done)
-and the others skip that match for the cycle. Without it every instance read every follower and raced the
-others claim by claim: with three instances two of every three claim writes would be refused, most of the
-daemons' DynamoDB calls. The per-follower claims still decide who sends, so two
-instances that overlap (a lease that ran out) cannot send one alert twice.
-
-A match found settled (every follower told for this start) keeps its lock for ``settled_recheck_s``
-(``settled_hold_s``: before the start at most half the time left, so a new follower is still told before
-it). Each look at a match scans every follow it has, however few come back; without the hold every
-instance would scan every due match every cycle, three times the reads with three instances.
-
-Followers go in batches of ``batch_size`` (200): the batch's devices are read by the device each follow
-names (one BatchGetItem per 100; a Query only for a follower whose device changed since it followed), its
-claims are written ``send_concurrency`` at a time, its push-to-start claims in one call (a BatchGetItem and a
-TransactWriteItems per 100), then its pushes go out and each claim is confirmed as its results arrive. A
-follower costs two DynamoDB calls of its own (claim and confirm): a catch-up of 200,000 followers is still
-400,000 writes beside the live matches' ticks, on the same DynamoDB and in botocore worker threads that
-hold the GIL the sender's loop needs.
-
-Live work first: before each claim and each follower's pushes the job gives way to this instance's live
-fan-outs (``LiveWork``, ``give_way_s`` at most, 2 s), and its confirmations share the claims' concurrency.
-While this instance runs live matches, the claims are also paced at ``live_followers_per_s`` (100 a second;
-``Pace``): between fan-outs a catch-up would otherwise run its DynamoDB calls flat out beside every tick's,
-and stretch the next fan-out as much as one running beside it. With nothing live it goes at full speed.
-An alert that says "starting soon" can wait a second; a wicket's 10,000 updates should not.
-
-And a start time moved by more than ``restart_notify_threshold_s`` notifies again: the marker records the
-start time it was for, and a claim is allowed when the fixture's start differs from it by more than the
-threshold (smaller moves are the same notification).
+Owns the prematch job, its pure decision core (``decide``, ``due_matches``, ``settled_hold_s``...), its
+payloads, and the prematch marker on ``cricket-match-follows`` items (written only through
+``MatchFollowRepository``'s ``*_prematch`` methods). It reads fixtures, leagues, teams and devices and writes
+nothing else but the cleanup of tokens APNs rejected and the followers' push-to-start claims it shares with
+the match's owner. What it guarantees, and how: docs/delivery.md, "Prematch notifications".
 """
 
 from __future__ import annotations
@@ -81,7 +16,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
@@ -90,11 +25,18 @@ from actors.jobs.convert import TERMINAL_STATUSES, epoch_of, iso_utc
 from actors.jobs.reference_sync import LeagueDirectory
 from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork, Pace
+from actors.ports import PrematchStores, PushSender
 from daemon import metrics
 from daemon.apns.types import Push, PushResult
 from daemon.backoff import backoff_delay
 from daemon.cricket.display import NEUTRAL, build_display
-from daemon.cricket.payloads import alert_payload, start_payload, supports_channels
+from daemon.cricket.payloads import (
+    TeamRef,
+    activity_attributes,
+    alert_payload,
+    start_payload,
+    supports_channels,
+)
 from daemon.cricket.snapshot import snapshot_from_fixture
 from daemon.logs import get_logger, short_token
 from daemon.store.follows import PREMATCH_CLAIMED, PREMATCH_SENT
@@ -107,10 +49,6 @@ COLLAPSE_ID_MAX = 64  # bytes, APNs (spec apns.md: BadCollapseId above it)
 
 STATE_CLAIMED = PREMATCH_CLAIMED
 STATE_SENT = PREMATCH_SENT
-
-
-class PushSink(Protocol):
-    async def send(self, push: Push) -> None: ...
 
 
 # --- the pure core -------------------------------------------------------------------------------------
@@ -349,8 +287,8 @@ class PrematchNotifier:
 
     def __init__(
         self,
-        repos: Any,
-        sender: PushSink,
+        repos: PrematchStores,
+        sender: PushSender,
         settings: PrematchSettings | None = None,
         *,
         topic: str = "",
@@ -630,8 +568,10 @@ class PrematchNotifier:
         """Each follower's registered device: by the device its follow names (BatchGetItem, 100 a call), else
         by a Query per follower (``send_concurrency`` at a time). A follower without one is absent."""
         named = {w.user_id: w.device_token for w in batch if w.device_token}
-        return await self._repos.devices.get_devices_of_users(
-            [w.user_id for w in batch], named, concurrency=self.settings.send_concurrency, now=now
+        return dict(
+            await self._repos.devices.get_devices_of_users(
+                [w.user_id for w in batch], named, concurrency=self.settings.send_concurrency, now=now
+            )
         )
 
     async def _claim(
@@ -780,17 +720,18 @@ class PrematchNotifier:
         self, match: DueMatch, claims: Sequence[_Claim], now: float, report: CycleReport
     ) -> set[str]:
         """Take the push-to-start claims (``start:{match}:{user}``, the one the match's owner takes before its
-        own push-to-starts) of the batch's followers that are due one, in one call, until
-        ``push_to_start_hold_s`` after the start: the owner does not start them again meanwhile, and a
-        follower the owner (or this job before a crash) already started gets the alert only. The user ids
-        whose claim was taken; a held one is counted in ``starts_held``."""
+        own push-to-starts) of the batch's followers that are due one, in one call, for ``claim_lease_s``;
+        each is held until ``push_to_start_hold_s`` after the start once APNs accepted its push-to-start
+        (``_settle``): the owner does not start them again meanwhile, and a follower the owner (or this job
+        before a crash) already started gets the alert only. A claim whose push never went (a crash) runs out
+        with its lease, and the owner's heal starts that follower. The user ids whose claim was taken; a
+        held one is counted in ``starts_held``."""
         due = [c.user_id for c in claims if self._start_token(c) is not None]
         if not due:
             return set()
-        hold = max(0.0, match.start_epoch - now) + self.settings.push_to_start_hold_s
         won = set(
             await self._repos.locks.claim_push_to_starts(
-                match.match_id, due, owner=self._owner, hold_s=hold, now=now
+                match.match_id, due, owner=self._owner, hold_s=self.settings.claim_lease_s, now=now
             )
         )
         for user_id in due:
@@ -807,6 +748,11 @@ class PrematchNotifier:
             started = claim.results.get(claim.start_id)
             if started is not None and started.outcome == "accepted":
                 report.push_to_start += 1
+                # delivered: nobody starts it again until after the match's start
+                hold = max(0.0, match.start_epoch - self._clock()) + self.settings.push_to_start_hold_s
+                await self._repos.locks.confirm_push_to_starts(
+                    match.match_id, [user_id], owner=self._owner, hold_s=hold, now=self._clock()
+                )
             elif started is not None and started.outcome == "rejected":
                 await self._repos.devices.clear_push_to_start_token(
                     user_id, device_token, expected_token=claim.start_token
@@ -922,18 +868,16 @@ def _alert_token(device: Mapping[str, Any] | None) -> str:
 
 
 def _attributes(match: DueMatch, teams: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The Live Activity's static attributes, shaped as the match actor's push-to-start sends them."""
-    attrs: dict[str, Any] = {"matchId": match.match_id}
-    for side, key in (("localteam", "localteamId"), ("visitorteam", "visitorteamId")):
+    """The Live Activity's static attributes (``payloads.activity_attributes``: the same whoever starts it)."""
+
+    def team(key: str) -> TeamRef | None:
         team_id = str(match.fixture.get(key) or "")
-        team = teams.get(team_id) or {}
-        if team_id:
-            attrs[side] = {
-                "id": team_id,
-                "name": str(team.get("name") or ""),
-                "code": str(team.get("code") or ""),
-            }
-    return attrs
+        info = teams.get(team_id) or {}
+        if not team_id:
+            return None
+        return TeamRef(team_id, str(info.get("name") or ""), str(info.get("code") or ""))
+
+    return activity_attributes(match.match_id, team("localteamId"), team("visitorteamId"))
 
 
 def _content_state(

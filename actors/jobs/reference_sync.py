@@ -36,6 +36,7 @@ from actors.jobs.convert import (
     team_season_items,
 )
 from actors.jobs.settings import ReferenceSyncSettings
+from actors.ports import ReferenceStores
 from daemon import metrics
 from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
@@ -155,7 +156,7 @@ class ReferenceSyncJob:
     def __init__(
         self,
         client: ReferenceClient,
-        repos: Any,
+        repos: ReferenceStores,
         settings: ReferenceSyncSettings | None = None,
         *,
         leagues: LeagueDirectory | None = None,

@@ -57,7 +57,8 @@ class TtlCache(Generic[V]):
             await pending.done.wait()
             if pending.ok:
                 self.hits += 1
-                return pending.value
+                value: V = pending.value
+                return value
             self.loads += 1
             return await load()
         pending = self._pending[key] = _Pending()

@@ -27,7 +27,7 @@ from daemon.apns import certs
 from daemon.apns.server import ApnsTestServer
 from daemon.logs import configure, get_logger
 
-log = get_logger("apns.server_cli")
+log = get_logger("apns.server")
 
 DEFAULT_TEAM_ID = "TEAM000001"
 DEFAULT_TOPIC = "com.sightscreen.app"

@@ -33,7 +33,8 @@ from actors.feed import FeedActor
 from actors.feed_leader import FeedLeadership, FencedFixtureCache, leader_view
 from actors.janitor import Janitor
 from actors.livework import LiveWork
-from actors.match import Delivery, MatchActor
+from actors.delivery import Delivery
+from actors.match import MatchActor
 from actors.orchestrator import Orchestrator
 from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
@@ -218,7 +219,7 @@ class Daemon:
             ),
         }
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         from daemon.runtime.admin.server import AdminServer
 
         orch_cfg = self.config.orchestrator
@@ -480,7 +481,7 @@ class _FatalOnConfigError:
         self._daemon = daemon
         self._sender = sender
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         from daemon.apns.types import ApnsConfigurationError
 
         try:
@@ -492,7 +493,7 @@ class _FatalOnConfigError:
             await trio.sleep_forever()
 
 
-async def serve(daemon: Daemon, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+async def serve(daemon: Daemon, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
     """Run ``daemon`` until SIGTERM, SIGINT or SIGHUP (or an admin drain), then stop gracefully.
 
     SIGHUP is a graceful stop like SIGTERM, not a reload: the configuration is read once, at start. Its

@@ -3,8 +3,6 @@ registry's text exposition (``daemon.metrics.render``), bounded in clients and t
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
 
 from daemon.config.models import parse_listen
@@ -54,7 +52,7 @@ class MetricsHttpServer:
         self.client_timeout_s = client_timeout_s
         self._slots = trio.Semaphore(max_clients)  # released by the connection's own task
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         # port 0 means "any free port": report the one the kernel chose (tests, and the log line)
         self.port = listeners[0].socket.getsockname()[1]

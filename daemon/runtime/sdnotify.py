@@ -109,7 +109,7 @@ class SdNotifier:
             return None
         return usec / 2 / 1_000_000 if usec > 0 else None
 
-    async def run_watchdog(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run_watchdog(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Ping the watchdog from the trio loop for as long as the task lives (returns at once if none)."""
         interval = self.watchdog_interval()
         task_status.started()

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 
@@ -98,7 +97,7 @@ class Supervisor:
         for child in list(self.children.values()):
             child.scope.cancel()
 
-    async def _supervise(self, child: Child, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def _supervise(self, child: Child, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         first = True
         try:
             with child.scope:

@@ -225,7 +225,8 @@ class SportMonksClient:
     ) -> dict[str, Any]:
         path = f"/fixtures/{_checked_id(fixture_id, 'fixture_id')}"
         body, source = await self._call(path, self._query(include=include), budget_wait_s=budget_wait_s)
-        return await self._decode(body, source, _single(models.FixtureEnvelope), "fixtures")
+        fixture: dict[str, Any] = await self._decode(body, source, _single(models.FixtureEnvelope), "fixtures")
+        return fixture
 
     async def fixtures(
         self,
@@ -257,7 +258,8 @@ class SportMonksClient:
     ) -> dict[str, Any]:
         path = f"/seasons/{_checked_id(season_id, 'season_id')}"
         body, source = await self._call(path, self._query(include=include), budget_wait_s=budget_wait_s)
-        return await self._decode(body, source, _single(models.SeasonEnvelope), "seasons")
+        season: dict[str, Any] = await self._decode(body, source, _single(models.SeasonEnvelope), "seasons")
+        return season
 
     async def aclose(self) -> None:
         if self._owns_http:

@@ -14,32 +14,20 @@ from typing import Any
 import pytest
 import trio
 
-from actors.match import LeaseLost
+from actors.lease import LeaseLost
 from actors.orchestrator import Orchestrator
 from actors.settings import OrchestratorSettings
 from daemon.runtime.supervisor import Supervisor
 from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
 from daemon.store.local import MotoServer
 from daemon.store.locks import match_lock_key
+from tests.doubles import LiveFeedDouble
 
 ME = "instance-me"
 
 
 def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class FakeFeed:
-    """The feed's livescores() only: the orchestrator's one SportMonks input."""
-
-    def __init__(self, live: list[dict[str, Any]] | None = None) -> None:
-        self.live = live or []
-        self.fail = False
-
-    async def livescores(self, *, max_age_s: float | None = None) -> list[dict[str, Any]]:
-        if self.fail:
-            raise RuntimeError("SportMonks unavailable")
-        return list(self.live)
 
 
 class StandIn:
@@ -66,7 +54,7 @@ class World:
     def __init__(self, repos: Any, nursery: trio.Nursery) -> None:
         self.repos = repos
         self.nursery = nursery
-        self.feed = FakeFeed()
+        self.feed = LiveFeedDouble()
         self.supervisor = Supervisor(nursery, max_restarts=1, window_s=60, backoff_s=0)
         self.started: list[StandIn] = []
         self.behaviour: dict[str, str] = {}

@@ -13,20 +13,7 @@ import trio
 from actors.orchestrator import Orchestrator
 from actors.settings import OrchestratorSettings
 from daemon.runtime.supervisor import Supervisor
-
-
-class FakeFeed:
-    """What the orchestrator asks of the feed: ``livescores`` and ``is_released``."""
-
-    def __init__(self) -> None:
-        self.live: list[dict[str, Any]] = []
-        self.released: set[str] = set()
-
-    async def livescores(self, *, max_age_s: float | None = None) -> list[dict[str, Any]]:
-        return list(self.live)
-
-    def is_released(self, match_id: str) -> bool:
-        return match_id in self.released
+from tests.doubles import LiveFeedDouble
 
 
 class IdleActor:
@@ -42,7 +29,7 @@ class IdleActor:
 
 
 async def _orchestrator(
-    nursery: trio.Nursery, repos: Any, feed: FakeFeed, **settings: Any
+    nursery: trio.Nursery, repos: Any, feed: LiveFeedDouble, **settings: Any
 ) -> tuple[Orchestrator, list[Any]]:
     started: list[IdleActor] = []
 
@@ -71,7 +58,7 @@ async def _ended(repos: Any, match_id: str, *, ago_s: float = 0.0) -> None:
 
 async def test_an_ended_match_that_sportmonks_shows_live_is_taken_again_with_its_state(repos: Any) -> None:
     await _ended(repos, "71")
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     feed.live = [{"id": 71, "status": "2nd Innings", "league_id": 3}]
     async with trio.open_nursery() as nursery:
         orch, started = await _orchestrator(nursery, repos, feed)
@@ -85,7 +72,7 @@ async def test_an_ended_match_that_sportmonks_shows_live_is_taken_again_with_its
 
 async def test_an_ended_match_sportmonks_lists_as_finished_stays_ended(repos: Any) -> None:
     await _ended(repos, "72")
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     feed.live = [{"id": 72, "status": "Finished", "league_id": 3}]
     async with trio.open_nursery() as nursery:
         orch, started = await _orchestrator(nursery, repos, feed)
@@ -96,7 +83,7 @@ async def test_an_ended_match_sportmonks_lists_as_finished_stays_ended(repos: An
 
 
 async def test_a_released_id_is_not_taken_even_though_livescores_lists_it(repos: Any) -> None:
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     feed.live = [{"id": 123, "status": "1st Innings"}, {"id": 73, "status": "1st Innings"}]
     feed.released = {"123"}
     async with trio.open_nursery() as nursery:
@@ -123,7 +110,7 @@ async def test_a_released_match_is_idled_and_may_be_registered_again(repos: Any)
 
 async def test_a_released_id_is_not_taken_from_any_source(repos: Any) -> None:
     assert await repos.active_matches.register_active_match("124", "someone-gone")  # an active record
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     feed.released = {"124"}
     async with trio.open_nursery() as nursery:
         orch, started = await _orchestrator(nursery, repos, feed)
@@ -147,7 +134,7 @@ async def test_an_ended_matchs_follows_are_removed_only_once_its_end_has_stood_t
     await _ended(repos, "83", ago_s=3600)  # past it, but SportMonks shows it in play
     for match_id in ("81", "82", "83"):
         await _follow(repos, match_id, "u1", "u2")
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     feed.live = [{"id": 83, "status": "2nd Innings", "league_id": 3}]
     feed.released = {"83"}  # not taken here, so the test sees the sweep's decision alone
     async with trio.open_nursery() as nursery:
@@ -170,7 +157,7 @@ async def test_an_ended_matchs_follows_are_removed_only_once_its_end_has_stood_t
 async def test_a_reopened_match_keeps_its_follows_and_is_swept_again_after_its_next_end(repos: Any) -> None:
     await _ended(repos, "91", ago_s=3600)
     await _follow(repos, "91", "u1")
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     feed.live = [{"id": 91, "status": "1st Innings", "league_id": 3}]
     async with trio.open_nursery() as nursery:
         orch, started = await _orchestrator(nursery, repos, feed, follows_grace_s=1800)

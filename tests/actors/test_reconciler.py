@@ -7,19 +7,7 @@ from typing import Any
 import trio
 
 from actors.reconciler import LiveMatchReconciler
-
-
-class FakeFeed:
-    """The feed's livescores() only: the reconciler's one input besides DynamoDB."""
-
-    def __init__(self) -> None:
-        self.live: list[dict[str, Any]] = []
-        self.fail = False
-
-    async def livescores(self, *, max_age_s: float | None = None) -> list[dict[str, Any]]:
-        if self.fail:
-            raise RuntimeError("SportMonks unavailable")
-        return list(self.live)
+from tests.doubles import LiveFeedDouble
 
 
 async def _fixture(repos: Any, match_id: str) -> None:
@@ -39,7 +27,7 @@ async def _fixture(repos: Any, match_id: str) -> None:
 async def test_a_match_that_leaves_livescores_is_archived_once(repos: Any) -> None:
     await _fixture(repos, "1")
     await _fixture(repos, "2")
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     rec = LiveMatchReconciler(repos, feed)
     feed.live = [{"id": 1, "status": "2nd Innings"}, {"id": 2, "status": "1st Innings"}]
     assert await rec.cycle() == []
@@ -53,7 +41,7 @@ async def test_a_match_that_leaves_livescores_is_archived_once(repos: Any) -> No
 
 async def test_a_failed_livescores_call_archives_nothing_and_forgets_nothing(repos: Any) -> None:
     await _fixture(repos, "7")
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     rec = LiveMatchReconciler(repos, feed)
     feed.live = [{"id": 7, "status": "1st Innings"}]
     await rec.cycle()
@@ -70,7 +58,7 @@ async def test_matches_active_before_a_restart_are_remembered(repos: Any) -> Non
     assert await repos.active_matches.register_active_match(
         "9", "old-instance", fields={"matchPhase": "live"}
     )
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     rec = LiveMatchReconciler(repos, feed, cycle_s=3600)
     async with trio.open_nursery() as nursery:
         await nursery.start(rec.run)
@@ -85,7 +73,7 @@ async def test_a_match_taken_before_its_first_ball_is_not_archived_for_being_unl
     # taken before the start: registered with no tick yet, and with its pre-match tick saved
     assert await repos.active_matches.register_active_match("11", "owner")
     assert await repos.active_matches.register_active_match("12", "owner", fields={"matchPhase": "pre"})
-    feed = FakeFeed()
+    feed = LiveFeedDouble()
     rec = LiveMatchReconciler(repos, feed, cycle_s=3600)
     async with trio.open_nursery() as nursery:
         await nursery.start(rec.run)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config import load_config
+from tests.harness import tools
 
 PROJECT = Path(__file__).resolve().parents[2]
 UNIT = PROJECT / "sightscreen.service"
@@ -108,9 +109,9 @@ def installed_unit(tmp_path: Path) -> Path:
 
 
 def test_systemd_analyze_verify_passes_without_warnings(installed_unit: Path) -> None:
-    tool = shutil.which("systemd-analyze")
+    tool = tools.systemd_analyze()
     if tool is None:
-        pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
+        pytest.skip("systemd-analyze is not installed and cannot be here (apt-get install systemd, as root)")
     result = subprocess.run(
         [tool, "verify", "--man=no", str(installed_unit)], capture_output=True, text=True, timeout=120
     )
@@ -120,9 +121,9 @@ def test_systemd_analyze_verify_passes_without_warnings(installed_unit: Path) ->
 
 
 def test_systemd_analyze_security_rates_the_unit_at_most_2_0(installed_unit: Path) -> None:
-    tool = shutil.which("systemd-analyze")
+    tool = tools.systemd_analyze()
     if tool is None:
-        pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
+        pytest.skip("systemd-analyze is not installed and cannot be here (apt-get install systemd, as root)")
     result = subprocess.run(
         [tool, "security", "--offline=true", "--no-pager", str(installed_unit)],
         capture_output=True,

@@ -34,12 +34,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.harness import tools
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "sightscreen-rules.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "sightscreen.json"
-PROMETHEUS = shutil.which("prometheus")
 REGION = "test"
 
 # Dashboard targets (panel title, refId) that must return series while one instance plays a match, and why.
@@ -185,9 +186,10 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[Live]:
+    PROMETHEUS = tools.prometheus()
     if PROMETHEUS is None:
         pytest.skip(
-            "the prometheus binary is not installed (Debian: apt-get install prometheus; .ci/lint does it)"
+            "prometheus is not installed and cannot be here (Debian: apt-get install prometheus, as root)"
         )
     work = Path(tempfile.mkdtemp(prefix="ss-prom-", dir="/tmp"))
     metrics_port, prom_port = _free_port(), _free_port()

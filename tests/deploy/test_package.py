@@ -106,9 +106,10 @@ def test_the_wheel_holds_the_daemon_and_its_tapes_and_no_harness_or_tests(wheel:
     assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("daemon/replay/tapes/")) == shipped_tapes
     for module in (
         "daemon/cli.py",
-        "daemon/demo.py",
-        "daemon/apns/server_cli.py",
-        "daemon/replay/cli.py",
+        "daemon/commands/demo.py",
+        "daemon/demo/world.py",
+        "daemon/commands/apns_server.py",
+        "daemon/commands/replay.py",
         "daemon/store/local.py",
     ):
         assert module in names, f"{module} (the demo and the tools it ships) is missing from the wheel"

@@ -5,7 +5,6 @@ twice for a perspective, none is left behind at the end, and no key event is los
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from tests.harness.tools import nginx_installed  # noqa: F401 - a fixture
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-HAS_NGINX = shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
 
 
 # one match of 40 followers, 30 of them on iOS 18, at 600x with two instances
@@ -59,7 +59,7 @@ def test_owner_killed_mid_match_with_channels_creates_none_twice_leaks_none_lose
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(not HAS_NGINX, reason="nginx is not installed (Debian: apt-get install nginx-light)")
+@pytest.mark.usefixtures("nginx_installed")
 def test_with_nginx_for_the_per_token_pushes_the_channel_phones_start_from_its_record_and_get_everything() -> (
     None
 ):

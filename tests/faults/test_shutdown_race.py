@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from actors.match import LeaseLost
+from actors.lease import LeaseLost
 from daemon.runtime.supervisor import Supervisor
 
 

@@ -22,12 +22,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.harness.nginx_apns import NginxApns
+from tests.harness.tools import nginx_installed  # noqa: F401 - a fixture
 
 pytestmark = (
     pytest.mark.slow
 )  # starts the soak benchmark's peers (nginx, dynalite on node) as child processes
 
-HAS_NGINX = shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
 HAS_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 
 
@@ -38,7 +38,7 @@ def _body(event: str, events: list[dict[str, str]]) -> bytes:
     ).encode()
 
 
-@pytest.mark.skipif(not HAS_NGINX, reason="nginx is not installed (Debian: apt-get install nginx-light)")
+@pytest.mark.usefixtures("nginx_installed")
 async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_carry_something(
     tmp_path: Path,
 ) -> None:
@@ -71,7 +71,7 @@ async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_car
     assert all(r["time"] > 1.7e9 for r in records)
 
 
-@pytest.mark.skipif(not HAS_NGINX, reason="nginx is not installed (Debian: apt-get install nginx-light)")
+@pytest.mark.usefixtures("nginx_installed")
 def test_nginx_records_skip_a_body_cut_short_by_a_client_that_went_away(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     path.write_text(

@@ -30,6 +30,8 @@ from daemon.apns.types import Push
 from daemon.demo import seed
 from daemon.store.locks import prematch_lock_key
 from daemon.store.tables import DEVICES, LOCKS, MATCH_FOLLOWS
+from tests.actors.match_helpers import live, make_match_actor, take_lease
+from tests.doubles import FakeSender
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
@@ -604,7 +606,7 @@ def _calls(table: str, operation: str) -> float:
 async def test_a_batch_reads_its_devices_and_takes_its_start_claims_in_a_few_calls(repos: Any) -> None:
     # 250 followers whose follows name their devices: two batches (200 + 50). The devices come from one
     # BatchGetItem per 100, the push-to-start claims from one read and one transaction per 100, so a
-    # follower costs its claim and its confirmation only. u0's named device was replaced since it
+    # follower costs its claim and its confirmation, and a started one its start claim's hold. u0's named device was replaced since it
     # followed: it is found by the user's Query and gets the new one.
     await seed_reference(repos)
     await put_fixture(repos, 7, START)
@@ -640,7 +642,9 @@ async def test_a_batch_reads_its_devices_and_takes_its_start_claims_in_a_few_cal
         (DEVICES, "Query"): 1,  # u0's fallback
         (DEVICES, "GetItem"): 0,
         (LOCKS, "BatchGetItem"): 2 + 1,
-        (LOCKS, "TransactWriteItems"): 2 + 1,
+        # the claims by the hundred, then each start's claim held once APNs accepted it (a claim whose push
+        # never went runs out with its lease instead of holding the follower up)
+        (LOCKS, "TransactWriteItems"): 2 + 1 + 250,
         (MATCH_FOLLOWS, "UpdateItem"): 2 * 250,  # claim + confirm each
     }
 
@@ -666,3 +670,44 @@ async def test_a_follower_nothing_can_reach_costs_a_look_up_and_one_write(repos:
         "u2": ("sent", "no_device"),
         "u3": ("sent", "no_device"),
     }
+
+
+async def _owner_heal(repos: Any, at: float) -> list[str]:
+    """The match's owner heals at wall time ``at`` (the match live): the push-to-start tokens it starts."""
+    sender = FakeSender()
+    owner = make_match_actor("7", repos, sender, owner="owner", lease_s=10.0, wall_clock=lambda: at)
+    await take_lease(owner)
+    live(owner)
+    await owner.audience.refresh()
+    await owner.starts.heal()
+    await owner.lease.release()
+    return [p.token for p in sender.pushes]
+
+
+async def test_a_start_claim_the_prematch_job_took_and_never_sent_runs_out_with_its_lease(repos: Any) -> None:
+    """The prematch job dies between its start claim and its send: the owner starts the follower once the
+    claim's lease has run out, not at the match's start plus the hold."""
+    await _match_7_followed_by(repos, 1)
+    died = trio.CancelScope()
+
+    class DyingSender(RecordingSender):
+        async def send(self, push: Push) -> None:
+            died.cancel()
+            await trio.sleep_forever()
+
+    clock = Clock()
+    settings = PrematchSettings(claim_lease_s=120.0)
+    with died:
+        await PrematchNotifier(repos, DyingSender(), settings, topic=TOPIC, clock=clock).run_cycle()
+    assert died.cancelled_caught
+    assert await _owner_heal(repos, clock.now + 60) == [], "within the claim's lease nobody starts it"
+    assert await _owner_heal(repos, clock.now + 121) == [token("u0", "start")], "a lease later the owner does"
+
+
+async def test_a_start_the_prematch_job_delivered_is_not_repeated_by_the_owner(repos: Any) -> None:
+    await _match_7_followed_by(repos, 1)
+    clock = Clock()
+    sender = RecordingSender()
+    report = await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=clock).run_cycle()
+    assert report.push_to_start == 1
+    assert await _owner_heal(repos, START + 60) == [], "one claim per follower and match: held past the start"

@@ -196,7 +196,7 @@ class AdminServer:
             pass
         self._inode = None
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on the socket and serve clients until cancelled; ``started()`` once connections are taken."""
         sock = await self._bind()
         listener = trio.SocketListener(sock)
