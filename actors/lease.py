@@ -23,6 +23,7 @@ import trio
 from actors.ports import LeaseStore
 from daemon.apns.types import Fence
 from daemon.logs import get_logger
+from daemon.metrics import LEASES_LEFT_TO_EXPIRE
 from daemon.store.locks import Lease
 
 log = get_logger("actors.lease")
@@ -33,6 +34,9 @@ RTT_MARGIN = 2.0
 # After a renewal that failed (DynamoDB unreachable, throttled past botocore's retries), try again after at
 # most this long, for as long as the lease lasts.
 RETRY_AFTER_S = 0.5
+# How long a release may take before the lease is left to run out: a shutdown must end within its grace,
+# whatever DynamoDB does (``daemon.runtime.assembly`` keeps two rounds of it in reserve).
+RELEASE_S = 1.5
 # What ``keep`` returns when the holder itself dropped or released the lease (not a loss).
 GIVEN_UP = "the lease was given up"
 # Renewals under way at once at most: with answers slower than the renewal period, the next goes out before
@@ -235,15 +239,22 @@ class HeldLease:
                 return reason
         raise AssertionError("unreachable")  # the loop returns from inside the nursery
 
-    async def release(self, *, timeout_s: float = 3.0) -> None:
-        """Give the lease up at once (another process takes it without waiting it out); best effort, shielded:
-        a lease not released runs out on its own."""
+    async def release(self, *, timeout_s: float = RELEASE_S) -> bool:
+        """Give the lease up at once (another process takes it without waiting it out); best effort, shielded
+        and bounded: a lease whose release DynamoDB does not confirm within ``timeout_s`` runs out on its own
+        (counted in ``sightscreen_leases_left_to_expire`` and logged). True when released (or not held)."""
         lease = self.lease
         self.drop()
         if lease is None:
-            return
+            return True
+        released = False
         with trio.CancelScope(shield=True), trio.move_on_after(timeout_s):
             try:
                 await self._store.release_fenced(lease)
+                released = True
             except Exception as exc:  # noqa: BLE001 - it runs out on its own
                 log.warning("lease_release_failed", key=self.key, error=repr(exc))
+        if not released:
+            LEASES_LEFT_TO_EXPIRE.inc()
+            log.warning("lease_left_to_expire", key=self.key, lease_s=self.lease_s)
+        return released

@@ -45,12 +45,12 @@ from typing import Any
 import trio
 
 from actors.jobs.convert import iso_utc
-from actors.lease import LeaseLost
+from actors.lease import RELEASE_S, LeaseLost
 from actors.match import MatchActor
 from actors.ports import LiveFeed, OrchestratorStore, Supervision
 from actors.settings import OrchestratorSettings
 from daemon.logs import get_logger
-from daemon.metrics import MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS
+from daemon.metrics import LEASES_LEFT_TO_EXPIRE, MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS
 from daemon.store.locks import match_lock_key
 
 log = get_logger("orchestrator")
@@ -287,11 +287,18 @@ class Orchestrator:
         return lease is not None
 
     async def _release(self, match_id: str) -> None:
+        """Release the match's lock if it is still ours (harmless when it is not), within a few seconds: a
+        lock DynamoDB does not confirm released runs out on its own, counted and logged."""
+        released = False
         try:
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
+            with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_S):
                 await self._repos.locks.release(match_lock_key(match_id), self.instance_id)
+                released = True
         except Exception as exc:
             log.warning("lock_release_failed", match_id=match_id, error=repr(exc))
+        if not released:
+            LEASES_LEFT_TO_EXPIRE.inc()
+            log.warning("lease_left_to_expire", key=match_lock_key(match_id), lease_s=self.settings.lease_s)
 
     async def _on_exit(self, name: str) -> None:
         match_id = name.split(":", 1)[1]
@@ -325,8 +332,9 @@ class Orchestrator:
         """Stop taking matches and hand every owned match over (its lock released at once)."""
         self.draining = True
         self._wake.set()
-        for match_id in list(self.owned):
-            await self._supervisor.stop_and_wait(f"match:{match_id}")
+        async with trio.open_nursery() as nursery:  # together: each may wait on its lock's release
+            for match_id in list(self.owned):
+                nursery.start_soon(self._supervisor.stop_and_wait, f"match:{match_id}")
 
     def actors(self) -> dict[str, MatchActor]:
         out: dict[str, MatchActor] = {}

@@ -220,6 +220,11 @@ LOCK_RENEWALS = Counter(
     "sightscreen_lock_renewals", "Lock renewals by outcome (ok, lost, error)", ["outcome"], registry=REGISTRY
 )
 LOCK_LOSSES = Counter("sightscreen_lock_losses", "Leases lost by a match actor", registry=REGISTRY)
+LEASES_LEFT_TO_EXPIRE = Counter(
+    "sightscreen_leases_left_to_expire",
+    "Leases this process gave up without a release DynamoDB confirmed (they run out on their own)",
+    registry=REGISTRY,
+)
 ACTOR_RESTARTS = Counter(
     "sightscreen_actor_restarts", "Actor restarts by the supervisor", ["actor"], registry=REGISTRY
 )

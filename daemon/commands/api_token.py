@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from daemon.commands.common import finite
 from daemon.demo.issuer import LocalIssuer, default_state_dir
 
 
@@ -18,7 +19,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sub", required=True, help="the user id (the token's sub)")
     parser.add_argument("--admin", action="store_true", help="put the user in the admin group")
     parser.add_argument("--group", default="admin", help="the admin group's name (default: admin)")
-    parser.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds (default 3600)")
+    parser.add_argument("--ttl", type=finite(), default=3600.0, help="lifetime in seconds (default 3600)")
     parser.add_argument(
         "--state-dir",
         type=Path,
@@ -28,8 +29,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not args.sub or "#" in args.sub:
         parser.error("--sub: must be non-empty and free of '#'")
-    if not args.ttl > 0:
-        parser.error("--ttl: must be > 0")
     state_dir = args.state_dir or default_state_dir()
     try:
         issuer, state = LocalIssuer.load(state_dir)

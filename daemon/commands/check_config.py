@@ -11,6 +11,7 @@ import trio
 
 from daemon.config import Config, ConfigError, ConfigProblem, load_config, render_example
 from daemon.config.preflight import preflight
+from daemon.runtime.preflight import local_problems
 
 
 def build_problems(config: Config) -> list[ConfigProblem]:
@@ -48,6 +49,7 @@ def main(argv: list[str]) -> int:
     try:
         config = load_config(args.file, os.environ)
         problems = preflight(config, os.environ) or build_problems(config)
+        problems += trio.run(local_problems, config)
         if problems:
             raise ConfigError(args.file, problems)
     except ConfigError as exc:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
+from collections.abc import Callable
 
 
 def fail(message: str) -> int:
@@ -16,3 +19,22 @@ def log_to_stderr() -> None:
     from daemon.logs import configure
 
     configure(level="info", stream=sys.stderr)
+
+
+def finite(*, minimum: float = 0.0, inclusive: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number above ``minimum`` (at or above it with ``inclusive``). NaN and
+    infinities are refused by name rather than reaching a server that would answer 500 to them."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+        if value < minimum or (value == minimum and not inclusive):
+            bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text!r}")
+        return value
+
+    return parse

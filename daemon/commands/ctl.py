@@ -18,6 +18,7 @@ import json
 import os
 import sys
 
+from daemon.commands.common import finite
 from daemon.runtime.admin.client import (
     DEFAULT_SOCKET,
     EXIT_ERROR_ANSWER,
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
         help=f"admin socket path (default: ${SOCKET_ENV} or {DEFAULT_SOCKET})",
     )
     parser.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)"
+        "--timeout", type=finite(), default=10.0, help="seconds to wait for the answer (default 10)"
     )
     parser.add_argument("--raw", action="store_true", help="print the answer line as received (JSON)")
     parser.add_argument(

@@ -11,6 +11,7 @@ from pathlib import Path
 import trio
 
 from daemon import extras
+from daemon.commands.common import finite
 from daemon.demo.world import DemoRun
 
 
@@ -19,7 +20,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="sightscreen demo", description="Run the whole daemon end to end on embedded local parts."
     )
     parser.add_argument("--followers", type=int, default=25, help="users following the match (default 25)")
-    parser.add_argument("--speed", type=float, default=50.0, help="tape speed multiplier (default 50)")
+    parser.add_argument("--speed", type=finite(), default=50.0, help="tape speed multiplier (default 50)")
     parser.add_argument("--tape", type=Path, default=None, help="tape file (default: the shipped T20 tape)")
     parser.add_argument(
         "--exit-at-end", action="store_true", help="exit once the match's end push is delivered"
@@ -56,8 +57,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.followers < 0:
         parser.error("--followers must be >= 0")
-    if args.speed <= 0:
-        parser.error("--speed must be > 0")
     if not 0.0 <= args.ios18_share <= 1.0:
         parser.error("--ios18-share must be between 0 and 1")
     if args.metrics_listen:

@@ -12,6 +12,7 @@ import json
 import sys
 from collections import Counter
 
+from daemon.commands.common import finite
 from daemon.replay.offline import event_line, replay_events
 from daemon.replay.tape import TapeError, resolve_tape
 
@@ -23,15 +24,13 @@ def main(argv: list[str]) -> int:
         "per key event that would be pushed, then the counts per type.",
     )
     parser.add_argument("tape", help="tape file (.json or .json.gz), or the name of a built-in tape")
-    parser.add_argument("--cadence", type=float, default=2.5, help="seconds between polls (default 2.5)")
+    parser.add_argument("--cadence", type=finite(), default=2.5, help="seconds between polls (default 2.5)")
     parser.add_argument(
         "--marquee",
         action="store_true",
         help="poll with balls (Tier1 ball events); default is the score-only feed",
     )
     args = parser.parse_args(argv)
-    if args.cadence <= 0:
-        parser.error("--cadence: must be > 0 seconds")
     try:
         tape = resolve_tape(args.tape)
     except (TapeError, FileNotFoundError, ValueError) as exc:

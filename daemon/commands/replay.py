@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from daemon.commands.common import fail, log_to_stderr
+from daemon.commands.common import fail, finite, log_to_stderr
 from daemon.replay.tape import TapeError, resolve_tape
 
 
@@ -46,10 +46,20 @@ def main(argv: list[str]) -> int:
     p.add_argument("--tape", action="append", required=True, help="tape file or built-in name (repeatable)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
-    p.add_argument("--speed", type=float, default=1.0)
-    p.add_argument("--ms-per-ball", type=float, default=None, help="default: each tape's own")
-    p.add_argument("--innings-break-s", type=float, default=1200.0, help="match seconds (scaled by speed)")
-    p.add_argument("--start-delay-s", type=float, default=0.0, help="match seconds before the first ball")
+    p.add_argument("--speed", type=finite(), default=1.0)
+    p.add_argument("--ms-per-ball", type=finite(), default=None, help="default: each tape's own")
+    p.add_argument(
+        "--innings-break-s",
+        type=finite(inclusive=True),
+        default=1200.0,
+        help="match seconds (scaled by speed)",
+    )
+    p.add_argument(
+        "--start-delay-s",
+        type=finite(inclusive=True),
+        default=0.0,
+        help="match seconds before the first ball",
+    )
     p.add_argument(
         "--start-at",
         default=None,

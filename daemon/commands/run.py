@@ -9,6 +9,7 @@ import trio
 
 from daemon.runtime import gctune
 from daemon.runtime.assembly import Daemon, serve
+from daemon.runtime.preflight import local_problems
 
 
 def main(argv: list[str]) -> int:
@@ -23,6 +24,11 @@ def main(argv: list[str]) -> int:
         config = load_config(args.config)
     except ConfigError as exc:
         print(f"sightscreen: bad configuration in {args.config}:\n{exc}", file=sys.stderr)
+        return 2
+    local = trio.run(local_problems, config)
+    if local:  # the admin socket's path or a port this machine will not give: say which, no traceback
+        lines = "\n".join(f"  {p}" for p in local)
+        print(f"sightscreen: cannot start with {args.config}:\n{lines}", file=sys.stderr)
         return 2
     configure_from(config.logging, instance_id=config.instance.id)
     gctune.configure(config.instance.gc_young_threshold)

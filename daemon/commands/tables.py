@@ -14,6 +14,7 @@ import trio
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
+from daemon.commands.common import finite
 from daemon.store.dynamo import Dynamo
 from daemon.store.settings import DynamoSettings
 from daemon.store.tables import TABLE_SPECS, check_tables, create_tables
@@ -29,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--region", default=None, help="AWS region (default: us-east-1, as in DynamoSettings)")
     p.add_argument("--prefix", default="", help="table name prefix, e.g. 'staging-'")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for tables to become active")
+    p.add_argument(
+        "--timeout", type=finite(), default=300.0, help="seconds to wait for tables to become active"
+    )
     return p
 
 

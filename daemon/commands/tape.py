@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from daemon.commands.common import fail, log_to_stderr
+from daemon.commands.common import fail, finite, log_to_stderr
 from daemon.replay.tape import Tape, TapeError, resolve_tape, save_tape, tape_from_fixture
 
 
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--format", default="T20", choices=["T20", "ODI", "T10"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fixture-id", default=None)
-    p.add_argument("--ms-per-ball", type=float, default=40_000.0)
+    p.add_argument("--ms-per-ball", type=finite(), default=40_000.0)
     p.add_argument("-o", "--output", required=True)
     p = sub.add_parser("from-fixture", help="a tape from a /fixtures/{id} response that includes balls")
     p.add_argument("fixture_json")
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--token-file", default=None, help="file holding the API token (else $SIGHTSCREEN_SPORTMONKS_TOKEN)"
     )
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between polls (default 5)")
+    p.add_argument("--interval", type=finite(), default=5.0, help="seconds between polls (default 5)")
     p.add_argument("--max-polls", type=int, default=None)
     p = sub.add_parser("info", help="summarise a tape")
     p.add_argument("tape")

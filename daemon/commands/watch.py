@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from daemon.commands.common import finite
 from daemon.runtime.admin.client import EXIT_OK, EXIT_UNREACHABLE, Unreachable, request
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: understood by every terminal emulator in use
@@ -234,13 +235,13 @@ def main(argv: list[str], *, socket_path: str, timeout_s: float) -> int:
         prog="sightscreen ctl watch",
         description="A live view of the instance: owned matches, pushes/s by outcome, SportMonks budget. Ctrl-C stops.",
     )
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    parser.add_argument(
+        "--interval", type=finite(), default=1.0, help="seconds between refreshes (default 1)"
+    )
     parser.add_argument(
         "--count", type=int, default=None, help="stop after N refreshes (default: until Ctrl-C)"
     )
     opts = parser.parse_args(argv)
-    if opts.interval <= 0:
-        parser.error("--interval must be > 0")
     if opts.count is not None and opts.count < 1:
         parser.error("--count must be >= 1")
     return run(socket_path, interval_s=opts.interval, count=opts.count, timeout_s=timeout_s)

@@ -187,11 +187,18 @@ MAX_SECRET_FILE_BYTES = 64 * 1024
 
 
 def read_secret_file(path: str | os.PathLike[str]) -> str:
-    """The text of a small regular file; ValueError saying why not (never blocks, never reads past the cap).
+    """The text of a small regular file (a key, a token, a CA bundle); ValueError saying why not."""
+    return read_text_file(path, MAX_SECRET_FILE_BYTES, "a secret file")
 
-    Opened non-blocking and checked on the open descriptor: a FIFO with no writer or a device answers at once
-    with a clear error instead of hanging start-up or exhausting memory.
-    """
+
+MAX_CONFIG_FILE_BYTES = 1024 * 1024
+"""The annotated example is about 30 KB; a configuration a thousand times that is not one."""
+
+
+def read_text_file(path: str | os.PathLike[str], max_bytes: int, what: str) -> str:
+    """The UTF-8 text of a regular file of at most ``max_bytes``; ValueError saying why not (never blocks,
+    never reads past the cap). Opened non-blocking and checked on the open descriptor: a FIFO with no writer
+    or a device answers at once with a clear error instead of hanging start-up or exhausting memory."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
@@ -200,17 +207,15 @@ def read_secret_file(path: str | os.PathLike[str]) -> str:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"{path} is not a regular file (it is {_file_kind(info.st_mode)})")
-        if info.st_size > MAX_SECRET_FILE_BYTES:
-            raise ValueError(
-                f"{path} is {info.st_size} bytes; a secret file holds at most {MAX_SECRET_FILE_BYTES}"
-            )
+        if info.st_size > max_bytes:
+            raise ValueError(f"{path} is {info.st_size} bytes; {what} holds at most {max_bytes}")
         chunks: list[bytes] = []
         size = 0
-        while chunk := os.read(fd, MAX_SECRET_FILE_BYTES + 1 - size):
+        while chunk := os.read(fd, max_bytes + 1 - size):
             chunks.append(chunk)
             size += len(chunk)
-            if size > MAX_SECRET_FILE_BYTES:
-                raise ValueError(f"{path} holds more than {MAX_SECRET_FILE_BYTES} bytes")
+            if size > max_bytes:
+                raise ValueError(f"{path} holds more than {max_bytes} bytes")
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror}") from None
     finally:
@@ -219,6 +224,17 @@ def read_secret_file(path: str | os.PathLike[str]) -> str:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"cannot read {path}: not UTF-8 text") from None
+
+
+def _why_unreadable(message: str, source: str) -> str:
+    """``read_text_file``'s reason without the path the problem already names."""
+    reason = message.replace(f"cannot read {source}: ", "").replace(f"{source} ", "")
+    return {
+        "No such file or directory": "file not found",
+        "Is a directory": "is a directory, not a TOML file",
+        "Permission denied": "permission denied",
+        "not UTF-8 text": "not valid UTF-8",
+    }.get(reason, reason)
 
 
 def _file_kind(mode: int) -> str:
@@ -314,18 +330,14 @@ def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str] = os
         file_path = Path(path)
         base_dir = file_path.resolve().parent
         try:
-            with file_path.open("rb") as handle:
-                data = tomllib.load(handle)
-        except FileNotFoundError:
-            raise ConfigError(source, [ConfigProblem(source, "file not found")]) from None
-        except IsADirectoryError:
-            raise ConfigError(source, [ConfigProblem(source, "is a directory, not a TOML file")]) from None
-        except PermissionError:
-            raise ConfigError(source, [ConfigProblem(source, "permission denied")]) from None
+            text = read_text_file(file_path, MAX_CONFIG_FILE_BYTES, "a configuration file")
+        except ValueError as exc:
+            raise ConfigError(source, [ConfigProblem(source, _why_unreadable(str(exc), source))]) from None
+        try:
+            # An editor's UTF-8 byte-order mark is not TOML, but it is not the operator's meaning either.
+            data = tomllib.loads(text.removeprefix("\ufeff"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(source, [ConfigProblem(source, f"not valid TOML: {exc}")]) from None
-        except UnicodeDecodeError:
-            raise ConfigError(source, [ConfigProblem(source, "not valid UTF-8")]) from None
     problems = _apply_env(data, env)
     try:
         config = Config.model_validate(data)

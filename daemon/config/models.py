@@ -79,11 +79,12 @@ class InstanceSettings(BaseModel):
     )
     shutdown_grace_s: float = Field(
         default=8.0,
-        gt=0,
+        ge=4,
         le=3600,
-        description="on SIGTERM: time allowed to finish in-flight pushes, flush state and release every lock "
-        "before the rest is cancelled. 8 s fits inside `docker stop`'s default 10 s before SIGKILL; under "
-        "systemd TimeoutStopSec must stay above it",
+        description="on SIGTERM: the whole stop (finishing in-flight pushes, flushing state, releasing every "
+        "lock) ends within this, whatever DynamoDB and APNs do: what cannot be done by then is abandoned, and a "
+        "lock not released runs out on its own (counted and logged). 8 s fits inside `docker stop`'s default "
+        "10 s before SIGKILL; under systemd TimeoutStopSec must stay above it",
     )
     stall_dump_s: float = Field(
         default=5.0,

@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from actors.cache_reader import CacheReader
+from actors.delivery import Delivery
 from actors.feed import FeedActor
 from actors.feed_leader import FeedLeadership, FencedFixtureCache, leader_view
 from actors.janitor import Janitor
+from actors.lease import RELEASE_S
 from actors.livework import LiveWork
-from actors.delivery import Delivery
 from actors.match import MatchActor
 from actors.orchestrator import Orchestrator
 from actors.reconciler import LiveMatchReconciler
@@ -41,7 +42,7 @@ from actors.sender import ApnsSender
 from actors.settings import with_routine_hold_capped
 from daemon import __version__
 from daemon.logs import get_logger
-from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK
+from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, REGISTRY
 from daemon.runtime import gctune
 from daemon.runtime.admin.handlers import daemon_handlers
 from daemon.runtime.admin.protocol import Handler
@@ -55,6 +56,14 @@ if TYPE_CHECKING:
     from daemon.config import Config
 
 log = get_logger("daemon")
+
+# The feed counts as fresh while its newest /livescores poll is at most this many cadences old (and at
+# least FEED_STALE_MIN_S: a lease's hand-over of the feed takes about one lease).
+FEED_STALE_POLLS = 4
+FEED_STALE_MIN_S = 20.0
+# Kept from the shutdown grace for the lease releases after the drain (two rounds of ``RELEASE_S``), so the
+# whole stop ends within the grace whatever DynamoDB does.
+STOP_RESERVE_S = 2 * RELEASE_S + 0.2
 
 
 class Daemon:
@@ -223,6 +232,7 @@ class Daemon:
         from daemon.runtime.admin.server import AdminServer
 
         orch_cfg = self.config.orchestrator
+        self._leases_left = REGISTRY.get_sample_value("sightscreen_leases_left_to_expire_total") or 0.0
         try:
             async with trio.open_nursery() as nursery:
                 self.supervisor = supervisor = Supervisor(
@@ -305,8 +315,12 @@ class Daemon:
                 await self._graceful_stop()
                 nursery.cancel_scope.cancel()
         finally:
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                 await self.client.aclose()
+            left = (
+                REGISTRY.get_sample_value("sightscreen_leases_left_to_expire_total") or 0.0
+            ) - self._leases_left
+            log.info("daemon_stopped", leases_left_to_expire=int(left))
             self.finished.set()
 
     async def _graceful_stop(self) -> None:
@@ -318,15 +332,18 @@ class Daemon:
         log.info("daemon_stopping", grace_s=grace)
         if self.api is not None:
             self.api.stop()  # stops accepting at once; requests in flight get [api].shutdown_grace_s
-        with trio.move_on_after(grace):
+        # The drain gets the grace less two rounds of lease releases: the match locks the drain lets go of
+        # (shielded, at most RELEASE_S past its budget), then the feed's and the jobs' as the nursery closes.
+        drained_by = trio.current_time() + max(0.5, grace - STOP_RESERVE_S)
+        with trio.move_on_at(drained_by):
             if self.orchestrator is not None:
                 await self.orchestrator.drain()  # every match actor stopped, every lock released
             if self.runs_engine:
-                await self.sender.drain(grace)
+                await self.sender.drain(max(0.0, drained_by - trio.current_time()))
         if self.api is not None:
-            with trio.move_on_after(self.config.api.shutdown_grace_s + 1.0):
+            with trio.move_on_at(drained_by):
                 await self.api.stopped.wait()
-        log.info("daemon_stopped")
+        log.info("daemon_drained")
 
     def shutdown(self) -> None:
         self._shutdown.set()
@@ -380,7 +397,7 @@ class Daemon:
             checks["dynamodb"] = f"unreachable: {exc!r}"
         if self.runs_engine:
             checks["apns"] = bool(self.sender.connected) or "no connection to APNs"
-            checks["feed"] = (not self.feed.breaker_open) or "SportMonks circuit breaker is open"
+            checks["feed"] = self._feed_fresh()
         if self.api is not None:
             checks["api_keys"] = self.api.keys.loaded or "no signing keys loaded from the JWKS"
         ready = all(v is True for v in checks.values()) and not self.stopping
@@ -388,6 +405,21 @@ class Daemon:
             READY_CHECK.labels(name).set(1 if value is True else 0)
         READY.set(1 if ready else 0)
         return {"ready": ready, "checks": checks}
+
+    def _feed_fresh(self) -> bool | str:
+        """The region's feed as this instance sees it: the newest ``/livescores`` poll, this instance's own
+        (it leads) or the leader's (from the cache's summary), no older than a few cadences."""
+        if self.feed.breaker_open:
+            return "SportMonks circuit breaker is open"
+        seen = [t for t in (self.leadership.last_poll_wall, self.cache_reader.last_poll_at) if t is not None]
+        bound = max(FEED_STALE_MIN_S, FEED_STALE_POLLS * self.config.feed.livescores_cadence_s)
+        if not seen:
+            started = time.time() - self.started_at
+            return True if started < bound else f"no /livescores poll seen in {started:.0f} s"
+        age = time.time() - max(seen)
+        return (
+            True if age <= bound else f"the newest /livescores poll is {age:.0f} s old (bound {bound:.0f} s)"
+        )
 
     async def _readiness_monitor(self, interval_s: float = 5.0) -> None:
         """Keep the readiness gauges current for scrapers, which cannot ask the admin socket."""

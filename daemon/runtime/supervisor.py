@@ -97,7 +97,9 @@ class Supervisor:
         for child in list(self.children.values()):
             child.scope.cancel()
 
-    async def _supervise(self, child: Child, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _supervise(
+        self, child: Child, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         first = True
         try:
             with child.scope:

@@ -225,7 +225,9 @@ class SportMonksClient:
     ) -> dict[str, Any]:
         path = f"/fixtures/{_checked_id(fixture_id, 'fixture_id')}"
         body, source = await self._call(path, self._query(include=include), budget_wait_s=budget_wait_s)
-        fixture: dict[str, Any] = await self._decode(body, source, _single(models.FixtureEnvelope), "fixtures")
+        fixture: dict[str, Any] = await self._decode(
+            body, source, _single(models.FixtureEnvelope), "fixtures"
+        )
         return fixture
 
     async def fixtures(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class DynamoSettings(BaseModel):
@@ -15,7 +15,10 @@ class DynamoSettings(BaseModel):
     )
     region: str = Field("us-east-1", description="AWS region of the tables")
     table_prefix: str = Field(
-        "", description="prefix for every table name, so environments can share an account"
+        "",
+        max_length=200,
+        description="prefix for every table name, so environments can share an account (DynamoDB's table-name "
+        "characters only: letters, digits, '_', '-', '.')",
     )
     retry_mode: Literal["standard", "adaptive"] = Field(
         "standard",
@@ -51,3 +54,13 @@ class DynamoSettings(BaseModel):
     batch_backoff_max_s: float = Field(
         2.0, gt=0, le=600, description="longest backoff between batch retries, seconds"
     )
+
+    @field_validator("table_prefix")
+    @classmethod
+    def _table_name_characters(cls, value: str) -> str:
+        bad = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in "_.-"))})
+        if bad:
+            raise ValueError(
+                f"only letters, digits, '_', '-' and '.' may be in a DynamoDB table name; {bad!r} may not"
+            )
+        return value

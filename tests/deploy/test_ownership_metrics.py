@@ -17,6 +17,7 @@ import trio
 from actors.settings import OrchestratorSettings
 from daemon import metrics
 from daemon.runtime.supervisor import Supervisor
+from tests.doubles import LiveFeedDouble
 
 MATCH = "880001"
 
@@ -27,21 +28,11 @@ class _IdleActor:
         await trio.sleep_forever()
 
 
-class _Feed:
-    """Only what the orchestrator asks the feed: /livescores."""
-
-    def __init__(self, live: list[dict[str, Any]]) -> None:
-        self.live = live
-
-    async def livescores(self) -> list[dict[str, Any]]:
-        return self.live
-
-
 def _sample(name: str, **labels: str) -> float | None:
     return metrics.REGISTRY.get_sample_value(name, labels)
 
 
-def _orchestrator(instance_id: str, repos: Any, feed: _Feed, supervisor: Supervisor) -> Any:
+def _orchestrator(instance_id: str, repos: Any, feed: LiveFeedDouble, supervisor: Supervisor) -> Any:
     from actors.orchestrator import Orchestrator
 
     return Orchestrator(
@@ -55,7 +46,7 @@ def _orchestrator(instance_id: str, repos: Any, feed: _Feed, supervisor: Supervi
 
 
 async def test_owned_matches_export_their_epoch_and_a_takeover_bumps_it_and_counts(repos: Any) -> None:
-    feed = _Feed([{"id": int(MATCH), "status": "1st Innings", "league_id": 5}])
+    feed = LiveFeedDouble([{"id": int(MATCH), "status": "1st Innings", "league_id": 5}])
     takeovers_before = _sample("sightscreen_takeovers_total") or 0.0
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(nursery, max_restarts=3, window_s=60.0, backoff_s=0.01)
@@ -83,7 +74,7 @@ async def test_owned_matches_export_their_epoch_and_a_takeover_bumps_it_and_coun
 
 
 async def test_wanted_is_exactly_the_last_full_cycles_set(repos: Any) -> None:
-    feed = _Feed([{"id": 880002, "status": "1st Innings"}, {"id": 880003, "status": "Finished"}])
+    feed = LiveFeedDouble([{"id": 880002, "status": "1st Innings"}, {"id": 880003, "status": "Finished"}])
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(nursery, max_restarts=3, window_s=60.0, backoff_s=0.01)
         orch = _orchestrator("instance-c", repos, feed, supervisor)

@@ -3,6 +3,7 @@ its persisted state is whole, and every seeded token got every standing wicket a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import trio
@@ -64,3 +65,17 @@ def _summary(rig: FaultRig) -> list[str]:
 def first_updates(rig: FaultRig, n: int) -> Any:
     """A predicate: at least ``n`` updates accepted (the match is under way)."""
     return lambda: rig.accepted_updates() >= n
+
+
+async def ask(socket_path: str, line: bytes) -> dict[str, Any]:
+    """One request line over the daemon's admin socket; its answer."""
+    with trio.fail_after(10):
+        stream = await trio.open_unix_socket(socket_path)
+        async with stream:
+            await stream.send_all(line)
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = await stream.receive_some(1 << 16)
+                assert chunk, "the admin socket closed without an answer"
+                buf += chunk
+    return json.loads(buf)

@@ -16,7 +16,7 @@ import trio
 
 from daemon import metrics
 from daemon.store.locks import instance_of
-from tests.faults.checks import SHORT_OVERS, assert_nothing_lost, first_updates
+from tests.faults.checks import SHORT_OVERS, ask, assert_nothing_lost, first_updates
 from tests.harness.dynamo_throttle import DynamoThrottle
 from tests.harness.fault_rig import KEY_ID, SECOND_KEY_ID, FaultRig, aps
 
@@ -167,3 +167,44 @@ def _check_one_owner_at_a_time(rig: FaultRig, item: dict[str, Any]) -> None:
     assert SECOND_KEY_ID in runs, f"the second instance never pushed: {runs}"
     final_key = {"fault-i1": KEY_ID, "fault-i2": SECOND_KEY_ID}[instance_of(str(item["instanceId"]))]
     assert runs[-1] == final_key, f"the last pushes {runs} are not the final owner's ({item['instanceId']})"
+
+
+async def test_a_stop_while_dynamodb_is_black_holed_ends_within_the_grace_and_counts_the_locks_left(
+    make_rig: Any,
+) -> None:
+    """SIGTERM while DynamoDB answers nothing: calls under way are abandoned, the locks it cannot release are
+    left to run out (counted), and the process is done within ``shutdown_grace_s``, before systemd's or
+    Docker's SIGKILL."""
+    async with make_rig(seed=2, overs=SHORT_OVERS) as rig:
+        await rig.wait_for(first_updates(rig, 4), 60, "the match under way")
+        left = metrics.REGISTRY.get_sample_value("sightscreen_leases_left_to_expire_total") or 0.0
+        rig.proxies["dynamodb"].set(blackhole=True)
+        await trio.sleep(0.5)  # calls now hang: renewals, the cache reader, the orchestrator's reads
+        grace = rig.daemon.config.instance.shutdown_grace_s
+        rig.daemon.shutdown()
+        with trio.fail_after(grace):  # the guarantee itself: the stop is bounded by the grace
+            await rig.daemon.finished.wait()
+        now_left = metrics.REGISTRY.get_sample_value("sightscreen_leases_left_to_expire_total") or 0.0
+        assert now_left - left >= 2, "the match's lock and the feed's lease were left to run out, counted"
+        rig.proxies["dynamodb"].clear()
+
+
+async def test_during_a_dynamodb_cut_the_admin_socket_says_so_instead_of_failing(make_rig: Any) -> None:
+    async with make_rig(seed=2, overs=SHORT_OVERS) as rig:
+        await rig.wait_for(first_updates(rig, 2), 60, "the match under way")
+        socket_path = rig.daemon.config.admin.socket_path
+        rig.proxies["dynamodb"].set(blackhole=True)
+        try:
+            with trio.fail_after(30):
+                matches = await ask(socket_path, b"matches\n")
+                ready = await ask(socket_path, b"ready\n")
+                match = await ask(socket_path, b"match 1\n")
+        finally:
+            rig.proxies["dynamodb"].clear()
+        assert matches["ok"] is True, matches
+        assert "active-matches unreadable" in matches["result"]["error"]
+        assert [m["match_id"] for m in matches["result"]["owned"]] == [rig.match_id]
+        assert ready["ok"] is True and ready["result"]["ready"] is False
+        assert str(ready["result"]["checks"]["dynamodb"]).startswith("unreachable")
+        assert match["ok"] is False and "active-matches is unreadable" in match["error"]
+        await assert_nothing_lost(rig)

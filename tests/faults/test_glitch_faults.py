@@ -9,7 +9,6 @@ are driven the same way, through the daemon's own admin socket.
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from typing import Any
@@ -19,7 +18,7 @@ import trio
 
 from daemon.demo.controls import replay_controls
 from daemon.runtime.admin.protocol import AdminError
-from tests.faults.checks import assert_nothing_lost, assert_state_whole, first_updates
+from tests.faults.checks import ask, assert_nothing_lost, assert_state_whole, first_updates
 from tests.harness.fault_rig import aps, event_ids
 
 pytestmark = pytest.mark.slow
@@ -27,20 +26,6 @@ pytestmark = pytest.mark.slow
 # Wall seconds before the first ball: the daemon's first look must be pre-match even on a loaded machine, or a
 # first-over wicket is taken as history (what these tests check is the glitch, not the start-up race).
 START_DELAY_S = 8.0
-
-
-async def ask(socket_path: str, line: bytes) -> dict[str, Any]:
-    """One request line over the daemon's admin socket; its answer."""
-    with trio.fail_after(10):
-        stream = await trio.open_unix_socket(socket_path)
-        async with stream:
-            await stream.send_all(line)
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = await stream.receive_some(1 << 16)
-                assert chunk, "the admin socket closed without an answer"
-                buf += chunk
-    return json.loads(buf)
 
 
 def ends(rig: Any) -> list[Any]:

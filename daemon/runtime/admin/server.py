@@ -25,7 +25,6 @@ import inspect
 import os
 import stat
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import trio
@@ -55,6 +54,36 @@ class _LineTooLong(Exception):
 
 _EOF = object()
 _TIMED_OUT = object()
+
+
+# A Unix socket's path fits in sockaddr_un's sun_path: 108 bytes on Linux, its terminating NUL included.
+MAX_SOCKET_PATH_BYTES = 107
+
+
+async def socket_path_problem(path: str) -> str | None:
+    """Why the admin socket cannot be served at ``path`` by this process, or None when it can: too long a path,
+    something that is not a socket there, or a live server answering on it (a stale socket is fine: the server
+    replaces it)."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+        return f"{path} is {len(os.fsencode(path))} bytes long; a Unix socket path takes at most {MAX_SOCKET_PATH_BYTES}"
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path} cannot be looked at: {exc.strerror or exc}"
+    if not stat.S_ISSOCK(info.st_mode):
+        return f"{path} exists and is not a socket; not removing it"
+    with trio.move_on_after(1.0):
+        try:
+            stream = await trio.open_unix_socket(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return None
+        except PermissionError:
+            return f"{path} exists and cannot be probed (permission denied)"
+        await stream.aclose()
+        return f"another process is serving the admin socket {path}"
+    return f"another process is serving the admin socket {path} (its backlog is full)"
 
 
 class AdminServer:
@@ -141,40 +170,19 @@ class AdminServer:
 
     # --- the socket --------------------------------------------------------------------------------------
 
-    async def _answers_on(self, path: Path) -> bool:
-        """True if a live server accepts connections on ``path`` (then it is not ours to remove)."""
-        with trio.move_on_after(1.0):
-            try:
-                stream = await trio.open_unix_socket(str(path))
-            except (ConnectionRefusedError, FileNotFoundError):
-                return False
-            except PermissionError:
-                raise AdminSocketError(f"{path} exists and cannot be probed (permission denied)") from None
-            await stream.aclose()
-            return True
-        return True  # connect hung: its backlog is full, so something is serving it
-
-    def _existing_socket(self) -> bool:
-        """True if something is at the path; refuses anything that is not a socket."""
-        try:
-            info = os.lstat(self.path)
-        except FileNotFoundError:
-            return False
-        if not stat.S_ISSOCK(info.st_mode):
-            raise AdminSocketError(f"{self.path} exists and is not a socket; not removing it")
-        return True
-
     def _ensure_parent(self) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
 
     async def _bind(self) -> trio.socket.SocketType:
         # Local filesystem calls on a runtime directory: quick, so done inline rather than in a thread.
-        path = Path(self.path)
-        if self._existing_socket():
-            if await self._answers_on(path):
-                raise AdminSocketError(f"another process is serving the admin socket {path}")
+        problem = await socket_path_problem(self.path)
+        if problem is not None:
+            raise AdminSocketError(problem)
+        try:
+            os.unlink(self.path)  # a stale socket: no server answers on it
             log.info("admin_stale_socket_removed", path=self.path)
-            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
         self._ensure_parent()
         sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
         try:
