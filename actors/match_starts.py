@@ -221,25 +221,31 @@ class FollowerStarts:
         )
 
     async def _send(self, pushes: list[Push]) -> int:
-        accepted: list[str] = []
+        """Hold the chunk's claims for the whole interval, then send: from here on a start may reach the
+        device whatever happens to this owner, so nobody may start it again (an owner that dies before this
+        write holds its claims for a lease only). Claims of starts APNs rejected are given up; one that went
+        unanswered keeps its hold, since it may have reached the device."""
+        users = [ref.user_id for p in pushes if isinstance(ref := p.context, TokenRef) and ref.user_id]
+        await self._claims.confirm_push_to_starts(
+            self.ctx.match_id,
+            users,
+            owner=self.ctx.owner,
+            hold_s=self.ctx.settings.push_to_start_min_interval_s,
+            now=self.ctx.now(),
+        )
+        refused: list[str] = []
 
         def note(result: PushResult) -> None:
             ref = result.push.context
-            if result.outcome == "accepted" and isinstance(ref, TokenRef) and ref.user_id:
-                accepted.append(ref.user_id)
+            if result.outcome == "rejected" and isinstance(ref, TokenRef) and ref.user_id:
+                refused.append(ref.user_id)
 
         _, counts = await self._fanout.push_all(
             lambda reply_to, fence: [replace(p, reply_to=reply_to, fence=fence) for p in pushes],
             on_result=note,
         )
-        if accepted:  # delivered: held for the whole interval (the rest run out within a lease)
-            await self._claims.confirm_push_to_starts(
-                self.ctx.match_id,
-                accepted,
-                owner=self.ctx.owner,
-                hold_s=self.ctx.settings.push_to_start_min_interval_s,
-                now=self.ctx.now(),
-            )
+        if refused:  # never started: any owner may start them once their device has a new token
+            await self._claims.release_push_to_starts(self.ctx.match_id, refused, owner=self.ctx.owner)
         self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
         if self._report is not None:
             self._report(

@@ -1,37 +1,13 @@
-"""The orchestrator: which matches are live, who owns them, crash recovery and takeover.
+"""The orchestrator: which matches are live, who takes them, crash recovery and takeover.
 
-Every ``cycle_s`` (and at start-up) it gathers the matches that should be live from three places: SportMonks
-``/livescores`` (through the Feed), ``cricket-fixtures`` (the active leagues' fixtures that started recently with
-an in-progress status, and those due to start within ``prestart_s``: the orchestrator owns the lifecycle from
-pre-match on, so a match's first balls are diffed against its pre-match state instead of being taken as
-history) and ``active-matches`` (everything being processed, by any instance). More often, every
-``takeover_check_s``, it looks only at ``active-matches`` for records whose lock lease has run out, so a match
-whose owner died moves within about one lease plus one check, not one full cycle.
-
-Taking a match: acquire its lock (``cricket-locks``, conditional put: free or expired); then, holding it,
-either register the match (``register_active_match``: conditional put, new or idle) or, when a record is
-already active (a dead or restarted owner), claim it (``claim_active_match``), which moves ``instanceId`` to us
-and bumps ``ownerEpoch``, the fencing token every later state write is conditioned on. Then a MatchActor is
-started under the supervisor (one_for_one, bounded restarts). A match whose actor keeps crashing is released
-and quarantined here for ``quarantine_s`` so another instance may try it.
-
-``ended`` is not final while SportMonks says otherwise: an ended record whose match the latest ``/livescores``
-shows in play (a live status) is reopened (``reopen_ended_match``: a new epoch, the engine's state kept) and
-taken like any other. An id the feed released after repeated 404s (``feed.is_released``) is not taken, from
-any source, while the feed holds it released.
-
-Follows outlive the end by ``follows_grace_s``: the match actor's end sequence ends the sessions and keeps the
-follows, so a match ended wrongly and taken again can re-start its followers' Live Activities (push-to-start,
-the actor's self-healing). Each full cycle, an ended record whose end has stood that long, that the latest
-``/livescores`` does not show in play and whose follows are not yet removed has them removed, under the match's
-lock (so never while the match is being reopened), and is marked ``followsRemovedAt``.
-
-``instance_id`` here is the process's owner identity (``daemon.store.locks.owner_identity``: the configured
-instance id and a per-process nonce), so two processes never take each other's lock or fence as their own.
-
-The lock arbitrates; the fence protects: a paused owner that wakes after losing its lease finds its lease
-expired by its own monotonic clock (minus the skew bound) and stops, and any write it still attempts fails the
-``instanceId``/``ownerEpoch`` condition.
+Every ``cycle_s`` (and at start-up) it gathers the matches that should be live (``/livescores`` through the
+feed, the fixtures starting within ``prestart_s`` or under way, ``active-matches``), and every
+``takeover_check_s`` it looks for records whose lock ran out. Taking a match: its lock (free, run out, or
+already this process's), then the record registered, claimed from a dead owner (a new ``ownerEpoch``) or
+reopened after a wrong end, then its actor started under the supervisor; a match whose actor keeps crashing
+is quarantined for ``quarantine_s``. An ended match's follows are removed once its end has stood
+``follows_grace_s``. It owns none of a match's work: the match actor does. docs/operations.md ("Ownership
+across instances") and docs/delivery.md have the rules and why.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Layout: a module's unit tests sit in ``tests/<package>/``, named for the package one level below the top-level
 packages (``daemon/apns/...`` -> ``tests/apns/``, ``daemon/config/...`` -> ``tests/config/``, ``actors/jobs/...``
--> ``tests/jobs/``); modules directly in a top-level package go to ``tests/daemon/`` and ``tests/actors/``
-(``daemon/supervisor.py`` -> ``tests/daemon/test_supervisor.py``, ``actors/sender.py`` ->
-``tests/actors/test_sender.py``), and ``bench/*.py`` to ``tests/bench/``. Tests that span packages by running
+-> ``tests/jobs/``, ``daemon/runtime/...`` -> ``tests/runtime/``); modules directly in a top-level package go
+to ``tests/daemon/`` and ``tests/actors/`` (``daemon/logs.py`` -> ``tests/daemon/test_logs.py``,
+``actors/sender.py`` -> ``tests/actors/test_sender.py``), and ``bench/*.py`` to ``tests/bench/``. Tests that span packages by running
 the daemon as processes live in ``tests/e2e/`` (end to end), ``tests/faults/`` (the fault matrix) and
 ``tests/deploy/`` (the shipped unit, image, wheel and observability files); the rigs they use, and those
 rigs' own tests, in ``tests/harness/``. Multi-process end-to-end, fault, soak and benchmark tests are marked

@@ -199,3 +199,20 @@ class LiveFeedDouble:
 
     def is_released(self, match_id: str) -> bool:
         return match_id in self.released
+
+
+class DyingClaims:
+    """The push-to-start claims (``actors.ports.StartClaims``) of an owner that dies right after it claimed its
+    followers and before their starts go: the hold it writes before sending cancels ``scope`` instead."""
+
+    def __init__(self, locks: Any, scope: trio.CancelScope) -> None:
+        self._locks = locks
+        self._scope = scope
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._locks, name)
+
+    async def confirm_push_to_starts(self, *args: Any, **kwargs: Any) -> int:
+        self._scope.cancel()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")

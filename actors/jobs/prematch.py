@@ -520,6 +520,13 @@ class PrematchNotifier:
                     waited = await self._live.give_way(JOB, self.settings.give_way_s)
                     report.gave_way_s += waited
                     pushes = self._pushes(claim, teams, now, results_in, start=claim.user_id in starting)
+                    if claim.start_id is not None:
+                        # From here the start may reach the device whatever happens to this job: its claim
+                        # is held past the match's start (a job that dies before this holds it a lease only).
+                        hold = max(0.0, match.start_epoch - now) + self.settings.push_to_start_hold_s
+                        await self._repos.locks.confirm_push_to_starts(
+                            match.match_id, [claim.user_id], owner=self._owner, hold_s=hold, now=now
+                        )
                     claim.pending, claim.handed = len(pushes), True
                     if not pushes:
                         nursery.start_soon(settle, claim)
@@ -748,12 +755,10 @@ class PrematchNotifier:
             started = claim.results.get(claim.start_id)
             if started is not None and started.outcome == "accepted":
                 report.push_to_start += 1
-                # delivered: nobody starts it again until after the match's start
-                hold = max(0.0, match.start_epoch - self._clock()) + self.settings.push_to_start_hold_s
-                await self._repos.locks.confirm_push_to_starts(
-                    match.match_id, [user_id], owner=self._owner, hold_s=hold, now=self._clock()
-                )
             elif started is not None and started.outcome == "rejected":
+                # never started: the owner may start it once the device has a new token (an unanswered
+                # start keeps its hold, since it may have reached the device)
+                await self._repos.locks.release_push_to_starts(match.match_id, [user_id], owner=self._owner)
                 await self._repos.devices.clear_push_to_start_token(
                     user_id, device_token, expected_token=claim.start_token
                 )

@@ -15,7 +15,7 @@ from actors.match import MatchActor
 from daemon.apns.types import Push
 from daemon.replay.synth import synthesise
 from tests.actors.match_helpers import live, make_match_actor, take_lease
-from tests.doubles import FakeSender, update
+from tests.doubles import DyingClaims, FakeSender, WithLocks, update
 
 
 async def _actor(repos: Any, sender: FakeSender, **settings: Any) -> MatchActor:
@@ -101,16 +101,12 @@ async def test_a_follower_claimed_by_an_owner_that_died_before_sending_is_starte
     start: an owner killed between its claim and its send holds nobody up past its lease."""
     await _seed(repos)
     died = trio.CancelScope()
-
-    async def die(push: Push) -> None:
-        died.cancel()
-        await trio.sleep_forever()
-
-    first = await _actor(repos, FakeSender(before_each=die), lease_s=10.0)
+    sender = FakeSender()
+    first = await _actor(WithLocks(repos, DyingClaims(repos.locks, died)), sender, lease_s=10.0)
     await first.audience.refresh()
     with died:
         await first.starts.heal()
-    assert died.cancelled_caught
+    assert died.cancelled_caught and sender.pushes == [], "it died between its claims and its starts"
     await first.lease.release()
 
     def successor(after_s: float) -> MatchActor:
@@ -144,3 +140,29 @@ async def test_a_start_apns_accepted_holds_its_claim_for_the_whole_interval(repo
     live(later)
     await later.audience.refresh()
     assert await later.starts.heal() == 0, "delivered: nobody starts it again within the interval"
+
+
+async def test_an_owner_killed_once_its_starts_are_on_their_way_holds_their_claims_for_the_interval(
+    repos: Any,
+) -> None:
+    """The claims are held for the interval before the starts go: an owner that dies with them handed to the
+    sender (perhaps sent) leaves nobody started twice."""
+    await _seed(repos)
+    died = trio.CancelScope()
+
+    async def die(push: Push) -> None:
+        died.cancel()
+        await trio.sleep_forever()
+
+    first = await _actor(repos, FakeSender(before_each=die), lease_s=10.0, push_to_start_min_interval_s=600)
+    await first.audience.refresh()
+    with died:
+        await first.starts.heal()
+    await first.lease.release()
+    later = make_match_actor(
+        "500", repos, FakeSender(), owner="next", lease_s=10.0, wall_clock=lambda: time.time() + 120
+    )
+    await take_lease(later)
+    live(later)
+    await later.audience.refresh()
+    assert await later.starts.heal() == 0

@@ -31,7 +31,7 @@ from daemon.demo import seed
 from daemon.store.locks import prematch_lock_key
 from daemon.store.tables import DEVICES, LOCKS, MATCH_FOLLOWS
 from tests.actors.match_helpers import live, make_match_actor, take_lease
-from tests.doubles import FakeSender
+from tests.doubles import DyingClaims, FakeSender, WithLocks
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
@@ -689,17 +689,13 @@ async def test_a_start_claim_the_prematch_job_took_and_never_sent_runs_out_with_
     claim's lease has run out, not at the match's start plus the hold."""
     await _match_7_followed_by(repos, 1)
     died = trio.CancelScope()
-
-    class DyingSender(RecordingSender):
-        async def send(self, push: Push) -> None:
-            died.cancel()
-            await trio.sleep_forever()
-
     clock = Clock()
     settings = PrematchSettings(claim_lease_s=120.0)
+    sender = RecordingSender()
+    dying = WithLocks(repos, DyingClaims(repos.locks, died))
     with died:
-        await PrematchNotifier(repos, DyingSender(), settings, topic=TOPIC, clock=clock).run_cycle()
-    assert died.cancelled_caught
+        await PrematchNotifier(dying, sender, settings, topic=TOPIC, clock=clock).run_cycle()
+    assert died.cancelled_caught and sender.to(token("u0", "start")) == [], "died before its start went"
     assert await _owner_heal(repos, clock.now + 60) == [], "within the claim's lease nobody starts it"
     assert await _owner_heal(repos, clock.now + 121) == [token("u0", "start")], "a lease later the owner does"
 
@@ -711,3 +707,22 @@ async def test_a_start_the_prematch_job_delivered_is_not_repeated_by_the_owner(r
     report = await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=clock).run_cycle()
     assert report.push_to_start == 1
     assert await _owner_heal(repos, START + 60) == [], "one claim per follower and match: held past the start"
+
+
+async def test_a_start_the_prematch_job_handed_over_before_dying_is_not_repeated_by_the_owner(repos: Any) -> None:
+    await _match_7_followed_by(repos, 1)
+    died = trio.CancelScope()
+
+    class DyingSender(RecordingSender):
+        async def send(self, push: Push) -> None:
+            if push.kind == "start":
+                await super().send(push)  # it went out...
+                died.cancel()  # ...and the job died before its answer was read
+                await trio.sleep_forever()
+            await super().send(push)
+
+    clock = Clock()
+    with died:
+        await PrematchNotifier(repos, DyingSender(), PrematchSettings(), topic=TOPIC, clock=clock).run_cycle()
+    assert died.cancelled_caught
+    assert await _owner_heal(repos, START + 60) == [], "its claim was held before the start went"
