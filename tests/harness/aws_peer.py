@@ -1,0 +1,269 @@
+"""The test suite's AWS on loopback: moto's server, single-threaded, with a recording layer and the few
+CloudFormation properties moto leaves out.
+
+What it adds to the server ``daemon/store/local.py`` runs (the same moto WSGI app, ``threaded=False``, the same
+3-s cut-off of a silent client):
+
+- **Recording** (``--record FILE``): every DynamoDB request signed with one of the service roles' access keys
+  (``tests/harness/dynamodb_iam.py``: the end-to-end rigs run the engine and the API with them) is noted as
+  the IAM permissions it needs: one JSON line per distinct (role, action, table, index), appended as it is
+  first seen. The policy check (``tests/deploy/aws_policy_gate.py``) compares the lines of a whole run with the
+  template's role policies.
+- **CloudFormation as AWS does it** where moto's ``AWS::DynamoDB::Table`` drops properties: after moto
+  creates a table from a template, its ``TimeToLiveSpecification`` and ``PointInTimeRecoverySpecification``
+  are applied (the UpdateTimeToLive and UpdateContinuousBackups calls CloudFormation makes); and
+  ``AWS::SecretsManager::Secret`` and ``AWS::APS::Workspace``, which moto's CloudFormation does not know, are
+  created in moto's own Secrets Manager and Prometheus backends, with the ``Ref`` and ``GetAtt`` values AWS
+  documents. Without these the region's template could not be deployed here at all, and
+  ``sightscreen tables check`` would report every TTL as disabled.
+
+``AwsPeer`` starts it as a child process (it dies with its parent) and reads the port it bound from its first
+line of output. Nothing here is shipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_MODELS: list[type] = []
+
+
+class Recorder:
+    """WSGI layer: notes each role's DynamoDB permissions, then hands the request to moto unchanged."""
+
+    def __init__(self, app: Any, path: Path) -> None:
+        self.app = app
+        self.path = path
+        self.seen: set[tuple[str, Any]] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        from tests.harness.dynamodb_iam import required_permissions, role_of
+
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        role = role_of(str(environ.get("HTTP_AUTHORIZATION", "")))
+        if role is not None and target.startswith("DynamoDB_"):
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            environ["wsgi.input"] = io.BytesIO(body)  # moto reads the body again
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                request = {}
+            for permission in required_permissions(target.split(".", 1)[1], request):
+                self._note(role, permission)
+        return self.app(environ, start_response)
+
+    def _note(self, role: str, permission: Any) -> None:
+        with self.lock:
+            if (role, permission) in self.seen:
+                return
+            self.seen.add((role, permission))
+            line = {"role": role, "action": permission.action, "table": permission.table}
+            if permission.index is not None:
+                line["index"] = permission.index
+            with self.path.open("a") as out:  # one short line per write: whole lines even beside other servers
+                out.write(json.dumps(line) + "\n")
+
+
+def complete_cloudformation() -> None:
+    """Teach moto's CloudFormation the properties and resource types the region's template uses that it lacks."""
+    from moto.amp.models import amp_backends
+    from moto.core.common_models import CloudFormationModel
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.dynamodb.models.table import Table
+    from moto.secretsmanager.models import secretsmanager_backends
+
+    create_table = Table.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def create_table_as_aws(
+        cls: Any, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kw: Any
+    ) -> Any:
+        table = create_table(cls, resource_name, cloudformation_json, account_id, region_name, **kw)
+        props = cloudformation_json["Properties"]
+        backend = dynamodb_backends[account_id][region_name]
+        if "TimeToLiveSpecification" in props:
+            backend.update_time_to_live(table.name, props["TimeToLiveSpecification"])
+        if "PointInTimeRecoverySpecification" in props:
+            backend.update_continuous_backups(table.name, props["PointInTimeRecoverySpecification"])
+        return table
+
+    Table.create_from_cloudformation_json = classmethod(create_table_as_aws)  # type: ignore[method-assign,assignment]
+
+    class Secret(CloudFormationModel):
+        __module__ = "moto.secretsmanager.models"  # moto's model registry names a model's service by its module
+
+        def __init__(self, arn: str, name: str) -> None:
+            self.arn, self.name = arn, name
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::SecretsManager::Secret"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "Name"
+
+        @classmethod
+        def has_cfn_attr(cls, attr: str) -> bool:
+            return attr == "Id"
+
+        def get_cfn_attribute(self, attribute_name: str) -> Any:
+            return self.arn
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.arn  # Ref: the secret's ARN
+
+        @classmethod
+        def create_from_cloudformation_json(  # type: ignore[override]
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> Secret:
+            props = cloudformation_json["Properties"]
+            generated = props.get("GenerateSecretString")
+            value = props.get("SecretString") or (os.urandom(16).hex() if generated is not None else None)
+            backend = secretsmanager_backends[account_id][region_name]
+            answer = json.loads(
+                backend.create_secret(
+                    name=props.get("Name") or resource_name,
+                    secret_string=value,
+                    secret_binary=None,
+                    description=props.get("Description"),
+                    tags=props.get("Tags"),
+                    kms_key_id=props.get("KmsKeyId"),
+                    client_request_token=None,
+                    replica_regions=[],
+                    force_overwrite=False,
+                )
+            )
+            return cls(answer["ARN"], answer["Name"])
+
+    class Workspace(CloudFormationModel):
+        __module__ = "moto.amp.models"
+
+        def __init__(self, workspace: Any) -> None:
+            self.workspace = workspace
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::APS::Workspace"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "Alias"
+
+        @classmethod
+        def has_cfn_attr(cls, attr: str) -> bool:
+            return attr in ("Arn", "PrometheusEndpoint", "WorkspaceId")
+
+        def get_cfn_attribute(self, attribute_name: str) -> Any:
+            return {
+                "Arn": self.workspace.arn,
+                "PrometheusEndpoint": self.workspace.endpoint,
+                "WorkspaceId": self.workspace.workspace_id,
+            }[attribute_name]
+
+        @property
+        def physical_resource_id(self) -> str:
+            return str(self.workspace.arn)  # Ref: the workspace's ARN
+
+        @classmethod
+        def create_from_cloudformation_json(  # type: ignore[override]
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> Workspace:
+            props = cloudformation_json["Properties"]
+            tags = {t["Key"]: t["Value"] for t in props.get("Tags") or []}
+            return cls(amp_backends[account_id][region_name].create_workspace(props.get("Alias", ""), tags))
+
+    from moto.cloudformation import parsing
+
+    # moto finds models as CloudFormationModel's subclasses, which it holds weakly: keep ours alive
+    _MODELS.extend([Secret, Workspace])
+    parsing.get_model_map.cache_clear()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="moto on loopback, single-threaded, recording the roles' calls")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--record", type=Path, default=None, help="append the roles' permissions here")
+    args = parser.parse_args()
+
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from moto.server import MotoRequestHandler
+    from werkzeug.serving import make_server
+
+    class Quiet(MotoRequestHandler):
+        timeout = 3  # one thread serves everyone: cut off a client silent for 3 s mid-request
+
+        def log_request(self, *a: Any, **k: Any) -> None:
+            pass
+
+    complete_cloudformation()
+    app: Any = DomainDispatcherApplication(create_backend_app)
+    if args.record is not None:
+        app = Recorder(app, args.record)
+    server = make_server(args.host, 0, app, threaded=False, request_handler=Quiet)
+    print(server.server_port, flush=True)
+    server.serve_forever()
+
+
+@dataclass
+class AwsPeer:
+    """The server above as a child process: ``start()`` returns once it listens; ``stop()`` ends it."""
+
+    record: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> AwsPeer:
+        from daemon.store.local import die_with_parent
+
+        command = [sys.executable, "-m", "tests.harness.aws_peer", "--host", self.host]
+        if self.record is not None:
+            command += ["--record", str(self.record)]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]))
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=die_with_parent,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # the port, once bound; nothing if it failed to start
+        if not line.strip().isdigit():
+            self.stop()
+            raise RuntimeError(f"the AWS peer did not start (said {line!r})")
+        self.port = int(line)
+        return self
+
+    def stop(self) -> None:
+        from daemon.store.local import stop_child
+
+        stop_child(self.proc)
+        self.proc = None
+
+    def __enter__(self) -> AwsPeer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    main()
