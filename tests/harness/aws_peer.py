@@ -11,7 +11,8 @@ What it adds to the server ``daemon/store/local.py`` runs (the same moto WSGI ap
   template's role policies.
 - **CloudFormation as AWS does it** where moto's ``AWS::DynamoDB::Table`` drops properties: after moto
   creates a table from a template, its ``TimeToLiveSpecification`` and ``PointInTimeRecoverySpecification``
-  are applied (the UpdateTimeToLive and UpdateContinuousBackups calls CloudFormation makes); and
+  are applied (the UpdateTimeToLive and UpdateContinuousBackups calls CloudFormation makes), and its
+  ``SSESpecification`` is read with CloudFormation's ``SSEEnabled`` (moto expects CreateTable's ``Enabled``); and
   ``AWS::SecretsManager::Secret`` and ``AWS::APS::Workspace``, which moto's CloudFormation does not know, are
   created in moto's own Secrets Manager and Prometheus backends, with the ``Ref`` and ``GetAtt`` values AWS
   documents. Without these the region's template could not be deployed here at all, and
@@ -71,7 +72,9 @@ class Recorder:
             line = {"role": role, "action": permission.action, "table": permission.table}
             if permission.index is not None:
                 line["index"] = permission.index
-            with self.path.open("a") as out:  # one short line per write: whole lines even beside other servers
+            with self.path.open(
+                "a"
+            ) as out:  # one short line per write: whole lines even beside other servers
                 out.write(json.dumps(line) + "\n")
 
 
@@ -86,10 +89,21 @@ def complete_cloudformation() -> None:
     create_table = Table.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
 
     def create_table_as_aws(
-        cls: Any, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kw: Any
+        cls: Any,
+        resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+        **kw: Any,
     ) -> Any:
-        table = create_table(cls, resource_name, cloudformation_json, account_id, region_name, **kw)
         props = cloudformation_json["Properties"]
+        sse = props.get("SSESpecification")
+        if sse is not None:  # CloudFormation says SSEEnabled where CreateTable (and moto) says Enabled
+            props["SSESpecification"] = {
+                "Enabled": sse.get("SSEEnabled", False),
+                **{k: v for k, v in sse.items() if k in ("SSEType", "KMSMasterKeyId")},
+            }
+        table = create_table(cls, resource_name, cloudformation_json, account_id, region_name, **kw)
         backend = dynamodb_backends[account_id][region_name]
         if "TimeToLiveSpecification" in props:
             backend.update_time_to_live(table.name, props["TimeToLiveSpecification"])
@@ -100,7 +114,9 @@ def complete_cloudformation() -> None:
     Table.create_from_cloudformation_json = classmethod(create_table_as_aws)  # type: ignore[method-assign,assignment]
 
     class Secret(CloudFormationModel):
-        __module__ = "moto.secretsmanager.models"  # moto's model registry names a model's service by its module
+        __module__ = (
+            "moto.secretsmanager.models"  # moto's model registry names a model's service by its module
+        )
 
         def __init__(self, arn: str, name: str) -> None:
             self.arn, self.name = arn, name
@@ -192,7 +208,9 @@ def complete_cloudformation() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="moto on loopback, single-threaded, recording the roles' calls")
+    parser = argparse.ArgumentParser(
+        description="moto on loopback, single-threaded, recording the roles' calls"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--record", type=Path, default=None, help="append the roles' permissions here")
     args = parser.parse_args()
@@ -235,7 +253,9 @@ class AwsPeer:
         command = [sys.executable, "-m", "tests.harness.aws_peer", "--host", self.host]
         if self.record is not None:
             command += ["--record", str(self.record)]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]))
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])
+        )
         self.proc = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

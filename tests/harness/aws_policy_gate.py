@@ -72,7 +72,9 @@ def _complete(config: pytest.Config) -> tuple[bool, str]:
         if source.endswith(".py"):
             files = [source]
         else:
-            files = [str(p.relative_to(PROJECT_ROOT)) for p in sorted((PROJECT_ROOT / source).glob("test_*.py"))]
+            files = [
+                str(p.relative_to(PROJECT_ROOT)) for p in sorted((PROJECT_ROOT / source).glob("test_*.py"))
+            ]
         for file in files:
             ran = {nodeid: seen for nodeid, seen in outcomes.items() if nodeid.split("::", 1)[0] == file}
             if not ran:
@@ -84,7 +86,8 @@ def _complete(config: pytest.Config) -> tuple[bool, str]:
 
 
 def check(records: list[tuple[str, Permission]], complete: bool) -> list[str]:
-    """Problems of the template's role policies against the recorded permissions; [] when they agree."""
+    """Problems of the template's role policies against the recorded permissions, each role's with the
+    statements that would grant exactly what it used; [] when they agree."""
     from tests.harness.aws_peer import AwsPeer
     from tests.harness.aws_stack import TASK_ROLES, default_parameters, deploy, make_network
 
@@ -102,9 +105,15 @@ def check(records: list[tuple[str, Permission]], complete: bool) -> list[str]:
             granted |= got
             problems += [f"{role} ({logical}): {why}" for why in loose]
         missing, unused = compare(used[role], granted)
-        problems += [f"{role} ({logical}) used {p} but its policy does not grant it" for p in missing]
+        found = [f"{role} ({logical}) used {p} but its policy does not grant it" for p in missing]
         if complete:
-            problems += [f"{role} ({logical}) is granted {p} but no test used it" for p in unused]
+            found += [f"{role} ({logical}) is granted {p} but no test used it" for p in unused]
+        if found:
+            exact = used[role] if complete else used[role] | granted
+            found.append(
+                f"{logical}'s dynamodb statements that grant what it used:\n{statements_yaml(exact)}"
+            )
+        problems += found
     return problems
 
 
@@ -126,10 +135,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         scope = "both ways" if complete else f"used against granted only ({why})"
         if problems:
             if reporter is not None:
-                reporter.write_sep("=", "AWS role policies against the recorded DynamoDB calls: FAILED", red=True)
+                reporter.write_sep(
+                    "=", "AWS role policies against the recorded DynamoDB calls: FAILED", red=True
+                )
                 for line in problems:
                     reporter.write_line(f"  {line}")
-                reporter.write_line("  (deploy/aws/sightscreen-region.yaml, the EngineTaskRole and ApiTaskRole policies)")
+                reporter.write_line(
+                    "  (deploy/aws/sightscreen-region.yaml, the EngineTaskRole and ApiTaskRole policies)"
+                )
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         elif reporter is not None:
             reporter.write_line(

@@ -89,9 +89,9 @@ def make_network(url: str) -> dict[str, str]:
     ec2 = client(url, "ec2")
     vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
     subnets = [
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.40.{i}.0/24", AvailabilityZone=f"{REGION}{zone}")["Subnet"][
-            "SubnetId"
-        ]
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.40.{i}.0/24", AvailabilityZone=f"{REGION}{zone}")[
+            "Subnet"
+        ]["SubnetId"]
         for i, zone in enumerate("ab")
     ]
     cert = client(url, "acm").request_certificate(DomainName="api.sightscreen.test")["CertificateArn"]
@@ -117,7 +117,9 @@ def deploy(url: str, stack_name: str, parameters: dict[str, str], *, template: P
         time.sleep(0.2)
     if stack["StackStatus"] != "CREATE_COMPLETE":
         events = cfn.describe_stack_events(StackName=stack_name)["StackEvents"]
-        raise RuntimeError(f"stack {stack_name}: {stack['StackStatus']}: {json.dumps(events, default=str)[:3000]}")
+        raise RuntimeError(
+            f"stack {stack_name}: {stack['StackStatus']}: {json.dumps(events, default=str)[:3000]}"
+        )
     resources = {
         r["LogicalResourceId"]: (r["ResourceType"], r.get("PhysicalResourceId", ""))
         for r in cfn.list_stack_resources(StackName=stack_name)["StackResourceSummaries"]

@@ -100,7 +100,9 @@ def _listed(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
-def granted_permissions(document: Mapping[str, Any], physical_prefix: str) -> tuple[set[Permission], list[str]]:
+def granted_permissions(
+    document: Mapping[str, Any], physical_prefix: str
+) -> tuple[set[Permission], list[str]]:
     """The DynamoDB permissions an IAM policy document grants on the tables named ``{physical_prefix}{logical}``,
     and what in it is not exact (a wildcard action or resource, a Deny, a NotAction, a table outside the
     specs): least privilege means that list is empty."""

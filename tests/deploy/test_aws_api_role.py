@@ -1,0 +1,218 @@
+"""The API role as the region's template runs it: a ``sightscreen run`` process with ``roles = ["api"]`` and
+the API role's own credentials, driven over HTTP through every route its OpenAPI document lists.
+
+What it is for beyond the API's own tests: the test DynamoDB records every permission this process needs
+(``tests/harness/aws_peer.py``), and the policy gate holds the template's ApiTaskRole to exactly that
+(``tests/harness/aws_policy_gate.py``). A route the tour does not take would be a route whose DynamoDB calls
+the policy was never checked against, so the test fails when the API gains a route the tour does not know.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from daemon.demo.issuer import LocalIssuer
+from daemon.demo.seed import seed_match
+from daemon.replay.synth import synthesise
+from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
+from daemon.store.local import die_with_parent, free_port
+from tests.harness.cluster import toml_dumps
+from tests.harness.dynamodb_iam import role_credentials
+
+pytestmark = pytest.mark.slow
+
+
+def _route(path: str, params: dict[str, str]) -> str:
+    """The OpenAPI path template a concrete path was made from."""
+    for name, value in params.items():
+        path = path.replace(f"/{value}", f"/{{{name}}}", 1)
+    return path
+
+
+def _start_api(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """``sightscreen run`` as the API role's task runs it: its own process, the API role's credentials."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "daemon", "run", "--config", str(config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **role_credentials("api")),
+            preexec_fn=die_with_parent,
+        )
+
+
+async def test_the_api_role_answers_every_route_from_its_own_process(
+    tmp_path: Path, sock_dir: Path, moto_server: Any, table_prefix: str
+) -> None:
+    dynamo = Dynamo(DynamoSettings(endpoint_url=moto_server.url, table_prefix=table_prefix))
+    await create_tables(dynamo)
+    repos = Repositories(dynamo)
+    tape = synthesise("T20", seed=7)
+    seeded = await seed_match(
+        repos,
+        tape,
+        starts_at=time.time() + 3600,
+        followers=2,
+        league_name="Tour",
+        league_code="TOUR",
+        devices=True,
+        sessions=True,
+    )
+    match_id, league_id = seeded.match_id, seeded.league_id
+    team_id, other_team = str(tape.localteam.id), str(tape.visitorteam.id)
+    await repos.team_seasons.write_season_team_records(
+        [{"seasonId": "5001", "teamId": team_id}, {"seasonId": "5001", "teamId": other_team}]
+    )
+
+    port = free_port()
+    with LocalIssuer().serve() as issuer:
+        config = {
+            "instance": {"id": "api-tour", "roles": ["api"]},
+            "dynamodb": {"endpoint_url": moto_server.url, "table_prefix": table_prefix},
+            "api": {"listen": f"127.0.0.1:{port}"},
+            "auth": {"issuer": issuer.issuer, "jwks_url": issuer.jwks_url, "client_ids": [issuer.client_id]},
+            "admin": {"socket_path": str(sock_dir / "api.sock")},
+            "logging": {"format": "json"},
+        }
+        config_path = tmp_path / "api.toml"
+        config_path.write_text(toml_dumps(config))
+        log_path = tmp_path / "api.log"
+        proc = _start_api(config_path, log_path)
+        user = {"Authorization": f"Bearer {issuer.mint('tour-user')}"}
+        admin = {"Authorization": f"Bearer {issuer.mint('tour-admin', groups=['admin'])}"}
+        taken: set[tuple[str, str]] = set()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+                with trio.fail_after(120):
+                    while True:
+                        assert proc.poll() is None, log_path.read_text()[-3000:]
+                        try:
+                            if (await http.get("/readyz")).status_code == 200:
+                                break
+                        except httpx.TransportError:
+                            pass
+                        await trio.sleep(0.2)
+                listed = {
+                    (method.upper(), path)
+                    for path, methods in (await http.get("/openapi.json")).json()["paths"].items()
+                    for method in methods
+                }
+
+                async def call(
+                    method: str,
+                    path: str,
+                    expect: int,
+                    *,
+                    params: dict[str, str] | None = None,
+                    ids: dict[str, str] | None = None,
+                    body: Any = None,
+                    headers: dict[str, str] | None = None,
+                ) -> httpx.Response:
+                    resp = await http.request(
+                        method, path, params=params, json=body, headers=user if headers is None else headers
+                    )
+                    assert resp.status_code == expect, f"{method} {path}: {resp.status_code} {resp.text}"
+                    taken.add((method, _route(path, ids or {})))
+                    return resp
+
+                device = "ab" * 32
+                await call("GET", "/healthz", 200, headers={})
+                await call("GET", "/readyz", 200, headers={})
+                await call("GET", "/matches", 200, params={"league": "TOUR"})
+                await call("GET", "/matches", 200, params={"ids": match_id, "include": "raw"})
+                await call("GET", f"/matches/{match_id}", 200, ids={"matchId": match_id})
+                await call("GET", f"/matches/{match_id}/display", 404, ids={"matchId": match_id})
+                await call("GET", "/teams", 200)
+                await call("GET", f"/teams/{team_id}", 200, ids={"teamId": team_id})
+                await call(
+                    "PATCH",
+                    f"/teams/{team_id}",
+                    200,
+                    ids={"teamId": team_id},
+                    body={"code": "TR"},
+                    headers=admin,
+                )
+                await call("GET", "/seasons/5001/teams", 200, ids={"seasonId": "5001"})
+                await call("GET", "/leagues", 200)
+                await call("GET", f"/leagues/{league_id}", 200, ids={"leagueId": league_id})
+                await call(
+                    "PATCH",
+                    f"/leagues/{league_id}",
+                    200,
+                    ids={"leagueId": league_id},
+                    body={"active": True},
+                    headers=admin,
+                )
+                await call(
+                    "POST",
+                    "/user/device",
+                    200,
+                    body={"deviceToken": device, "platform": "ios", "osVersion": "17.4", "appVersion": "1.0"},
+                )
+                await call("GET", "/user/device", 200)
+                await call("PUT", "/user/device/push-to-start", 200, body={"pushToStartToken": "cd" * 32})
+                await call(
+                    "POST",
+                    f"/user/follow/{match_id}",
+                    201,
+                    ids={"matchId": match_id},
+                    body={"teamId": team_id},
+                )
+                await call("GET", f"/user/follow/{match_id}", 200, ids={"matchId": match_id})
+                await call(
+                    "PATCH",
+                    f"/user/follow/{match_id}",
+                    200,
+                    ids={"matchId": match_id},
+                    body={"teamId": other_team},
+                )
+                await call(
+                    "POST",
+                    f"/user/activity/{match_id}",
+                    201,
+                    ids={"matchId": match_id},
+                    body={"deviceId": "d1", "updateToken": "ef" * 32},
+                )
+                await call(
+                    "PATCH",
+                    f"/user/activity/{match_id}",
+                    200,
+                    ids={"matchId": match_id},
+                    body={"deviceId": "d1", "updateToken": "01" * 32},
+                )
+                await call("GET", "/user/activities", 200)
+                await call(
+                    "DELETE",
+                    f"/user/activity/{match_id}",
+                    200,
+                    ids={"matchId": match_id},
+                    params={"deviceId": "d1"},
+                )
+                await call("DELETE", f"/user/follow/{match_id}", 200, ids={"matchId": match_id})
+                await call("DELETE", "/user/device", 200)
+                await call("DELETE", f"/leagues/{league_id}", 200, ids={"leagueId": league_id}, headers=admin)
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(30):
+                while proc.poll() is None:
+                    await trio.sleep(0.05)
+            assert proc.returncode == 0, log_path.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            dynamo.close()
+    untaken = listed - taken
+    assert not untaken, (
+        f"the tour does not take {sorted(untaken)}: add them, so the API role's policy covers them"
+    )
