@@ -5,7 +5,8 @@ What it adds to the server ``daemon/store/local.py`` runs (the same moto WSGI ap
 3-s cut-off of a silent client):
 
 - **Recording** (``--record FILE``): every DynamoDB request signed with one of the service roles' access keys
-  (``tests/harness/dynamodb_iam.py``: the end-to-end rigs run the engine and the API with them) is noted as
+  (``tests/harness/dynamodb_iam.py``: the end-to-end rigs run the engine and the API with them), or sent to
+  an endpoint that names the role in its path (the fault rig's in-process daemon), is noted as
   the IAM permissions it needs: one JSON line per distinct (role, action, table, index), appended as it is
   first seen. The policy check (``tests/deploy/aws_policy_gate.py``) compares the lines of a whole run with the
   template's role policies.
@@ -49,10 +50,15 @@ class Recorder:
         self.lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        from tests.harness.dynamodb_iam import required_permissions, role_of
+        from tests.harness.dynamodb_iam import ROLE_ACCESS_KEYS, ROLE_PATH, required_permissions, role_of
 
         target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
         role = role_of(str(environ.get("HTTP_AUTHORIZATION", "")))
+        path = str(environ.get("PATH_INFO", ""))
+        if path.startswith(ROLE_PATH):  # an in-process daemon's endpoint names its role (role_endpoint)
+            named, _, rest = path[len(ROLE_PATH) :].partition("/")
+            environ["PATH_INFO"] = "/" + rest
+            role = role or (named if named in ROLE_ACCESS_KEYS else None)
         if role is not None and target.startswith("DynamoDB_"):
             body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
             environ["wsgi.input"] = io.BytesIO(body)  # moto reads the body again

@@ -10,8 +10,8 @@ How it works:
   template into a fresh test AWS, reads each role's policy as CloudFormation resolved it, and fails the run
   if a role used a permission its policy does not grant (production would answer AccessDenied), or if the
   policy is not exact (a wildcard, a table outside the specs).
-- Once every test that drives the roles has run and passed (``tests/e2e`` whole and the API role's tour,
-  with no ``-k``, ``-m`` or deselection), it also fails the run on a permission granted that no test used:
+- Once every test that drives the roles has run and passed (``tests/e2e`` and ``tests/faults`` whole and the
+  API role's tour, with no ``-k``, ``-m`` or deselection), it also fails the run on a permission granted that no test used:
   least privilege, kept honest by the recording rather than by a hand-kept list.
 
 Both lists are derived from the recording and the template alone, so when branches merge and the daemon's
@@ -34,7 +34,7 @@ from tests.harness.dynamodb_iam import Permission, compare, granted_permissions,
 RECORD_ENV = "SIGHTSCREEN_DYNAMODB_RECORD_DIR"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The tests that drive the service roles' processes: all must have run for "granted but unused" to count.
-SOURCES = ("tests/e2e/", "tests/deploy/test_aws_api_role.py")
+SOURCES = ("tests/e2e/", "tests/faults/", "tests/deploy/test_aws_api_role.py")
 # each test's outcomes as this process saw them (xdist's controller sees every worker's reports)
 _OUTCOMES: dict[str, set[str]] = defaultdict(set)
 _owned_dir = pytest.StashKey[str]()

@@ -62,6 +62,16 @@ def role_credentials(role: str) -> dict[str, str]:
     return {"AWS_ACCESS_KEY_ID": ROLE_ACCESS_KEYS[role], "AWS_SECRET_ACCESS_KEY": f"{role}-secret"}
 
 
+ROLE_PATH = "/_role/"
+
+
+def role_endpoint(url: str, role: str) -> str:
+    """A DynamoDB endpoint URL that names ``role`` in its path: for a daemon that runs inside the test's own
+    process, which shares one credential chain with the test's other clients. The test DynamoDB takes the
+    role from the path and hands moto the request without it."""
+    return f"{url.rstrip('/')}{ROLE_PATH}{role}"
+
+
 def role_of(authorization: str) -> str | None:
     """The service role whose access key signed a request (its SigV4 ``Authorization`` header), else None."""
     found = _CREDENTIAL.search(authorization or "")
