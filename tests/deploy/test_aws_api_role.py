@@ -9,25 +9,18 @@ the policy was never checked against, so the test fails when the API gains a rou
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import trio
 
 from daemon.demo.issuer import LocalIssuer
 from daemon.demo.seed import seed_match
 from daemon.replay.synth import synthesise
 from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
-from daemon.store.local import die_with_parent, free_port
-from tests.harness.cluster import toml_dumps
-from tests.harness.dynamodb_iam import role_credentials
+from tests.harness.api_process import ApiProcess
 
 pytestmark = pytest.mark.slow
 
@@ -37,19 +30,6 @@ def _route(path: str, params: dict[str, str]) -> str:
     for name, value in params.items():
         path = path.replace(f"/{value}", f"/{{{name}}}", 1)
     return path
-
-
-def _start_api(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    """``sightscreen run`` as the API role's task runs it: its own process, the API role's credentials."""
-    with log_path.open("wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "daemon", "run", "--config", str(config_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=dict(os.environ, PYTHONUNBUFFERED="1", **role_credentials("api")),
-            preexec_fn=die_with_parent,
-        )
 
 
 async def test_the_api_role_answers_every_route_from_its_own_process(
@@ -75,34 +55,20 @@ async def test_the_api_role_answers_every_route_from_its_own_process(
         [{"seasonId": "5001", "teamId": team_id}, {"seasonId": "5001", "teamId": other_team}]
     )
 
-    port = free_port()
     with LocalIssuer().serve() as issuer:
-        config = {
-            "instance": {"id": "api-tour", "roles": ["api"]},
-            "dynamodb": {"endpoint_url": moto_server.url, "table_prefix": table_prefix},
-            "api": {"listen": f"127.0.0.1:{port}"},
-            "auth": {"issuer": issuer.issuer, "jwks_url": issuer.jwks_url, "client_ids": [issuer.client_id]},
-            "admin": {"socket_path": str(sock_dir / "api.sock")},
-            "logging": {"format": "json"},
-        }
-        config_path = tmp_path / "api.toml"
-        config_path.write_text(toml_dumps(config))
-        log_path = tmp_path / "api.log"
-        proc = _start_api(config_path, log_path)
+        api = ApiProcess(
+            tmp_path,
+            dynamodb_url=moto_server.url,
+            table_prefix=table_prefix,
+            issuer=issuer,
+            sock_dir=sock_dir,
+        ).start()
         user = {"Authorization": f"Bearer {issuer.mint('tour-user')}"}
         admin = {"Authorization": f"Bearer {issuer.mint('tour-admin', groups=['admin'])}"}
         taken: set[tuple[str, str]] = set()
         try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-                with trio.fail_after(120):
-                    while True:
-                        assert proc.poll() is None, log_path.read_text()[-3000:]
-                        try:
-                            if (await http.get("/readyz")).status_code == 200:
-                                break
-                        except httpx.TransportError:
-                            pass
-                        await trio.sleep(0.2)
+            async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+                await api.wait_ready(http)
                 listed = {
                     (method.upper(), path)
                     for path, methods in (await http.get("/openapi.json")).json()["paths"].items()
@@ -202,15 +168,11 @@ async def test_the_api_role_answers_every_route_from_its_own_process(
                 await call("DELETE", f"/user/follow/{match_id}", 200, ids={"matchId": match_id})
                 await call("DELETE", "/user/device", 200)
                 await call("DELETE", f"/leagues/{league_id}", 200, ids={"leagueId": league_id}, headers=admin)
-            proc.send_signal(signal.SIGTERM)
-            with trio.fail_after(30):
-                while proc.poll() is None:
-                    await trio.sleep(0.05)
-            assert proc.returncode == 0, log_path.read_text()[-3000:]
+            assert await api.stop() == 0, api.log_tail()
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            if api.proc is not None and api.proc.poll() is None:
+                api.proc.kill()
+                api.proc.wait()
             dynamo.close()
     untaken = listed - taken
     assert not untaken, (

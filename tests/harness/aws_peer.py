@@ -19,6 +19,9 @@ What it adds to the server ``daemon/store/local.py`` runs (the same moto WSGI ap
   documents. Without these the region's template could not be deployed here at all, and
   ``sightscreen tables check`` would report every TTL as disabled.
 
+- **Metering** (``--meter FILE``): every DynamoDB request of a service role as the read and write request
+  units on-demand DynamoDB would bill it (``Meter``; ``bench/aws_cost.py``).
+
 ``AwsPeer`` starts it as a child process (it dies with its parent) and reads the port it bound from its first
 line of output. Nothing here is shipped.
 """
@@ -82,6 +85,123 @@ class Recorder:
                 "a"
             ) as out:  # one short line per write: whole lines even beside other servers
                 out.write(json.dumps(line) + "\n")
+
+
+class Meter:
+    """WSGI layer: one JSON line per DynamoDB request of a service role, with the request units DynamoDB's
+    on-demand mode would bill it (``bench/aws_cost.py`` adds them up).
+
+    Units follow DynamoDB's rules on item sizes as moto computes them: a write is one unit per KB of the
+    item (started KB; an UpdateItem or DeleteItem is measured on the stored item after or before it, a
+    PutItem on the item sent), twice that in a transaction; a read is one unit per 4 KB read (summed over a
+    Query's or Scan's page, per item otherwise), half that when eventually consistent, twice in a
+    transaction. A refused conditional write still costs its units, as on DynamoDB."""
+
+    WRITES = ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems")
+
+    def __init__(self, app: Any, path: Path) -> None:
+        self.app = app
+        self.path = path
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        from tests.harness.dynamodb_iam import logical_table, role_of
+
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        role = role_of(str(environ.get("HTTP_AUTHORIZATION", "")))
+        if role is None or not target.startswith("DynamoDB_"):
+            return self.app(environ, start_response)
+        operation = target.split(".", 1)[1]
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        request = json.loads(body or b"{}")
+        # the credential scope names the region: Credential=KEY/DATE/REGION/dynamodb/aws4_request
+        scope = str(environ.get("HTTP_AUTHORIZATION", "")).split("Credential=", 1)[-1].split("/")
+        region = scope[2] if len(scope) > 2 else "us-east-1"
+        before = self._stored_sizes(request, region) if operation == "DeleteItem" else {}
+        answer = b"".join(self.app(environ, start_response))
+        try:
+            response = json.loads(answer or b"{}")
+        except ValueError:
+            response = {}
+        units = self._units(operation, request, response, before, region)
+        with self.lock, self.path.open("a") as out:
+            for physical, (rru, wru) in units.items():
+                line = {"role": role, "op": operation, "table": logical_table(physical) or physical}
+                out.write(json.dumps({**line, "rru": rru, "wru": wru}) + "\n")
+        return [answer]
+
+    @staticmethod
+    def _size(item: dict[str, Any]) -> int:
+        from moto.dynamodb.models.dynamo_type import DynamoType
+        from moto.dynamodb.models.utilities import bytesize
+
+        return sum(bytesize(name) + DynamoType(value).size() for name, value in item.items())
+
+    @staticmethod
+    def _stored_sizes(request: dict[str, Any], region: str) -> dict[str, int]:
+        """The size of the stored item a single-item write names (0 where there is none)."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+
+        try:
+            backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][region]
+            item = backend.get_item(request["TableName"], request["Key"])
+        except Exception:  # noqa: BLE001 - no such table or key: nothing stored
+            return {}
+        return {request["TableName"]: item.size() if item is not None else 0}
+
+    def _units(
+        self,
+        operation: str,
+        request: dict[str, Any],
+        response: dict[str, Any],
+        before: dict[str, int],
+        region: str,
+    ) -> dict[str, tuple[float, float]]:
+        import math
+
+        read = 0.5 if not request.get("ConsistentRead") else 1.0
+        out: dict[str, tuple[float, float]] = {}
+
+        def add(table: str, rru: float = 0.0, wru: float = 0.0) -> None:
+            r, w = out.get(table, (0.0, 0.0))
+            out[table] = (r + rru, w + wru)
+
+        def kb(size: int) -> int:
+            return max(1, math.ceil(size / 1024))
+
+        if operation in ("GetItem",):
+            add(
+                request["TableName"],
+                rru=read * max(1, math.ceil(self._size(response.get("Item") or {}) / 4096)),
+            )
+        elif operation in ("Query", "Scan"):
+            total = sum(self._size(i) for i in response.get("Items") or [])
+            add(request["TableName"], rru=read * max(1, math.ceil(total / 4096)))
+        elif operation == "BatchGetItem":
+            for table, items in (response.get("Responses") or {}).items():
+                add(table, rru=sum(0.5 * max(1, math.ceil(self._size(i) / 4096)) for i in items))
+        elif operation == "PutItem":
+            add(request["TableName"], wru=kb(self._size(request.get("Item") or {})))
+        elif operation == "UpdateItem":
+            after = self._stored_sizes(request, region).get(request["TableName"], 0)
+            add(request["TableName"], wru=kb(after))
+        elif operation == "DeleteItem":
+            add(request["TableName"], wru=kb(before.get(request["TableName"], 0)))
+        elif operation == "BatchWriteItem":
+            for table, writes in (request.get("RequestItems") or {}).items():
+                for w in writes:
+                    item = (w.get("PutRequest") or {}).get("Item") or {}
+                    add(table, wru=kb(self._size(item)))
+        elif operation == "TransactWriteItems":
+            for entry in request.get("TransactItems") or []:
+                for kind, r in entry.items():
+                    size = self._size(r.get("Item") or {}) if kind == "Put" else 1024
+                    add(r["TableName"], wru=2 * kb(size))
+        elif "TableName" in request:
+            add(request["TableName"])
+        return out
 
 
 def complete_cloudformation() -> None:
@@ -219,6 +339,7 @@ def main() -> None:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--record", type=Path, default=None, help="append the roles' permissions here")
+    parser.add_argument("--meter", type=Path, default=None, help="append each role request's units here")
     args = parser.parse_args()
 
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
@@ -233,6 +354,8 @@ def main() -> None:
 
     complete_cloudformation()
     app: Any = DomainDispatcherApplication(create_backend_app)
+    if args.meter is not None:
+        app = Meter(app, args.meter)
     if args.record is not None:
         app = Recorder(app, args.record)
     server = make_server(args.host, 0, app, threaded=False, request_handler=Quiet)
@@ -245,6 +368,7 @@ class AwsPeer:
     """The server above as a child process: ``start()`` returns once it listens; ``stop()`` ends it."""
 
     record: Path | None = None
+    meter: Path | None = None
     host: str = "127.0.0.1"
     port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -259,6 +383,8 @@ class AwsPeer:
         command = [sys.executable, "-m", "tests.harness.aws_peer", "--host", self.host]
         if self.record is not None:
             command += ["--record", str(self.record)]
+        if self.meter is not None:
+            command += ["--meter", str(self.meter)]
         env = dict(
             os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])
         )
