@@ -56,12 +56,12 @@ def summarise(meter: Path, scale: float) -> dict[str, Any]:
 
 
 async def engine(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    from actors.settings import MatchSettings, OrchestratorSettings
+    from actors.settings import MatchActorSettings, OrchestratorSettings
     from daemon.replay.synth import synthesise
     from tests.harness.cluster import Cluster
 
     meter = workdir / "meter.jsonl"
-    orch, match = OrchestratorSettings(), MatchSettings()
+    orch, match = OrchestratorSettings(), MatchActorSettings()
     with AwsPeer(meter=meter) as peer:
         cluster = Cluster(
             workdir,

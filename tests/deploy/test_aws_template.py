@@ -159,8 +159,15 @@ def test_each_services_container_environment_is_a_configuration_the_daemon_accep
     assert all(arn.startswith("arn:aws:secretsmanager:") for arn in secrets.values())
     assert not any("PRIVATE KEY" in value for value in env.values())
     if service == "engine":
-        assert set(secrets) == {"SIGHTSCREEN_APNS__PRIVATE_KEY", "SIGHTSCREEN_SPORTMONKS__API_TOKEN"}
+        apns = deployed.outputs["ApnsKeySecretArn"]
+        assert secrets == {
+            # the key and its id from one version of one secret: a rotation changes both at once
+            "SIGHTSCREEN_APNS__KEY_ID": f"{apns}:keyId::",
+            "SIGHTSCREEN_APNS__PRIVATE_KEY": f"{apns}:privateKey::",
+            "SIGHTSCREEN_SPORTMONKS__API_TOKEN": deployed.outputs["SportMonksTokenSecretArn"],
+        }
         # ECS sets them from the secrets when the task starts
+        env["SIGHTSCREEN_APNS__KEY_ID"] = "KEY1234567"
         env["SIGHTSCREEN_APNS__PRIVATE_KEY"] = generate_signing_key("KEY1234567").private_pem
         env["SIGHTSCREEN_SPORTMONKS__API_TOKEN"] = "a-token"
     else:

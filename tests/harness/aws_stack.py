@@ -59,7 +59,6 @@ def default_parameters(prefix: str, network: dict[str, str]) -> dict[str, str]:
         "CognitoUserPoolId": f"{REGION}_AbCdEf123",
         "CognitoAppClientIds": "clientone,clienttwo",
         "ApnsTeamId": "TEAM123456",
-        "ApnsKeyId": "KEY1234567",
         "ApnsTopic": "app.sightscreen.ios",
         "VpcId": network["vpc"],
         "LoadBalancerSubnetIds": network["subnets"],
