@@ -58,7 +58,7 @@ def summarise(meter: Path, scale: float) -> dict[str, Any]:
 async def engine(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from actors.settings import MatchActorSettings, OrchestratorSettings
     from daemon.replay.synth import synthesise
-    from tests.harness.cluster import Cluster
+    from tests.harness.cluster import Cluster, admin_request
 
     meter = workdir / "meter.jsonl"
     orch, match = OrchestratorSettings(), MatchActorSettings()
@@ -74,6 +74,8 @@ async def engine(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             cadence_s=2.5,
             cycle_s=orch.cycle_s,
             innings_break_s=1200.0,
+            # the followers were told before play, as the prematch job leaves them: live play alone
+            prematch_settled=True,
             extra_config={
                 "match": {
                     "session_refresh_s": match.session_refresh_s,
@@ -94,8 +96,16 @@ async def engine(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             await trio.sleep(args.minutes * 60)
             window = time.monotonic() - started
             calls = cluster.replay.sportmonks_requests() - calls_before
-            pushes = sum(1 for r in cluster.apns.records if r.get("status") == 200)
+            accepted = [r for r in cluster.apns.records if r.get("status") == 200]
+            pushes = len(accepted)
+            # the JSON payload of each push (what leaves the region per push, before HTTP/2 framing and TLS)
+            payload_bytes = sum(len(json.dumps(r.get("payload"), separators=(",", ":"))) for r in accepted)
+            log_bytes = sum(inst.log_path.stat().st_size for inst in cluster.all_instances())
             cursor = cluster.replay.status()[match_id]
+            samples = []  # what a scrape of each instance carries: Prometheus's ingestion is billed per sample
+            for inst in list(cluster.instances.values()):
+                text = await admin_request(cluster.admin_socket(inst), "metrics")
+                samples.append(sum(1 for x in str(text or "").splitlines() if x and not x.startswith("#")))
             await cluster.stop_all()
             nursery.cancel_scope.cancel()
         cluster.dynamo.close()
@@ -107,6 +117,9 @@ async def engine(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "replay": {k: v for k, v in cursor.items() if isinstance(v, int | float | str | bool)},
         "sportmonks_calls_per_hour": round(calls * scale),
         "apns_pushes_accepted_run": pushes,
+        "apns_payload_bytes_mean": round(payload_bytes / max(1, pushes)),
+        "log_bytes_per_hour_all_instances_from_start": round(log_bytes * scale),
+        "metric_samples_per_scrape": samples,
         "per_hour": summarise(meter, scale),
     }
 
