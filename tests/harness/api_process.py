@@ -34,7 +34,7 @@ class ApiProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "api.log"
         self.config_path = workdir / "api.toml"
-        config = {
+        config: dict[str, dict[str, Any]] = {
             "instance": {"id": "api-1", "roles": ["api"]},
             "dynamodb": {"endpoint_url": dynamodb_url, "table_prefix": table_prefix},
             "api": {"listen": f"127.0.0.1:{self.port}"},

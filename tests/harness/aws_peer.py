@@ -267,7 +267,7 @@ def complete_cloudformation() -> None:
             return self.arn  # Ref: the secret's ARN
 
         @classmethod
-        def create_from_cloudformation_json(  # type: ignore[override]
+        def create_from_cloudformation_json(
             cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
         ) -> Secret:
             props = cloudformation_json["Properties"]
@@ -319,7 +319,7 @@ def complete_cloudformation() -> None:
             return str(self.workspace.arn)  # Ref: the workspace's ARN
 
         @classmethod
-        def create_from_cloudformation_json(  # type: ignore[override]
+        def create_from_cloudformation_json(
             cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
         ) -> Workspace:
             props = cloudformation_json["Properties"]
