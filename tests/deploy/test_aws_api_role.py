@@ -75,99 +75,88 @@ async def test_the_api_role_answers_every_route_from_its_own_process(
                     for method in methods
                 }
 
-                async def call(
-                    method: str,
-                    path: str,
-                    expect: int,
-                    *,
-                    params: dict[str, str] | None = None,
-                    ids: dict[str, str] | None = None,
-                    body: Any = None,
-                    headers: dict[str, str] | None = None,
-                ) -> httpx.Response:
-                    resp = await http.request(
-                        method, path, params=params, json=body, headers=user if headers is None else headers
-                    )
+                # (method, path, expected status, the path's parameters, query, body, as admin)
+                match, league = f"/matches/{match_id}", f"/leagues/{league_id}"
+                follow, activity = f"/user/follow/{match_id}", f"/user/activity/{match_id}"
+                on_match, on_league = {"matchId": match_id}, {"leagueId": league_id}
+                steps: list[tuple[str, str, int, dict[str, str], dict[str, str], Any, bool]] = [
+                    ("GET", "/healthz", 200, {}, {}, None, False),
+                    ("GET", "/readyz", 200, {}, {}, None, False),
+                    ("GET", "/matches", 200, {}, {"league": "TOUR"}, None, False),
+                    ("GET", "/matches", 200, {}, {"ids": match_id, "include": "raw"}, None, False),
+                    ("GET", match, 200, on_match, {}, None, False),
+                    (
+                        "GET",
+                        f"{match}/display",
+                        404,
+                        on_match,
+                        {},
+                        None,
+                        False,
+                    ),  # no tick yet: nothing cached
+                    ("GET", "/teams", 200, {}, {}, None, False),
+                    ("GET", f"/teams/{team_id}", 200, {"teamId": team_id}, {}, None, False),
+                    ("PATCH", f"/teams/{team_id}", 200, {"teamId": team_id}, {}, {"code": "TR"}, True),
+                    ("GET", "/seasons/5001/teams", 200, {"seasonId": "5001"}, {}, None, False),
+                    ("GET", "/leagues", 200, {}, {}, None, False),
+                    ("GET", league, 200, on_league, {}, None, False),
+                    ("PATCH", league, 200, on_league, {}, {"active": True}, True),
+                    (
+                        "POST",
+                        "/user/device",
+                        200,
+                        {},
+                        {},
+                        {
+                            "deviceToken": "ab" * 32,
+                            "platform": "ios",
+                            "osVersion": "17.4",
+                            "appVersion": "1.0",
+                        },
+                        False,
+                    ),
+                    ("GET", "/user/device", 200, {}, {}, None, False),
+                    (
+                        "PUT",
+                        "/user/device/push-to-start",
+                        200,
+                        {},
+                        {},
+                        {"pushToStartToken": "cd" * 32},
+                        False,
+                    ),
+                    ("POST", follow, 201, on_match, {}, {"teamId": team_id}, False),
+                    ("GET", follow, 200, on_match, {}, None, False),
+                    ("PATCH", follow, 200, on_match, {}, {"teamId": other_team}, False),
+                    (
+                        "POST",
+                        activity,
+                        201,
+                        on_match,
+                        {},
+                        {"deviceId": "d1", "updateToken": "ef" * 32},
+                        False,
+                    ),
+                    (
+                        "PATCH",
+                        activity,
+                        200,
+                        on_match,
+                        {},
+                        {"deviceId": "d1", "updateToken": "01" * 32},
+                        False,
+                    ),
+                    ("GET", "/user/activities", 200, {}, {}, None, False),
+                    ("DELETE", activity, 200, on_match, {"deviceId": "d1"}, None, False),
+                    ("DELETE", follow, 200, on_match, {}, None, False),
+                    ("DELETE", "/user/device", 200, {}, {}, None, False),
+                    ("DELETE", league, 200, on_league, {}, None, True),
+                ]
+                for method, path, expect, ids, params, body, as_admin in steps:
+                    headers = {} if path in ("/healthz", "/readyz") else admin if as_admin else user
+                    resp = await http.request(method, path, params=params, json=body, headers=headers)
                     assert resp.status_code == expect, f"{method} {path}: {resp.status_code} {resp.text}"
-                    taken.add((method, _route(path, ids or {})))
-                    return resp
-
-                device = "ab" * 32
-                await call("GET", "/healthz", 200, headers={})
-                await call("GET", "/readyz", 200, headers={})
-                await call("GET", "/matches", 200, params={"league": "TOUR"})
-                await call("GET", "/matches", 200, params={"ids": match_id, "include": "raw"})
-                await call("GET", f"/matches/{match_id}", 200, ids={"matchId": match_id})
-                await call("GET", f"/matches/{match_id}/display", 404, ids={"matchId": match_id})
-                await call("GET", "/teams", 200)
-                await call("GET", f"/teams/{team_id}", 200, ids={"teamId": team_id})
-                await call(
-                    "PATCH",
-                    f"/teams/{team_id}",
-                    200,
-                    ids={"teamId": team_id},
-                    body={"code": "TR"},
-                    headers=admin,
-                )
-                await call("GET", "/seasons/5001/teams", 200, ids={"seasonId": "5001"})
-                await call("GET", "/leagues", 200)
-                await call("GET", f"/leagues/{league_id}", 200, ids={"leagueId": league_id})
-                await call(
-                    "PATCH",
-                    f"/leagues/{league_id}",
-                    200,
-                    ids={"leagueId": league_id},
-                    body={"active": True},
-                    headers=admin,
-                )
-                await call(
-                    "POST",
-                    "/user/device",
-                    200,
-                    body={"deviceToken": device, "platform": "ios", "osVersion": "17.4", "appVersion": "1.0"},
-                )
-                await call("GET", "/user/device", 200)
-                await call("PUT", "/user/device/push-to-start", 200, body={"pushToStartToken": "cd" * 32})
-                await call(
-                    "POST",
-                    f"/user/follow/{match_id}",
-                    201,
-                    ids={"matchId": match_id},
-                    body={"teamId": team_id},
-                )
-                await call("GET", f"/user/follow/{match_id}", 200, ids={"matchId": match_id})
-                await call(
-                    "PATCH",
-                    f"/user/follow/{match_id}",
-                    200,
-                    ids={"matchId": match_id},
-                    body={"teamId": other_team},
-                )
-                await call(
-                    "POST",
-                    f"/user/activity/{match_id}",
-                    201,
-                    ids={"matchId": match_id},
-                    body={"deviceId": "d1", "updateToken": "ef" * 32},
-                )
-                await call(
-                    "PATCH",
-                    f"/user/activity/{match_id}",
-                    200,
-                    ids={"matchId": match_id},
-                    body={"deviceId": "d1", "updateToken": "01" * 32},
-                )
-                await call("GET", "/user/activities", 200)
-                await call(
-                    "DELETE",
-                    f"/user/activity/{match_id}",
-                    200,
-                    ids={"matchId": match_id},
-                    params={"deviceId": "d1"},
-                )
-                await call("DELETE", f"/user/follow/{match_id}", 200, ids={"matchId": match_id})
-                await call("DELETE", "/user/device", 200)
-                await call("DELETE", f"/leagues/{league_id}", 200, ids={"leagueId": league_id}, headers=admin)
+                    taken.add((method, _route(path, ids)))
             assert await api.stop() == 0, api.log_tail()
         finally:
             if api.proc is not None and api.proc.poll() is None:

@@ -35,9 +35,11 @@ import os
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from daemon.store.local import MotoServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _MODELS: list[type] = []
@@ -364,20 +366,14 @@ def main() -> None:
 
 
 @dataclass
-class AwsPeer:
-    """The server above as a child process: ``start()`` returns once it listens; ``stop()`` ends it."""
+class AwsPeer(MotoServer):
+    """The server above as a child process: ``start()`` returns once it listens; ``stop()``, ``url`` and the
+    context manager are ``MotoServer``'s."""
 
     record: Path | None = None
     meter: Path | None = None
-    host: str = "127.0.0.1"
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self) -> AwsPeer:
+    def start(self, timeout: float = 30.0) -> AwsPeer:
         from daemon.store.local import die_with_parent
 
         command = [sys.executable, "-m", "tests.harness.aws_peer", "--host", self.host]
@@ -404,17 +400,8 @@ class AwsPeer:
         self.port = int(line)
         return self
 
-    def stop(self) -> None:
-        from daemon.store.local import stop_child
-
-        stop_child(self.proc)
-        self.proc = None
-
     def __enter__(self) -> AwsPeer:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":
