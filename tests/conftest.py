@@ -12,7 +12,9 @@ rigs' own tests, in ``tests/harness/``. Multi-process end-to-end, fault, soak an
 
 - ``moto_server``: one single-threaded moto DynamoDB server on loopback for the session (a real server,
   not in-process patching). Tests isolate themselves with a unique table prefix (``table_prefix``), so no
-  reset is needed between tests and tests may run in any order.
+  reset is needed between tests and tests may run in any order. It records the DynamoDB permissions the
+  engine's and the API's processes use (``tests/harness/aws_peer.py``); at the end of a whole run the policy
+  gate compares them with the AWS template's role policies (``tests/harness/aws_policy_gate.py``).
 - ``shared_data``: the folder of real SportMonks responses beside the project; tests that need it skip,
   saying why, where it is absent.
 - ``sock_dir``: a short directory for Unix sockets; ``log_stream``: the daemon's JSON logs captured for the
@@ -34,7 +36,13 @@ from typing import Any
 import pytest
 
 from daemon import logs
-from daemon.store.local import MotoServer
+from tests.harness.aws_peer import AwsPeer
+from tests.harness.aws_policy_gate import (  # noqa: F401 - hooks: record each role's DynamoDB calls, check the policy
+    pytest_configure,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    recording_path,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("SIGHTSCREEN_SHARED_DATA", PROJECT_ROOT.parent / "shared" / "data"))
@@ -45,8 +53,8 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
 @pytest.fixture(scope="session")
-def moto_server() -> Iterator[MotoServer]:
-    server = MotoServer().start()
+def moto_server(request: pytest.FixtureRequest) -> Iterator[AwsPeer]:
+    server = AwsPeer(record=recording_path(request.config)).start()
     try:
         yield server
     finally:
@@ -79,7 +87,7 @@ def real_fixture_path(shared_data: Path) -> Path:
 
 
 @pytest.fixture
-async def dynamo(moto_server: MotoServer, table_prefix: str):  # type: ignore[no-untyped-def]
+async def dynamo(moto_server: AwsPeer, table_prefix: str):  # type: ignore[no-untyped-def]
     """A ``Dynamo`` on the session's moto server with all eleven tables created under this test's prefix.
 
     Batch backoff is shortened so retry tests run in milliseconds; everything else is the production

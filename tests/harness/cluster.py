@@ -27,6 +27,7 @@ import trio
 
 from daemon.demo.seed import SeededMatch, seed_match
 from daemon.store.local import die_with_parent
+from tests.harness.dynamodb_iam import role_credentials
 from tests.harness.records import aps, event_ids, record_kid, standing_wickets
 
 TEAM_ID = "CLUSTER001"
@@ -412,7 +413,8 @@ class Cluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            # the engine's own credentials: the test DynamoDB records what the role calls (tests/deploy)
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **role_credentials("engine")),
             preexec_fn=die_with_parent,
         )
         log.close()

@@ -33,6 +33,7 @@ from typing import Any
 import trio
 
 from daemon.demo.seed import seed_match
+from tests.harness.dynamodb_iam import role_endpoint
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.lazy_proxy import LazyFaultProxy
 from tests.harness.records import aps, event_ids, record_kid, standing_wickets
@@ -182,10 +183,12 @@ class FaultRig:
         }
         for section, values in opts.extra.items():
             extra.setdefault(section, {}).update(values)
+        # the endpoint names the engine role: the test DynamoDB records what it calls (tests/deploy)
         return demo_config(
-            dynamo_url=self.moto_url
-            if dynamo_direct
-            else f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
+            dynamo_url=role_endpoint(
+                self.moto_url if dynamo_direct else f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
+                "engine",
+            ),
             replay_url=f"http://127.0.0.1:{self.proxies['sportmonks'].port}",
             apns_url=self.apns.url if apns_direct else f"https://127.0.0.1:{self.proxies['apns'].port}",
             ca_file=self.apns.ca_file,

@@ -1,0 +1,408 @@
+"""The test suite's AWS on loopback: moto's server, single-threaded, with a recording layer and the few
+CloudFormation properties moto leaves out.
+
+What it adds to the server ``daemon/store/local.py`` runs (the same moto WSGI app, ``threaded=False``, the same
+3-s cut-off of a silent client):
+
+- **Recording** (``--record FILE``): every DynamoDB request signed with one of the service roles' access keys
+  (``tests/harness/dynamodb_iam.py``: the end-to-end rigs run the engine and the API with them), or sent to
+  an endpoint that names the role in its path (the fault rig's in-process daemon), is noted as
+  the IAM permissions it needs: one JSON line per distinct (role, action, table, index), appended as it is
+  first seen. The policy check (``tests/deploy/aws_policy_gate.py``) compares the lines of a whole run with the
+  template's role policies.
+- **CloudFormation as AWS does it** where moto's ``AWS::DynamoDB::Table`` drops properties: after moto
+  creates a table from a template, its ``TimeToLiveSpecification`` and ``PointInTimeRecoverySpecification``
+  are applied (the UpdateTimeToLive and UpdateContinuousBackups calls CloudFormation makes), and its
+  ``SSESpecification`` is read with CloudFormation's ``SSEEnabled`` (moto expects CreateTable's ``Enabled``); and
+  ``AWS::SecretsManager::Secret`` and ``AWS::APS::Workspace``, which moto's CloudFormation does not know, are
+  created in moto's own Secrets Manager and Prometheus backends, with the ``Ref`` and ``GetAtt`` values AWS
+  documents. Without these the region's template could not be deployed here at all, and
+  ``sightscreen tables check`` would report every TTL as disabled.
+
+- **Metering** (``--meter FILE``): every DynamoDB request of a service role as the read and write request
+  units on-demand DynamoDB would bill it (``Meter``; ``bench/aws_cost.py``).
+
+``AwsPeer`` starts it as a child process (it dies with its parent) and reads the port it bound from its first
+line of output. Nothing here is shipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.store.local import MotoServer
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_MODELS: list[type] = []
+
+
+class Recorder:
+    """WSGI layer: notes each role's DynamoDB permissions, then hands the request to moto unchanged."""
+
+    def __init__(self, app: Any, path: Path) -> None:
+        self.app = app
+        self.path = path
+        self.seen: set[tuple[str, Any]] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        from tests.harness.dynamodb_iam import ROLE_ACCESS_KEYS, ROLE_PATH, required_permissions, role_of
+
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        role = role_of(str(environ.get("HTTP_AUTHORIZATION", "")))
+        path = str(environ.get("PATH_INFO", ""))
+        if path.startswith(ROLE_PATH):  # an in-process daemon's endpoint names its role (role_endpoint)
+            named, _, rest = path[len(ROLE_PATH) :].partition("/")
+            environ["PATH_INFO"] = "/" + rest
+            role = role or (named if named in ROLE_ACCESS_KEYS else None)
+        if role is not None and target.startswith("DynamoDB_"):
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            environ["wsgi.input"] = io.BytesIO(body)  # moto reads the body again
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                request = {}
+            for permission in required_permissions(target.split(".", 1)[1], request):
+                self._note(role, permission)
+        return self.app(environ, start_response)
+
+    def _note(self, role: str, permission: Any) -> None:
+        with self.lock:
+            if (role, permission) in self.seen:
+                return
+            self.seen.add((role, permission))
+            line = {"role": role, "action": permission.action, "table": permission.table}
+            if permission.index is not None:
+                line["index"] = permission.index
+            with self.path.open(
+                "a"
+            ) as out:  # one short line per write: whole lines even beside other servers
+                out.write(json.dumps(line) + "\n")
+
+
+class Meter:
+    """WSGI layer: one JSON line per DynamoDB request of a service role, with the request units DynamoDB's
+    on-demand mode would bill it (``bench/aws_cost.py`` adds them up).
+
+    Units follow DynamoDB's rules on item sizes as moto computes them: a write is one unit per KB of the
+    item (started KB; an UpdateItem or DeleteItem is measured on the stored item after or before it, a
+    PutItem on the item sent), twice that in a transaction; a read is one unit per 4 KB read (summed over a
+    Query's or Scan's page, per item otherwise), half that when eventually consistent, twice in a
+    transaction. A refused conditional write still costs its units, as on DynamoDB."""
+
+    WRITES = ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems")
+
+    def __init__(self, app: Any, path: Path) -> None:
+        self.app = app
+        self.path = path
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        from tests.harness.dynamodb_iam import logical_table, role_of
+
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        role = role_of(str(environ.get("HTTP_AUTHORIZATION", "")))
+        if role is None or not target.startswith("DynamoDB_"):
+            return self.app(environ, start_response)
+        operation = target.split(".", 1)[1]
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        request = json.loads(body or b"{}")
+        # the credential scope names the region: Credential=KEY/DATE/REGION/dynamodb/aws4_request
+        scope = str(environ.get("HTTP_AUTHORIZATION", "")).split("Credential=", 1)[-1].split("/")
+        region = scope[2] if len(scope) > 2 else "us-east-1"
+        before = self._stored_sizes(request, region) if operation == "DeleteItem" else {}
+        answer = b"".join(self.app(environ, start_response))
+        try:
+            response = json.loads(answer or b"{}")
+        except ValueError:
+            response = {}
+        units = self._units(operation, request, response, before, region)
+        with self.lock, self.path.open("a") as out:
+            for physical, (rru, wru) in units.items():
+                line = {"role": role, "op": operation, "table": logical_table(physical) or physical}
+                out.write(json.dumps({**line, "rru": rru, "wru": wru}) + "\n")
+        return [answer]
+
+    @staticmethod
+    def _size(item: dict[str, Any]) -> int:
+        from moto.dynamodb.models.dynamo_type import DynamoType
+        from moto.dynamodb.models.utilities import bytesize
+
+        return sum(bytesize(name) + DynamoType(value).size() for name, value in item.items())
+
+    @staticmethod
+    def _stored_sizes(request: dict[str, Any], region: str) -> dict[str, int]:
+        """The size of the stored item a single-item write names (0 where there is none)."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+
+        try:
+            backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][region]
+            item = backend.get_item(request["TableName"], request["Key"])
+        except Exception:  # noqa: BLE001 - no such table or key: nothing stored
+            return {}
+        return {request["TableName"]: item.size() if item is not None else 0}
+
+    def _units(
+        self,
+        operation: str,
+        request: dict[str, Any],
+        response: dict[str, Any],
+        before: dict[str, int],
+        region: str,
+    ) -> dict[str, tuple[float, float]]:
+        import math
+
+        read = 0.5 if not request.get("ConsistentRead") else 1.0
+        out: dict[str, tuple[float, float]] = {}
+
+        def add(table: str, rru: float = 0.0, wru: float = 0.0) -> None:
+            r, w = out.get(table, (0.0, 0.0))
+            out[table] = (r + rru, w + wru)
+
+        def kb(size: int) -> int:
+            return max(1, math.ceil(size / 1024))
+
+        if operation in ("GetItem",):
+            add(
+                request["TableName"],
+                rru=read * max(1, math.ceil(self._size(response.get("Item") or {}) / 4096)),
+            )
+        elif operation in ("Query", "Scan"):
+            total = sum(self._size(i) for i in response.get("Items") or [])
+            add(request["TableName"], rru=read * max(1, math.ceil(total / 4096)))
+        elif operation == "BatchGetItem":
+            for table, items in (response.get("Responses") or {}).items():
+                add(table, rru=sum(0.5 * max(1, math.ceil(self._size(i) / 4096)) for i in items))
+        elif operation == "PutItem":
+            add(request["TableName"], wru=kb(self._size(request.get("Item") or {})))
+        elif operation == "UpdateItem":
+            after = self._stored_sizes(request, region).get(request["TableName"], 0)
+            add(request["TableName"], wru=kb(after))
+        elif operation == "DeleteItem":
+            add(request["TableName"], wru=kb(before.get(request["TableName"], 0)))
+        elif operation == "BatchWriteItem":
+            for table, writes in (request.get("RequestItems") or {}).items():
+                for w in writes:
+                    item = (w.get("PutRequest") or {}).get("Item") or {}
+                    add(table, wru=kb(self._size(item)))
+        elif operation == "TransactWriteItems":
+            for entry in request.get("TransactItems") or []:
+                for kind, r in entry.items():
+                    size = self._size(r.get("Item") or {}) if kind == "Put" else 1024
+                    add(r["TableName"], wru=2 * kb(size))
+        elif "TableName" in request:
+            add(request["TableName"])
+        return out
+
+
+def complete_cloudformation() -> None:
+    """Teach moto's CloudFormation the properties and resource types the region's template uses that it lacks."""
+    from moto.amp.models import amp_backends
+    from moto.core.common_models import CloudFormationModel
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.dynamodb.models.table import Table
+    from moto.secretsmanager.models import secretsmanager_backends
+
+    create_table = Table.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def create_table_as_aws(
+        cls: Any,
+        resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+        **kw: Any,
+    ) -> Any:
+        props = cloudformation_json["Properties"]
+        sse = props.get("SSESpecification")
+        if sse is not None:  # CloudFormation says SSEEnabled where CreateTable (and moto) says Enabled
+            props["SSESpecification"] = {
+                "Enabled": sse.get("SSEEnabled", False),
+                **{k: v for k, v in sse.items() if k in ("SSEType", "KMSMasterKeyId")},
+            }
+        table = create_table(cls, resource_name, cloudformation_json, account_id, region_name, **kw)
+        backend = dynamodb_backends[account_id][region_name]
+        if "TimeToLiveSpecification" in props:
+            backend.update_time_to_live(table.name, props["TimeToLiveSpecification"])
+        if "PointInTimeRecoverySpecification" in props:
+            backend.update_continuous_backups(table.name, props["PointInTimeRecoverySpecification"])
+        return table
+
+    Table.create_from_cloudformation_json = classmethod(create_table_as_aws)  # type: ignore[method-assign,assignment]
+
+    class Secret(CloudFormationModel):
+        __module__ = (
+            "moto.secretsmanager.models"  # moto's model registry names a model's service by its module
+        )
+
+        def __init__(self, arn: str, name: str) -> None:
+            self.arn, self.name = arn, name
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::SecretsManager::Secret"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "Name"
+
+        @classmethod
+        def has_cfn_attr(cls, attr: str) -> bool:
+            return attr == "Id"
+
+        def get_cfn_attribute(self, attribute_name: str) -> Any:
+            return self.arn
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.arn  # Ref: the secret's ARN
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> Secret:
+            props = cloudformation_json["Properties"]
+            generated = props.get("GenerateSecretString")
+            value = props.get("SecretString") or (os.urandom(16).hex() if generated is not None else None)
+            backend = secretsmanager_backends[account_id][region_name]
+            answer = json.loads(
+                backend.create_secret(
+                    name=props.get("Name") or resource_name,
+                    secret_string=value,
+                    secret_binary=None,
+                    description=props.get("Description"),
+                    tags=props.get("Tags"),
+                    kms_key_id=props.get("KmsKeyId"),
+                    client_request_token=None,
+                    replica_regions=[],
+                    force_overwrite=False,
+                )
+            )
+            return cls(answer["ARN"], answer["Name"])
+
+    class Workspace(CloudFormationModel):
+        __module__ = "moto.amp.models"
+
+        def __init__(self, workspace: Any) -> None:
+            self.workspace = workspace
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::APS::Workspace"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "Alias"
+
+        @classmethod
+        def has_cfn_attr(cls, attr: str) -> bool:
+            return attr in ("Arn", "PrometheusEndpoint", "WorkspaceId")
+
+        def get_cfn_attribute(self, attribute_name: str) -> Any:
+            return {
+                "Arn": self.workspace.arn,
+                "PrometheusEndpoint": self.workspace.endpoint,
+                "WorkspaceId": self.workspace.workspace_id,
+            }[attribute_name]
+
+        @property
+        def physical_resource_id(self) -> str:
+            return str(self.workspace.arn)  # Ref: the workspace's ARN
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> Workspace:
+            props = cloudformation_json["Properties"]
+            tags = {t["Key"]: t["Value"] for t in props.get("Tags") or []}
+            return cls(amp_backends[account_id][region_name].create_workspace(props.get("Alias", ""), tags))
+
+    from moto.cloudformation import parsing
+
+    # moto finds models as CloudFormationModel's subclasses, which it holds weakly: keep ours alive
+    _MODELS.extend([Secret, Workspace])
+    parsing.get_model_map.cache_clear()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="moto on loopback, single-threaded, recording the roles' calls"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--record", type=Path, default=None, help="append the roles' permissions here")
+    parser.add_argument("--meter", type=Path, default=None, help="append each role request's units here")
+    args = parser.parse_args()
+
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from moto.server import MotoRequestHandler
+    from werkzeug.serving import make_server
+
+    class Quiet(MotoRequestHandler):
+        timeout = 3  # one thread serves everyone: cut off a client silent for 3 s mid-request
+
+        def log_request(self, *a: Any, **k: Any) -> None:
+            pass
+
+    complete_cloudformation()
+    app: Any = DomainDispatcherApplication(create_backend_app)
+    if args.meter is not None:
+        app = Meter(app, args.meter)
+    if args.record is not None:
+        app = Recorder(app, args.record)
+    server = make_server(args.host, 0, app, threaded=False, request_handler=Quiet)
+    print(server.server_port, flush=True)
+    server.serve_forever()
+
+
+@dataclass
+class AwsPeer(MotoServer):
+    """The server above as a child process: ``start()`` returns once it listens; ``stop()``, ``url`` and the
+    context manager are ``MotoServer``'s."""
+
+    record: Path | None = None
+    meter: Path | None = None
+
+    def start(self, timeout: float = 30.0) -> AwsPeer:
+        from daemon.store.local import die_with_parent
+
+        command = [sys.executable, "-m", "tests.harness.aws_peer", "--host", self.host]
+        if self.record is not None:
+            command += ["--record", str(self.record)]
+        if self.meter is not None:
+            command += ["--meter", str(self.meter)]
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])
+        )
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=die_with_parent,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # the port, once bound; nothing if it failed to start
+        if not line.strip().isdigit():
+            self.stop()
+            raise RuntimeError(f"the AWS peer did not start (said {line!r})")
+        self.port = int(line)
+        return self
+
+    def __enter__(self) -> AwsPeer:
+        return self.start()
+
+
+if __name__ == "__main__":
+    main()
