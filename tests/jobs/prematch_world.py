@@ -1,7 +1,7 @@
 """Test scaffolding for the prematch tests (tests only): seeding DynamoDB, a recording sender, and the device's
 view of what arrived.
 
-``RecordingSender`` has the ``ApnsSender`` interface the notifier uses (``await send(push)``, one
+``FakeSender`` has the ``ApnsSender`` interface the notifier uses (``await send(push)``, one
 ``PushResult`` per push on ``push.reply_to``) and answers as APNs would for scripted tokens, for the fast
 cycle tests. ``start_apns_world`` runs the real thing: the project's APNs test server and ``ApnsSender``;
 ``SendWatch`` wraps a sender to stop a notifier "between sending and recording".
@@ -13,13 +13,13 @@ same id instead of adding a second; a push-to-start always starts another Live A
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from actors.jobs.convert import fixture_item
-from daemon.apns.types import Push, PushResult
+from daemon.apns.types import Push
 from daemon.demo import seed
 from tests.jobs.fake_sportmonks import make_fixture
 
@@ -73,33 +73,6 @@ async def register(repos: Any, user: str, *, push_to_start: bool = True) -> None
         push_to_start_token=token(user, "start") if push_to_start else None,
     )
     await seed.seed_devices(repos, [device])
-
-
-@dataclass
-class RecordingSender:
-    """An ``ApnsSender`` stand-in for the cycle tests: records every push and answers like APNs at once."""
-
-    pushes: list[Push] = field(default_factory=list)
-    rejected: dict[str, tuple[int, str]] = field(default_factory=dict)  # token -> (status, reason)
-    failing: set[str] = field(default_factory=set)  # tokens whose pushes end "failed" (retries exhausted)
-    sent_event: trio.Event = field(default_factory=trio.Event)
-
-    async def send(self, push: Push) -> None:
-        self.pushes.append(push)
-        self.sent_event.set()
-        if push.reply_to is None:
-            return
-        if push.token in self.rejected:
-            status, reason = self.rejected[push.token]
-            result = PushResult(push, "rejected", status, reason, push.apns_id, 1, 0.001)
-        elif push.token in self.failing:
-            result = PushResult(push, "failed", 503, "ServiceUnavailable", push.apns_id, 6, 0.001)
-        else:
-            result = PushResult(push, "accepted", 200, None, push.apns_id, 1, 0.001)
-        await push.reply_to.send(result)
-
-    def to(self, tok: str, kind: str | None = None) -> list[Push]:
-        return [p for p in self.pushes if p.token == tok and (kind is None or p.kind == kind)]
 
 
 @dataclass(frozen=True)

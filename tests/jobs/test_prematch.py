@@ -37,7 +37,6 @@ from tests.jobs.prematch_world import (
     T0,
     TOPIC,
     Clock,
-    RecordingSender,
     follow,
     put_fixture,
     register,
@@ -166,7 +165,7 @@ async def test_followers_get_one_alert_and_push_to_start_where_they_have_a_token
         await follow(repos, 7, user, start=START, team_id="39" if user == "u1" else None)
     await register(repos, "u1")
     await register(repos, "u2", push_to_start=False)  # u3 has no device at all
-    sender = RecordingSender()
+    sender = FakeSender()
     clock = Clock()
     notifier = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=clock)
 
@@ -221,7 +220,7 @@ async def _match_7_followed_by(repos: Any, n: int) -> list[str]:
 
 async def test_two_instances_at_once_notify_each_follower_exactly_once(repos: Any) -> None:
     users = await _match_7_followed_by(repos, 12)
-    sender = RecordingSender()
+    sender = FakeSender()
     a = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
     b = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
     async with trio.open_nursery() as nursery:
@@ -241,7 +240,7 @@ async def test_a_match_whose_prematch_lock_another_instance_holds_is_skipped_unt
 ) -> None:
     await _match_7_followed_by(repos, 2)
     assert await repos.locks.acquire(prematch_lock_key("7"), "other-instance", 60.0)
-    sender = RecordingSender()
+    sender = FakeSender()
     notifier = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(), owner="me")
     report = await notifier.run_cycle()
     assert (report.matches_locked, report.follower_reads, report.claimed) == (1, 0, 0)
@@ -267,7 +266,7 @@ def test_settled_hold(now: float, recheck_s: float, expected: float) -> None:
 
 async def test_a_settled_match_is_read_once_for_the_fleet_until_its_hold_runs_out(repos: Any) -> None:
     await _match_7_followed_by(repos, 3)
-    sender = RecordingSender()
+    sender = FakeSender()
     settings = PrematchSettings(settled_recheck_s=0.5)  # START is 20 min away: the hold is the 0.5 s
     a = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(), owner="a")
     b = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(), owner="b")
@@ -292,8 +291,8 @@ async def test_a_settled_match_is_read_once_for_the_fleet_until_its_hold_runs_ou
 async def test_without_a_hold_a_settled_match_is_released_for_the_next_instance(repos: Any) -> None:
     await _match_7_followed_by(repos, 2)
     settings = PrematchSettings(settled_recheck_s=0)
-    a = PrematchNotifier(repos, RecordingSender(), settings, topic=TOPIC, clock=Clock(), owner="a")
-    b = PrematchNotifier(repos, RecordingSender(), settings, topic=TOPIC, clock=Clock(), owner="b")
+    a = PrematchNotifier(repos, FakeSender(), settings, topic=TOPIC, clock=Clock(), owner="a")
+    b = PrematchNotifier(repos, FakeSender(), settings, topic=TOPIC, clock=Clock(), owner="b")
     await a.run_cycle()
     assert (await a.run_cycle()).matches_settled == 1
     report = await b.run_cycle()
@@ -304,7 +303,7 @@ async def test_a_prematch_lock_taken_over_mid_match_stops_this_instance_after_it
     await _match_7_followed_by(repos, 6)
     lock = prematch_lock_key("7")
 
-    class StealingSender(RecordingSender):
+    class StealingSender(FakeSender):
         """Our lease runs out during the first batch and another instance takes the lock."""
 
         async def send(self, push: Any) -> None:
@@ -329,7 +328,7 @@ async def test_failed_alert_is_resent_after_the_lease_under_the_same_collapse_id
     await put_fixture(repos, 7, START)
     await follow(repos, 7, "u1", start=START)
     await register(repos, "u1")
-    sender = RecordingSender(failing={token("u1")})
+    sender = FakeSender(failing={token("u1")})
     clock = Clock()
     notifier = PrematchNotifier(repos, sender, PrematchSettings(claim_lease_s=120), topic=TOPIC, clock=clock)
 
@@ -351,7 +350,7 @@ async def test_small_start_time_moves_do_not_renotify_but_a_big_move_does(repos:
     await put_fixture(repos, 7, START)
     await follow(repos, 7, "u1", start=START)
     await register(repos, "u1", push_to_start=False)
-    sender = RecordingSender()
+    sender = FakeSender()
     clock = Clock()
     notifier = PrematchNotifier(
         repos, sender, PrematchSettings(restart_notify_threshold_s=900), topic=TOPIC, clock=clock
@@ -383,10 +382,10 @@ async def test_watches_only_the_configured_or_active_leagues(repos: Any) -> None
     for mid in (7, 8):
         await follow(repos, mid, "u1", start=START)
     await register(repos, "u1", push_to_start=False)
-    sender = RecordingSender()
+    sender = FakeSender()
     await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
     assert [json.loads(p.payload)["matchId"] for p in sender.pushes] == ["7"]
-    sender2 = RecordingSender()
+    sender2 = FakeSender()
     await PrematchNotifier(
         repos, sender2, PrematchSettings(league_codes=["BBL"]), topic=TOPIC, clock=Clock()
     ).run_cycle()
@@ -419,25 +418,18 @@ async def test_actor_survives_failing_cycles_and_notifies_once_they_pass(repos: 
     await put_fixture(repos, 7, START)
     await follow(repos, 7, "u1", start=START)
     await register(repos, "u1", push_to_start=False)
-    sender = RecordingSender()
+    sender = FakeSender()
     flaky = ReposView(repos, fixtures=FlakyFixtures(repos.fixtures, 3))
     settings = PrematchSettings(interval_s=0.05, backoff_base_s=0.01, backoff_max_s=0.02)
     notifier = PrematchNotifier(flaky, sender, settings, topic=TOPIC, clock=Clock())
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(notifier.run)
-            await sender.sent_event.wait()
+            await sender.took.wait()
             while notifier.cycles < 2:
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
     assert len(sender.pushes) == 1 and notifier.failures == 0
-
-
-class SilentSender(RecordingSender):
-    """Takes every push and never answers (a connection that went away with them)."""
-
-    async def send(self, push: Push) -> None:
-        self.pushes.append(push)
 
 
 async def test_a_sender_that_never_answers_stops_the_batch_with_every_claim_left_to_the_lease(
@@ -445,7 +437,7 @@ async def test_a_sender_that_never_answers_stops_the_batch_with_every_claim_left
 ) -> None:
     users = await _match_7_followed_by(repos, 20)
     settings = PrematchSettings(send_concurrency=4, result_timeout_s=0.5)
-    silent = SilentSender()
+    silent = FakeSender(unanswered=lambda push: True)
     clock = Clock()
     with trio.fail_after(30):
         report = await PrematchNotifier(repos, silent, settings, topic=TOPIC, clock=clock).run_cycle()
@@ -456,7 +448,7 @@ async def test_a_sender_that_never_answers_stops_the_batch_with_every_claim_left
     states = {f["userId"]: f.get("prematchState") for f in await repos.follows.get_followers_for_match("7")}
     assert set(states.values()) == {"claimed"}
     clock.now += settings.claim_lease_s + 1
-    sender = RecordingSender()
+    sender = FakeSender()
     report = await PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=clock).run_cycle()
     assert report.recovered == 20 and all(len(sender.to(token(u), "alert")) == 1 for u in users)
     first = {p.token: p.collapse_id for p in silent.pushes}
@@ -484,7 +476,7 @@ async def test_a_claim_without_a_stamp_is_taken_over_once(repos: Any) -> None:
             ":c": {"S": "claimed"},
         },
     )
-    sender = RecordingSender()
+    sender = FakeSender()
     a = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
     b = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
     async with trio.open_nursery() as nursery:
@@ -497,7 +489,7 @@ async def test_a_claim_without_a_stamp_is_taken_over_once(repos: Any) -> None:
 
 async def test_followers_wait_while_a_live_fan_out_is_in_progress_and_go_on_once_it_ends(repos: Any) -> None:
     users = await _match_7_followed_by(repos, 3)
-    sender = RecordingSender()
+    sender = FakeSender()
     live = LiveWork()
     notifier = PrematchNotifier(
         repos, sender, PrematchSettings(give_way_s=60.0), topic=TOPIC, clock=Clock(), live=live
@@ -527,7 +519,7 @@ async def test_under_continuous_live_load_followers_wait_at_most_give_way_s_each
     await _match_7_followed_by(repos, 3)
     live = LiveWork()
     notifier = PrematchNotifier(
-        repos, RecordingSender(), PrematchSettings(give_way_s=0.2), topic=TOPIC, clock=Clock(), live=live
+        repos, FakeSender(), PrematchSettings(give_way_s=0.2), topic=TOPIC, clock=Clock(), live=live
     )
     with live.fanout():  # never ends while the cycle runs
         report = await notifier.run_cycle()
@@ -542,7 +534,7 @@ async def test_beside_live_matches_the_followers_are_paced_and_with_none_they_ar
     settings = PrematchSettings(live_followers_per_s=20.0)
     started = trio.current_time()
     report = await PrematchNotifier(
-        repos, RecordingSender(), settings, topic=TOPIC, clock=Clock(), live=live
+        repos, FakeSender(), settings, topic=TOPIC, clock=Clock(), live=live
     ).run_cycle()
     assert report.claimed == 20 and report.paced_s > 0
     assert trio.current_time() - started >= 19 / 20, "20 claims at 20 a second span at least 0.95 s"
@@ -553,7 +545,7 @@ async def test_beside_live_matches_the_followers_are_paced_and_with_none_they_ar
         await register(repos, user)
     matches_live[0] = 0  # nothing live on this instance: full speed
     report = await PrematchNotifier(
-        repos, RecordingSender(), settings, topic=TOPIC, clock=Clock(), live=live
+        repos, FakeSender(), settings, topic=TOPIC, clock=Clock(), live=live
     ).run_cycle()
     assert report.claimed == 3 and report.paced_s == 0.0
 
@@ -630,7 +622,7 @@ async def test_a_batch_reads_its_devices_and_takes_its_start_claims_in_a_few_cal
     ops = [(DEVICES, "BatchGetItem"), (DEVICES, "Query"), (DEVICES, "GetItem"), (LOCKS, "BatchGetItem")]
     ops += [(LOCKS, "TransactWriteItems"), (MATCH_FOLLOWS, "UpdateItem")]
     before = {op: _calls(*op) for op in ops}
-    sender = RecordingSender()
+    sender = FakeSender()
     report = await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
     calls = {op: _calls(*op) - before[op] for op in ops}
     assert (report.claimed, report.accepted, report.push_to_start, report.confirmed) == (250, 250, 250, 250)
@@ -657,7 +649,7 @@ async def test_a_follower_nothing_can_reach_costs_a_look_up_and_one_write(repos:
     await register(repos, "u1")  # u2 and u3 have no device
     writes, lookups = _calls(MATCH_FOLLOWS, "UpdateItem"), _calls(DEVICES, "Query")
     report = await PrematchNotifier(
-        repos, RecordingSender(), PrematchSettings(), topic=TOPIC, clock=Clock()
+        repos, FakeSender(), PrematchSettings(), topic=TOPIC, clock=Clock()
     ).run_cycle()
     assert (report.claimed, report.accepted, report.no_device) == (1, 1, 2)
     assert _calls(DEVICES, "Query") - lookups == 3, "one device look-up per follower"
@@ -691,7 +683,7 @@ async def test_a_start_claim_the_prematch_job_took_and_never_sent_runs_out_with_
     died = trio.CancelScope()
     clock = Clock()
     settings = PrematchSettings(claim_lease_s=120.0)
-    sender = RecordingSender()
+    sender = FakeSender()
     dying = WithLocks(repos, DyingClaims(repos.locks, died))
     with died:
         await PrematchNotifier(dying, sender, settings, topic=TOPIC, clock=clock).run_cycle()
@@ -703,17 +695,19 @@ async def test_a_start_claim_the_prematch_job_took_and_never_sent_runs_out_with_
 async def test_a_start_the_prematch_job_delivered_is_not_repeated_by_the_owner(repos: Any) -> None:
     await _match_7_followed_by(repos, 1)
     clock = Clock()
-    sender = RecordingSender()
+    sender = FakeSender()
     report = await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=clock).run_cycle()
     assert report.push_to_start == 1
     assert await _owner_heal(repos, START + 60) == [], "one claim per follower and match: held past the start"
 
 
-async def test_a_start_the_prematch_job_handed_over_before_dying_is_not_repeated_by_the_owner(repos: Any) -> None:
+async def test_a_start_the_prematch_job_handed_over_before_dying_is_not_repeated_by_the_owner(
+    repos: Any,
+) -> None:
     await _match_7_followed_by(repos, 1)
     died = trio.CancelScope()
 
-    class DyingSender(RecordingSender):
+    class DyingSender(FakeSender):
         async def send(self, push: Push) -> None:
             if push.kind == "start":
                 await super().send(push)  # it went out...

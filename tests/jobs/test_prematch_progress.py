@@ -11,12 +11,12 @@ import trio
 from actors.jobs.prematch import PrematchNotifier, UnfollowedMemo
 from actors.jobs.settings import PrematchSettings
 from daemon.apns.types import Push
+from tests.doubles import FakeSender
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
     TOPIC,
     Clock,
-    RecordingSender,
     follow,
     put_fixture,
     register,
@@ -45,7 +45,7 @@ async def test_the_first_follower_14_minutes_before_the_start_is_told_before_it(
     await seed_reference(repos)
     await put_fixture(repos, 7, START)
     clock = Clock(START - 30 * MINUTE)
-    sender = RecordingSender()
+    sender = FakeSender()
     notifier = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=clock)
     told_at = None
     while clock.now <= START + 10 * MINUTE and told_at is None:
@@ -59,7 +59,7 @@ async def test_the_first_follower_14_minutes_before_the_start_is_told_before_it(
     assert told_at is not None and told_at < START, (told_at, START)
 
 
-class CrashingSender(RecordingSender):
+class CrashingSender(FakeSender):
     """Answers like APNs, a moment later; the ``crash_at``-th alert kills the cycle (kill -9 mid-pass)."""
 
     def __init__(self, crash_at: int) -> None:
@@ -107,7 +107,7 @@ async def test_a_crash_mid_batch_repeats_only_the_alerts_in_flight(repos: Any) -
     # the successor, once the claim lease has passed (and the crashed instance's match lock is gone)
     clock.now += settings.claim_lease_s + 1
     await repos.locks.release("prematch:7", "first")
-    successor_sender = RecordingSender()
+    successor_sender = FakeSender()
     successor = PrematchNotifier(repos, successor_sender, settings, topic=TOPIC, clock=clock, owner="next")
     await successor.run_cycle()
     resent = {p.token for p in successor_sender.pushes if p.kind == "alert" and p.token in sent_before}
@@ -126,7 +126,7 @@ async def test_the_cycles_progress_is_visible_while_it_runs(repos: Any) -> None:
         await register(repos, user)
     seen: list[dict[str, Any]] = []
 
-    class Watching(RecordingSender):
+    class Watching(FakeSender):
         async def send(self, push: Push) -> None:
             seen.append(notifier.stats()["progress"])
             await super().send(push)
