@@ -1,42 +1,15 @@
-"""``cricket-locks``: leased locks, one item per lock (``lockKey`` = ``match:{matchId}``).
+"""``cricket-locks``: leased locks, one item per lock (``lockKey``), and per-follower push-to-start claims.
 
-Owns the lock item only; what the lock protects is fenced separately (``active-matches.ownerEpoch``, see
-``active_matches.py``), because a lease alone cannot stop a paused former holder from writing.
+Owns the lock items only (``owner``, ``expiresAt``: epoch seconds by the writer's clock and the table's TTL,
+``acquiredAt``, ``epoch``: the fencing token ``acquire_fenced`` increments, kept across expiry). What a lock
+protects is fenced elsewhere (``active-matches.ownerEpoch``, or ``lease_condition`` in the writer's
+transaction). Owners are unique per process (``owner_identity``). The lease built on these items, its clock
+and its renewals, is ``actors.lease``; docs/delivery.md and docs/architecture.md have why.
 
-Attributes: ``lockKey`` (key), ``owner`` (instance id), ``expiresAt`` (epoch seconds, a number; also the
-table's TTL attribute so crashed locks are eventually deleted), ``acquiredAt`` (epoch seconds).
-
-Reading of the data model: its conditions name ``lockId`` and ``holder``, but the table's attributes are
-``lockKey`` and ``owner``; the attributes are the consistent reading, so the conditions here are
-``attribute_not_exists(lockKey) OR expiresAt < :now`` (acquire) and ``owner = :owner`` (extend, release).
-
-One addition to acquire: ``OR owner = :owner``. botocore retries a PutItem whose response was lost; the
-retry would then fail its own condition and report "held by another instance" for a lock we hold. With
-the owner clause an acquire is idempotent for its owner (it simply renews the lease). Owners must
-therefore be unique per process, never shared: ``owner_identity`` makes one from the configured instance id
-(kept for people: logs, ``status``) and a random per-process nonce, so a restarted process, or two processes
-started from one configuration by mistake, never take each other's lease (or ``active-matches`` fence) as
-their own.
-
-Clock skew: ``expiresAt`` is written with the *writer's* clock and compared with the *acquirer's* clock.
-If the acquirer's clock runs ``d`` seconds ahead, it can take a lock ``d`` seconds before the holder's
-lease really ends. Safety therefore assumes NTP-synchronised hosts with skew much smaller than the lease,
-and holders renew well before expiry (the match actor renews at a fraction of the lease and stops pushing
-as soon as a renewal fails or its own clock passes ``expiresAt``). Writes made under the lock are fenced
-by ``ownerEpoch`` in ``active-matches``, which does not depend on clocks at all.
-
-Push-to-start claims (``start:{matchId}:{userId}``, see ``claim_push_to_starts``) are per-follower holds of
-the same shape: ``owner``, ``expiresAt`` (until when nobody starts that follower again) and ``claimedAt``.
-A match's owner reads and writes them by the hundred (BatchGetItem, then TransactWriteItems of conditional
-puts) before it sends a chunk of push-to-starts, and the prematch job claims the same way before a
-push-to-start of its own, so neither a successor nor the other path starts (and alerts) a follower already
-started within the hold.
-
-Region-wide leases (``feed:{region}``, ``job:{name}:{region}``) carry their fencing token on the lock item
-itself: ``epoch``, incremented by every acquisition (``acquire_fenced``), kept across expiry (only
-DynamoDB's TTL deletion, long after the lease ran out, resets it). What such a lease protects is written in
-one transaction with ``lease_condition``: a ConditionCheck that the lock still names this owner and epoch
-and has not run out by the writer's clock, so a holder paused past its lease writes nothing once it wakes.
+Push-to-start claims (``start:{matchId}:{userId}``) are holds of the same shape, claimed by the hundred
+(``claim_push_to_starts``), held or given up by the hundred (``confirm_push_to_starts``,
+``release_push_to_starts``). Reading of the data model: its conditions name ``lockId`` and ``holder``; the
+table's attributes, ``lockKey`` and ``owner``, are the consistent reading.
 """
 
 from __future__ import annotations
