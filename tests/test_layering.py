@@ -44,9 +44,6 @@ THIRD_PARTY_PRIVATE: Mapping[str, str] = {
 UNFINISHED: frozenset[str] = frozenset(
     {
         "actors.match_starts",
-        "actors.channel_management",
-        "daemon.apns.server.connection",
-        "daemon.apns.server.app",
     }
 )
 
