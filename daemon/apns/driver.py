@@ -463,6 +463,8 @@ class ConnectionPool:
                     settle(link, outcome)
                 if outcomes and not conn.in_flight:
                     link.watch.set()  # idle from now: the watchdog's next look is the idle PING's
+                if self._was_usable is False:
+                    self._refresh_health()  # heard again: say so now, not at the watchdog's next look
                 if not answering and conn.answers_received:
                     answering = True  # the peer answers: positions waiting out a backoff come back now
                     self._answering.set()

@@ -360,7 +360,9 @@ def test_a_request_past_its_deadline_counts_against_its_connection() -> None:
     (expired,) = conn.expire(2.0)
     assert expired.cause == "timeout"
     judged = conn.check(2.0, RULES)
-    assert (judged.action, judged.cause) == ("ping", "timeout"), "a deadline asks at once whether anyone is there"
+    assert (judged.action, judged.cause) == ("ping", "timeout"), (
+        "a deadline asks at once whether anyone is there"
+    )
     conn.send_ping(2.0)
     exchange(conn, server, now=2.1)  # the server acknowledges: it is alive, only slow
     assert conn.check(2.1, RULES).action == "ok"
