@@ -70,11 +70,12 @@ class ApnsSettings(BaseModel):
         "APNs's return (a connection that answers again brings the pool's others back at once)",
     )
     ping_idle_s: float = Field(
-        600.0,
+        300.0,
         gt=0,
         le=3600,
-        description="with nothing outstanding, send a PING after this long without a byte from APNs "
-        "(APNs: fine after an hour idle)",
+        description="with nothing outstanding, send a PING after this long without a byte from APNs: below the "
+        "idle timeout of NAT gateways and load balancers on the way (AWS's NAT gateway forgets a flow after "
+        "350 s), so an idle connection's flow is kept",
     )
     ping_silence_s: float = Field(
         3.0,
