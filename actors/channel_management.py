@@ -169,12 +169,14 @@ class ChannelManagement:
         pending = _Pending(req)
         self._queue.append(pending)
         self._pool.wake_writers()
-        with trio.move_on_after(self._settings.connect_timeout_s):
-            await pending.done.wait()
-        if pending.link is None:  # never sent: no usable connection came in time
-            self._queue.remove(pending)
-            return pending
-        await pending.done.wait()
+        try:
+            with trio.move_on_after(self._settings.connect_timeout_s):
+                await pending.done.wait()
+            if pending.link is not None:
+                await pending.done.wait()
+        finally:
+            if pending.link is None:  # never sent (no usable connection in time, or the caller gave up)
+                self._queue.remove(pending)
         return pending
 
     def _fill(self, link: Link, conn: ApnsConnection, now: float) -> int:

@@ -106,11 +106,6 @@ class _Route:
         self.queues = tuple(lane.queue for lane in self.lanes)
         self.pool: ConnectionPool
 
-    def lane(self, push: Push) -> _Lane:
-        if push.priority != 10:
-            return self.routine
-        return self.start if push.kind == "start" else self.urgent
-
     def pending(self) -> bool:
         return any(self.queues)
 
@@ -422,7 +417,10 @@ class ApnsSender:
         return self._broadcast if push.channel_id is not None else self._push
 
     def _lane(self, push: Push) -> _Lane:
-        return self._route_of(push).lane(push)
+        route = self._broadcast if push.channel_id is not None else self._push
+        if push.priority != 10:
+            return route.routine
+        return route.start if push.kind == "start" else route.urgent
 
     def _requeue_front(self, exchange: _Exchange) -> None:
         self._lane(exchange.push).queue.appendleft(exchange)

@@ -160,7 +160,6 @@ class Link:
     wake: Wakeup = field(default_factory=Wakeup)  # the writer: work, window, free slots, frames to flush
     watch: Wakeup = field(default_factory=Wakeup)  # the watchdog: the connection began to wait for answers
     token_switched_at: float | None = None
-    connected_at: float | None = None
     recycle_reason: str | None = None
     retired: str | None = None  # the watchdog's verdict that ended the connection
     problem: str = "connecting"  # why this position has no usable connection, for health()
@@ -231,9 +230,12 @@ class ConnectionPool:
     # -- what owners ask ----------------------------------------------------------------------------------
     async def run(self) -> None:
         """Keep the pool's connections up until cancelled."""
-        async with trio.open_nursery() as nursery:
-            for link in self.links:
-                nursery.start_soon(self._keep_up, link)
+        try:
+            async with trio.open_nursery() as nursery:
+                for link in self.links:
+                    nursery.start_soon(self._keep_up, link)
+        finally:
+            self._usable_gauge.set(0)
 
     def wake_writers(self) -> None:
         """Work arrived: every connection that can take it is woken (a lazy pool starts connecting)."""
@@ -365,7 +367,7 @@ class ConnectionPool:
         conn.initiate(now)
         conn.use_token(self._tokens.for_connection(None, None).token)
         link.token_switched_at = self._tokens.now()
-        link.conn, link.recycle_reason, link.retired, link.connected_at = conn, None, None, now
+        link.conn, link.recycle_reason, link.retired = conn, None, None
         self.connects += 1
         counted = False
         failure: BaseException | None = None
