@@ -94,6 +94,10 @@ class Pushes:
             await self.changed.wait()
 
 
+def sample(name: str, **labels: str) -> float:
+    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 def push(i: int) -> Push:
     return Push(f"{i:064x}", "liveactivity", BUNDLE_ID, la_payload(runs=i), 5, "update")
 
@@ -106,7 +110,7 @@ def tokens(key: SigningKeyPair) -> ProviderTokens:
     return ProviderTokens(load_signing_key(key.private_pem), team_id=TEAM_ID, key_id=key.key_id)
 
 
-def test_server(key: SigningKeyPair) -> ApnsTestServer:
+def make_server(key: SigningKeyPair) -> ApnsTestServer:
     return ApnsTestServer(team_id=TEAM_ID, keys={key.key_id: key.public_pem}, topics=[BUNDLE_ID])
 
 
@@ -133,16 +137,13 @@ def pool(
     )
 
 
-test_server.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
-
-
 @pytest.mark.parametrize("seed", range(6))
 async def test_delivery_resumes_within_the_reconnect_cap_of_the_peers_return_without_hammering_it(
     autojump_clock: trio.abc.Clock, nursery: trio.Nursery, signing_key: SigningKeyPair, seed: int
 ) -> None:
     # APNs unreachable for 30 s (as in the outage where connections came back after 7.6 s and 13.2 s), one
     # connection, whatever the jitter draws.
-    server = test_server(signing_key)
+    server = make_server(signing_key)
     dialer = MemoryDialer(server, nursery, up_at=30.0)
     pushes = Pushes()
     config = settings()
@@ -165,7 +166,7 @@ async def test_delivery_resumes_within_the_reconnect_cap_of_the_peers_return_wit
 async def test_a_connection_that_answers_brings_the_pools_other_positions_back_at_once(
     autojump_clock: trio.abc.Clock, nursery: trio.Nursery, signing_key: SigningKeyPair
 ) -> None:
-    server = test_server(signing_key)
+    server = make_server(signing_key)
     dialer = MemoryDialer(server, nursery, up_at=30.0)
     pushes = Pushes()
     config = settings(reconnect_backoff_max_s=60.0)  # a long cap: only the wake-up can bring both back soon
@@ -186,13 +187,14 @@ async def test_a_connection_that_answers_brings_the_pools_other_positions_back_a
 async def test_a_connection_left_open_but_dead_is_pinged_retired_and_its_requests_go_out_on_a_fresh_one(
     autojump_clock: trio.abc.Clock, nursery: trio.Nursery, signing_key: SigningKeyPair
 ) -> None:
-    server = test_server(signing_key)
+    server = make_server(signing_key)
     dialer = MemoryDialer(server, nursery)
     pushes = Pushes()
     config = settings(request_timeout_s=60.0)  # the deadline alone would leave them waiting a minute
     driver = pool(dialer, pushes, signing_key, config)
-    retired = metrics.APNS_CONNECTIONS_RETIRED.labels(pool="push", cause="ping_unanswered")
-    retired_before = retired._value.get()
+    retired_before = sample(
+        "sightscreen_apns_connections_retired_total", pool="push", cause="ping_unanswered"
+    )
     nursery.start_soon(driver.run)
     pushes.queue.append(push(0))
     driver.wake_writers()
@@ -207,23 +209,24 @@ async def test_a_connection_left_open_but_dead_is_pinged_retired_and_its_request
     await trio.sleep(config.ping_silence_s + 0.01)
     healthy, why = driver.health()
     assert not healthy and "no usable connection" in why and "nothing heard" in why, why
-    assert metrics.APNS_USABLE_CONNECTIONS.labels(pool="push")._value.get() == 0
+    assert sample("sightscreen_apns_usable_connections", pool="push") == 0
     with trio.fail_after(config.ping_silence_s + config.ping_timeout_s + 5):
         await pushes.wait_accepted(11)
     resumed_at = pushes.accepted[-1][0]
     assert resumed_at - frozen_at <= config.ping_silence_s + config.ping_timeout_s + 0.1
     assert resumed_at - frozen_at < config.request_timeout_s
     assert pushes.unanswered == ["lost"] * 10, "retired with its requests in flight: they went round again"
-    assert retired._value.get() == retired_before + 1
+    retired = sample("sightscreen_apns_connections_retired_total", pool="push", cause="ping_unanswered")
+    assert retired == retired_before + 1
     assert driver.connects == 2 and driver.health() == (True, "")
-    assert metrics.APNS_USABLE_CONNECTIONS.labels(pool="push")._value.get() == 1
+    assert sample("sightscreen_apns_usable_connections", pool="push") == 1
     assert sorted(int(p.token, 16) for _, _, p in pushes.accepted) == list(range(11))
 
 
 async def test_an_idle_connection_left_dead_is_found_by_its_idle_ping(
     autojump_clock: trio.abc.Clock, nursery: trio.Nursery, signing_key: SigningKeyPair
 ) -> None:
-    server = test_server(signing_key)
+    server = make_server(signing_key)
     dialer = MemoryDialer(server, nursery)
     pushes = Pushes()
     config = settings(ping_idle_s=600.0)
@@ -244,7 +247,7 @@ async def test_a_slow_server_that_answers_pings_keeps_its_connection(
 ) -> None:
     # Answers held 8 s (past the silence and the PING's deadline): the PINGs come back, so the connection is
     # slow, not dead, and it is kept.
-    server = test_server(signing_key)
+    server = make_server(signing_key)
     dialer = MemoryDialer(server, nursery)
     pushes = Pushes()
     config = settings(request_timeout_s=30.0)
@@ -266,7 +269,7 @@ async def test_a_slow_server_that_answers_pings_keeps_its_connection(
 async def test_reconnects_to_a_peer_that_stays_down_stay_spaced_by_the_backoff(
     autojump_clock: trio.abc.Clock, nursery: trio.Nursery, signing_key: SigningKeyPair, cap: float
 ) -> None:
-    server = test_server(signing_key)
+    server = make_server(signing_key)
     dialer = MemoryDialer(server, nursery, up_at=float("inf"))
     pushes = Pushes()
     driver = pool(dialer, pushes, signing_key, settings(reconnect_backoff_max_s=cap))
