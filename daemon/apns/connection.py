@@ -654,9 +654,9 @@ class ApnsConnection:
         """What the connection's silence means now: nothing, time for a PING, or retirement.
 
         A connection waiting for answers that hears nothing for ``silence_s`` is PINGed (and takes no new
-        request meanwhile); a PING unanswered for ``ping_timeout_s``, or ``silence_s + ping_timeout_s`` of
-        silence when no PING could go out (a draining connection), retires it: its requests come back as
-        lost, for a fresh connection. A request that outlives its deadline counts against its connection: it
+        request meanwhile); a PING unanswered for ``ping_timeout_s`` retires it, and so do ``silence_s +
+        ping_timeout_s`` of silence on a draining connection, which cannot be PINGed: its requests come back
+        as lost, for a fresh connection. A request that outlives its deadline counts against its connection: it
         triggers a PING at once, and ``max_timeouts`` of them with no answer between them retire the
         connection even if PINGs come back (a server that acknowledges PINGs but never answers a stream).
         An idle connection is PINGed after ``idle_s`` without a byte."""
@@ -669,22 +669,21 @@ class ApnsConnection:
         if timeouts >= rules.max_timeouts:
             detail = f"{timeouts} requests timed out with no answer between them"
             return Judgement("retire", "requests_unanswered", detail, now)
-        can_ping = self.state == "open" and ping_at is None
-        if self._streams or ping_at is not None:
+        if ping_at is not None:
+            return Judgement("ok", "", "", ping_at + rules.ping_timeout_s)  # the PING's answer decides
+        can_ping = self.state == "open"
+        if self._streams:
             quiet_from = max(self.last_heard, self._waiting_since)
             silent = now - quiet_from
-            if silent >= rules.silence_s + rules.ping_timeout_s:
-                return Judgement("retire", "silent", f"nothing heard for {silent:.1f} s", now)
             if can_ping and silent >= rules.silence_s:
                 return Judgement("ping", "silent", f"nothing heard for {silent:.1f} s", now)
             if can_ping and self._probe:
                 return Judgement("ping", "timeout", "a request outlived its deadline", now)
-            next_check = quiet_from + rules.silence_s + rules.ping_timeout_s
-            if ping_at is not None:
-                next_check = min(next_check, ping_at + rules.ping_timeout_s)
-            elif can_ping:
-                next_check = quiet_from + rules.silence_s
-            return Judgement("ok", "", "", next_check)
+            if not can_ping:  # no PING can be asked of a draining connection: its silence decides
+                if silent >= rules.silence_s + rules.ping_timeout_s:
+                    return Judgement("retire", "silent", f"nothing heard for {silent:.1f} s", now)
+                return Judgement("ok", "", "", quiet_from + rules.silence_s + rules.ping_timeout_s)
+            return Judgement("ok", "", "", quiet_from + rules.silence_s)
         if not can_ping:
             return Judgement("ok", "", "", math.inf)  # draining and idle: it closes, nothing to watch
         if self._probe:

@@ -21,7 +21,7 @@ import h2.exceptions
 import trio
 
 from daemon import metrics
-from daemon.apns.connection import ApnsConnection, Liveness, Outcome, Unanswered
+from daemon.apns.connection import ApnsConnection, Judgement, Liveness, Outcome, Unanswered
 from daemon.apns.internals import drain_decrypted
 from daemon.apns.rules import Action, classify
 from daemon.apns.settings import ApnsSettings
@@ -541,10 +541,14 @@ class ConnectionPool:
                 link.wake.set()  # RST_STREAMs to send, stream slots free
             judgement = conn.check(now, rules)
             if judgement.action == "ping":
-                conn.send_ping(now)
-                log.info("apns_connection_ping", pool=self.name, slot=link.index, why=judgement.detail)
-                link.wake.set()
-            elif judgement.action == "retire":
+                try:
+                    conn.send_ping(now)
+                except h2.exceptions.ProtocolError as exc:  # h2 closed its side meanwhile: nothing to ask
+                    judgement = Judgement("retire", "silent", f"cannot PING ({exc})", now)
+                else:
+                    log.info("apns_connection_ping", pool=self.name, slot=link.index, why=judgement.detail)
+                    link.wake.set()
+            if judgement.action == "retire":
                 link.retired = judgement.detail
                 metrics.APNS_CONNECTIONS_RETIRED.labels(pool=self.name, cause=judgement.cause).inc()
                 log.warning(
