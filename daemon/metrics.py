@@ -306,3 +306,19 @@ JWKS_KEYS = Gauge("sightscreen_jwks_keys", "Signing keys currently held from the
 def render() -> bytes:
     """The registry in Prometheus text exposition format."""
     return generate_latest(REGISTRY)
+
+
+APNS_USABLE_CONNECTIONS = Gauge(
+    "sightscreen_apns_usable_connections",
+    "APNs connections open and answering (heard from within [apns].ping_silence_s while waiting), by pool: "
+    "push, broadcast, management",
+    ["pool"],
+    registry=REGISTRY,
+)
+APNS_CONNECTIONS_RETIRED = Counter(
+    "sightscreen_apns_connections_retired",
+    "APNs connections retired because the server stopped answering, by pool and cause (ping_unanswered, "
+    "silent, requests_unanswered)",
+    ["pool", "cause"],
+    registry=REGISTRY,
+)

@@ -39,18 +39,6 @@ THIRD_PARTY_PRIVATE: Mapping[str, str] = {
 }
 
 
-# Modules still being taken apart along their seams; each entry is removed as its module is (the list must be
-# empty for the layering to hold).
-UNFINISHED: frozenset[str] = frozenset(
-    {
-        "actors.match_starts",
-        "actors.channel_management",
-        "daemon.apns.server.connection",
-        "daemon.apns.server.app",
-    }
-)
-
-
 @dataclass
 class Module:
     name: str
@@ -331,7 +319,7 @@ def _shipped() -> tuple[dict[str, Module], list[str]]:
 
 def test_no_import_circles_among_the_shipped_modules() -> None:
     modules, _ = _shipped()
-    assert [c for c in find_cycles(modules) if not UNFINISHED.intersection(c)] == []
+    assert find_cycles(modules) == []
 
 
 def test_every_import_follows_the_layer_order() -> None:
@@ -341,12 +329,12 @@ def test_every_import_follows_the_layer_order() -> None:
 
 def test_no_module_imports_another_modules_private_names() -> None:
     _, private = _shipped()
-    assert [p for p in private if p.split()[0] not in UNFINISHED] == []
+    assert private == []
 
 
 def test_no_module_reaches_into_another_objects_private_attributes() -> None:
     modules, _ = _shipped()
-    assert [p for p in private_reach(modules) if p.split(":")[0] not in UNFINISHED] == []
+    assert private_reach(modules) == []
 
 
 def test_every_layer_is_named_in_the_architecture_page() -> None:

@@ -37,6 +37,7 @@ drive this against h2's own server side and hpack's own coder to catch drift.
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
@@ -304,6 +305,30 @@ class GoAway:
     reason: str | None  # APNs puts {"reason": ...} in the debug data
 
 
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """How a connection is judged by what it hears, in seconds (see ``ApnsConnection.check``)."""
+
+    idle_s: float  # nothing outstanding: PING after this long without a byte from the server
+    silence_s: float  # requests or a PING outstanding: PING after this long without a byte
+    ping_timeout_s: float  # a PING unanswered this long: the connection is dead
+    # requests timed out with no answer between them: dead even though PINGs come back. Three: one slow
+    # request is APNs's business, a run of them on one connection (and none answered) is the connection's.
+    max_timeouts: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """``ApnsConnection.check``'s answer: ``action`` "ok", "ping" (send one now) or "retire" (the connection
+    is dead); ``cause`` in a word ("idle", "silent", "ping_unanswered", "requests_unanswered"), ``detail`` for
+    the log, and when to look again."""
+
+    action: str
+    cause: str
+    detail: str
+    next_check: float
+
+
 # Stream ids are 31-bit; well before the end we stop opening streams so the sender replaces the connection.
 _LAST_STREAM_ID: Final = 2**31 - 1 - 2 * 100_000
 _RECEIVE_WINDOW: Final = 1 << 24  # error bodies of 1000 concurrent streams must never stall on our window
@@ -352,8 +377,15 @@ class ApnsConnection:
         self.requests_sent = 0
         self.answers_received = 0
         self.pings_sent = 0
-        self.last_activity = 0.0
+        # Liveness (see ``check``): when a byte last came from the server, when the connection last began to
+        # wait for one (a request or PING sent while nothing was outstanding), the PING outstanding, and the
+        # requests whose deadline passed since the server last answered one.
+        self.last_heard = 0.0
+        self._waiting_since = 0.0
         self._ping_sent_at: float | None = None
+        self._probe = False  # a deadline passed since the last PING: ask whether anyone is there
+        self.unanswered_timeouts = 0
+        self._answers_at_timeout = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def initiate(self, now: float) -> None:
@@ -366,7 +398,7 @@ class ApnsConnection:
             {h2.settings.SettingCodes.HEADER_TABLE_SIZE: 0, h2.settings.SettingCodes.ENABLE_PUSH: 0}
         )
         h2c.increment_flow_control_window(_RECEIVE_WINDOW - 65535)
-        self.last_activity = now
+        self.last_heard = now
 
     def data_to_send(self) -> bytes:
         return self._h2.data_to_send()
@@ -498,12 +530,13 @@ class ApnsConnection:
         body = push.payload
         sent = h2c.send_body(stream_id, body, 0)
         deadline = now + self.request_timeout_s
+        if not self._streams and self._ping_sent_at is None:
+            self._waiting_since = now
         self._streams[stream_id] = _Stream(exchange, body, sent, deadline)
         self._deadlines.append((deadline, stream_id))
         if sent < len(body):
             self._blocked.append(stream_id)
         self.requests_sent += 1
-        self.last_activity = now
         if len(self._streams) > self.peak_in_flight:
             self.peak_in_flight = len(self._streams)
         if self._next_stream_id > _LAST_STREAM_ID:
@@ -544,12 +577,13 @@ class ApnsConnection:
         h2c.send_request(stream_id, bytes(block), end_stream=not body, method=method.encode("ascii"))
         sent = h2c.send_body(stream_id, body, 0) if body else 0
         deadline = now + self.request_timeout_s
+        if not self._streams and self._ping_sent_at is None:
+            self._waiting_since = now
         self._streams[stream_id] = _Stream(exchange, body, sent, deadline)
         self._deadlines.append((deadline, stream_id))
         if sent < len(body):
             self._blocked.append(stream_id)
         self.requests_sent += 1
-        self.last_activity = now
         return stream_id
 
     def _pump_blocked(self) -> None:
@@ -590,34 +624,86 @@ class ApnsConnection:
             self._h2.forget_stream(stream_id)
             expired.append(Unanswered(stream.exchange, "timeout", processed=True))
         if expired:
+            self.unanswered_timeouts = self.timeouts_since_answer + len(expired)
+            self._answers_at_timeout = self.answers_received
+            self._probe = True
             if self._blocked:
                 self._pump_blocked()
             self._maybe_closed()
         return expired
 
-    def ping_due(self, now: float, idle_s: float) -> bool:
-        return self.state == "open" and self._ping_sent_at is None and now - self.last_activity >= idle_s
+    # -- liveness: a connection is judged by what it hears, never by what it sends ------------------------
+    def silence(self, now: float) -> float:
+        """Seconds this connection has waited for the server without hearing a byte: since the later of the
+        last byte received and the moment it began to wait (a request or PING sent while nothing was
+        outstanding). 0 while it waits for nothing."""
+        if not self._streams and self._ping_sent_at is None:
+            return 0.0
+        return now - max(self.last_heard, self._waiting_since)
+
+    def responsive(self, now: float, silence_s: float) -> bool:
+        """Open, and not left waiting ``silence_s`` without a byte: new requests may go here."""
+        return self.state == "open" and self.silence(now) < silence_s
+
+    @property
+    def timeouts_since_answer(self) -> int:
+        """Requests whose deadline passed since the server last answered a request on this connection."""
+        return self.unanswered_timeouts if self.answers_received == self._answers_at_timeout else 0
+
+    def check(self, now: float, rules: Liveness) -> Judgement:
+        """What the connection's silence means now: nothing, time for a PING, or retirement.
+
+        A connection waiting for answers that hears nothing for ``silence_s`` is PINGed (and takes no new
+        request meanwhile); a PING unanswered for ``ping_timeout_s`` retires it, and so do ``silence_s +
+        ping_timeout_s`` of silence on a draining connection, which cannot be PINGed: its requests come back
+        as lost, for a fresh connection. A request that outlives its deadline counts against its connection: it
+        triggers a PING at once, and ``max_timeouts`` of them with no answer between them retire the
+        connection even if PINGs come back (a server that acknowledges PINGs but never answers a stream).
+        An idle connection is PINGed after ``idle_s`` without a byte."""
+        if self.state == "closed":
+            return Judgement("ok", "", "", math.inf)
+        ping_at = self._ping_sent_at
+        if ping_at is not None and now - ping_at >= rules.ping_timeout_s:
+            return Judgement("retire", "ping_unanswered", f"PING unanswered for {now - ping_at:.1f} s", now)
+        timeouts = self.timeouts_since_answer
+        if timeouts >= rules.max_timeouts:
+            detail = f"{timeouts} requests timed out with no answer between them"
+            return Judgement("retire", "requests_unanswered", detail, now)
+        if ping_at is not None:
+            return Judgement("ok", "", "", ping_at + rules.ping_timeout_s)  # the PING's answer decides
+        can_ping = self.state == "open"
+        if self._streams:
+            quiet_from = max(self.last_heard, self._waiting_since)
+            silent = now - quiet_from
+            if can_ping and silent >= rules.silence_s:
+                return Judgement("ping", "silent", f"nothing heard for {silent:.1f} s", now)
+            if can_ping and self._probe:
+                return Judgement("ping", "timeout", "a request outlived its deadline", now)
+            if not can_ping:  # no PING can be asked of a draining connection: its silence decides
+                if silent >= rules.silence_s + rules.ping_timeout_s:
+                    return Judgement("retire", "silent", f"nothing heard for {silent:.1f} s", now)
+                return Judgement("ok", "", "", quiet_from + rules.silence_s + rules.ping_timeout_s)
+            return Judgement("ok", "", "", quiet_from + rules.silence_s)
+        if not can_ping:
+            return Judgement("ok", "", "", math.inf)  # draining and idle: it closes, nothing to watch
+        if self._probe:
+            return Judgement("ping", "timeout", "a request outlived its deadline", now)
+        if now - self.last_heard >= rules.idle_s:
+            return Judgement("ping", "idle", f"idle for {now - self.last_heard:.1f} s", now)
+        return Judgement("ok", "", "", self.last_heard + rules.idle_s)
 
     def send_ping(self, now: float) -> None:
+        if not self._streams and self._ping_sent_at is None:
+            self._waiting_since = now
         self._h2.ping(b"apnsping")
         self._ping_sent_at = now
+        self._probe = False
         self.pings_sent += 1
-
-    def next_ping_check(self, idle_s: float, timeout_s: float) -> float:
-        """When the ping schedule next needs a look: a ping due, or an unanswered one overdue (inf: never)."""
-        if self._ping_sent_at is not None:
-            return self._ping_sent_at + timeout_s
-        if self.state != "open":
-            return float("inf")  # draining: no new pings, only deadlines
-        return self.last_activity + idle_s
-
-    def ping_overdue(self, now: float, timeout_s: float) -> bool:
-        return self._ping_sent_at is not None and now - self._ping_sent_at >= timeout_s
 
     # -- bytes in -----------------------------------------------------------------------------------------
     def receive_data(self, data: bytes | bytearray, now: float) -> list[Outcome]:
         """Feed bytes from the server; returns the requests that finished. h2 protocol errors propagate."""
-        self.last_activity = now
+        self.last_heard = now
         outcomes: list[Outcome] = []
         h2c = self._h2
         streams = self._streams
@@ -669,6 +755,7 @@ class ApnsConnection:
                 outcomes.extend(self._on_goaway(event))
             elif type(event) is h2.events.PingAckReceived:
                 self._ping_sent_at = None
+                self._probe = False  # someone is there: a late answer is the server's, not the link's
         if self._blocked:
             # More window, or the waiting stream ended (answered early, reset): either way move on.
             self._pump_blocked()

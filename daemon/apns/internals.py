@@ -452,7 +452,7 @@ def install_huffman_cache() -> None:
 
 
 def drain_decrypted(
-    stream: trio.SSLStream[trio.SocketStream], first: bytes | bytearray, read_size: int
+    stream: trio.abc.ReceiveStream, first: bytes | bytearray, read_size: int
 ) -> bytes | bytearray:
     """``first`` plus every TLS record already received and buffered, decrypted without awaiting.
 
@@ -462,7 +462,7 @@ def drain_decrypted(
     records are already in the stream's incoming buffer, so they are decrypted here in one go. This reads
     trio's private ``_incoming``/``_ssl_object``; if they are absent it falls back to one record per read.
     Anything the TLS layer wants to send in reply stays in its outgoing buffer and goes out with trio's next
-    read or write on the stream.
+    read or write on the stream. Any other stream (a test's in-memory one) is read one chunk at a time.
     """
     incoming = getattr(stream, "_incoming", None)
     ssl_object = getattr(stream, "_ssl_object", None)

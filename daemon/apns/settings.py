@@ -62,15 +62,34 @@ class ApnsSettings(BaseModel):
     reconnect_backoff_s: float = Field(
         0.5, gt=0, le=60, description="first delay before reconnecting; doubles per failure"
     )
-    reconnect_backoff_max_s: float = Field(30.0, gt=0, le=3600, description="cap of the reconnect delay")
-    ping_idle_s: float = Field(
-        600.0,
+    reconnect_backoff_max_s: float = Field(
+        4.0,
         gt=0,
         le=3600,
-        description="send a PING after this long without traffic (APNs: fine after an hour idle)",
+        description="cap of the reconnect delay: after an outage, delivery resumes within about this long of "
+        "APNs's return (a connection that answers again brings the pool's others back at once)",
+    )
+    ping_idle_s: float = Field(
+        300.0,
+        gt=0,
+        le=3600,
+        description="with nothing outstanding, send a PING after this long without a byte from APNs: below the "
+        "idle timeout of NAT gateways and load balancers on the way (AWS's NAT gateway forgets a flow after "
+        "350 s), so an idle connection's flow is kept",
+    )
+    ping_silence_s: float = Field(
+        3.0,
+        gt=0,
+        le=300,
+        description="with requests outstanding, send a PING after this long without a byte from APNs; the "
+        "connection takes no new request (and counts as unusable for readiness) until it hears again",
     )
     ping_timeout_s: float = Field(
-        20.0, gt=0, le=300, description="a PING unanswered this long means the connection is dead"
+        5.0,
+        gt=0,
+        le=300,
+        description="a PING unanswered this long means the connection is dead: it is retired and its "
+        "requests are re-sent on a fresh one",
     )
     max_streams_per_connection: int = Field(
         1000, ge=1, description="local cap on concurrent streams, below the server's MAX_CONCURRENT_STREAMS"

@@ -124,6 +124,10 @@ class ProviderTokens:
         self._last_issued = 0
         self.minted = 0
 
+    def now(self) -> float:
+        """The policy's clock (epoch seconds): connections note their token switches on it."""
+        return self._clock()
+
     def current(self) -> ProviderToken:
         """The token to use for a fresh adoption: refreshed when older than ``refresh_after_s``."""
         now = self._clock()

@@ -396,7 +396,8 @@ class Daemon:
         except Exception as exc:
             checks["dynamodb"] = f"unreachable: {exc!r}"
         if self.runs_engine:
-            checks["apns"] = bool(self.sender.connected) or "no connection to APNs"
+            apns_ok, apns_why = self.sender.health()
+            checks["apns"] = apns_ok or apns_why
             checks["feed"] = self._feed_fresh()
         if self.api is not None:
             checks["api_keys"] = self.api.keys.loaded or "no signing keys loaded from the JWKS"

@@ -144,6 +144,8 @@ async def test_broadcasts_on_their_own_host_when_configured(
     assert (result.outcome, token.outcome) == ("accepted", "accepted")
     assert [r["channel_id"] for r in broadcasts.records] == [channel]
     assert [r["token"] for r in pushes.records] == ["ab" * 32]
+    # one sender, a pool per host: the broadcast host's connection is the broadcast pool's
+    assert sender.stats()["broadcast_pool"]["connects"] == 1 and sender.stats()["connects"] == 1
 
 
 async def test_a_configuration_error_on_management_stops_the_sender(

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from daemon.apns.connection import (
     Answered,
     ApnsConnection,
+    Liveness,
     RequestHeaderEncoder,
     ResponseHeaderDecoder,
     Unanswered,
@@ -300,16 +301,103 @@ def test_deadline_cancels_the_stream_and_gives_the_push_back() -> None:
     assert [o.exchange for o in exchange(conn, server)] == ["b"]
 
 
+RULES = Liveness(idle_s=60.0, silence_s=3.0, ping_timeout_s=5.0)
+
+
 def test_idle_connection_pings_and_notices_a_missing_ack() -> None:
     conn, server = connect()
     exchange(conn, server, now=0.0)
-    assert not conn.ping_due(50.0, 60.0)
-    assert conn.ping_due(61.0, 60.0)
+    assert conn.check(50.0, RULES).action == "ok" and conn.check(50.0, RULES).next_check == 60.0
+    assert conn.check(61.0, RULES).action == "ping"
     conn.send_ping(61.0)
-    assert not conn.ping_due(200.0, 60.0)
-    assert conn.ping_overdue(90.0, 20.0)
-    exchange(conn, server, now=91.0)
-    assert server.pings == 1 and not conn.ping_overdue(200.0, 20.0)
+    assert conn.check(62.0, RULES).action == "ok" and conn.responsive(62.0, RULES.silence_s)
+    assert not conn.responsive(64.5, RULES.silence_s), "a PING left unanswered makes the connection doubtful"
+    assert conn.check(65.9, RULES).next_check == 66.0  # the PING's deadline
+    exchange(conn, server, now=65.0)  # the ack, late but in time
+    assert server.pings == 1 and conn.responsive(66.0, RULES.silence_s)
+    assert conn.check(66.0, RULES).action == "ok" and conn.check(66.0, RULES).next_check == 125.0
+    conn.send_ping(125.0)  # the next idle PING, never answered
+    judged = conn.check(130.0, RULES)
+    assert (judged.action, judged.cause) == ("retire", "ping_unanswered")
+
+
+def test_requests_going_out_do_not_keep_a_silent_connection_alive() -> None:
+    # A connection whose flow a NAT dropped: every push goes out, nothing ever comes back.
+    conn, server = connect()
+    exchange(conn, server, now=0.0)
+    for second in range(1, 4):
+        conn.send(make_push(second), second, float(second))  # one push a second, never answered
+        assert conn.check(float(second), RULES).action == "ok"
+    assert conn.silence(3.9) == pytest.approx(2.9) and conn.responsive(3.9, RULES.silence_s)
+    judged = conn.check(4.0, RULES)
+    assert (judged.action, judged.cause) == ("ping", "silent")
+    assert not conn.responsive(4.0, RULES.silence_s), "silent while waiting: no new request goes there"
+    conn.send_ping(4.0)
+    assert conn.check(8.9, RULES).action == "ok" and conn.check(8.9, RULES).next_check == 9.0
+    judged = conn.check(9.0, RULES)
+    assert (judged.action, judged.cause) == ("retire", "ping_unanswered")
+
+
+def test_answers_keep_a_busy_connection_alive_and_the_silence_clock_starts_when_waiting_begins() -> None:
+    conn, server = connect()
+    exchange(conn, server, now=0.0)
+    assert conn.silence(100.0) == 0.0, "waiting for nothing is not silence"
+    for second in range(100, 110):
+        sid = conn.send(make_push(second), second, float(second))
+        assert conn.silence(float(second)) == 0.0 or conn.silence(float(second)) < 1.0
+        exchange(conn, server, now=float(second))
+        server.answer(sid)
+        exchange(conn, server, now=float(second) + 0.5)
+        assert conn.check(float(second) + 0.5, RULES).action == "ok"
+    assert conn.pings_sent == 0 and server.pings == 0
+
+
+def test_a_request_past_its_deadline_counts_against_its_connection() -> None:
+    conn, server = connect(request_timeout_s=2.0)
+    exchange(conn, server, now=0.0)
+    conn.send(make_push(1), 1, 0.0)
+    exchange(conn, server, now=1.0)  # bytes heard (SETTINGS ack): not silent yet
+    (expired,) = conn.expire(2.0)
+    assert expired.cause == "timeout"
+    judged = conn.check(2.0, RULES)
+    assert (judged.action, judged.cause) == ("ping", "timeout"), (
+        "a deadline asks at once whether anyone is there"
+    )
+    conn.send_ping(2.0)
+    exchange(conn, server, now=2.1)  # the server acknowledges: it is alive, only slow
+    assert conn.check(2.1, RULES).action == "ok"
+    # Requests time out one after the other with no answer between them, although PINGs come back.
+    for i in (2, 3):
+        conn.send(make_push(i), i, 3.0)
+        conn.expire(5.0 + i)
+        exchange(conn, server, now=5.0 + i)
+    assert conn.timeouts_since_answer == 3
+    judged = conn.check(8.0, RULES)
+    assert (judged.action, judged.cause) == ("retire", "requests_unanswered")
+
+
+def test_an_answer_clears_the_timeouts_held_against_a_connection() -> None:
+    conn, server = connect(request_timeout_s=2.0)
+    exchange(conn, server, now=0.0)
+    for i in (1, 2):
+        conn.send(make_push(i), i, 0.0)
+    conn.expire(2.0)
+    assert conn.timeouts_since_answer == 2
+    sid = conn.send(make_push(3), 3, 2.0)
+    exchange(conn, server, now=2.0)
+    server.answer(sid)
+    exchange(conn, server, now=2.5)
+    assert conn.timeouts_since_answer == 0 and conn.check(2.5, RULES).action in ("ok", "ping")
+
+
+def test_a_draining_connection_that_hears_nothing_is_retired_without_a_ping() -> None:
+    conn, server = connect()
+    exchange(conn, server, now=0.0)
+    conn.send(make_push(1), 1, 0.0)
+    conn.start_draining()  # no PING can be asked of it
+    assert conn.check(4.0, RULES).action == "ok"
+    judged = conn.check(8.0, RULES)
+    assert (judged.action, judged.cause) == ("retire", "silent")
 
 
 def test_connection_lost_returns_every_unanswered_push() -> None:

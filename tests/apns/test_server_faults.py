@@ -355,6 +355,28 @@ async def test_drop_now_closes_every_open_connection(apns_server, open_client, p
     assert apns_server.stats()["connections_open"] == 0
 
 
+async def test_freeze_leaves_open_connections_open_and_silent_while_new_ones_are_served(
+    apns_server, open_client, provider_token
+):
+    async with open_client(apns_server) as frozen:
+        await open_up(frozen, provider_token)
+        apns_server.delay(0.3, count=1)  # an answer held when the flow dies is never sent either
+        held = await frozen.start_request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
+        await trio.sleep(0.1)
+        apns_server.freeze_connections()
+        sid = await frozen.start_request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
+        frozen.h2.ping(b"anyoneth")
+        await frozen._flush()
+        async with open_client(apns_server) as fresh:  # a new connection is served as usual
+            assert (await push(fresh, provider_token)).status == 200
+        await trio.sleep(0.5)
+        assert not frozen.closed.is_set(), "the connection stays open: nothing says it died"
+        assert frozen.responses[sid].status is None and frozen.responses[sid].reset_code is None
+        assert frozen.responses[held].status is None and frozen.goaway is None
+    assert apns_server.stats()["connections_frozen"] == 1
+    assert [r["connection_id"] for r in apns_server.records] == [1, 2]  # nothing answered after the freeze
+
+
 async def test_reset_forgets_faults_but_keeps_records(apns_server, open_client, provider_token):
     apns_server.storm(500)
     async with open_client(apns_server) as client:

@@ -29,7 +29,8 @@ and trio internals both sides reach into are in ``daemon.apns.internals``.
 
 Scripting (``ApnsTestServer.script(**fields)`` in process, or ``POST /ctl/script`` with the same fields as a
 JSON body; see ``FaultScript``): per-token status/reason/count/delay, 5xx storms (count or duration),
-GOAWAY (after N answers or now, graceful or not), dropped TCP connections, REFUSED_STREAM for N streams,
+GOAWAY (after N answers or now, graceful or not), dropped TCP connections, connections left open but dead
+(``freeze``: silent for good, as behind a NAT that dropped the flow), REFUSED_STREAM for N streams,
 delays, a small flow-control window with late WINDOW_UPDATEs, the stream limits and their drop to 1 after
 a rejection, the token-churn interval, key pinning and an idle timeout. Other control endpoints on the same
 port: ``POST /ctl/reset[?records=1]``, ``GET /ctl/records[?since=K&limit=M]``, ``GET /ctl/stats``,

@@ -273,6 +273,10 @@ class ApnsTestServer:
     def drop_connections(self, *, after: int = 0) -> None:
         self.script(drop={"after": after})
 
+    def freeze_connections(self) -> None:
+        """Every connection open now goes silent for good and stays open; new ones are served (``freeze``)."""
+        self.script(freeze=True)
+
     def refuse_streams(self, count: int) -> None:
         self.script(refuse_streams=count)
 
@@ -335,22 +339,20 @@ class ApnsTestServer:
         if script.drop is not None and script.drop.after == 0:
             self.faults.drop_after = None
             for conn in list(self._connections.values()):
-                self._stats_inc("connections_dropped")
-                conn._abort()
+                self.count("connections_dropped")
+                conn.abort()
         if script.idle_timeout_s:
             for conn in self._connections.values():
                 conn.arm_idle_timer()
         if script.max_concurrent_streams is not None:
             for conn in self._connections.values():
                 conn.max_streams = script.max_concurrent_streams
+        if script.freeze:
+            for conn in self._connections.values():
+                self.count("connections_frozen")
+                conn.freeze()
 
-    def _stats_inc(self, name: str, by: int = 1) -> None:
-        self._stats[name] = self._stats.get(name, 0) + by
-
-    def _unique_id_header(self) -> list[tuple[bytes, bytes]]:
-        if not self.sandbox:
-            return []
-        return [(b"apns-unique-id", self._ids.next().encode())]
+    # ---- serving connections ----------------------------------------------------------------------
 
     async def _handle_tcp(
         self, tcp: trio.SocketStream, server_ctx: ssl.SSLContext, role: str = "push"
@@ -360,26 +362,31 @@ class ApnsTestServer:
             with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
                 await tls.do_handshake()
         except (trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
-            self._stats_inc("tls_failures")
+            self.count("tls_failures")
             log.info("apns_server_tls_failed", error=str(exc))
             await trio.aclose_forcefully(tls)
             return
         if tls.selected_alpn_protocol() != "h2":
-            self._stats_inc("tls_failures")
+            self.count("tls_failures")
             log.info("apns_server_no_h2", alpn=tls.selected_alpn_protocol())
             await trio.aclose_forcefully(tls)
             return
-        conn = ServerConnection(self, next(self._conn_ids), tls)
+        await self.serve_stream(tls, role)
+
+    async def serve_stream(self, stream: trio.abc.Stream, role: str = "push") -> None:
+        """Serve one client connection on ``stream`` (TLS and ALPN already done, or an in-memory stream a
+        test drives) until it ends: "push" answers pushes and broadcasts, "management" channel management."""
+        conn = ServerConnection(self, next(self._conn_ids), stream)
         conn.role = role
         self._connections[conn.id] = conn
-        self._stats_inc("connections_total")
+        self.count("connections_total")
         log.debug("apns_server_connection_open", connection_id=conn.id)
         try:
             await conn.run()
         except Exception as exc:  # one connection's bug must not stop the server; tests see it in stats
             message = f"connection {conn.id}: internal error: {exc!r}"
             self.protocol_errors.append(message)
-            self._stats_inc("internal_errors")
+            self.count("internal_errors")
             log.error("apns_server_internal_error", connection_id=conn.id, error=message, exc_info=True)
         finally:
             del self._connections[conn.id]
@@ -388,24 +395,34 @@ class ApnsTestServer:
             )
             log.debug("apns_server_connection_closed", connection_id=conn.id, answered=conn.answered)
 
-    def _stream_limit_violation(self, conn: ServerConnection, stream_id: int, open_streams: int) -> None:
-        self._stats_inc("stream_limit_violations")
+    # ---- what connections call (``connection.ConnectionOwner``) ----------------------------------------
+
+    def count(self, name: str, by: int = 1) -> None:
+        self._stats[name] = self._stats.get(name, 0) + by
+
+    def unique_id_header(self) -> list[tuple[bytes, bytes]]:
+        if not self.sandbox:
+            return []
+        return [(b"apns-unique-id", self._ids.next().encode())]
+
+    def stream_limit_violation(self, conn: ServerConnection, stream_id: int, open_streams: int) -> None:
+        self.count("stream_limit_violations")
         limit = conn.h2.local_settings.max_concurrent_streams
         message = f"connection {conn.id}: stream {stream_id} opened with {open_streams} open, limit {limit}"
         self.protocol_errors.append(message)
         log.warning("apns_server_stream_limit_violated", connection_id=conn.id, error=message)
 
-    def _protocol_error(self, conn: ServerConnection, exc: Exception) -> None:
+    def protocol_error(self, conn: ServerConnection, exc: Exception) -> None:
         name = type(exc).__name__
         if isinstance(exc, h2.exceptions.TooManyStreamsError):
-            self._stats_inc("stream_limit_violations")
+            self.count("stream_limit_violations")
         elif isinstance(exc, h2.exceptions.FlowControlError):
-            self._stats_inc("flow_control_violations")
+            self.count("flow_control_violations")
         message = f"connection {conn.id}: {name}: {exc}"
         self.protocol_errors.append(message)
         log.warning("apns_server_protocol_error", connection_id=conn.id, error=message)
 
-    def _decide(self, conn: ServerConnection, req: Request) -> tuple[Answer, float]:
+    def decide(self, conn: ServerConnection, req: Request) -> tuple[Answer, float]:
         """Validate one request and apply the script; returns the answer and how long to hold it."""
         headers, duplicate = headers_to_dict(req.headers)
         path = headers.get(":path", "")
@@ -432,7 +449,7 @@ class ApnsTestServer:
                     pin_key=faults.pin_key_id,
                 )
                 if verdict is not None and verdict.reason == "TooManyProviderTokenUpdates":
-                    self._stats_inc("token_churn_rejections")
+                    self.count("token_churn_rejections")
         if verdict is None:
             verdict = validate_headers(headers, self.topics)
         if verdict is None:
@@ -565,7 +582,7 @@ class ApnsTestServer:
             record["detail"] = verdict.detail
         return record
 
-    def _answered(self, conn: ServerConnection, answer: Answer) -> None:
+    def answered(self, conn: ServerConnection, answer: Answer) -> None:
         key = str(answer.status)
         self._statuses[key] = self._statuses.get(key, 0) + 1
         record = answer.record
@@ -605,7 +622,7 @@ class ApnsTestServer:
 
     # ---- control endpoint --------------------------------------------------------------------------
 
-    async def _control(self, conn: ServerConnection, req: Request) -> None:
+    async def control(self, conn: ServerConnection, req: Request) -> None:
         headers, _ = headers_to_dict(req.headers)
         method = headers.get(":method", "")
         path, _, query = headers.get(":path", "").partition("?")
@@ -617,7 +634,7 @@ class ApnsTestServer:
         except Exception as exc:  # the control plane answers every error; it must not kill the connection
             status, body = 500, {"reason": "ControlError", "detail": f"{type(exc).__name__}: {exc}"}
         data = json.dumps(body, separators=(",", ":"), default=str).encode()
-        conn.call_soon(lambda: conn._send_control(req.stream_id, status, data))
+        conn.call_soon(lambda: conn.send_control(req.stream_id, status, data))
 
     async def _control_dispatch(
         self, method: str, path: str, params: dict[str, str], body: bytes

@@ -10,7 +10,7 @@ import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import h2.config
 import h2.connection
@@ -31,11 +31,8 @@ from daemon.apns.server.http2 import (
     ResponseEncoder,
 )
 from daemon.apns.server.lean import LeanH2Connection
-from daemon.apns.server.script import GoawayFault
+from daemon.apns.server.script import FaultState, GoawayFault
 from daemon.logs import get_logger
-
-if TYPE_CHECKING:
-    from daemon.apns.server.app import ApnsTestServer
 
 log = get_logger("apns.server")
 
@@ -73,12 +70,47 @@ class Answer:
     id_header: bytes = b"apns-id"
 
 
-class ServerConnection:
-    """Drives one TLS stream through an ``h2`` server connection; owned by ``ApnsTestServer``."""
+class ConnectionOwner(Protocol):
+    """What a connection needs of the server that accepted it (``ApnsTestServer``)."""
 
-    def __init__(
-        self, server: ApnsTestServer, conn_id: int, stream: trio.SSLStream[trio.SocketStream]
-    ) -> None:
+    @property
+    def engine(self) -> str:
+        """The HTTP/2 engine of new connections: "h2" or "lean"."""
+
+    @property
+    def faults(self) -> FaultState:
+        """The scripted faults, server-wide (a connection consumes them)."""
+
+    @property
+    def goaway_linger_s(self) -> float:
+        """How long a connection stays open after its GOAWAY once every stream it kept was answered."""
+
+    def count(self, name: str, by: int = 1) -> None:
+        """Add to one of the server's statistics."""
+
+    def decide(self, conn: ServerConnection, req: Request) -> tuple[Answer, float]:
+        """Validate a complete request and apply the fault script: the answer and how long to hold it."""
+
+    async def control(self, conn: ServerConnection, req: Request) -> None:
+        """Serve a ``/ctl/*`` request; the answer goes back through ``conn.send_control``."""
+
+    def answered(self, conn: ServerConnection, answer: Answer) -> None:
+        """An answer was queued: record it."""
+
+    def protocol_error(self, conn: ServerConnection, exc: Exception) -> None:
+        """The client broke HTTP/2 (the connection is closing)."""
+
+    def stream_limit_violation(self, conn: ServerConnection, stream_id: int, open_streams: int) -> None:
+        """The client opened a stream over a limit it had acknowledged (the stream is refused)."""
+
+    def unique_id_header(self) -> list[tuple[bytes, bytes]]:
+        """The ``apns-unique-id`` header of an accepted push (sandbox only), or nothing."""
+
+
+class ServerConnection:
+    """Drives one stream (TLS in production use) through an HTTP/2 server engine; owned by the server."""
+
+    def __init__(self, server: ConnectionOwner, conn_id: int, stream: trio.abc.Stream) -> None:
         self.server = server
         self.id = conn_id
         self.stream = stream
@@ -103,6 +135,7 @@ class ServerConnection:
         self.goaway_fault: GoawayFault | None = None
         self.goaway_sent = False
         self.closing = False
+        self.frozen = False  # silent for good: see ``freeze``
         self._send_lock = trio.StrictFIFOLock()
         self._out: list[bytes] = []  # frames written outside h2 (crafted GOAWAY), flushed in order
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
@@ -155,11 +188,13 @@ class ServerConnection:
                 return
             if not data:
                 return
+            if self.frozen:
+                continue  # a dropped flow: what arrives goes nowhere
             try:
                 events = h2conn.receive_data(data)
             except h2.exceptions.ProtocolError as exc:
                 # h2 has queued a GOAWAY with the matching error code; send it and hang up.
-                self.server._protocol_error(self, exc)
+                self.server.protocol_error(self, exc)
                 await self._flush()
                 return
             for event in events:
@@ -176,10 +211,10 @@ class ServerConnection:
                 if not self.settings_acked:
                     # Before the client acknowledges our first SETTINGS it may assume HTTP/2's unlimited
                     # default (RFC 9113 §6.5.3); serve, but count it: spec §1.7 says to wait for SETTINGS.
-                    self.server._stats_inc("streams_over_limit_before_settings_ack")
+                    self.server.count("streams_over_limit_before_settings_ack")
                 else:
                     # Over a limit the client has acknowledged: refuse (RFC 9113 §5.1.2) and count it.
-                    self.server._stream_limit_violation(self, sid, open_now - 1)
+                    self.server.stream_limit_violation(self, sid, open_now - 1)
                     self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
                     self._closed_unflushed += 1
                     return
@@ -228,7 +263,7 @@ class ServerConnection:
             if self._out:
                 data = b"".join(self._out) + data
                 self._out.clear()
-            if not data:
+            if not data or self.frozen:
                 return
             try:
                 await self.stream.send_all(data)
@@ -281,7 +316,7 @@ class ServerConnection:
         if idle <= 0 or self.goaway_last is not None:
             return
         if trio.current_time() - self.last_request_at >= idle:
-            self.server._stats_inc("idle_timeouts")
+            self.server.count("idle_timeouts")
             self.start_goaway(GoawayFault(after=0, reason="IdleTimeout", error_code=0, graceful=True))
         else:
             self.arm_idle_timer()
@@ -291,7 +326,7 @@ class ServerConnection:
         self.last_request_at = trio.current_time()
         if self.goaway_last is not None and sid > self.goaway_last:
             # Above GOAWAY's last_stream_id: never processed, the client must retry elsewhere (RFC 9113).
-            self.server._stats_inc("ignored_after_goaway")
+            self.server.count("ignored_after_goaway")
             return
         if sid > self.highest_stream:
             self.highest_stream = sid
@@ -300,24 +335,24 @@ class ServerConnection:
         if path.startswith(b"/ctl/"):
             self.unanswered.add(sid)
             assert self._nursery is not None
-            self._nursery.start_soon(server._control, self, req)
+            self._nursery.start_soon(server.control, self, req)
             return
         faults = server.faults
         if faults.drop_after is not None:
             if faults.drop_after <= 0:
                 faults.drop_after = None
-                server._stats_inc("connections_dropped")
+                server.count("connections_dropped")
                 log.info("apns_server_drop", connection_id=self.id, stream_id=sid)
-                self._abort()
+                self.abort()
                 return
             faults.drop_after -= 1
         if faults.take_refusal():
-            server._stats_inc("refused_streams")
+            server.count("refused_streams")
             self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             self._closed_unflushed += 1
             return
         self.unanswered.add(sid)
-        answer, delay = server._decide(self, req)
+        answer, delay = server.decide(self, req)
         if delay > 0:
             self._call_later(delay, lambda: self._send_answer(answer))
         else:
@@ -325,7 +360,7 @@ class ServerConnection:
 
     def _send_answer(self, answer: Answer) -> None:
         sid = answer.stream_id
-        if self.closing and not self.goaway_sent and self.goaway_last is None:
+        if self.frozen or (self.closing and not self.goaway_sent and self.goaway_last is None):
             return
         status = answer.status
         try:
@@ -347,7 +382,7 @@ class ServerConnection:
                     [
                         (b":status", b"200"),
                         (b"apns-id", answer.apns_id.encode()),
-                        *self.server._unique_id_header(),
+                        *self.server.unique_id_header(),
                     ],
                     end_stream=True,
                 )
@@ -366,16 +401,18 @@ class ServerConnection:
         except h2.exceptions.StreamClosedError:
             # The client reset the stream while we held the answer (e.g. its deadline fired).
             self.unanswered.discard(sid)
-            self.server._stats_inc("answers_to_closed_streams")
+            self.server.count("answers_to_closed_streams")
             return
         self.unanswered.discard(sid)
         self._closed_unflushed += 1
         self.answered += 1
         self._adjust_stream_limit(answer.status)
-        self.server._answered(self, answer)
+        self.server.answered(self, answer)
         self._maybe_goaway_after_answer(sid)
 
-    def _send_control(self, stream_id: int, status: int, data: bytes) -> None:
+    def send_control(self, stream_id: int, status: int, data: bytes) -> None:
+        if self.frozen:
+            return
         try:
             self.h2.send_headers(
                 stream_id,
@@ -424,7 +461,7 @@ class ServerConnection:
         if target != self.advertised_streams:
             self.advertised_streams = target
             self.h2.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: target})
-            self.server._stats_inc("stream_limit_changes")
+            self.server.count("stream_limit_changes")
 
     # ---- GOAWAY and drops --------------------------------------------------------------------------
 
@@ -464,7 +501,7 @@ class ServerConnection:
         self._out.append(self.h2.data_to_send())
         self._out.append(frame.serialize())
         self.goaway_sent = True
-        self.server._stats_inc("goaways_sent")
+        self.server.count("goaways_sent")
         log.info(
             "apns_server_goaway",
             connection_id=self.id,
@@ -484,7 +521,15 @@ class ServerConnection:
             # Non-graceful GOAWAY with answers still pending: check again once they have gone out.
             self._call_later(self.server.goaway_linger_s, self._close_when_done)
 
-    def _abort(self) -> None:
+    def freeze(self) -> None:
+        """Go silent for good without closing: read and discard whatever arrives, never write again (no answer,
+        no PING or SETTINGS acknowledgement, no GOAWAY), and drop the answers still held. What a client sees
+        of a flow a NAT or load balancer dropped without a word: the connection looks open and is dead."""
+        self.frozen = True
+        self.unanswered.clear()
+        self._pending_body.clear()
+
+    def abort(self) -> None:
         """Drop the TCP connection without a word (the client sees EOF / a reset)."""
         self.closing = True
         self.unanswered.clear()

@@ -95,6 +95,11 @@ class FaultScript(_ScriptModel):
     idle_timeout_s: float | None = Field(
         None, ge=0, description="GOAWAY IdleTimeout after this long without a request; 0 = never"
     )
+    freeze: bool | None = Field(
+        None,
+        description="every connection open now goes silent for good, left open (what a NAT that dropped the "
+        "flows looks like); new connections are served as usual",
+    )
 
     @model_validator(mode="after")
     def _tokens_are_named(self) -> FaultScript:
