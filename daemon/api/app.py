@@ -260,8 +260,17 @@ async def admin_user(request: Request, user: Annotated[Principal, Depends(curren
 
 User = Annotated[Principal, Depends(current_user)]
 Admin = Annotated[Principal, Depends(admin_user)]
-MatchId = Annotated[str, Path(pattern=ID_PATTERN, max_length=ID_MAX, description="the SportMonks fixture id")]
-AnyId = Annotated[str, Path(pattern=ID_PATTERN, max_length=ID_MAX)]
+MatchId = Annotated[
+    str,
+    Path(pattern=ID_PATTERN, max_length=ID_MAX, description="the SportMonks fixture id", examples=["1001"]),
+]
+TeamId = Annotated[str, Path(pattern=ID_PATTERN, max_length=ID_MAX, description="a team id", examples=["10"])]
+LeagueId = Annotated[
+    str, Path(pattern=ID_PATTERN, max_length=ID_MAX, description="a league id", examples=["5"])
+]
+SeasonId = Annotated[
+    str, Path(pattern=ID_PATTERN, max_length=ID_MAX, description="a season id", examples=["99"])
+]
 
 
 def _not_found(what: str) -> ApiError:
@@ -546,7 +555,7 @@ def _add_routes(app: FastAPI) -> None:
         responses=answers(404, 422),
         summary="one team",
     )
-    async def get_team(request: Request, user: User, teamId: AnyId) -> Response:
+    async def get_team(request: Request, user: User, teamId: TeamId) -> Response:
         item = await _state(request).repos.teams.get_team(teamId)
         if item is None:
             raise _not_found("team")
@@ -559,7 +568,7 @@ def _add_routes(app: FastAPI) -> None:
         responses=answers(403, 404, body=True),
         summary="change a team's fields (admin)",
     )
-    async def patch_team(request: Request, user: Admin, teamId: AnyId, body: TeamPatch) -> Response:
+    async def patch_team(request: Request, user: Admin, teamId: TeamId, body: TeamPatch) -> Response:
         api = _state(request)
         return await _admin_change(
             api, user, "teams", "teamId", teamId, body.fields(), api.repos.teams.update_team_fields
@@ -572,7 +581,7 @@ def _add_routes(app: FastAPI) -> None:
         responses=answers(422),
         summary="the teams of a season with their season stats",
     )
-    async def season_teams(request: Request, user: User, seasonId: AnyId) -> Response:
+    async def season_teams(request: Request, user: User, seasonId: SeasonId) -> Response:
         return json_response(
             {"teams": await _state(request).repos.team_seasons.get_teams_for_season(seasonId)}
         )
@@ -593,7 +602,7 @@ def _add_routes(app: FastAPI) -> None:
         responses=answers(404, 422),
         summary="one league",
     )
-    async def get_league(request: Request, user: User, leagueId: AnyId) -> Response:
+    async def get_league(request: Request, user: User, leagueId: LeagueId) -> Response:
         item = await _state(request).repos.leagues.get_league(leagueId)
         if item is None:
             raise _not_found("league")
@@ -606,7 +615,7 @@ def _add_routes(app: FastAPI) -> None:
         responses=answers(403, 404, body=True),
         summary="change a league's fields (admin)",
     )
-    async def patch_league(request: Request, user: Admin, leagueId: AnyId, body: LeaguePatch) -> Response:
+    async def patch_league(request: Request, user: Admin, leagueId: LeagueId, body: LeaguePatch) -> Response:
         api = _state(request)
         return await _admin_change(
             api, user, "leagues", "leagueId", leagueId, body.fields(), api.repos.leagues.update_league_fields
@@ -619,7 +628,7 @@ def _add_routes(app: FastAPI) -> None:
         responses=answers(403, 404, 422),
         summary="delete a league (admin); answers the league as it was",
     )
-    async def delete_league(request: Request, user: Admin, leagueId: AnyId) -> Response:
+    async def delete_league(request: Request, user: Admin, leagueId: LeagueId) -> Response:
         api = _state(request)
         old = await api.repos.leagues.delete_league(leagueId)
         if old is None:
@@ -814,7 +823,12 @@ def _add_routes(app: FastAPI) -> None:
         request: Request,
         user: User,
         matchId: MatchId,
-        deviceId: Annotated[str, Query(pattern=ID_PATTERN, max_length=ID_MAX)],
+        deviceId: Annotated[
+            str,
+            Query(
+                pattern=ID_PATTERN, max_length=ID_MAX, description="the device's id", examples=["iphone-1"]
+            ),
+        ],
     ) -> Response:
         if not await _state(request).repos.live_activities.end_la_session(
             matchId, visitor_key(user.sub, deviceId), END_REASON_USER
