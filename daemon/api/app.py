@@ -78,6 +78,7 @@ from daemon.api.settings import ApiSettings
 from daemon.cricket.display import NEUTRAL
 from daemon.logs import get_logger
 from daemon.store import Repositories
+from daemon.store.devices import DeviceRegistrationConflict
 from daemon.store.live_activities import visitor_key
 
 log = get_logger("daemon.api")
@@ -651,19 +652,27 @@ def _add_routes(app: FastAPI) -> None:
         "/user/device",
         tags=["device"],
         response_model=Device,
-        responses=answers(body=True),
+        responses=answers(409, body=True),
         summary="register your device: one per user, and the latest registration of a device token owns it",
     )
     async def register_device(request: Request, user: User, body: DeviceIn) -> Response:
-        item = await _state(request).repos.devices.register_device(
-            user.sub,
-            body.deviceToken,
-            platform=body.platform,
-            os_version=body.osVersion,
-            app_version=body.appVersion,
-            apns_token=body.apnsToken,
-            push_to_start_token=body.pushToStartToken,
-        )
+        try:
+            item = await _state(request).repos.devices.register_device(
+                user.sub,
+                body.deviceToken,
+                platform=body.platform,
+                os_version=body.osVersion,
+                app_version=body.appVersion,
+                apns_token=body.apnsToken,
+                push_to_start_token=body.pushToStartToken,
+            )
+        except DeviceRegistrationConflict:
+            raise ApiError(
+                409,
+                "conflict",
+                "this device token is being registered by others at this moment; retry",
+                headers={"Retry-After": "1"},
+            ) from None
         return json_response(item)
 
     @app.put(

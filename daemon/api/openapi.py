@@ -25,6 +25,8 @@ ERROR_ANSWERS: dict[int, str] = {
     401: 'the access token is missing or not valid (WWW-Authenticate: Bearer error="invalid_token")',
     403: "the token's user is not in the admin group",
     404: "no such item",
+    409: "the device token's registration kept moving under this one (others registering it at once); "
+    "retry after Retry-After",
     408: "the body did not arrive whole within [api].body_timeout_s; the connection is closed",
     413: "the body is larger than [api].max_body_bytes; the connection is closed",
     422: "a parameter or field of the wrong type or shape, an unknown or a missing field; `fields` names each",

@@ -280,3 +280,18 @@ async def test_the_openapi_document_states_security_statuses_and_one_of_rules(
     end = paths["/user/activity/{matchId}"]["delete"]["responses"]["200"]["content"]["application/json"]
     assert end["schema"] == {"$ref": "#/components/schemas/ActivityEnded"}
     assert "either `ids`, or `league` with" in doc["info"]["description"]
+
+
+async def test_a_registration_that_keeps_losing_its_token_is_409_not_500(
+    api: Api, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.store.devices import DeviceRegistrationConflict
+
+    async def always_moved(*args: Any, **kwargs: Any) -> Any:
+        raise DeviceRegistrationConflict("the claim moved under every attempt")
+
+    monkeypatch.setattr(api.repos.devices, "register_device", always_moved)
+    body = {"deviceToken": PHONE, "osVersion": "18.2", "appVersion": "3.1"}
+    resp = await client.post("/user/device", json=body, headers=api.headers(A))
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "conflict"
+    assert resp.headers["retry-after"] == "1"
