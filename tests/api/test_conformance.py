@@ -145,7 +145,7 @@ async def test_every_operation_conforms_to_the_document_under_generated_requests
             capture_stdout=True,
             capture_stderr=True,
             env=env,
-            cwd=str(ROOT),
+            cwd=str(tmp_path),  # schemathesis keeps its state (.schemathesis/) in the working directory
         )
         server.stop()
     output = (run.stdout + run.stderr).decode(errors="replace")
