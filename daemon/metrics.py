@@ -302,6 +302,29 @@ JWKS_FETCHES = Counter(
 )
 JWKS_KEYS = Gauge("sightscreen_jwks_keys", "Signing keys currently held from the JWKS", registry=REGISTRY)
 
+API_REFUSED = Counter(
+    "sightscreen_api_refused",
+    "API requests refused before a handler, by why: invalid_token, address_limited (the client address's "
+    "refusal bucket is empty), rate_limited (the user's bucket), malformed_json, body_too_large, "
+    "body_timeout, bad_framing (Content-Length with Transfer-Encoding), bad_http and headers_too_large "
+    "(refused by the HTTP parser)",
+    ["reason"],
+    registry=REGISTRY,
+)
+API_CONNECTIONS_CUT = Counter(
+    "sightscreen_api_connections_cut",
+    "API connections the server closed on a timeout: header_timeout (a request head too slow), idle "
+    "(keep-alive past [api].keep_alive_s), send_timeout (a client not taking its answer)",
+    ["reason"],
+    registry=REGISTRY,
+)
+DEVICE_TOKEN_TRANSFERS = Counter(
+    "sightscreen_device_token_transfers",
+    "Device registrations that took a device token from the user who held it (the latest registration owns "
+    "a token)",
+    registry=REGISTRY,
+)
+
 
 def render() -> bytes:
     """The registry in Prometheus text exposition format."""

@@ -9,14 +9,12 @@ camelCase attribute names; they return ready-made responses (no second validatio
 The user is always the token's ``sub``: no route takes a user id from the path or the body, so a user can
 neither see nor change another user's device, follows or sessions.
 
-Errors all have one shape, ``{"error": {"status", "code", "message", "fields": [{"field", "reason"}]}}``:
-400 (malformed JSON), 422 (a field of the wrong type or shape, an unknown field), 401 with
-``WWW-Authenticate: Bearer error="invalid_token"`` (which check failed goes to the log only), 403 (not in
-the admin group), 404 (no such item, no such path), 405, 413 (body over ``[api].max_body_bytes``), 429
-with ``Retry-After``, 503 (DynamoDB unavailable).
-
-Responses and the error shape are in ``daemon.api.responses``; the body limit and the access log are plain
-ASGI middlewares in ``daemon.api.middleware``.
+Errors all have one shape, ``{"error": {"status", "code", "message", "fields": [{"field", "reason"}]}}``,
+from every layer; ``daemon.api.openapi`` lists which statuses each route answers. The layers around the
+routes, outermost first: ``AccessLog`` and ``HttpRules`` (``daemon.api.middleware``), the ``Gate``
+(``daemon.api.gate``: token, per-user and per-address limits, before any body is read), ``DisplayFastPath``
+(below), ``BodyLimit``. The connection-level limits (head, idle, answer timeouts; the HTTP parser's own
+refusals in the error shape) are in ``daemon.api.transport``.
 """
 
 from __future__ import annotations
@@ -34,50 +32,58 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from daemon import __version__
-from daemon.api.auth import Authenticator, AuthError, JwksKeys, Principal
+from daemon.api.auth import Authenticator, JwksKeys, Principal
 from daemon.api.cache import TtlCache
 from daemon.api.coalesce import Coalescer
-from daemon.api.middleware import AccessLog, BodyLimit
+from daemon.api.gate import PRINCIPAL, Gate
+from daemon.api.middleware import AccessLog, BodyLimit, HttpRules
 from daemon.api.models import (
+    ID_MAX,
     ID_PATTERN,
     Activity,
+    ActivityEnded,
     ActivityIn,
     ActivityList,
+    ActivityTokenIn,
+    ActivityTokenUpdated,
     Device,
     DeviceIn,
     Display,
-    ErrorAnswer,
     Fixture,
     FixtureList,
     Follow,
     FollowIn,
     FollowPatchIn,
+    FollowStatus,
+    Health,
     League,
     LeagueList,
     LeaguePatch,
     PushToStartIn,
+    Readiness,
     Team,
     TeamList,
     TeamPatch,
     TeamSeasonList,
+    is_id,
     parse_iso_utc,
 )
+from daemon.api.openapi import answers, install_openapi
 from daemon.api.ratelimit import RateLimiter
 from daemon.api.responses import ApiError, ASGIApp, Receive, Scope, Send, error_response, json_response
 from daemon.api.settings import ApiSettings
+from daemon.cricket.display import NEUTRAL
 from daemon.logs import get_logger
-from daemon.metrics import API_RATE_LIMITED
 from daemon.store import Repositories
+from daemon.store.devices import DeviceRegistrationConflict
 from daemon.store.live_activities import visitor_key
 
 log = get_logger("daemon.api")
 
-NEUTRAL = "neutral"
-"""The display perspective of no team in particular (the engine's ``daemon.cricket.display.NEUTRAL``)."""
 END_REASON_USER = "user"
-BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
 
 
 @dataclass
@@ -89,6 +95,8 @@ class ApiState:
     keys: JwksKeys
     settings: ApiSettings
     limiter: RateLimiter = field(init=False)
+    refusals: RateLimiter = field(init=False)
+    match_cache: TtlCache[bool] = field(init=False)
     display_cache: TtlCache[DisplayAnswer | None] = field(init=False)
     scan_cache: TtlCache[list[dict[str, Any]]] = field(init=False)
     registrations: Coalescer[tuple[str, str, str, str | None, int | None, str | None]] = field(init=False)
@@ -97,6 +105,9 @@ class ApiState:
     def __post_init__(self) -> None:
         s = self.settings
         self.limiter = RateLimiter(s.rate_per_s, s.rate_burst, max_users=s.rate_max_users)
+        self.refusals = RateLimiter(s.refused_per_s, s.refused_burst, max_users=s.refused_max_addresses)
+        # whether a match exists, for the Live Activity registrations of a match's start (a burst for one id)
+        self.match_cache = TtlCache(s.reference_cache_s, max_entries=1000)
         self.display_cache = TtlCache(s.display_cache_s)
         self.scan_cache = TtlCache(s.reference_cache_s, max_entries=16)
         self.registrations = Coalescer(
@@ -114,30 +125,12 @@ def _state(request: Request) -> ApiState:
     return state
 
 
-async def authorize(api: ApiState, authorization: str | None, scope: Scope) -> Principal:
-    """The request's user (401 otherwise), within the rate limit (429 otherwise)."""
-    try:
-        principal = await api.auth.authenticate(authorization)
-    except AuthError as exc:
-        log.info("api_token_refused", reason=exc.reason, detail=exc.detail[:200], path=scope.get("path"))
-        raise ApiError(
-            401, "invalid_token", "the access token is missing or not valid", headers=BEARER_CHALLENGE
-        ) from None
-    scope["sightscreen.user"] = principal.short_sub
-    decision = api.limiter.take(principal.sub, trio.current_time())
-    if not decision.allowed:
-        API_RATE_LIMITED.inc()
-        raise ApiError(
-            429,
-            "rate_limited",
-            "too many requests; retry later",
-            headers={"Retry-After": decision.retry_after_header()},
-        )
-    return principal
-
-
 async def current_user(request: Request) -> Principal:
-    return await authorize(_state(request), request.headers.get("authorization"), request.scope)
+    """The principal the gate admitted (``daemon.api.gate``): every route but the public ones is behind it."""
+    principal: Principal | None = request.scope.get(PRINCIPAL)
+    if principal is None:  # a route reached without the gate: a wiring bug, refused rather than served
+        raise ApiError(401, "invalid_token", "the access token is missing or not valid")
+    return principal
 
 
 @dataclass(frozen=True)
@@ -226,6 +219,20 @@ async def display_answer(api: ApiState, match_id: str, team: str | None) -> Disp
     return answer
 
 
+async def match_exists(api: ApiState, match_id: str) -> bool:
+    """Whether the fixture exists (Get fixture by ID), remembered for ``[api].reference_cache_s`` once it
+    does: a match's start brings every follower's Live Activity registration for the same id at once. That a
+    match does not exist is not remembered (the fixture sync may add it any moment)."""
+    exists = await api.match_cache.get(match_id, lambda: _fixture_exists(api, match_id))
+    if not exists:
+        api.match_cache.invalidate(match_id)
+    return exists
+
+
+async def _fixture_exists(api: ApiState, match_id: str) -> bool:
+    return await api.repos.fixtures.get_fixture(match_id) is not None
+
+
 async def league_cached_fixtures(api: ApiState, code: str) -> list[dict[str, Any]]:
     """The cached SportMonks fixtures of the league with ``code`` (the data model's "Get fixtures by league"
     on the fixture cache, unexpired ones by start time), each as ``{"matchId", "leagueCode", "rawFixture"}``.
@@ -254,11 +261,17 @@ async def admin_user(request: Request, user: Annotated[Principal, Depends(curren
 
 User = Annotated[Principal, Depends(current_user)]
 Admin = Annotated[Principal, Depends(admin_user)]
-MatchId = Annotated[str, Path(pattern=ID_PATTERN, description="the SportMonks fixture id")]
-AnyId = Annotated[str, Path(pattern=ID_PATTERN)]
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorAnswer} for code in (400, 401, 403, 404, 413, 422, 429, 503)
-}
+MatchId = Annotated[
+    str,
+    Path(pattern=ID_PATTERN, max_length=ID_MAX, description="the SportMonks fixture id", examples=["1001"]),
+]
+TeamId = Annotated[str, Path(pattern=ID_PATTERN, max_length=ID_MAX, description="a team id", examples=["10"])]
+LeagueId = Annotated[
+    str, Path(pattern=ID_PATTERN, max_length=ID_MAX, description="a league id", examples=["5"])
+]
+SeasonId = Annotated[
+    str, Path(pattern=ID_PATTERN, max_length=ID_MAX, description="a season id", examples=["99"])
+]
 
 
 def _not_found(what: str) -> ApiError:
@@ -298,16 +311,26 @@ def build_app(state: ApiState) -> ASGIApp:
     app = FastAPI(
         title="Sightscreen app API",
         version=__version__,
-        description="The app's endpoints: matches, reference data, the user's device, follows and Live "
-        "Activity sessions. Every /user endpoint acts for the access token's sub.",
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
+        # a path with a trailing slash is another path (404): a redirect would be built from the Host header
+        redirect_slashes=False,
     )
     app.state.api = state
     _install_error_handlers(app)
     _add_routes(app)
-    return AccessLog(DisplayFastPath(BodyLimit(app, state.settings.max_body_bytes), state), state)
+    install_openapi(app)
+    s = state.settings
+    inner = DisplayFastPath(BodyLimit(app, s.max_body_bytes, s.body_timeout_s), state)
+    gate = Gate(
+        inner,
+        auth=state.auth,
+        limiter=state.limiter,
+        refusals=state.refusals,
+        trusted_hops=s.trusted_proxy_hops,
+    )
+    return AccessLog(HttpRules(gate), state)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -330,9 +353,16 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        message = "no such path" if exc.status_code == 404 else str(exc.detail)
-        return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 404:
+            return error_response(404, "not_found", "no such path", headers=headers)
+        if exc.status_code == 405:
+            allowed = allowed_methods(app, request.scope)
+            headers["Allow"] = ", ".join(allowed)
+            return error_response(
+                405, "method_not_allowed", f"this path answers {', '.join(allowed)}", headers=headers
+            )
+        return error_response(exc.status_code, "http_error", str(exc.detail), headers=headers)
 
     @app.exception_handler(ClientError)
     async def _dynamo(request: Request, exc: ClientError) -> Response:
@@ -355,26 +385,49 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
 
+def allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
+    """Every method some route answers on this scope's path, whichever route declares it (Starlette's own
+    405 names the first route's only), and HEAD wherever GET is (``HttpRules``)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if route.matches(scope)[0] != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
+
+
 def _ids_param(raw: str, most: int) -> list[str]:
     ids = [p.strip() for p in raw.split(",") if p.strip()]
     if not ids:
         raise _invalid("query.ids", "give at least one id")
     if len(ids) > most:
         raise _invalid("query.ids", f"at most {most} ids")
-    pattern = re.compile(ID_PATTERN)
     for i in ids:
-        if not pattern.fullmatch(i):
+        if not is_id(i):
             raise _invalid("query.ids", f"not an id: {i[:40]!r}")
     return list(dict.fromkeys(ids))
 
 
 def _add_routes(app: FastAPI) -> None:
     # --- health ---------------------------------------------------------------------------------------------
-    @app.get("/healthz", tags=["health"], summary="the process is up")
+    @app.get(
+        "/healthz",
+        tags=["health"],
+        response_model=Health,
+        responses=answers(public=True),
+        summary="the process is up",
+    )
     async def healthz() -> Response:
         return json_response({"status": "ok"})
 
-    @app.get("/readyz", tags=["health"], summary="DynamoDB reachable and signing keys loaded")
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        response_model=Readiness,
+        responses={**answers(public=True), 503: {"model": Readiness, "description": "a check fails"}},
+        summary="DynamoDB reachable and signing keys loaded",
+    )
     async def readyz(request: Request) -> Response:
         api = _state(request)
         checks: dict[str, Any] = {"keys": api.keys.loaded or "no signing keys loaded from the JWKS"}
@@ -392,7 +445,7 @@ def _add_routes(app: FastAPI) -> None:
         "/matches",
         tags=["matches"],
         response_model=FixtureList,
-        responses=ERRORS,
+        responses=answers(404, 422),
         summary="fixtures by ids (BatchGetItem), by league and start-time range (GSI), or a league's cached "
         "SportMonks fixtures (league without from and to)",
     )
@@ -451,7 +504,7 @@ def _add_routes(app: FastAPI) -> None:
         "/matches/{matchId}",
         tags=["matches"],
         response_model=Fixture,
-        responses=ERRORS,
+        responses=answers(404, 422),
         summary="one fixture with its live fields and the cached raw fixture where one exists",
     )
     async def get_match(request: Request, user: User, matchId: MatchId) -> Response:
@@ -474,27 +527,36 @@ def _add_routes(app: FastAPI) -> None:
         "/matches/{matchId}/display",
         tags=["matches"],
         response_model=Display,
-        responses=ERRORS,
+        responses=answers(304, 404, 422),
         summary="the display state the engine cached for a team's supporters (neutral without team)",
     )
     async def get_display(
         request: Request,
         user: User,
         matchId: MatchId,
-        team: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+        team: Annotated[
+            str | None,
+            Query(pattern=ID_PATTERN, max_length=ID_MAX, description="a team id; the neutral view without"),
+        ] = None,
     ) -> Response:
         answer = await display_answer(_state(request), matchId, team)
         return RawResponse(*answer.messages(request.headers.get("if-none-match")))
 
     # --- reference data -------------------------------------------------------------------------------------
-    @app.get("/teams", tags=["reference"], response_model=TeamList, responses=ERRORS, summary="every team")
+    @app.get("/teams", tags=["reference"], response_model=TeamList, responses=answers(), summary="every team")
     async def list_teams(request: Request, user: User) -> Response:
         api = _state(request)
         teams = await api.scan_cache.get("teams", api.repos.teams.get_all_teams)
         return json_response({"teams": teams})
 
-    @app.get("/teams/{teamId}", tags=["reference"], response_model=Team, responses=ERRORS, summary="one team")
-    async def get_team(request: Request, user: User, teamId: AnyId) -> Response:
+    @app.get(
+        "/teams/{teamId}",
+        tags=["reference"],
+        response_model=Team,
+        responses=answers(404, 422),
+        summary="one team",
+    )
+    async def get_team(request: Request, user: User, teamId: TeamId) -> Response:
         item = await _state(request).repos.teams.get_team(teamId)
         if item is None:
             raise _not_found("team")
@@ -504,10 +566,10 @@ def _add_routes(app: FastAPI) -> None:
         "/teams/{teamId}",
         tags=["reference", "admin"],
         response_model=Team,
-        responses=ERRORS,
+        responses=answers(403, 404, body=True),
         summary="change a team's fields (admin)",
     )
-    async def patch_team(request: Request, user: Admin, teamId: AnyId, body: TeamPatch) -> Response:
+    async def patch_team(request: Request, user: Admin, teamId: TeamId, body: TeamPatch) -> Response:
         api = _state(request)
         return await _admin_change(
             api, user, "teams", "teamId", teamId, body.fields(), api.repos.teams.update_team_fields
@@ -517,16 +579,16 @@ def _add_routes(app: FastAPI) -> None:
         "/seasons/{seasonId}/teams",
         tags=["reference"],
         response_model=TeamSeasonList,
-        responses=ERRORS,
+        responses=answers(422),
         summary="the teams of a season with their season stats",
     )
-    async def season_teams(request: Request, user: User, seasonId: AnyId) -> Response:
+    async def season_teams(request: Request, user: User, seasonId: SeasonId) -> Response:
         return json_response(
             {"teams": await _state(request).repos.team_seasons.get_teams_for_season(seasonId)}
         )
 
     @app.get(
-        "/leagues", tags=["reference"], response_model=LeagueList, responses=ERRORS, summary="every league"
+        "/leagues", tags=["reference"], response_model=LeagueList, responses=answers(), summary="every league"
     )
     async def list_leagues(request: Request, user: User) -> Response:
         api = _state(request)
@@ -538,10 +600,10 @@ def _add_routes(app: FastAPI) -> None:
         "/leagues/{leagueId}",
         tags=["reference"],
         response_model=League,
-        responses=ERRORS,
+        responses=answers(404, 422),
         summary="one league",
     )
-    async def get_league(request: Request, user: User, leagueId: AnyId) -> Response:
+    async def get_league(request: Request, user: User, leagueId: LeagueId) -> Response:
         item = await _state(request).repos.leagues.get_league(leagueId)
         if item is None:
             raise _not_found("league")
@@ -551,10 +613,10 @@ def _add_routes(app: FastAPI) -> None:
         "/leagues/{leagueId}",
         tags=["reference", "admin"],
         response_model=League,
-        responses=ERRORS,
+        responses=answers(403, 404, body=True),
         summary="change a league's fields (admin)",
     )
-    async def patch_league(request: Request, user: Admin, leagueId: AnyId, body: LeaguePatch) -> Response:
+    async def patch_league(request: Request, user: Admin, leagueId: LeagueId, body: LeaguePatch) -> Response:
         api = _state(request)
         return await _admin_change(
             api, user, "leagues", "leagueId", leagueId, body.fields(), api.repos.leagues.update_league_fields
@@ -564,10 +626,10 @@ def _add_routes(app: FastAPI) -> None:
         "/leagues/{leagueId}",
         tags=["reference", "admin"],
         response_model=League,
-        responses=ERRORS,
+        responses=answers(403, 404, 422),
         summary="delete a league (admin); answers the league as it was",
     )
-    async def delete_league(request: Request, user: Admin, leagueId: AnyId) -> Response:
+    async def delete_league(request: Request, user: Admin, leagueId: LeagueId) -> Response:
         api = _state(request)
         old = await api.repos.leagues.delete_league(leagueId)
         if old is None:
@@ -577,7 +639,9 @@ def _add_routes(app: FastAPI) -> None:
         return json_response(old)
 
     # --- the user's device ----------------------------------------------------------------------------------
-    @app.get("/user/device", tags=["device"], response_model=Device, responses=ERRORS, summary="your device")
+    @app.get(
+        "/user/device", tags=["device"], response_model=Device, responses=answers(404), summary="your device"
+    )
     async def get_device(request: Request, user: User) -> Response:
         item = await _state(request).repos.devices.get_device_for_user(user.sub)
         if item is None:
@@ -588,26 +652,34 @@ def _add_routes(app: FastAPI) -> None:
         "/user/device",
         tags=["device"],
         response_model=Device,
-        responses=ERRORS,
-        summary="register your device (one per user: another registered token is removed)",
+        responses=answers(409, body=True),
+        summary="register your device: one per user, and the latest registration of a device token owns it",
     )
     async def register_device(request: Request, user: User, body: DeviceIn) -> Response:
-        item = await _state(request).repos.devices.register_device(
-            user.sub,
-            body.deviceToken,
-            platform=body.platform,
-            os_version=body.osVersion,
-            app_version=body.appVersion,
-            apns_token=body.apnsToken,
-            push_to_start_token=body.pushToStartToken,
-        )
+        try:
+            item = await _state(request).repos.devices.register_device(
+                user.sub,
+                body.deviceToken,
+                platform=body.platform,
+                os_version=body.osVersion,
+                app_version=body.appVersion,
+                apns_token=body.apnsToken,
+                push_to_start_token=body.pushToStartToken,
+            )
+        except DeviceRegistrationConflict:
+            raise ApiError(
+                409,
+                "conflict",
+                "this device token is being registered by others at this moment; retry",
+                headers={"Retry-After": "1"},
+            ) from None
         return json_response(item)
 
     @app.put(
         "/user/device/push-to-start",
         tags=["device"],
         response_model=Device,
-        responses=ERRORS,
+        responses=answers(404, body=True),
         summary="store a new push-to-start token on your device",
     )
     async def put_push_to_start(request: Request, user: User, body: PushToStartIn) -> Response:
@@ -623,7 +695,7 @@ def _add_routes(app: FastAPI) -> None:
         "/user/device",
         tags=["device"],
         response_model=Device,
-        responses=ERRORS,
+        responses=answers(404),
         summary="delete your device; answers it as it was",
     )
     async def delete_device(request: Request, user: User) -> Response:
@@ -642,7 +714,8 @@ def _add_routes(app: FastAPI) -> None:
     @app.get(
         "/user/follow/{matchId}",
         tags=["follows"],
-        responses=ERRORS,
+        response_model=FollowStatus,
+        responses=answers(422),
         summary="whether you follow a match: {following, follow}",
     )
     async def get_follow(request: Request, user: User, matchId: MatchId) -> Response:
@@ -653,7 +726,8 @@ def _add_routes(app: FastAPI) -> None:
         "/user/follow/{matchId}",
         tags=["follows"],
         response_model=Follow,
-        responses=ERRORS,
+        status_code=201,
+        responses=answers(404, body=True),
         summary="follow a match (optionally supporting one of its teams)",
     )
     async def follow(
@@ -684,7 +758,7 @@ def _add_routes(app: FastAPI) -> None:
         "/user/follow/{matchId}",
         tags=["follows"],
         response_model=Follow,
-        responses=ERRORS,
+        responses=answers(404, body=True),
         summary="change the team you support in a match you follow",
     )
     async def patch_follow(request: Request, user: User, matchId: MatchId, body: FollowPatchIn) -> Response:
@@ -696,7 +770,7 @@ def _add_routes(app: FastAPI) -> None:
         "/user/follow/{matchId}",
         tags=["follows"],
         response_model=Follow,
-        responses=ERRORS,
+        responses=answers(404, 422),
         summary="unfollow a match; answers the follow as it was",
     )
     async def unfollow(request: Request, user: User, matchId: MatchId) -> Response:
@@ -710,11 +784,14 @@ def _add_routes(app: FastAPI) -> None:
         "/user/activity/{matchId}",
         tags=["activities"],
         response_model=Activity,
-        responses=ERRORS,
+        status_code=201,
+        responses=answers(404, body=True),
         summary="register the Live Activity of one of your devices for a match (status active)",
     )
     async def register_activity(request: Request, user: User, matchId: MatchId, body: ActivityIn) -> Response:
         api = _state(request)
+        if not await match_exists(api, matchId):
+            raise _not_found("match")
         # registrations arriving together (a match's start) leave together: see daemon.api.coalesce
         ttl = int(time.time() + api.settings.session_ttl_s)
         await api.registrations.submit(
@@ -729,15 +806,13 @@ def _add_routes(app: FastAPI) -> None:
     @app.patch(
         "/user/activity/{matchId}",
         tags=["activities"],
-        response_model=Activity,
-        responses=ERRORS,
+        response_model=ActivityTokenUpdated,
+        responses=answers(404, body=True),
         summary="store a rotated update token of your Live Activity",
     )
     async def rotate_activity_token(
-        request: Request, user: User, matchId: MatchId, body: ActivityIn
+        request: Request, user: User, matchId: MatchId, body: ActivityTokenIn
     ) -> Response:
-        if body.updateToken is None:
-            raise _invalid("updateToken", "required: only a token-based activity rotates its token")
         if not await _state(request).repos.live_activities.update_token(
             matchId, user.sub, body.deviceId, body.updateToken
         ):
@@ -749,14 +824,20 @@ def _add_routes(app: FastAPI) -> None:
     @app.delete(
         "/user/activity/{matchId}",
         tags=["activities"],
-        responses=ERRORS,
+        response_model=ActivityEnded,
+        responses=answers(404, 422),
         summary="end your Live Activity for a match (endReason user)",
     )
     async def end_activity(
         request: Request,
         user: User,
         matchId: MatchId,
-        deviceId: Annotated[str, Query(pattern=ID_PATTERN)],
+        deviceId: Annotated[
+            str,
+            Query(
+                pattern=ID_PATTERN, max_length=ID_MAX, description="the device's id", examples=["iphone-1"]
+            ),
+        ],
     ) -> Response:
         if not await _state(request).repos.live_activities.end_la_session(
             matchId, visitor_key(user.sub, deviceId), END_REASON_USER
@@ -776,7 +857,7 @@ def _add_routes(app: FastAPI) -> None:
         "/user/activities",
         tags=["activities"],
         response_model=ActivityList,
-        responses=ERRORS,
+        responses=answers(),
         summary="your Live Activity sessions across matches",
     )
     async def list_activities(request: Request, user: User) -> Response:
@@ -808,15 +889,15 @@ def _follow_expiry(fixture: Mapping[str, Any], after_start_s: float) -> float:
 
 
 DISPLAY_ROUTE = "/matches/{matchId}/display"
-_DISPLAY_PATH = re.compile(r"/matches/([A-Za-z0-9_.:-]{1,64})/display")
-_ID = re.compile(ID_PATTERN)
+_DISPLAY_PATH = re.compile(r"/matches/([^/]{1,64})/display")
 
 
 class DisplayFastPath:
     """``GET /matches/{matchId}/display`` answered before FastAPI's routing and dependency resolution.
 
-    It is the route every open app polls during a match, so its cost per request is the API's capacity. The
-    answer is the FastAPI route's (same authorisation, rate limit, cache, ETag and error shape), sent as the
+    It is the route every open app polls during a match, so its cost per request is the API's capacity. It
+    sits behind the gate (authorisation and rate limit done), and its answer is the FastAPI route's (same
+    cache, ETag and error shape), sent as the
     prebuilt ASGI messages of the cached answer; a request of any other shape (another query parameter, an
     id that does not match, HEAD) falls through to the FastAPI route, which answers it (422 with the field,
     ...)."""
@@ -828,17 +909,14 @@ class DisplayFastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("method") == "GET":
             m = _DISPLAY_PATH.fullmatch(scope.get("path", ""))
-            team = _team_param(scope.get("query_string", b"")) if m else False
+            team = _team_param(scope.get("query_string", b"")) if m and is_id(m.group(1)) else False
             if m and team is not False:
                 scope["sightscreen.route"] = DISPLAY_ROUTE
-                authorization = if_none_match = None
+                if_none_match = None
                 for key, value in scope.get("headers", ()):
-                    if key == b"authorization":
-                        authorization = bytes(value).decode("latin-1")
-                    elif key == b"if-none-match":
+                    if key == b"if-none-match":
                         if_none_match = bytes(value).decode("latin-1")
                 try:
-                    await authorize(self.state, authorization, scope)
                     answer = await display_answer(self.state, m.group(1), team)
                 except ApiError as exc:
                     response = error_response(exc.status, exc.code, exc.message, exc.fields, exc.headers)
@@ -863,6 +941,6 @@ def _team_param(query: bytes) -> str | None | Literal[False]:
     if not query:
         return None
     name, sep, value = query.decode("latin-1").partition("=")
-    if name != "team" or not sep or "&" in value or not _ID.fullmatch(value):
+    if name != "team" or not sep or "&" in value or not is_id(value):
         return False
     return value

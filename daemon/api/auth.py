@@ -6,7 +6,9 @@ Three parts:
   keys meant for signatures with RS256 or no ``alg``; everything else is skipped).
 - ``verify_token`` (pure, no I/O): one token against those keys: RS256 only whatever the header says (so
   ``alg: none`` and an HS256 token "signed" with the public key both fail), the key chosen by the header's
-  ``kid``, ``iss`` exactly, ``exp``/``nbf``/``iat`` with a leeway, ``token_use`` = ``access``,
+  ``kid``, ``iss`` exactly, ``exp``/``nbf``/``iat`` with a leeway and as JSON numbers (not strings, not
+  booleans), ``exp`` at most ``max_lifetime_s`` ahead (a token is remembered until its ``exp``, so that
+  bounds the memory of it too), ``token_use`` = ``access``,
   ``client_id`` among the configured app clients, a ``sub``. Access tokens carry no ``aud``, so pyjwt is
   not given an audience and ``client_id`` is compared here. Every failure is an ``AuthError`` whose
   ``reason`` goes to the log and a metric, never to the client.
@@ -21,6 +23,7 @@ expiry, while their key is still published), so a client's repeated requests cos
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -116,6 +119,17 @@ def token_kid(token: str) -> str:
     return kid
 
 
+def _numeric_date(claims: Mapping[str, Any], name: str) -> float | None:
+    """A NumericDate claim (RFC 7519 §2: a JSON number of seconds) as a float; None when absent. pyjwt
+    reads these claims with ``int()``, which also takes ``"9999999999"`` and ``1e30``: refused here."""
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise AuthError("bad_claim", f"{name} must be a finite JSON number, got {type(value).__name__}")
+    return float(value)
+
+
 def verify_token(
     token: str,
     keys: Mapping[str, PyJWK],
@@ -123,9 +137,12 @@ def verify_token(
     issuer: str,
     client_ids: frozenset[str] | set[str],
     leeway_s: float,
+    max_lifetime_s: float = 86400.0,
+    now: float | None = None,
 ) -> Principal:
     """Verify one access token against ``keys``; the claims it stands for, or AuthError (UnknownKid when the
-    header names a key that is not there)."""
+    header names a key that is not there). ``exp`` further than ``max_lifetime_s`` (plus the leeway) from
+    ``now`` is refused."""
     kid = token_kid(token)
     key = keys.get(kid)
     if key is None:
@@ -153,6 +170,13 @@ def verify_token(
         raise AuthError("missing_claim", str(exc)) from exc
     except jwt.PyJWTError as exc:
         raise AuthError("invalid", str(exc)) from exc
+    exp = _numeric_date(claims, "exp")
+    for name in ("nbf", "iat"):
+        _numeric_date(claims, name)
+    if exp is None:
+        raise AuthError("missing_claim", "exp")
+    if exp > (time.time() if now is None else now) + max_lifetime_s + leeway_s:
+        raise AuthError("exp_too_far", f"exp is more than {max_lifetime_s:.0f} s ahead")
     if claims.get("token_use") != "access":
         raise AuthError("wrong_use", f"token_use {str(claims.get('token_use'))[:20]!r}")
     client_id = claims.get("client_id")
@@ -164,7 +188,7 @@ def verify_token(
     groups = claims.get("cognito:groups") or []
     if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
         raise AuthError("bad_groups", "cognito:groups must be a list of strings")
-    return Principal(sub=sub, groups=tuple(groups), client_id=client_id, exp=float(claims["exp"]), kid=kid)
+    return Principal(sub=sub, groups=tuple(groups), client_id=client_id, exp=exp, kid=kid)
 
 
 class JwksKeys:
@@ -254,6 +278,15 @@ class JwksKeys:
                 self._http = None
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` value; None for any other value."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
 class Authenticator:
     """Bearer-token authentication for the HTTP layer: verification, the unknown-``kid`` refetch, a memo of
     tokens already verified."""
@@ -263,14 +296,27 @@ class Authenticator:
         self.issuer = settings.effective_issuer()
         self.client_ids = frozenset(settings.client_ids)
         self.leeway_s = settings.leeway_s
+        self.max_lifetime_s = settings.max_token_lifetime_s
         self.admin_group = settings.admin_group
         self.memo_size = memo_size
         self._memo: dict[str, Principal] = {}
 
     def _verify(self, token: str) -> Principal:
         return verify_token(
-            token, self.keys.keys, issuer=self.issuer, client_ids=self.client_ids, leeway_s=self.leeway_s
+            token,
+            self.keys.keys,
+            issuer=self.issuer,
+            client_ids=self.client_ids,
+            leeway_s=self.leeway_s,
+            max_lifetime_s=self.max_lifetime_s,
         )
+
+    def remembers(self, authorization: str | None) -> bool:
+        """Whether this header carries a token verified before and still good: a dictionary lookup, no
+        signature check (the gate lets such requests through even when their address is limited)."""
+        token = bearer_token(authorization)
+        known = self._memo.get(token) if token else None
+        return known is not None and known.exp + self.leeway_s > time.time() and known.kid in self.keys.keys
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """The principal of an ``Authorization: Bearer ...`` header value, or AuthError."""
@@ -283,9 +329,8 @@ class Authenticator:
     async def _authenticate(self, authorization: str | None) -> Principal:
         if not authorization:
             raise AuthError("missing", "no Authorization header")
-        scheme, _, token = authorization.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        token = bearer_token(authorization)
+        if token is None:
             raise AuthError("malformed", "expected 'Bearer <token>'")
         known = self._memo.get(token)
         if known is not None:

@@ -8,17 +8,31 @@ the engine and the sync jobs store beside the fields named here.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
-"""A SportMonks id, a device id, a team id: no '#' (it separates the parts of composite keys)."""
+ID_PATTERN = r"^[A-Za-z0-9_.:-]*[A-Za-z0-9_:-][A-Za-z0-9_.:-]*$"
+"""A SportMonks id, a device id, a team id (with ``ID_MAX`` characters at most): no '#' (it separates the
+parts of composite keys), and not dots alone (a client normalising the URL's ``.`` and ``..`` segments would
+send another path)."""
+ID_MAX = 64
+_ID = re.compile(ID_PATTERN)
+
+
+def is_id(value: str) -> bool:
+    return 0 < len(value) <= ID_MAX and _ID.fullmatch(value) is not None
+
+
 TOKEN_PATTERN = r"^(?:[0-9a-fA-F]{2}){8,200}$"
 """An APNs token (device, push-to-start or Live Activity update token): hex, an even number of digits."""
 
-Id = Annotated[str, Field(pattern=ID_PATTERN, description="an id: letters, digits, '_', '.', ':', '-'")]
+Id = Annotated[
+    str,
+    Field(pattern=ID_PATTERN, max_length=ID_MAX, description="an id: letters, digits, '_', '.', ':', '-'"),
+]
 Token = Annotated[str, Field(pattern=TOKEN_PATTERN, description="an APNs token in hex")]
 ChannelId = Annotated[
     str,
@@ -31,6 +45,28 @@ Version = Annotated[str, Field(pattern=r"^[0-9A-Za-z._ ()+-]{1,40}$")]
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NoNullBody(Body):
+    """A body whose optional fields are left out, never null: null would otherwise read as "remove" to one
+    client and "keep" to another, so it is refused with the field named (the schema says the same)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_null(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            nulls = sorted(k for k, v in data.items() if v is None and k in cls.model_fields)
+            if nulls:
+                raise ValueError(f"{', '.join(nulls)}: null is not a value here; leave the field out instead")
+        return data
+
+
+def _not_null(schema: dict[str, Any]) -> None:
+    """The JSON schema of an optional field that is never null: its non-null branch, without a default."""
+    branches = [b for b in schema.pop("anyOf", []) if b.get("type") != "null"]
+    if len(branches) == 1:
+        schema.update(branches[0])
+    schema.pop("default", None)
 
 
 # --- requests -------------------------------------------------------------------------------------------
@@ -57,11 +93,24 @@ class FollowPatchIn(Body):
     teamId: Id
 
 
-class ActivityIn(Body):
+class ActivityIn(NoNullBody):
+    """A Live Activity's registration: ``deviceId`` and exactly one of ``updateToken`` (a per-device
+    activity) and ``channelId`` (an activity started on an iOS 18 broadcast channel)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["updateToken"]}, {"required": ["channelId"]}]}
+    )
+
     deviceId: Id
-    updateToken: Token | None = None
+    updateToken: Token | None = Field(
+        None,
+        description="the activity's APNs update token (not with channelId)",
+        json_schema_extra=_not_null,
+    )
     channelId: ChannelId | None = Field(
-        None, description="instead of updateToken: the broadcast channel the activity was started on (iOS 18)"
+        None,
+        description="instead of updateToken: the broadcast channel the activity was started on (iOS 18)",
+        json_schema_extra=_not_null,
     )
 
     @model_validator(mode="after")
@@ -71,10 +120,25 @@ class ActivityIn(Body):
         return self
 
 
-class TeamPatch(Body):
-    name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
-    code: Annotated[str, Field(min_length=1, max_length=20)] | None = None
-    imageUrl: Annotated[str, Field(min_length=1, max_length=2000, pattern=r"^https?://")] | None = None
+class ActivityTokenIn(Body):
+    """A rotated update token of a token-based Live Activity."""
+
+    deviceId: Id
+    updateToken: Token
+
+
+class TeamPatch(NoNullBody):
+    """The fields to change (at least one); a field left out keeps its value, and none can be removed."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
+    name: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        None, json_schema_extra=_not_null
+    )
+    code: Annotated[str, Field(min_length=1, max_length=20)] | None = Field(None, json_schema_extra=_not_null)
+    imageUrl: Annotated[str, Field(min_length=1, max_length=2000, pattern=r"^https?://")] | None = Field(
+        None, json_schema_extra=_not_null
+    )
 
     @model_validator(mode="after")
     def _not_empty(self) -> TeamPatch:
@@ -87,7 +151,7 @@ class TeamPatch(Body):
 
 
 class LeaguePatch(TeamPatch):
-    active: bool | None = None
+    active: bool | None = Field(None, json_schema_extra=_not_null)
 
 
 # --- answers --------------------------------------------------------------------------------------------
@@ -119,8 +183,17 @@ class FixtureList(BaseModel):
 
 class Display(BaseModel):
     matchId: str
-    team: str
+    team: str = Field(description="the perspective: a team id, or neutral")
     displayState: dict[str, Any]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    ready: bool
+    checks: dict[str, bool | str] = Field(description="each check: true, or why it fails")
 
 
 class Team(Item):
@@ -189,6 +262,26 @@ class ActivityList(BaseModel):
     activities: list[Activity]
 
 
+class ActivityTokenUpdated(BaseModel):
+    matchId: str
+    userId: str
+    deviceId: str
+    updated: Literal[True]
+
+
+class ActivityEnded(BaseModel):
+    matchId: str
+    userId: str
+    deviceId: str
+    status: Literal["ended"]
+    endReason: Literal["user"]
+
+
+class FollowStatus(BaseModel):
+    following: bool
+    follow: Follow | None = Field(description="the follow while following, else null")
+
+
 class FieldError(BaseModel):
     field: str
     reason: str
@@ -206,12 +299,18 @@ class ErrorAnswer(BaseModel):
 
 
 def parse_iso_utc(value: str, field: str) -> str:
-    """An ISO-8601 time as the sortable form the fixtures store (``2026-10-09T13:00:00Z``); ValueError
-    naming ``field`` otherwise. A time without an offset is UTC."""
+    """An ISO-8601 time as the sortable form the fixtures store (``2026-10-09T13:00:00Z``, the year always
+    four digits, so the strings sort as the times do); ValueError naming ``field`` otherwise, a time whose
+    UTC form falls outside years 1-9999 included. A time without an offset is UTC."""
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
     except ValueError as exc:
         raise ValueError(f"{field}: not an ISO-8601 time: {value[:40]!r}") from exc
     if t.tzinfo is None:
         t = t.replace(tzinfo=UTC)
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        u = t.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{field}: outside the years 1-9999 once in UTC: {value[:40]!r}") from None
+    # strftime's %Y does not pad years before 1000 on every platform ("999-..." sorts after "2027-...")
+    return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}Z"

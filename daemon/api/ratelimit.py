@@ -1,4 +1,7 @@
-"""Per-user token buckets: pure, no I/O, the clock passed in.
+"""Token buckets by key (a user, a client address): pure, no I/O, the clock passed in.
+
+The API keeps two sets: one per user (every authenticated request takes a token) and one per client
+address for refused requests (``peek`` before the costly work, ``take`` once a request was refused).
 
 Each user has a bucket of ``burst`` tokens refilled at ``rate_per_s``; a request takes one token or is
 refused with the seconds until one is back (the ``Retry-After`` of a 429). Buckets are created full, so a
@@ -37,6 +40,14 @@ class RateLimiter:
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+    def peek(self, key: str, now: float) -> Decision:
+        """Whether ``take`` would allow a request now, taking nothing."""
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + max(0.0, now - last) * self.rate)
+        if tokens >= 1.0:
+            return Decision(True)
+        return Decision(False, (1.0 - tokens) / self.rate)
 
     def take(self, user: str, now: float) -> Decision:
         tokens, last = self._buckets.pop(user, (self.burst, now))

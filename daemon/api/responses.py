@@ -61,6 +61,13 @@ def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | Non
     return Response(data.encode(), status_code=status, media_type="application/json", headers=headers)
 
 
+def error_body(
+    status: int, code: str, message: str, fields: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    """The one error shape, whichever layer answers."""
+    return {"error": {"status": status, "code": code, "message": message, "fields": fields or []}}
+
+
 def error_response(
     status: int,
     code: str,
@@ -68,5 +75,4 @@ def error_response(
     fields: list[dict[str, str]] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
-    body = {"error": {"status": status, "code": code, "message": message, "fields": fields or []}}
-    return json_response(body, status, headers)
+    return json_response(error_body(status, code, message, fields), status, headers)

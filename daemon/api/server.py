@@ -1,7 +1,8 @@
 """The API as an actor of the daemon's supervisor: hypercorn's trio server plus the JWKS refresher.
 
 ``ApiServer.run`` fetches the JWKS (the first attempt, successful or not: readiness tells), then serves the
-ASGI app with ``hypercorn.trio.serve`` on ``[api].listen`` inside the caller's nursery, and reports ready
+ASGI app with hypercorn on ``[api].listen`` (``daemon.api.transport.serve``: hypercorn's protocol code on
+connections bounded by ``[api]``'s timeouts) inside the caller's nursery, and reports ready
 with the address it bound (a port of 0 binds a free one: the demo and the tests use that). ``stop()`` is
 the graceful stop: hypercorn stops accepting at once and gives requests in flight
 ``[api].shutdown_grace_s`` to finish; then the refresher is cancelled and ``run`` returns.
@@ -14,11 +15,11 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
 from daemon.api.app import ApiState, build_app
 from daemon.api.auth import Authenticator, JwksKeys
 from daemon.api.settings import ApiSettings, AuthSettings
+from daemon.api.transport import hypercorn_config, serve
 from daemon.logs import get_logger
 from daemon.store import Repositories
 
@@ -59,14 +60,8 @@ class ApiServer:
         self.stopped = trio.Event()
 
     def _hypercorn_config(self) -> HypercornConfig:
-        cfg = HypercornConfig()
-        cfg.bind = [self.listen]
-        cfg.graceful_timeout = self.settings.shutdown_grace_s
-        cfg.accesslog = None  # the app writes its own access lines through structlog
-        cfg.include_server_header = False  # nothing to gain from naming the server and its version
+        cfg = hypercorn_config(self.listen, self.settings)
         cfg.errorlog = logging.getLogger("hypercorn.error")
-        cfg.keep_alive_timeout = 75.0
-        cfg.backlog = 1024
         return cfg
 
     def stop(self) -> None:
@@ -80,13 +75,8 @@ class ApiServer:
         async def serving(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
             try:
                 # returns once the trigger fired and requests in flight finished (or the grace ran out)
-                # hypercorn types the ASGI scope as its own TypedDicts, the app (FastAPI's, wrapped) as a plain
-                # mapping: the same protocol declared two ways, so the check is waived for this one argument
                 await serve(
-                    self.app,  # type: ignore[arg-type]
-                    config,
-                    shutdown_trigger=self._stop.wait,
-                    task_status=task_status,
+                    self.app, config, self.settings, shutdown_trigger=self._stop.wait, task_status=task_status
                 )
             finally:
                 served.set()

@@ -1,7 +1,8 @@
 """Settings of the app's HTTP API: the ``[api]`` and ``[auth]`` sections of the configuration.
 
-``[api]`` is the server (where it listens, body and rate limits, in-memory cache lifetimes, shutdown
-grace); ``[auth]`` is how access tokens are verified (the Cognito user pool, or an explicit issuer and
+``[api]`` is the server (where it listens, the timeouts that bound a connection's head, body, idle time and
+answer, body and rate limits, the limit on refused requests per client address, in-memory cache lifetimes,
+shutdown grace); ``[auth]`` is how access tokens are verified (the Cognito user pool, or an explicit issuer and
 JWKS URL for other OIDC issuers and the local issuer of the demo and the tests). Every float is finite and
 bounded; ``ApiSettings.listen`` empty means no API on this instance.
 """
@@ -22,6 +23,60 @@ class ApiSettings(BaseModel):
         description='"host:port" the API listens on (e.g. "0.0.0.0:8080"); empty: no API on this instance',
     )
     max_body_bytes: int = Field(16384, ge=256, le=1_048_576, description="largest request body; larger: 413")
+    max_header_bytes: int = Field(
+        16384,
+        ge=4096,
+        le=262_144,
+        description="largest request head (request line and headers); larger: 431 and the connection closed",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="a request's head must arrive within this long of its first byte; else the connection "
+        "is closed",
+    )
+    body_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        le=300,
+        description="a request's body must arrive whole within this long of its head; else 408 and the "
+        "connection is closed",
+    )
+    keep_alive_s: float = Field(
+        75.0,
+        gt=0,
+        le=3600,
+        description="an idle keep-alive connection is closed after this long without a request (keep it "
+        "above a load balancer's idle timeout: an AWS ALB's is 60 s)",
+    )
+    send_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="a client must take each part of an answer within this long; else the connection is "
+        "closed",
+    )
+    refused_per_s: float = Field(
+        2.0,
+        gt=0,
+        le=10_000,
+        description="per client address: refused requests (bad tokens, malformed or slow bodies) allowed "
+        "per second, sustained; past it, requests without an already-verified token get 429",
+    )
+    refused_burst: int = Field(
+        20, ge=1, le=100_000, description="per client address: refused requests allowed at once"
+    )
+    refused_max_addresses: int = Field(
+        100_000, ge=100, le=10_000_000, description="client addresses whose refusal buckets are kept"
+    )
+    trusted_proxy_hops: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="proxies in front of the API that append to X-Forwarded-For (1 behind an AWS ALB); the "
+        "client address is the one the outermost of them saw; 0: the connection's peer",
+    )
     rate_per_s: float = Field(
         5.0, gt=0, le=10_000, description="per-user token bucket: sustained requests per second"
     )
@@ -93,6 +148,13 @@ class AuthSettings(BaseModel):
     )
     admin_group: str = Field("admin", min_length=1, description="Cognito group allowed on admin endpoints")
     leeway_s: float = Field(30.0, ge=0, le=300, description="clock skew allowed on exp/nbf/iat, seconds")
+    max_token_lifetime_s: float = Field(
+        86400.0,
+        ge=60,
+        le=7 * 86400,
+        description="a token whose exp is further ahead than this (plus the leeway) is refused; Cognito's "
+        "access tokens live at most a day",
+    )
     jwks_refresh_s: float = Field(
         3600.0, ge=1, le=86400, description="the JWKS is refetched in the background this often"
     )

@@ -59,6 +59,12 @@ class Api:
 MakeApi = Callable[..., Any]
 
 
+async def seed_matches(repos: Any, *match_ids: str) -> None:
+    """Fixtures for ``match_ids`` (the fixture sync's job): a Live Activity registers only for a match that
+    exists."""
+    await repos.fixtures.batch_write_fixtures([{"matchId": m, "leagueCode": "TST"} for m in match_ids])
+
+
 @pytest.fixture
 async def make_api(repos: Any, issuer: LocalIssuer) -> AsyncIterator[MakeApi]:
     async def make(

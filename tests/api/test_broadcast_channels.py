@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.api.conftest import Api
+from tests.api.conftest import Api, seed_matches
 
 A = "user-aaaa-1111"
 UPD = "ef" * 32
@@ -17,6 +17,7 @@ async def test_activity_on_a_channel_is_stored_with_its_channel_and_no_token(
     api: Api, client: httpx.AsyncClient
 ) -> None:
     h = api.headers(A)
+    await seed_matches(api.repos, "1001")
     resp = await client.post(
         "/user/activity/1001", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.api.conftest import Api
+from tests.api.conftest import Api, seed_matches
 
 A = "user-aaaa-1111"
 B = "user-bbbb-2222"
@@ -412,6 +412,7 @@ async def test_follow_without_a_body_or_team_and_of_unknown_matches(
 
 async def test_activity_register_rotate_list_and_end(api: Api, client: httpx.AsyncClient) -> None:
     h = api.headers(A)
+    await seed_matches(api.repos, "1001", "1002")
     resp = await client.post(
         "/user/activity/1001", json={"deviceId": "iphone-1", "updateToken": UPD}, headers=h
     )
@@ -514,6 +515,7 @@ async def test_a_registration_burst_is_written_in_batches_and_loses_nothing(
     make_api: Any, repos: Any
 ) -> None:
     api: Api = await make_api(api={"write_parallel": 2})
+    await seed_matches(repos, "1001")
     await repos.live_activities.register_la_session("1001", "user-00000", "iphone", "aa" * 32)
     await repos.live_activities.suspend_la_session("1001", "user-00000#iphone")
     async with api.client() as client:

@@ -14,7 +14,7 @@ import httpx
 import jwt
 
 from daemon.demo.issuer import new_key
-from tests.api.conftest import Api
+from tests.api.conftest import Api, seed_matches
 
 U = "user-cccc-3333"
 
@@ -73,6 +73,7 @@ async def test_every_bad_token_is_401_with_the_bearer_challenge_and_no_detail(
 
 
 async def test_a_good_token_passes_the_same_request(api: Api, client: httpx.AsyncClient) -> None:
+    await seed_matches(api.repos, "1001")
     resp = await client.post(
         "/user/activity/1001", json={"deviceId": "d1", "updateToken": "ab" * 32}, headers=api.headers(U)
     )

@@ -14,6 +14,7 @@ from daemon.api.settings import ApiSettings, AuthSettings
 from daemon.config import Config
 from daemon.demo.issuer import LocalIssuer
 from daemon.store.local import MotoServer
+from tests.api.conftest import seed_matches
 
 
 def _auth(issuer: LocalIssuer) -> AuthSettings:
@@ -35,6 +36,7 @@ async def test_served_over_http_with_a_graceful_stop(repos: Any, issuer: LocalIs
         inner = inner.app
     inner.add_api_route("/test-slow", slow)
     token = issuer.mint("served-user")
+    await seed_matches(repos, "1001")
     async with trio.open_nursery() as nursery:
         await nursery.start(server.run)
         assert server.url.startswith("http://127.0.0.1:")
@@ -58,7 +60,7 @@ async def test_served_over_http_with_a_graceful_stop(repos: Any, issuer: LocalIs
 
             async def in_flight() -> None:
                 async with httpx.AsyncClient(base_url=server.url) as own:
-                    answers.append(await own.get("/test-slow"))
+                    answers.append(await own.get("/test-slow", headers={"Authorization": f"Bearer {token}"}))
 
             nursery.start_soon(in_flight)
             await started.wait()

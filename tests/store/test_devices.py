@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+import trio
+
 from daemon.store import Repositories, alert_token
 
 T0 = 1_800_000_000.0
@@ -86,3 +89,63 @@ async def test_devices_named_by_user_and_token_are_read_in_batches_and_a_replace
     assert len(found) == 149 and "u7" not in found and "nobody" not in found
     assert found["u149"]["pushToStartToken"] == "p149" and found["u0"]["osVersion"] == "18.1"
     assert await repos.devices.get_devices([]) == {}
+
+
+async def test_the_latest_registration_of_a_device_token_owns_it(repos: Repositories) -> None:
+    """A phone signed out of one account and into another: the token is the second account's, and the first
+    account's record of it is gone in the same transaction (its follows no longer reach that phone)."""
+    dev = repos.devices
+    phone = "ab" * 32
+    await dev.register_device("alice", phone, os_version="18.2", push_to_start_token="p-alice", now=T0)
+    assert await dev.token_owner(phone) == "alice"
+    await dev.register_device("bob", phone, os_version="18.2", now=T0 + 5)
+    assert await dev.get_devices_for_user("alice", now=T0 + 6) == []
+    bobs = await dev.get_device_for_user("bob", now=T0 + 6)
+    assert bobs["deviceToken"] == phone and "pushToStartToken" not in bobs  # nothing of alice's carried over
+    assert await dev.token_owner(phone) == "bob"
+    # a follow of alice's naming the phone no longer finds it
+    assert await dev.get_devices([("alice", phone)]) == {}
+    # and alice signing in again takes it back
+    await dev.register_device("alice", phone, now=T0 + 10)
+    assert await dev.get_devices_for_user("bob", now=T0 + 11) == []
+    assert await dev.token_owner(phone) == "alice"
+
+
+async def test_racing_registrations_of_one_token_leave_exactly_one_owner(repos: Repositories) -> None:
+    dev = repos.devices
+    phone = "cd" * 32
+    await dev.register_device("first", phone, now=T0)
+    users = [f"racer{i}" for i in range(6)]
+    async with trio.open_nursery() as nursery:
+        for u in users:
+            nursery.start_soon(lambda u=u: dev.register_device(u, phone, now=T0 + 1))
+    holders = [u for u in ["first", *users] if await dev.get_devices_for_user(u, now=T0 + 2)]
+    assert len(holders) == 1
+    assert await dev.token_owner(phone) == holders[0]
+
+
+async def test_a_user_moving_to_a_new_phone_releases_the_old_token(repos: Repositories) -> None:
+    dev = repos.devices
+    old, new = "01" * 32, "02" * 32
+    await dev.register_device("carol", old, now=T0)
+    await dev.register_device("carol", new, now=T0 + 1)
+    assert await dev.token_owner(old) is None and await dev.token_owner(new) == "carol"
+    # a later owner of the old phone takes it without touching carol's new record
+    await dev.register_device("dave", old, now=T0 + 2)
+    assert (await dev.get_device_for_user("carol", now=T0 + 3))["deviceToken"] == new
+
+
+async def test_deleting_a_device_releases_its_token_only_for_its_owner(repos: Repositories) -> None:
+    dev = repos.devices
+    phone = "ef" * 32
+    await dev.register_device("erin", phone, now=T0)
+    await dev.register_device("frank", phone, now=T0 + 1)
+    assert await dev.delete_device("erin", phone) is None  # erin's record went with the transfer
+    assert await dev.token_owner(phone) == "frank"  # and erin's delete leaves frank's claim alone
+    assert (await dev.delete_device("frank", phone))["deviceToken"] == phone
+    assert await dev.token_owner(phone) is None
+
+
+async def test_a_user_id_in_the_claims_partition_is_refused(repos: Repositories) -> None:
+    with pytest.raises(ValueError):
+        await repos.devices.register_device("TOKEN#x", "aa" * 32)
