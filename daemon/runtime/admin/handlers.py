@@ -8,6 +8,7 @@ what could not be read, so ``ctl`` never answers "internal error" because Dynamo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ class MatchView(Protocol):
     """What ``matches`` and ``match`` read of a match actor this instance runs."""
 
     last_tick_lag_s: float | None
+    last_tick_at: float | None
     ticks: int
 
     @property
@@ -67,8 +69,12 @@ class ActiveMatchesView(Protocol):
 
 
 def _row_of(actor: MatchView) -> dict[str, Any]:
+    at = actor.last_tick_at
     return {
         "lag_s": actor.last_tick_lag_s,
+        # how long since the last tick was done: a stuck match (its pushes not answered) shows here, its
+        # last lag does not
+        "since_last_tick_s": None if at is None else round(max(0.0, time.time() - at), 3),
         "tokens": actor.token_sessions,
         "ticks": actor.ticks,
         "channel_sessions": actor.channel_session_count,
