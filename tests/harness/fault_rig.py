@@ -64,6 +64,9 @@ class RigOptions:
     start_followers: int = 0
     # per-section config overrides, merged over the rig's defaults (e.g. {"sportmonks": {"timeout_s": 1}})
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the service role the test DynamoDB records the daemon's calls under (the AWS policy gate judges them by
+    # that role's policy); None for a daemon that runs several roles, whose calls no one policy answers for
+    dynamodb_role: str | None = "engine"
 
 
 class FaultRig:
@@ -183,12 +186,12 @@ class FaultRig:
         }
         for section, values in opts.extra.items():
             extra.setdefault(section, {}).update(values)
-        # the endpoint names the engine role: the test DynamoDB records what it calls (tests/deploy)
+        # the endpoint names the daemon's role: the test DynamoDB records what it calls (the AWS policy gate)
+        dynamo_url = self.moto_url if dynamo_direct else f"http://127.0.0.1:{self.proxies['dynamodb'].port}"
+        if opts.dynamodb_role is not None:
+            dynamo_url = role_endpoint(dynamo_url, opts.dynamodb_role)
         return demo_config(
-            dynamo_url=role_endpoint(
-                self.moto_url if dynamo_direct else f"http://127.0.0.1:{self.proxies['dynamodb'].port}",
-                "engine",
-            ),
+            dynamo_url=dynamo_url,
             replay_url=f"http://127.0.0.1:{self.proxies['sportmonks'].port}",
             apns_url=self.apns.url if apns_direct else f"https://127.0.0.1:{self.proxies['apns'].port}",
             ca_file=self.apns.ca_file,
