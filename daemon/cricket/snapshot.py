@@ -29,8 +29,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar
+
+from daemon.cricket.order import epoch, unwrap
 
 PHASES: tuple[str, ...] = ("pre", "live", "innings_break", "completed", "abandoned")
 FINAL_PHASES: frozenset[str] = frozenset({"completed", "abandoned"})
@@ -365,12 +366,6 @@ def _board_order(board: str) -> tuple[int, str]:
 
 
 # ---- parsing --------------------------------------------------------------------------------------------
-def _unwrap(value: Any) -> Any:
-    if isinstance(value, Mapping) and set(value) == {"data"}:
-        return value["data"]
-    return value
-
-
 def _req(obj: Mapping[str, Any], key: str, path: str) -> Any:
     if key not in obj or obj[key] is None:
         raise SnapshotError(f"{path}.{key}" if path else key, "missing")
@@ -437,17 +432,8 @@ def _bool(obj: Mapping[str, Any], key: str) -> bool:
     return bool(obj.get(key) or False)
 
 
-def _epoch(value: Any) -> int | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return None
-
-
 def _list(raw: Mapping[str, Any], key: str) -> list[Any]:
-    value = _unwrap(raw.get(key))
+    value = unwrap(raw.get(key))
     if value is None:
         return []
     if not isinstance(value, list):
@@ -500,7 +486,7 @@ def _disambiguate(short: dict[str, str], full: Mapping[str, str]) -> dict[str, s
 
 def _team(raw: Mapping[str, Any], side: str) -> Team:
     team_id = _id(raw, f"{side}_id", "", required=False)
-    obj = _unwrap(raw.get(side))
+    obj = unwrap(raw.get(side))
     if obj is not None and not isinstance(obj, Mapping):
         raise SnapshotError(side, f"expected an object, got {type(obj).__name__}")
     obj = obj or {}
@@ -678,7 +664,7 @@ _Line = TypeVar("_Line", InningsScore, BatterLine, BowlerLine)
 
 def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     """Parse one SportMonks fixture (bare, or a ``{"data": fixture}`` envelope) into a ``MatchSnapshot``."""
-    raw = _unwrap(raw)
+    raw = unwrap(raw)
     if not isinstance(raw, Mapping):
         raise SnapshotError("fixture", f"expected an object, got {type(raw).__name__}")
     fixture_id = _id(raw, "id", "")
@@ -708,12 +694,12 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
             lines.append(parsed)
             if who is not None:
                 player_id = str(row["player_id"])  # checked by ``line``
-                player = _unwrap(row.get(who))
+                player = unwrap(row.get(who))
                 name = _player_name(player)
                 if name:
                     players.setdefault(player_id, name)
                     full_names.setdefault(player_id, _full_name(player) or name)
-            stamp = _epoch(row.get("updated_at"))
+            stamp = epoch(row.get("updated_at"))
             if stamp:
                 stamps.append(stamp)
         return lines
@@ -740,12 +726,12 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
         balls.append(ball)
         for pid, name in names.items():
             players.setdefault(pid, name)
-        stamp = _epoch(row.get("updated_at"))
+        stamp = epoch(row.get("updated_at"))
         if stamp:
             stamps.append(stamp)
     balls.sort(key=lambda b: b.id)
 
-    fixture_stamp = _epoch(raw.get("updated_at"))
+    fixture_stamp = epoch(raw.get("updated_at"))
     if fixture_stamp:
         stamps.append(fixture_stamp)
 
@@ -777,7 +763,7 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
         rpc_target=_int(raw, "rpc_target", "", 0) or None if rpc_target is not None else None,
         rpc_overs=_num(raw, "rpc_overs", "", 0.0) or None if rpc_overs is not None else None,
         updated_at=max(stamps) if stamps else None,
-        starting_at=_epoch(raw.get("starting_at")),
+        starting_at=epoch(raw.get("starting_at")),
         players=_disambiguate(players, full_names),
     )
     check_plausible(snapshot)
