@@ -50,8 +50,8 @@ _CONTROLS: dict[str, set[str]] = {
 class ReplayServer:
     """Serves tapes like SportMonks; controllable in-process and over HTTP. See the package docstring.
 
-    ``speed`` multiplies match time; ``ms_per_ball`` (default: each tape's own) is the gap between entries
-    at speed 1; ``innings_break_s`` and ``start_delay_s`` are match time too (wall time = value / speed).
+    ``speed`` multiplies match time; ``ms_per_ball`` (default: each tape's own) is the mean gap between entries
+    at speed 1 (a tape's own gaps are scaled to it); ``innings_break_s`` and ``start_delay_s`` are match time too (wall time = value / speed).
     ``clock`` (wall seconds) is injectable so the cursor can be tested without sleeping.
     """
 
@@ -105,10 +105,9 @@ class ReplayServer:
         elif not (start_delay_s >= 0 and math.isfinite(start_delay_s)):
             raise ValueError(f"start_delay_s: must be a finite number >= 0, got {start_delay_s}")
         now = self.clock()
-        clock = ReplayClock(
-            total=len(tape),
-            ms_per_ball=self.ms_per_ball or tape.ms_per_ball,
-            break_index=tape.innings_break_index(),
+        clock = ReplayClock.for_tape(
+            tape,
+            ms_per_ball=self.ms_per_ball,
             break_ms=self.innings_break_s * 1000.0,
             starts_at=now + start_delay_s / self.speed,
             speed=self.speed,
