@@ -36,12 +36,12 @@ from daemon.cricket.order import epoch, unwrap
 PHASES: tuple[str, ...] = ("pre", "live", "innings_break", "completed", "abandoned")
 FINAL_PHASES: frozenset[str] = frozenset({"completed", "abandoned"})
 
-_LIVE_STATUSES = {"1st Innings", "2nd Innings", "3rd Innings", "4th Innings"}
-_BREAK_STATUSES = {"Innings Break"}
+_LIVE_STATUSES = ("1st Innings", "2nd Innings", "3rd Innings", "4th Innings")
+_BREAK_STATUSES = ("Innings Break",)
 _COMPLETED_STATUSES = {"Finished"}
 _ABANDONED_STATUSES = {"Aban.", "Cancl.", "Postp."}
 # Play has stopped for a while but the match is on: shown as live once a ball has been bowled, else pre.
-_PAUSE_STATUSES = {
+_PAUSE_STATUSES = (
     "Stump Day 1",
     "Stump Day 2",
     "Stump Day 3",
@@ -51,10 +51,97 @@ _PAUSE_STATUSES = {
     "Dinner",
     "Delayed",
     "Int.",
-}
+)
+UNDER_WAY_STATUSES: tuple[str, ...] = _LIVE_STATUSES + _BREAK_STATUSES + _PAUSE_STATUSES
+"""Every status of a match being played (spec §6: all but NS and the terminal ones)."""
 _NOT_STARTED = {"NS", ""}
 _NOT_OUT_SCORE_ID = 84
 _MULTI_DAY_TYPES = {"Test", "Test/5day", "4day"}
+
+# Every field the snapshot reads, per SportMonks resource (the ``resource`` of each object): what a sparse
+# answer (``fields[...]``) must carry for the engine to see the match as the full answer shows it.
+# tests/cricket/test_snapshot_fields.py cuts fixtures to these and checks the snapshot is the same.
+FIELDS_READ: dict[str, tuple[str, ...]] = {
+    "fixtures": (
+        "id",
+        "status",
+        "league_id",
+        "type",
+        "round",
+        "localteam_id",
+        "visitorteam_id",
+        "note",
+        "winner_team_id",
+        "draw_noresult",
+        "toss_won_team_id",
+        "elected",
+        "total_overs_played",
+        "rpc_target",
+        "rpc_overs",
+        "updated_at",
+        "starting_at",
+    ),
+    "teams": ("id", "name", "code"),
+    "players": ("id", "firstname", "lastname", "fullname"),
+    "runs": ("inning", "team_id", "score", "wickets", "overs", "updated_at"),
+    "battings": (
+        "player_id",
+        "team_id",
+        "scoreboard",
+        "sort",
+        "score",
+        "ball",
+        "four_x",
+        "six_x",
+        "score_id",
+        "wicket_id",
+        "fow_balls",
+        "fow_score",
+        "catch_stump_player_id",
+        "runout_by_id",
+        "bowling_player_id",
+        "updated_at",
+    ),
+    "bowlings": (
+        "player_id",
+        "team_id",
+        "scoreboard",
+        "sort",
+        "overs",
+        "medians",
+        "runs",
+        "wickets",
+        "updated_at",
+    ),
+    "balls": (
+        "id",
+        "scoreboard",
+        "ball",
+        "team_id",
+        "batsman_id",
+        "bowler_id",
+        "batsman_one_on_creeze_id",
+        "batsman_two_on_creeze_id",
+        "batsmanout_id",
+        "catchstump_id",
+        "runout_by_id",
+        "score_id",
+        "updated_at",
+    ),
+    "scores": (
+        "id",
+        "name",
+        "runs",
+        "four",
+        "six",
+        "bye",
+        "leg_bye",
+        "noball",
+        "noball_runs",
+        "is_wicket",
+        "ball",
+    ),
+}
 
 
 # Cricket's bounds, for the plausibility check. Generous on purpose: they must never refuse real cricket

@@ -7,14 +7,16 @@ Response faults (``5xx``, ``429``, ``timeout``, ``disconnect``, ``truncated``, `
 ``/livescores`` for its ``count`` answers or ``duration_s``: a fixture that answers but shows nothing (no ball,
 no score row, no toss; status ``value``, default ``1st Innings``; ``starting_at`` default 30 days before the
 injection), which ``/fixtures/{id}`` serves from the injection until the faults are cleared, as SportMonks
-would serve a stale or foreign fixture a corrupted id named. Feed faults apply at once: ``correct_ball`` /
-``delete_ball`` insert an entry that re-sends or withdraws a served ball; ``stall`` freezes the feed, which
-then catches up in one burst.
+would serve a stale or foreign fixture a corrupted id named. ``lag`` makes one endpoint (``endpoint``) answer
+with the fixtures as they were ``lag_s`` ago (a CDN or replica behind the other endpoint) for its ``count``
+answers or ``duration_s``. Feed faults apply at once: ``correct_ball`` / ``delete_ball`` insert an entry that
+re-sends or withdraws a served ball; ``stall`` freezes the feed, which then catches up in one burst.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,6 +43,7 @@ FaultMode = Literal[
     "correct_ball",
     "delete_ball",
     "stall",
+    "lag",
 ]
 FEED_CHANGES = ("correct_ball", "delete_ball")
 # Faults answered instead of the real response (the request is not served at all).
@@ -82,6 +85,12 @@ class FaultSpec(BaseModel):
     score_id: int | None = None
     starting_at: str | None = Field(
         default=None, description="ghost: the fixture's starting_at (default: 30 days before the injection)"
+    )
+    lag_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="lag: the endpoint answers with the fixtures as they were this many seconds ago",
     )
 
 
@@ -129,14 +138,27 @@ class FaultList:
         """The first fault in force on ``endpoint``, counted as one use."""
         self._faults = [f for f in self._faults if f.active(now)]
         for fault in self._faults:
-            if fault.spec.mode == "ghost":
-                continue  # not a change to a response: see listed_ghosts
+            if fault.spec.mode in ("ghost", "lag"):
+                continue  # not a change to a response: see listed_ghosts, lag_for
             if fault.spec.endpoint in (None, endpoint):
                 fault.hits += 1
                 if fault.remaining is not None:
                     fault.remaining -= 1
                 return fault.spec
         return None
+
+    def lag_for(self, endpoint: str, now: float) -> float:
+        """How far behind ``endpoint`` answers now (the greatest ``lag`` in force on it, 0 without one);
+        each ``lag`` fault in force is counted as one use."""
+        self._faults = [f for f in self._faults if f.active(now)]
+        lag = 0.0
+        for fault in self._faults:
+            if fault.spec.mode == "lag" and fault.spec.endpoint in (None, endpoint):
+                fault.hits += 1
+                if fault.remaining is not None:
+                    fault.remaining -= 1
+                lag = max(lag, fault.spec.lag_s)
+        return lag
 
     def listed_ghosts(self, now: float) -> list[FaultSpec]:
         """The ``ghost`` faults in force, each counted as one use (one ``/livescores`` answer listing it)."""
@@ -174,16 +196,21 @@ def ghost_fixture(base: dict[str, Any], spec: FaultSpec, starting_at: str) -> di
     return blank
 
 
+def too_many_attempts(retry_after_s: float) -> Response:
+    """SportMonks' answer past the plan's hourly calls."""
+    return Response(
+        429,
+        error_body("Too Many Attempts.", 429),
+        [("content-type", "application/json"), ("retry-after", str(max(1, math.ceil(retry_after_s))))],
+    )
+
+
 def fault_response(spec: FaultSpec) -> Response:
     """The answer given instead of the real one for a ``REPLACING`` fault."""
     if spec.mode == "disconnect":
         return Response(0, disconnect=True)
     if spec.mode == "429":
-        return Response(
-            429,
-            error_body("Too Many Attempts.", 429),
-            [("content-type", "application/json"), ("retry-after", str(spec.retry_after))],
-        )
+        return too_many_attempts(spec.retry_after)
     return error_response("Server Error", spec.status)
 
 
