@@ -32,7 +32,7 @@ two sources taking turns, one of them behind, cannot flip a status between them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -60,7 +60,7 @@ class InningsMark:
 class Stamp:
     """What a fixture's content says about how far along it is (see the module doc)."""
 
-    updated_at: int | None  # epoch seconds of the newest updated_at; None when nothing is stamped
+    updated_at: float | None  # epoch seconds (to the microsecond) of the newest updated_at; None: no stamp
     ball_id: int | None  # the newest ball id; None when the fixture carries no balls
     innings: tuple[InningsMark, ...] = ()
     progress: int = 0
@@ -99,7 +99,7 @@ def compare(old: Stamp, new: Stamp) -> Order:
     return 0
 
 
-def _compare_times(old: int | None, new: int | None) -> Order:
+def _compare_times(old: float | None, new: float | None) -> Order:
     """A stamped fixture is newer than one with no stamp at all (a pre-match fixture has no rows)."""
     if old == new:
         return 0
@@ -135,14 +135,31 @@ def _compare_innings(old: Sequence[InningsMark], new: Sequence[InningsMark]) -> 
 # ------------------------------------------------------------------------------------------------ raw fixtures
 
 
-def epoch(value: Any) -> int | None:
-    """Epoch seconds of a SportMonks timestamp (``2026-10-09T13:01:13.000000Z``); None when unreadable."""
+def instant(value: Any) -> float | None:
+    """Epoch seconds, to the microsecond, of a SportMonks timestamp (``2026-10-09T13:01:13.000000Z``); None
+    when unreadable."""
     if not isinstance(value, str) or not value:
         return None
     try:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def epoch(value: Any) -> int | None:
+    """Epoch seconds (whole) of a SportMonks timestamp; None when unreadable."""
+    at = instant(value)
+    return None if at is None else int(at)
+
+
+def newest_instant(values: Iterable[Any]) -> float | None:
+    """The newest of SportMonks timestamps (unreadable ones skipped). They come in one format, so the
+    greatest string is the newest; only that one is parsed (a fixture has hundreds of rows)."""
+    for text in sorted((v for v in values if isinstance(v, str) and v), reverse=True):
+        at = instant(text)
+        if at is not None and at > 0:
+            return at
+    return None
 
 
 def unwrap(value: Any) -> Any:
@@ -159,18 +176,12 @@ def _rows(raw: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     return [row for row in value if isinstance(row, Mapping)]
 
 
-def _newest_stamp(raw: Mapping[str, Any]) -> int | None:
-    """The newest ``updated_at`` of the fixture and its rows. SportMonks writes them in one format, so the
-    greatest string is the newest; only that one is parsed (a fixture has hundreds of rows)."""
+def _newest_stamp(raw: Mapping[str, Any]) -> float | None:
+    """The newest ``updated_at`` of the fixture and its rows."""
     texts = [raw.get("updated_at")]
     for key in _ROW_KEYS:
         texts += [row.get("updated_at") for row in _rows(raw, key)]
-    stamps = sorted((t for t in texts if isinstance(t, str) and t), reverse=True)
-    for text in stamps:  # the first readable one; an unreadable stamp is skipped as the snapshot skips it
-        parsed = epoch(text)
-        if parsed is not None:
-            return parsed
-    return None
+    return newest_instant(texts)
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -325,7 +336,7 @@ def stamp_of_snapshot(snap: MatchSnapshot) -> Stamp:
     newest = max(snap.balls, key=lambda b: b.id) if snap.balls else None
     marks = tuple(InningsMark(i.inning, i.legal_balls, i.runs, i.wickets) for i in snap.innings)
     return Stamp(
-        updated_at=snap.updated_at,
+        updated_at=snap.stamped_at,
         ball_id=newest.id if newest is not None else None,
         innings=marks,
         progress=progress_of(

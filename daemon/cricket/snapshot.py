@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from daemon.cricket.order import epoch, unwrap
+from daemon.cricket.order import epoch, newest_instant, unwrap
 
 PHASES: tuple[str, ...] = ("pre", "live", "innings_break", "completed", "abandoned")
 FINAL_PHASES: frozenset[str] = frozenset({"completed", "abandoned"})
@@ -335,9 +335,10 @@ class MatchSnapshot:
     scheduled_overs: int | None
     rpc_target: int | None
     rpc_overs: float | None
-    updated_at: int | None
+    updated_at: int | None  # the newest row's updated_at, whole seconds (the engine's clock)
     starting_at: int | None
     players: Mapping[str, str] = field(default_factory=dict, compare=False)
+    stamped_at: float | None = None  # the same to the microsecond: what orders fixtures (``order``)
 
     # ---- derived views used by detectors and the display -------------------------------------------------
     @property
@@ -762,7 +763,7 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     if not isinstance(status, str):
         raise SnapshotError("status", f"expected a string, got {status!r}")
 
-    stamps: list[int] = []
+    stamps: list[Any] = []  # every row's updated_at as sent
     players: dict[str, str] = {}
     full_names: dict[str, str] = {}
     for _path, player in _rows(raw, "lineup"):
@@ -786,9 +787,7 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
                 if name:
                     players.setdefault(player_id, name)
                     full_names.setdefault(player_id, _full_name(player) or name)
-            stamp = epoch(row.get("updated_at"))
-            if stamp:
-                stamps.append(stamp)
+            stamps.append(row.get("updated_at"))
         return lines
 
     innings = sorted(parse("runs", _innings_score), key=lambda x: x.inning)
@@ -813,14 +812,10 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
         balls.append(ball)
         for pid, name in names.items():
             players.setdefault(pid, name)
-        stamp = epoch(row.get("updated_at"))
-        if stamp:
-            stamps.append(stamp)
+        stamps.append(row.get("updated_at"))
     balls.sort(key=lambda b: b.id)
-
-    fixture_stamp = epoch(raw.get("updated_at"))
-    if fixture_stamp:
-        stamps.append(fixture_stamp)
+    stamps.append(raw.get("updated_at"))
+    stamped_at = newest_instant(stamps)
 
     note = raw.get("note")
     if note is not None and not isinstance(note, str):
@@ -849,7 +844,8 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
         scheduled_overs=_int(raw, "total_overs_played", "", 0) or None if scheduled is not None else None,
         rpc_target=_int(raw, "rpc_target", "", 0) or None if rpc_target is not None else None,
         rpc_overs=_num(raw, "rpc_overs", "", 0.0) or None if rpc_overs is not None else None,
-        updated_at=max(stamps) if stamps else None,
+        updated_at=int(stamped_at) if stamped_at is not None else None,
+        stamped_at=stamped_at,
         starting_at=epoch(raw.get("starting_at")),
         players=_disambiguate(players, full_names),
     )

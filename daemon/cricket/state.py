@@ -236,7 +236,7 @@ class MatchState:
         )
 
 
-# ---- the content stamp: {"at": epoch | None, "ball": id | None, "progress": n, "innings": [[inning, legal
+# ---- the content stamp: {"at": epoch seconds to the microsecond | None, "ball": id | None, "progress": n, "innings": [[inning, legal
 #      balls, runs, wickets], ...]}
 def _stamp_to_item(stamp: Stamp) -> dict[str, Any]:
     return {
@@ -254,7 +254,7 @@ def _stamp_from_item(value: Any) -> Stamp | None:
         raise StateError(f"feedStamp: expected a map, got {type(value).__name__}")
     at, ball = value.get("at"), value.get("ball")
     return Stamp(
-        updated_at=None if at is None else _int_value(at, "feedStamp.at"),
+        updated_at=None if at is None else _float(at, "feedStamp.at"),
         ball_id=None if ball is None else _int_value(ball, "feedStamp.ball"),
         innings=tuple(
             InningsMark(*(_int(row, k, f"feedStamp.innings[{i}]") for k in range(4)))

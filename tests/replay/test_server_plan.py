@@ -159,3 +159,37 @@ async def test_the_client_reads_the_live_list_through_fixtures_page_by_page_spar
         with pytest.raises(SportMonksHTTPError) as refused:
             await client.live_list("fixtures", retries=0)
         assert refused.value.status == 429 and refused.value.retry_after is not None
+
+
+async def test_a_ball_from_the_future_and_a_fixture_left_out_of_one_live_list(
+    nursery: trio.Nursery, tapes: list[Tape]
+) -> None:
+    clock = FakeClock()
+    server, http = await start(nursery, tapes, clock=clock, start_delay_s=0)
+    fid = tapes[0].fixture_id
+    async with http:
+        clock.t += 8
+        r = await http.post(
+            "/replay/faults", json={"mode": "future_ball", "fixture_id": fid, "duration_s": 5}
+        )
+        assert r.status_code == 200
+        fx = (await http.get(f"/fixtures/{fid}", params={"include": "balls.score"})).json()["data"]
+        *real, fake = sorted(fx["balls"], key=lambda b: b["id"])
+        newest = real[-1]
+        assert fake["id"] == newest["id"] + 1_000_000 and fake["ball"] == round(newest["ball"] + 3, 1)
+        assert fake["score"]["is_wicket"] and fake["batsmanout_id"] == newest["batsman_id"]
+        other = (await http.get(f"/fixtures/{tapes[1].fixture_id}", params={"include": "balls"})).json()
+        assert all(b["id"] < fake["id"] - 100_000 for b in other["data"]["balls"])  # only the fixture named
+        clock.t += 6
+        fx = (await http.get(f"/fixtures/{fid}", params={"include": "balls.score"})).json()["data"]
+        assert fake["id"] not in {b["id"] for b in fx["balls"]}  # the fault is over
+        r = await http.post(
+            "/replay/faults",
+            json={"mode": "unlisted", "endpoint": "livescores", "fixture_id": fid, "duration_s": 5},
+        )
+        assert r.status_code == 200
+        live = [str(f["id"]) for f in (await http.get("/livescores")).json()["data"]]
+        listed = [str(f["id"]) for f in (await http.get("/fixtures", params=LIVE)).json()["data"]]
+        assert fid not in live and fid in listed and tapes[1].fixture_id in live
+        bad = await http.post("/replay/faults", json={"mode": "unlisted"})
+        assert bad.status_code == 400

@@ -47,6 +47,9 @@ a served ball (``ball_id``, default the newest) of ``fixture_id`` is re-sent wit
 withdrawn. ``stall`` freezes the feed of ``fixture_id`` (default: all) for ``duration_s`` while the match
 goes on, then everything missed appears at once (the catch-up bursts of spec §7). ``lag`` makes ``endpoint``
 answer with the fixtures as they were ``lag_s`` seconds ago (a CDN or replica behind the other endpoint).
+``future_ball`` adds the newest ball copied ``value`` overs ahead (3) with a new id and a catch to each answer
+of ``fixture_id`` (default: all); ``unlisted`` leaves ``fixture_id`` out of the live list of ``endpoint``
+(``livescores``, or ``fixtures`` for ``/fixtures?filter[status]``; both without one).
 """
 
 from daemon.replay.server.app import ReplayServer

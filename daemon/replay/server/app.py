@@ -295,6 +295,12 @@ class ReplayServer:
             self._ghosts[ghost_id] = (spec, iso(datetime.fromtimestamp(now - 30 * 86400, UTC)))
             self._faults.add(self._fault_seq, spec, now)
             log.info("replay_ghost_listed", fixture_id=ghost_id, count=spec.count, duration_s=spec.duration_s)
+        elif spec.mode == "unlisted":
+            self._match(spec.fixture_id)  # a served fixture, or a clear error
+            if spec.fixture_id is None:
+                raise ReplayRequestError("fault fixture_id: unlisted needs the fixture to leave out")
+            self._faults.add(self._fault_seq, spec, now)
+            log.info("replay_fixture_unlisted", fixture_id=spec.fixture_id, endpoint=spec.endpoint)
         elif spec.mode == "lag":
             if spec.endpoint is None:
                 raise ReplayRequestError("fault endpoint: lag needs the endpoint that lags")
@@ -360,8 +366,11 @@ class ReplayServer:
 
     def _livescores(self, query: dict[str, str], shape: _Shape, now: float) -> bytes:
         parts = []
+        unlisted = self._faults.unlisted("livescores", now)
         for m, base in self._filtered(query, now, shape.lag_s):
             if base["status"] in q.NOT_LIVE:  # not started yet, or finished: only /fixtures has it (spec §3)
+                continue
+            if m.tape.fixture_id in unlisted:
                 continue
             parts.append(self._served(m, shape, now))
         for spec in self._faults.listed_ghosts(now):
@@ -459,6 +468,9 @@ class ReplayServer:
                 body_out = self._livescores(query, shape, now)
             else:
                 rows = self._filtered(query, now, shape.lag_s)
+                if "filter[status]" in query:  # the live list through /fixtures
+                    unlisted = self._faults.unlisted("fixtures", now)
+                    rows = [(m, base) for m, base in rows if m.tape.fixture_id not in unlisted]
                 items = [self._served(m, shape, now) for m, _ in rows]
                 body_out = q.page(items, query, host, prefix + path, self.page_size)
         else:
