@@ -100,13 +100,6 @@ def next_read_in(
     return max(step, cadence_s / 2)
 
 
-def reader_cadence(settings: FeedSettings, marquee: bool) -> float:
-    """The leader's polling period for what this instance follows."""
-    if marquee:
-        return min(settings.marquee_cadence_s, settings.livescores_cadence_s)
-    return settings.livescores_cadence_s
-
-
 class CacheReader:
     def __init__(
         self,
@@ -142,7 +135,7 @@ class CacheReader:
         task_status.started()
         while True:
             subs = self._feed.local_subscriptions()
-            cadence = reader_cadence(self.settings, any(subs.values()))
+            cadence = self._feed.cadence_for(marquee=any(subs.values()))  # the leader's, on the same plan
             if self._feed.leading or not subs:
                 self.seen.clear()  # on taking over again later, deliver what the cache holds then
                 await trio.sleep(cadence / 2)
@@ -215,7 +208,7 @@ class CacheReader:
         """The leader's last ``/livescores`` in short (id, status, league, start), for a follower."""
         now = self._wall()
         cached = self._summary
-        if cached is None or now - cached[2] > min(max_age_s, self.settings.livescores_cadence_s):
+        if cached is None or now - cached[2] > min(max_age_s, self._feed.cadence_for(marquee=False)):
             got = await self._cache.get_livescores_summary_and_state(self.region)
             if got is None:
                 raise SportMonksError(f"no feed leader has published /livescores for region {self.region!r}")

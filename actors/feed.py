@@ -15,18 +15,32 @@ Subscribers
     by its supervisor carries on serving the same channels.
 
 Schedule and cost (SportMonks allows ~2,000 calls per endpoint per hour, spec §4)
-    * While anything is subscribed, one ``/livescores`` call per ``livescores_cadence_s`` (5 s: 720 calls/h)
-      serves every live match at once. While any marquee match is subscribed (``marquee=True`` or its league in
-      ``marquee_leagues``) and ``marquee_source = "livescores"`` (default), that one call carries
-      ``balls`` and runs every ``marquee_cadence_s`` instead (2.5 s: 1,440 calls/h); spec §3 says one
-      ``/livescores?include=balls`` returns every live match ball by ball. Either way the livescores cost is
-      at most 3600 / cadence per hour **whatever the number of live matches**: 1 match or 20 cost the same.
-      Non-marquee subscribers get the fixture without ``balls`` (``strip_balls_for_non_marquee``).
-    * ``/fixtures/{id}`` only for a subscribed match that is absent from a successful ``/livescores`` answer
-      (it finished, or is not live yet): fetched at once, with the marquee or non-marquee include set, and
-      delivered with ``in_livescores=False`` (how match end is detected); then every
-      ``off_livescores_cadence_s`` (30 s: 120 calls/h per such match) until unsubscribed or back in livescores.
-      Match actors unsubscribe shortly after the end, so this is a handful of calls per match. A fixture that
+    * The live matches are read from two endpoints in turn: ``/livescores`` and ``/fixtures`` filtered to the
+      live statuses (``list_endpoints``), with the same includes, each within its own hourly budget. The poll
+      period is derived from the plan the operator states (``[sportmonks].hourly_budget``,
+      ``endpoint_budgets``, less ``reserved_calls`` for the region's other work; ``daemon.sportmonks.plan``):
+      a poll every 0.94 s on the standard plan, whatever the number of live matches; ``ctl feed`` and the
+      ``feed_plan`` log line at start say what it is. A plan that cannot poll at least every
+      ``slowest_cadence_s`` stops the start (``PlanError``); a configured ``marquee_cadence_s`` /
+      ``livescores_cadence_s`` faster than the plan allows too. A pacer spaces every call on an endpoint
+      (the feed's, the fixture sync's) so each stays within its hour: when the others call more than was
+      reserved, the feed's polls on that endpoint come later and the other endpoint takes more turns.
+    * A poll that fails (a 429, a timeout past ``poll_timeout_s``, a 5xx, a bad body, no budget left) is made
+      again at once on the other endpoint: no poll is lost. The failed endpoint rests (for a 429's
+      Retry-After, else ``endpoint_rest_s``) while the other carries the polls at its own pace.
+    * While any marquee match is subscribed (``marquee=True`` or its league in ``marquee_leagues``) and
+      ``marquee_source = "livescores"`` (default) the polls carry ``balls``; non-marquee subscribers get the
+      fixture without them (``strip_balls_for_non_marquee``). ``sparse_fields`` asks only for the fields the
+      engine and the cache read (``client.LIVE_FIELDS``).
+    * Answers are ordered by content, never by arrival (``daemon.cricket.order``): each subscription has a
+      gate that drops a fixture older than the one it delivered (an endpoint that lags the other) and holds
+      a change shown at the same stamp until a second answer agrees, so a lagging endpoint cannot withdraw a
+      ball, repeat a wicket or flip a status. Fixtures from the cache (a follower's) pass the same gate.
+    * ``/fixtures/{id}`` for a subscribed match that no live list shows: one under way (its last status says
+      so) is read at the live cadence until a list shows it again or it is over; one not started or over
+      is fetched at once, with the marquee or non-marquee include set, and delivered with
+      ``in_livescores=False`` (how match end is detected); then every ``off_livescores_cadence_s`` (30 s)
+      until unsubscribed or back in a list. A fixture that
       answers 404 (an id /livescores showed corrupted) is tried ``not_found_max_tries`` times in all, with a
       doubling backoff from ``not_found_backoff_s``, then released: a last update with ``released`` set, no
       more calls, and ``is_released`` true for ``not_found_release_s`` so the orchestrator does not take it
@@ -38,13 +52,12 @@ Schedule and cost (SportMonks allows ~2,000 calls per endpoint per hour, spec §
       ``ghost_max_tries`` looks over ``ghost_min_s``; a ghost release is lifted as soon as ``/livescores``
       shows that id with play (a follower drops a release its leader no longer lists).
     * ``marquee_source = "fixture"`` is the DESIGN's literal alternative: ``/fixtures/{id}`` per marquee match
-      every ``marquee_cadence_s`` (1,440 calls/h **per marquee match**: only one fits a 2,000/h budget), the
-      5 s ``/livescores`` (without balls) still serving everyone else and telling who is live.
-    * The orchestrator's ``livescores(max_age_s=...)`` reuses the latest answer when fresh enough, and joins a
-      call already in flight instead of making a second one.
-    * Every call goes to the client with ``budget_wait_s=0``: when the hourly budget has no room the call is
-      **skipped** (BudgetExhausted, counted in ``sightscreen_sportmonks_calls{outcome="skipped_budget"}``), and the
-      next cadence tries again; a feed tick never waits for budget.
+      every marquee cadence (cost grows with marquee matches), ``/livescores`` alone (without balls) serving
+      everyone else and telling who is live.
+    * The orchestrator's ``livescores(max_age_s=...)`` reuses the latest list answer when fresh enough, and
+      joins a poll already in flight instead of making a second one.
+    * Every call goes to the client with ``budget_wait_s=0``: a call that has no room in the hour is not
+      made, and the poll goes to the other endpoint; a feed tick never waits for budget.
 
 One fleet per region
     Only the region's feed leader polls (``set_leading``; ``actors.feed_leader`` holds the lease
@@ -77,21 +90,28 @@ from typing import Any, Protocol
 
 import trio
 
+from daemon.cricket.order import Gate, Verdict, mark_of_fixture
 from daemon.logs import get_logger
+from daemon.metrics import FEED_ANSWERS_HELD, FEED_CADENCE, FEED_POLLS
 from daemon.sportmonks.client import (
     DEFAULT_FIXTURE_INCLUDE,
     DEFAULT_LIVE_INCLUDE,
+    LIVE_FIELDS,
+    LIVE_STATUSES,
     LiveScores,
     SportMonksClient,
 )
 from daemon.sportmonks.errors import BudgetExhausted, SportMonksError, SportMonksHTTPError
 from daemon.sportmonks.ghost import GhostRule, Watch, judge, played, sighting
-from daemon.sportmonks.settings import FeedSettings
+from daemon.sportmonks.plan import FeedPlan, Pacer, next_poll, plan_feed
+from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
 from daemon.store.caches import CachePut
 
 log = get_logger("actors.feed")
 
 TERMINAL_STATUSES = frozenset({"Finished", "Aban.", "Cancl.", "Postp."})
+UNDER_WAY = frozenset(LIVE_STATUSES)
+HELD: frozenset[str] = frozenset({"behind", "unconfirmed"})  # gate verdicts that keep a fixture back
 
 
 @dataclass(frozen=True)
@@ -101,8 +121,8 @@ class FeedUpdate:
     # orchestrator's view: treat it as read-only.
     fixture: dict[str, Any] | None
     fetched_at: float  # time.time() when received
-    source: str  # "livescores" | "fixture"
-    in_livescores: bool  # False once the match left /livescores: the fixture then comes from /fixtures/{id}
+    source: str  # "livescores" | "fixtures" (the live lists) | "fixture" (/fixtures/{id})
+    in_livescores: bool  # False once no live list shows the match: the fixture then comes from /fixtures/{id}
     error: str | None = None  # a clear message when this tick's data was malformed or unavailable
     released: bool = False  # the fixture answered 404 not_found_max_tries times: the match should let go
 
@@ -160,6 +180,31 @@ def ghost_rule(settings: FeedSettings) -> GhostRule:
     )
 
 
+def feed_plan(sportmonks: SportMonksSettings, settings: FeedSettings) -> FeedPlan:
+    """The feed's plan from the two sections (``PlanError`` when it cannot serve the live matches): the
+    derived one, each configured cadence checked against it too."""
+    endpoints = ["livescores"] if settings.marquee_source == "fixture" else list(settings.list_endpoints)
+    args: dict[str, Any] = {
+        "limits": {e: sportmonks.limit(e) for e in endpoints},
+        "reserved": sportmonks.reserved_calls,
+        "endpoints": endpoints,
+        "headroom": settings.budget_headroom,
+        "fastest_cadence_s": settings.fastest_cadence_s,
+        "slowest_cadence_s": settings.slowest_cadence_s,
+    }
+    configured = [x for x in (settings.marquee_cadence_s, settings.livescores_cadence_s) if x is not None]
+    for cadence in configured:
+        plan_feed(**args, configured_s=cadence)  # each checked against the budgets
+    if len(configured) == 2:  # both chosen: the derived period is never used
+        return plan_feed(**args, configured_s=min(configured))
+    return plan_feed(**args)
+
+
+def under_way(status: str | None) -> bool:
+    """A status of a match being played (a live list would show it)."""
+    return status in UNDER_WAY
+
+
 def check_match_id(match_id: str) -> str:
     """The canonical form of a match id (``str(fixture["id"])``), or ValueError naming the field."""
     text = str(match_id).strip()
@@ -189,6 +234,10 @@ class _Subscription:
     last_update_at: float | None = None
     had_fixture: bool = False  # a good fixture was offered at least once
     remote: bool = False  # owned by another instance: polled by this leader for the cache, no channel
+    gate: Gate = field(default_factory=Gate)  # the content order of what it is handed (daemon.cricket.order)
+    status: str | None = None  # the status of the last fixture handed on
+    # per live list: (whether its latest answer showed the match, not behind what was delivered; when)
+    listed: dict[str, tuple[bool, float]] = field(default_factory=dict)
 
     def offer(self, update: FeedUpdate) -> None:
         """Put ``update`` in the one-slot mailbox (never blocks)."""
@@ -224,12 +273,20 @@ class FeedActor:
     ) -> None:
         self.client = client
         self.settings = settings
+        # the plan the budgets allow; PlanError (a clear message naming the settings) stops the start
+        self.plan = feed_plan(client.settings, settings)
+        self.pacer = Pacer(self.plan.interval_s)
+        client.budget.listeners.append(self.pacer.note)  # every call on an endpoint spaces the next
         self._cache = fixture_cache
         self._marquee_leagues = frozenset(settings.marquee_leagues)
         self._subs: dict[str, _Subscription] = {}
         self._nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
-        self._next_livescores_at = -math.inf
+        self._last_poll_at = -math.inf
+        self._last_endpoint: str | None = None
+        self._resting: dict[str, float] = {}  # endpoint -> trio time until which no poll goes to it
+        self.polls: dict[str, dict[str, int]] = {}  # endpoint -> outcome -> count (as FEED_POLLS)
+        self.held: dict[str, int] = {}  # gate verdicts that kept a fixture back -> count
         self._inflight: _Flight | None = None
         self._latest: LiveScores | None = None
         self._latest_at = -math.inf
@@ -258,6 +315,8 @@ class FeedActor:
     # ------------------------------------------------------------------------------------------ public API
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        log.info("feed_plan", **self.plan_view())
+        FEED_CADENCE.set(self.cadence_s())
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             try:
@@ -313,7 +372,7 @@ class FeedActor:
             self.set_region_matches({})
             self._latest, self._latest_at = None, -math.inf
             self._summary_last = None
-        self._next_livescores_at = -math.inf
+        self._last_poll_at = -math.inf
         self._leading_changed.set()
         self._leading_changed = trio.Event()
         self._wakeup.set()
@@ -343,6 +402,8 @@ class FeedActor:
         sub = self._subs.get(update.match_id)
         if sub is None or sub.remote or self.is_released(update.match_id):
             return False
+        if update.fixture is not None and self._admit(sub, update.fixture, trusted=True) in HELD:
+            return True  # older than what this match was handed (a leader's change): not news
         sub.had_fixture = sub.had_fixture or update.fixture is not None
         sub.in_livescores = update.in_livescores
         sub.offer(update)
@@ -351,7 +412,7 @@ class FeedActor:
     async def livescores(self, *, max_age_s: float | None = None) -> list[dict[str, Any]]:
         """The latest valid ``/livescores`` fixtures, fetched now if older than ``max_age_s``
         (default: the livescores cadence). Raises ``SportMonksError`` when a needed fetch fails."""
-        max_age = self.settings.livescores_cadence_s if max_age_s is None else max_age_s
+        max_age = self.cadence_s() if max_age_s is None else max_age_s
         if not self.leading and self.follower_livescores is not None:
             return await self.follower_livescores(max_age)
         if self._latest is not None and trio.current_time() - self._latest_at <= max_age:
@@ -447,7 +508,18 @@ class FeedActor:
             "livescores_age_s": None if self._latest is None else round(now - self._latest_at, 3),
             "livescores_matches": 0 if self._latest is None else len(self._latest.fixtures),
             "livescores_with_balls": self._latest_with_balls,
-            "cadence_s": self._livescores_cadence(),
+            "cadence_s": self.cadence_s(),
+            "plan": self.plan_view(),
+            "endpoints": {
+                e: {
+                    "polls": dict(self.polls.get(e, {})),
+                    "resting_s": round(max(0.0, self._resting.get(e, -math.inf) - now), 3),
+                    "paced_s": round(max(0.0, self.pacer.ready_at(e) - now), 3),
+                }
+                for e in self.plan.endpoints
+            },
+            "last_endpoint": self._last_endpoint,
+            "held": dict(self.held),
             "marquee_source": self.settings.marquee_source,
             "leading": self.leading,
             "cache": {
@@ -476,28 +548,72 @@ class FeedActor:
         return sub.marquee or self.is_marquee_league(sub.league_id)
 
     def _balls_via_livescores(self) -> bool:
-        """Whether the /livescores call should carry balls: a marquee match is (or may be) live."""
+        """Whether the live polls should carry balls: a marquee match is (or may be) live."""
         return self.settings.marquee_source == "livescores" and any(
             self._is_marquee(sub) and sub.in_livescores is not False for sub in self._subs.values()
         )
 
-    def _livescores_cadence(self) -> float:
-        if self._balls_via_livescores():
-            return min(self.settings.marquee_cadence_s, self.settings.livescores_cadence_s)
-        return self.settings.livescores_cadence_s
+    def cadence_s(self) -> float:
+        """The live poll period now: the marquee one while the polls carry balls."""
+        return self.cadence_for(marquee=self._balls_via_livescores())
+
+    def cadence_for(self, *, marquee: bool) -> float:
+        """The live poll period while a marquee match is live, or while none is (configured, else the
+        plan's)."""
+        s = self.settings
+        configured = s.marquee_cadence_s if marquee else s.livescores_cadence_s
+        return configured or self.plan.cadence_s
+
+    def fastest_cadence_s(self) -> float:
+        """The shortest poll period the feed may use (what a match actor's routine hold is capped to)."""
+        s = self.settings
+        return min(x for x in (s.marquee_cadence_s, s.livescores_cadence_s, self.plan.cadence_s) if x)
+
+    def plan_view(self) -> dict[str, Any]:
+        """The plan and the cadences in use (the ``feed_plan`` log line at start, ``ctl feed``)."""
+        s = self.settings
+        return {
+            **self.plan.describe(),
+            "configured": {
+                name: value
+                for name, value in (
+                    ("marquee_cadence_s", s.marquee_cadence_s),
+                    ("livescores_cadence_s", s.livescores_cadence_s),
+                )
+                if value is not None
+            },
+            "in_use_s": {
+                "marquee": round(self.cadence_for(marquee=True), 3),
+                "plain": round(self.cadence_for(marquee=False), 3),
+            },
+        }
 
     def _fixture_cadence(self, sub: _Subscription) -> float | None:
-        """How often this subscriber needs ``/fixtures/{id}``; None while ``/livescores`` serves it."""
+        """How often this subscriber needs ``/fixtures/{id}``; None while a live list serves it."""
         if sub.in_livescores is False:
-            return self.settings.off_livescores_cadence_s
+            return self.cadence_s() if under_way(sub.status) else self.settings.off_livescores_cadence_s
         if sub.in_livescores and self.settings.marquee_source == "fixture" and self._is_marquee(sub):
-            return self.settings.marquee_cadence_s
+            return self.settings.marquee_cadence_s or self.plan.cadence_s
         return None
+
+    def _next_poll(self, now: float) -> tuple[str | None, float]:
+        """The endpoint the next live poll goes to, and when (``daemon.sportmonks.plan.next_poll``)."""
+        endpoints = self.plan.endpoints
+        return next_poll(
+            now=now,
+            last_poll_at=self._last_poll_at,
+            cadence_s=self.cadence_s(),
+            endpoints=endpoints,
+            ready_at={e: self.pacer.ready_at(e) for e in endpoints},
+            resting_until=self._resting,
+            shares=self.plan.live_calls,
+            made={e: self.polls.get(e, {}).get("ok", 0) for e in endpoints},
+        )
 
     def _next_wake(self) -> float:
         if not self._subs:
             return math.inf
-        times = [self._next_livescores_at]
+        times = [self._next_poll(trio.current_time())[1]]
         times += [
             sub.next_fixture_at for sub in self._subs.values() if self._fixture_cadence(sub) is not None
         ]
@@ -508,7 +624,8 @@ class FeedActor:
             if not self.leading:
                 await self._leading_changed.wait()
                 continue
-            if self._subs and trio.current_time() >= self._next_livescores_at:
+            now = trio.current_time()
+            if self._subs and now >= self._next_poll(now)[1]:
                 try:
                     await self._refresh_livescores()
                 except SportMonksError:
@@ -518,10 +635,10 @@ class FeedActor:
             with trio.move_on_at(self._next_wake()):
                 await self._wakeup.wait()
 
-    # ------------------------------------------------------------------------------------------ /livescores
+    # ------------------------------------------------------------------------------------------ the live lists
 
     async def _refresh_livescores(self) -> LiveScores:
-        """One /livescores call (or join the one in flight), then hand its fixtures to the subscribers."""
+        """One live poll (or join the one in flight), then hand its fixtures to the subscribers."""
         if self._inflight is not None:
             flight = self._inflight
             await flight.done.wait()
@@ -530,30 +647,120 @@ class FeedActor:
             assert flight.result is not None
             return flight.result
         flight = self._inflight = _Flight()
-        started = trio.current_time()
         with_balls = self._balls_via_livescores()
-        include = DEFAULT_FIXTURE_INCLUDE if with_balls else DEFAULT_LIVE_INCLUDE
         try:
-            result = await self.client.livescores_checked(include, budget_wait_s=0)
+            result, endpoint = await self._poll_lists(with_balls)
         except SportMonksError as exc:
             flight.error = exc
             self._deliver_livescores_error(exc)
             raise
         except BaseException:
-            flight.error = SportMonksError("the /livescores call was cancelled")
+            flight.error = SportMonksError("the live poll was cancelled")
             raise
         finally:
             self._inflight = None
-            self._next_livescores_at = max(started + self._livescores_cadence(), trio.current_time())
             flight.done.set()
         flight.result = result
         self._latest, self._latest_at, self._latest_with_balls = result, trio.current_time(), with_balls
+        FEED_CADENCE.set(self.cadence_s())
         fetched_at = time.time()
         self._note_listed(result)
         self._lift_ghost_releases(result)
-        self._distribute(result, fetched_at=fetched_at)
+        self._distribute(result, fetched_at=fetched_at, endpoint=endpoint)
         self._cache_summary(result, fetched_at)
         return result
+
+    async def _poll_lists(self, with_balls: bool) -> tuple[LiveScores, str]:
+        """The live matches from the endpoint whose turn it is; on a failure, at once from the next one that
+        is not resting (no poll is lost to a 429 or a slow answer). Raises the last error when none answers."""
+        now = self._last_poll_at = trio.current_time()
+        first, _ = self._next_poll(now)
+        candidates = [] if first is None else [first]
+        candidates += [
+            e for e in self.plan.endpoints if e != first and self._resting.get(e, -math.inf) <= now
+        ]
+        error: SportMonksError = SportMonksError("every live endpoint is resting (429s or errors)")
+        for n, endpoint in enumerate(candidates):
+            try:
+                result = await self._list_call(endpoint, with_balls)
+            except SportMonksError as exc:
+                error = exc
+                self._rest(endpoint, exc)
+                self._count_poll(endpoint, "failover" if n + 1 < len(candidates) else "failed")
+                continue
+            self._count_poll(endpoint, "ok")
+            self._last_endpoint = endpoint
+            return result, endpoint
+        raise error
+
+    async def _list_call(self, endpoint: str, with_balls: bool) -> LiveScores:
+        include = DEFAULT_FIXTURE_INCLUDE if with_balls else DEFAULT_LIVE_INCLUDE
+        options: dict[str, Any] = {
+            "budget_wait_s": 0,
+            "fields": LIVE_FIELDS if self.settings.sparse_fields else None,
+            "retries": 0,  # the other endpoint is the retry, at once
+            "timeout_s": self.settings.poll_timeout_s,
+        }
+        return await self.client.live_list(endpoint, include, **options)
+
+    def _rest(self, endpoint: str, exc: SportMonksError) -> None:
+        """Leave a failed endpoint alone for a while: a 429 for its Retry-After, no room in the hour until
+        there is, anything else ``endpoint_rest_s``."""
+        now = trio.current_time()
+        if isinstance(exc, SportMonksHTTPError) and exc.status == 429:
+            wait = exc.retry_after if exc.retry_after is not None else self.settings.endpoint_rest_s
+        elif isinstance(exc, BudgetExhausted):
+            wait = max(self.client.budget.wait_time(endpoint), self.cadence_s())
+        else:
+            wait = self.settings.endpoint_rest_s
+        self._resting[endpoint] = max(self._resting.get(endpoint, -math.inf), now + wait)
+        log.warning("feed_endpoint_resting", endpoint=endpoint, rest_s=round(wait, 3), error=str(exc))
+
+    def _count_poll(self, endpoint: str, outcome: str) -> None:
+        FEED_POLLS.labels(endpoint, outcome).inc()
+        per = self.polls.setdefault(endpoint, {})
+        per[outcome] = per.get(outcome, 0) + 1
+
+    def _admit(self, sub: _Subscription, fixture: Mapping[str, Any], *, trusted: bool = False) -> Verdict:
+        """Pass a fixture through the subscription's gate (``daemon.cricket.order``); it goes on unless the
+        verdict is in ``HELD``."""
+        verdict: Verdict
+        verdict, sub.gate = sub.gate.admit(mark_of_fixture(fixture), trusted=trusted)
+        if verdict in HELD:
+            self.held[verdict] = self.held.get(verdict, 0) + 1
+            FEED_ANSWERS_HELD.labels(verdict).inc()
+            return verdict
+        status = fixture.get("status")
+        sub.status = status if isinstance(status, str) else sub.status
+        return verdict
+
+    def _listed(self, sub: _Subscription, endpoint: str, shown: bool) -> None:
+        """Record what a list's answer said about ``sub`` and whether a live list shows it now: the latest
+        answer of each endpoint polled within a round (a resting endpoint's old answer does not count)."""
+        now = trio.current_time()
+        sub.listed[endpoint] = (shown, now)
+        fresh = 2.5 * self.cadence_s() * max(1, len(self.plan.endpoints))
+        said: list[bool | None] = []
+        for e in self.plan.endpoints:
+            if self._resting.get(e, -math.inf) > now:
+                continue  # resting: its last answer is old news
+            seen, at = sub.listed.get(e, (False, -math.inf))
+            said.append(seen if now - at <= fresh else None)
+        listed = any(said)
+        if not listed and None in said:
+            return  # an endpoint in use has not answered lately: wait for it before calling the match gone
+        if listed and sub.in_livescores is False:
+            log.info("feed_match_back_in_livescores", match_id=sub.match_id)
+        elif not listed and sub.in_livescores is not False:
+            # Left (or not yet in) the live lists: its own fixture now, for the final state or the play
+            log.info(
+                "feed_match_not_in_livescores",
+                match_id=sub.match_id,
+                was=sub.in_livescores,
+                status=sub.status,
+            )
+            sub.next_fixture_at = now
+        sub.in_livescores = listed
 
     def _deliver_livescores_error(self, exc: SportMonksError) -> None:
         level = log.info if isinstance(exc, BudgetExhausted) else log.warning
@@ -563,41 +770,40 @@ class FeedActor:
             if self._fixture_cadence(sub) is None:
                 sub.offer(FeedUpdate(sub.match_id, None, wall, "livescores", True, error=str(exc)))
 
-    def _distribute(self, result: LiveScores, *, fetched_at: float) -> None:
+    def _distribute(self, result: LiveScores, *, fetched_at: float, endpoint: str) -> None:
+        source = "livescores" if endpoint == "livescores" else "fixtures"
         by_id = {str(fixture["id"]): fixture for fixture in result.fixtures}
         for key, invalid in result.invalid.items():
-            log.warning("feed_malformed_fixture", match_id=key, error=str(invalid))
-        now = trio.current_time()
+            log.warning("feed_malformed_fixture", match_id=key, error=str(invalid), endpoint=endpoint)
         for sub in list(self._subs.values()):
             if self.is_released(sub.match_id):
                 continue  # listed, yet SportMonks answered 404 for it on every try: nothing goes to it
             problem = result.invalid.get(sub.match_id)
             if problem is not None:
-                sub.in_livescores = True
-                sub.offer(FeedUpdate(sub.match_id, None, fetched_at, "livescores", True, error=str(problem)))
+                self._listed(sub, endpoint, True)
+                sub.offer(FeedUpdate(sub.match_id, None, fetched_at, source, True, error=str(problem)))
                 continue
             fixture = by_id.get(sub.match_id)
             if fixture is None:
-                if sub.in_livescores is not False:
-                    # Left (or not yet in) /livescores: fetch its own fixture now for the final state.
-                    log.info("feed_match_not_in_livescores", match_id=sub.match_id, was=sub.in_livescores)
-                    sub.in_livescores = False
-                    sub.next_fixture_at = now
+                self._listed(sub, endpoint, False)
                 continue
-            if sub.in_livescores is False:
-                log.info("feed_match_back_in_livescores", match_id=sub.match_id)
-            sub.in_livescores = True
             league = fixture.get("league_id")
             sub.league_id = league if isinstance(league, int) else None
-            if self._judge_ghost(sub, fixture, listed=True) is not None:
-                continue  # released as a ghost just now
             marquee = self._is_marquee(sub)
             if marquee and self.settings.marquee_source == "fixture":
+                self._listed(sub, endpoint, True)
                 continue  # its ball-by-ball fixture comes from /fixtures/{id}; here it only proved it is live
             if not marquee and self.settings.strip_balls_for_non_marquee:
                 fixture = without_balls(fixture)
+            verdict = self._admit(sub, fixture)
+            # an answer behind what the match was handed does not show it live now (it may have ended)
+            self._listed(sub, endpoint, verdict != "behind")
+            if verdict in HELD:
+                continue
+            if self._judge_ghost(sub, fixture, listed=True) is not None:
+                continue  # released as a ghost just now
             sub.had_fixture = True
-            update = FeedUpdate(sub.match_id, fixture, fetched_at, "livescores", True)
+            update = FeedUpdate(sub.match_id, fixture, fetched_at, source, True)
             sub.offer(update)
             self._cache_put(update)
 
@@ -623,14 +829,26 @@ class FeedActor:
         cadence = self._fixture_cadence(sub)
         if cadence is None:
             return
+        now = trio.current_time()
+        paced = self.pacer.ready_at("fixtures")
+        if paced > now:  # the endpoint's hour is being spent faster than it refills: read it when it allows
+            sub.next_fixture_at = paced
+            return
         # Scheduled before the call, so a slow answer does not trigger a second fetch.
-        sub.next_fixture_at = trio.current_time() + cadence
+        sub.next_fixture_at = now + cadence
         marquee = self._is_marquee(sub)
         in_livescores = bool(sub.in_livescores)
         include = DEFAULT_FIXTURE_INCLUDE if marquee else DEFAULT_LIVE_INCLUDE
         async with limiter:
             try:
-                fixture = await self.client.fixture(sub.match_id, include, budget_wait_s=0)
+                fixture = await self.client.fixture(
+                    sub.match_id,
+                    include,
+                    budget_wait_s=0,
+                    fields=LIVE_FIELDS if self.settings.sparse_fields else None,
+                    retries=0,  # read again at its cadence
+                    timeout_s=self.settings.poll_timeout_s,
+                )
             except BudgetExhausted as exc:
                 log.info("feed_fixture_skipped", match_id=sub.match_id, error=str(exc))
                 self._retry_first_fixture_soon(sub)
@@ -647,6 +865,11 @@ class FeedActor:
         if self._subs.get(sub.match_id) is not sub:
             return  # unsubscribed while the call was out
         self._not_found_tries.pop(sub.match_id, None)
+        if self._admit(sub, fixture) in HELD:
+            return  # older than what a live list already handed on, or a change still to be confirmed
+        after = self._fixture_cadence(sub)  # the answer may say it is over: read it at that pace from now
+        if after is not None:
+            sub.next_fixture_at = max(sub.next_fixture_at, now + after)
         retry = self._judge_ghost(sub, fixture, listed=in_livescores)
         if retry is not None:
             if math.isinf(retry):
@@ -754,7 +977,7 @@ class FeedActor:
         """A subscriber that never had a good fixture retries at the livescores cadence, not every 30 s: its
         first look must be the pre-match state, or the first balls it sees would be taken as history."""
         if not sub.had_fixture:
-            sub.next_fixture_at = min(sub.next_fixture_at, trio.current_time() + self._livescores_cadence())
+            sub.next_fixture_at = min(sub.next_fixture_at, trio.current_time() + self.cadence_s())
 
     # ------------------------------------------------------------------------------------------ forwarding
 

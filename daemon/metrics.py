@@ -345,3 +345,23 @@ APNS_CONNECTIONS_RETIRED = Counter(
     ["pool", "cause"],
     registry=REGISTRY,
 )
+# ---- the feed's live polls ------------------------------------------------------------------------------
+FEED_POLLS = Counter(
+    "sightscreen_feed_polls",
+    "Live polls of the region's feed leader by endpoint (livescores, fixtures) and outcome (ok; failover: "
+    "failed and carried by the other endpoint; failed: no endpoint answered)",
+    ["endpoint", "outcome"],
+    registry=REGISTRY,
+)
+FEED_CADENCE = Gauge(
+    "sightscreen_feed_cadence_seconds",
+    "The live poll period in use (derived from the SportMonks plan unless configured)",
+    registry=REGISTRY,
+)
+FEED_ANSWERS_HELD = Counter(
+    "sightscreen_feed_answers_held",
+    "Fixtures the feed did not hand on because their content was older than what it had delivered (behind), "
+    "or showed a change at the same stamp one answer alone (unconfirmed)",
+    ["verdict"],
+    registry=REGISTRY,
+)

@@ -47,7 +47,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--format", default="T20", choices=["T20", "ODI", "T10"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fixture-id", default=None)
-    p.add_argument("--ms-per-ball", type=finite(), default=40_000.0)
+    p.add_argument(
+        "--ms-per-ball",
+        type=finite(),
+        default=None,
+        help="mean gap between balls (default: real pace, ~52 s)",
+    )
     p.add_argument("-o", "--output", required=True)
     p = sub.add_parser("from-fixture", help="a tape from a /fixtures/{id} response that includes balls")
     p.add_argument("fixture_json")

@@ -23,24 +23,26 @@ Policies the match actor relies on:
 - **display_changed** is false when no perspective's content-state changed and there is no event: the actor
   then sends nothing.
 - **Doubtful ticks** (``daemon.cricket.confirm``): a final status is believed when the fixture corroborates
-  it, else once seen on ``confirm_polls`` consecutive ticks spanning ``confirm_s`` (by ``now``); meanwhile
+  it, else once seen on ``confirm_polls`` consecutive ticks spanning ``confirm_s`` (by ``now``) with no new
+  ball meanwhile; meanwhile
   the tick is processed as if the status were still the previous one (``end_pending``), so balls keep
   flowing and nothing ends. A final status that flips back is reported as ``end_withdrawn`` and has cost
   nothing. A score that goes back further than a correction can is skipped (``skipped`` names why; the
   state is the previous one, with the doubt counted) until it has persisted as long. A match whose state
   is final and that the feed shows live again (it was ended wrongly, then taken again) carries on, its
   ``match_end`` cooldown dropped so the real end is reported.
-- **Never behind its own state**: each tick is given when the region's feed leader fetched its fixture
-  (``fetched_at``), and the state keeps that of the fixture that last changed it. A fixture fetched earlier
-  than that is *behind* the state: it is skipped (``behind``), nothing is detected, pushed or written. The
-  pipeline hands a match actor fixtures from two sources (the leader's own polls in process, the fixture
-  cache elsewhere) and a match from one owner to the next, and the cache is written after the in-process
-  delivery, so a switch (the leader stepping down, an owner taking over) can hand on a fixture older than
-  the state it would be diffed against. Taken as news, such a fixture looks like a correction that withdrew
-  the newest wicket; the next fresh fixture shows it again and it would be reported a second time, to every
-  device. Within one leader the order is its own clock; across leaders the hosts' clocks agree within the
-  clock-skew bound the leases already assume, and a new leader fetches only after the old one's lease ran
-  out.
+- **Never behind its own state**: the state keeps the content stamp (``daemon.cricket.order``) of the
+  fixture that last changed it, and a fixture whose content is older than that is *behind* the state: it is
+  skipped (``behind``), nothing is detected, pushed or written. Order is by content, never by arrival: the
+  feed leader reads two SportMonks endpoints in turn and one can lag the other, a match actor is handed
+  fixtures from two sources (the leader's polls in process, the fixture cache elsewhere) and a match passes
+  from owner to owner, so the fixture that arrives last can be the older one. Taken as news, it looks like a
+  correction that withdrew the newest wicket; the next fresh fixture shows it again and it would be
+  reported a second time, to every device. ``fetched_at`` (when the leader fetched it) is kept as the
+  state's position for the actor, not as the order.
+- **Balls from nowhere** are held back (``confirm.hold_jumps``): a ball whose number cannot follow the
+  last one standing is left out of the tick until the balls before it arrive or it has stood for the
+  confirmation time.
 - **Wickets exactly once**: reported wickets are kept in the state (bounded) keyed by innings and dismissed
   batter (``S1:914``; see ``detectors.detect_wickets`` for why not ball ids). A key is forgotten, with its
   cooldown, only when the snapshot shows the wicket corrected away (the batter not out and no wicket ball
@@ -83,6 +85,7 @@ from daemon.cricket.filters import (
     pick_best_event,
     staleness_filter,
 )
+from daemon.cricket.order import Stamp, compare, stamp_of_snapshot
 from daemon.cricket.settings import EngineSettings
 from daemon.cricket.snapshot import FINAL_PHASES, MatchSnapshot
 from daemon.cricket.state import LAST_BALLS, BatterMemo, BowlerMemo, MatchState, RecentEvent, ScoreMemo
@@ -114,9 +117,9 @@ def _had_play(state: MatchState) -> bool:
     return any(s.legal_balls or s.runs or s.wickets for s in state.previous_score)
 
 
-def is_behind(state_fetched_at: float | None, fetched_at: float | None) -> bool:
-    """Whether a fixture fetched at ``fetched_at`` is older than the one the state was last changed by."""
-    return state_fetched_at is not None and fetched_at is not None and fetched_at < state_fetched_at
+def is_behind(state_stamp: Stamp | None, stamp: Stamp) -> bool:
+    """Whether a fixture stamped ``stamp`` is older content than the one the state was last changed by."""
+    return state_stamp is not None and compare(state_stamp, stamp) < 0
 
 
 def process_tick(
@@ -129,15 +132,21 @@ def process_tick(
     fetched_at: float | None = None,
 ) -> TickResult:
     """One tick: ``prev`` (None for a match nobody has persisted) and the snapshot give the events, the display
-    and the next state. ``fetched_at`` is when the region's feed leader fetched the snapshot's fixture (None
-    where unknown: no order is then kept); a fixture fetched before the state's is skipped (``behind``)."""
-    if prev is not None and is_behind(prev.fetched_at, fetched_at):
-        return replace(
-            _skipped(prev, snap, "behind", prev),
-            skipped=None,
-            behind=f"fetched at {fetched_at:.3f}, before the state's fixture ({prev.fetched_at:.3f})",
-        )
+    and the next state. A fixture older by content than the state's is skipped (``behind``). ``fetched_at``
+    is when the region's feed leader fetched the snapshot's fixture (None where unknown), kept as the state's
+    position."""
+    ball_doubt = None
+    if prev is not None:
+        snap, ball_doubt = confirm.hold_jumps(prev, snap, now, settings)
+        stamp = stamp_of_snapshot(snap)
+        if is_behind(prev.stamp, stamp):
+            return replace(
+                _skipped(prev, snap, "behind", prev),
+                skipped=None,
+                behind=f"content {_describe(stamp)} is older than the state's ({_describe(prev.stamp)})",
+            )
     result = _process(prev, snap, now=now, marquee=marquee, settings=settings)
+    result = replace(result, state=replace(result.state, ball_doubt=ball_doubt))
     if result.skipped is not None:
         return result  # the previous state, position and all
     # The position moves only with a change of state, so a fixture that changes nothing costs no write.
@@ -145,6 +154,12 @@ def process_tick(
     if fetched_at is not None and (prev is None or replace(result.state, fetched_at=position) != prev):
         position = fetched_at
     return replace(result, state=replace(result.state, fetched_at=position))
+
+
+def _describe(stamp: Stamp | None) -> str:
+    if stamp is None:
+        return "none"
+    return f"updated_at {stamp.updated_at}, ball {stamp.ball_id}, progress {stamp.progress}"
 
 
 def _process(
@@ -161,7 +176,7 @@ def _process(
     end_doubt = None
     end_withdrawn = base.end_doubt is not None and not snap.final
     if snap.final and base.match_phase not in FINAL_PHASES and not confirm.corroborated_end(snap):
-        end_doubt = confirm.seen(base.end_doubt, now)
+        end_doubt = confirm.seen(base.end_doubt, now, confirm.play_shown(snap))
         if not confirm.confirmed(end_doubt, now, settings):
             snap = _as_before(snap, base)
         else:
@@ -292,6 +307,7 @@ def _tick(
         seen_batters=seen,
         display_hash=display_hash,
         recent_event=recent,
+        stamp=stamp_of_snapshot(snap),
     )
     return TickResult(
         state=state,

@@ -29,18 +29,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar
+
+from daemon.cricket.order import epoch, newest_instant, unwrap
 
 PHASES: tuple[str, ...] = ("pre", "live", "innings_break", "completed", "abandoned")
 FINAL_PHASES: frozenset[str] = frozenset({"completed", "abandoned"})
 
-_LIVE_STATUSES = {"1st Innings", "2nd Innings", "3rd Innings", "4th Innings"}
-_BREAK_STATUSES = {"Innings Break"}
+_LIVE_STATUSES = ("1st Innings", "2nd Innings", "3rd Innings", "4th Innings")
+_BREAK_STATUSES = ("Innings Break",)
 _COMPLETED_STATUSES = {"Finished"}
 _ABANDONED_STATUSES = {"Aban.", "Cancl.", "Postp."}
 # Play has stopped for a while but the match is on: shown as live once a ball has been bowled, else pre.
-_PAUSE_STATUSES = {
+_PAUSE_STATUSES = (
     "Stump Day 1",
     "Stump Day 2",
     "Stump Day 3",
@@ -50,10 +51,97 @@ _PAUSE_STATUSES = {
     "Dinner",
     "Delayed",
     "Int.",
-}
+)
+UNDER_WAY_STATUSES: tuple[str, ...] = _LIVE_STATUSES + _BREAK_STATUSES + _PAUSE_STATUSES
+"""Every status of a match being played (spec §6: all but NS and the terminal ones)."""
 _NOT_STARTED = {"NS", ""}
 _NOT_OUT_SCORE_ID = 84
 _MULTI_DAY_TYPES = {"Test", "Test/5day", "4day"}
+
+# Every field the snapshot reads, per SportMonks resource (the ``resource`` of each object): what a sparse
+# answer (``fields[...]``) must carry for the engine to see the match as the full answer shows it.
+# tests/cricket/test_snapshot_fields.py cuts fixtures to these and checks the snapshot is the same.
+FIELDS_READ: dict[str, tuple[str, ...]] = {
+    "fixtures": (
+        "id",
+        "status",
+        "league_id",
+        "type",
+        "round",
+        "localteam_id",
+        "visitorteam_id",
+        "note",
+        "winner_team_id",
+        "draw_noresult",
+        "toss_won_team_id",
+        "elected",
+        "total_overs_played",
+        "rpc_target",
+        "rpc_overs",
+        "updated_at",
+        "starting_at",
+    ),
+    "teams": ("id", "name", "code"),
+    "players": ("id", "firstname", "lastname", "fullname"),
+    "runs": ("inning", "team_id", "score", "wickets", "overs", "updated_at"),
+    "battings": (
+        "player_id",
+        "team_id",
+        "scoreboard",
+        "sort",
+        "score",
+        "ball",
+        "four_x",
+        "six_x",
+        "score_id",
+        "wicket_id",
+        "fow_balls",
+        "fow_score",
+        "catch_stump_player_id",
+        "runout_by_id",
+        "bowling_player_id",
+        "updated_at",
+    ),
+    "bowlings": (
+        "player_id",
+        "team_id",
+        "scoreboard",
+        "sort",
+        "overs",
+        "medians",
+        "runs",
+        "wickets",
+        "updated_at",
+    ),
+    "balls": (
+        "id",
+        "scoreboard",
+        "ball",
+        "team_id",
+        "batsman_id",
+        "bowler_id",
+        "batsman_one_on_creeze_id",
+        "batsman_two_on_creeze_id",
+        "batsmanout_id",
+        "catchstump_id",
+        "runout_by_id",
+        "score_id",
+        "updated_at",
+    ),
+    "scores": (
+        "id",
+        "name",
+        "runs",
+        "four",
+        "six",
+        "bye",
+        "leg_bye",
+        "noball",
+        "noball_runs",
+        "is_wicket",
+        "ball",
+    ),
+}
 
 
 # Cricket's bounds, for the plausibility check. Generous on purpose: they must never refuse real cricket
@@ -247,9 +335,10 @@ class MatchSnapshot:
     scheduled_overs: int | None
     rpc_target: int | None
     rpc_overs: float | None
-    updated_at: int | None
+    updated_at: int | None  # the newest row's updated_at, whole seconds (the engine's clock)
     starting_at: int | None
     players: Mapping[str, str] = field(default_factory=dict, compare=False)
+    stamped_at: float | None = None  # the same to the microsecond: what orders fixtures (``order``)
 
     # ---- derived views used by detectors and the display -------------------------------------------------
     @property
@@ -365,12 +454,6 @@ def _board_order(board: str) -> tuple[int, str]:
 
 
 # ---- parsing --------------------------------------------------------------------------------------------
-def _unwrap(value: Any) -> Any:
-    if isinstance(value, Mapping) and set(value) == {"data"}:
-        return value["data"]
-    return value
-
-
 def _req(obj: Mapping[str, Any], key: str, path: str) -> Any:
     if key not in obj or obj[key] is None:
         raise SnapshotError(f"{path}.{key}" if path else key, "missing")
@@ -437,17 +520,8 @@ def _bool(obj: Mapping[str, Any], key: str) -> bool:
     return bool(obj.get(key) or False)
 
 
-def _epoch(value: Any) -> int | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return None
-
-
 def _list(raw: Mapping[str, Any], key: str) -> list[Any]:
-    value = _unwrap(raw.get(key))
+    value = unwrap(raw.get(key))
     if value is None:
         return []
     if not isinstance(value, list):
@@ -500,7 +574,7 @@ def _disambiguate(short: dict[str, str], full: Mapping[str, str]) -> dict[str, s
 
 def _team(raw: Mapping[str, Any], side: str) -> Team:
     team_id = _id(raw, f"{side}_id", "", required=False)
-    obj = _unwrap(raw.get(side))
+    obj = unwrap(raw.get(side))
     if obj is not None and not isinstance(obj, Mapping):
         raise SnapshotError(side, f"expected an object, got {type(obj).__name__}")
     obj = obj or {}
@@ -678,7 +752,7 @@ _Line = TypeVar("_Line", InningsScore, BatterLine, BowlerLine)
 
 def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     """Parse one SportMonks fixture (bare, or a ``{"data": fixture}`` envelope) into a ``MatchSnapshot``."""
-    raw = _unwrap(raw)
+    raw = unwrap(raw)
     if not isinstance(raw, Mapping):
         raise SnapshotError("fixture", f"expected an object, got {type(raw).__name__}")
     fixture_id = _id(raw, "id", "")
@@ -689,7 +763,7 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
     if not isinstance(status, str):
         raise SnapshotError("status", f"expected a string, got {status!r}")
 
-    stamps: list[int] = []
+    stamps: list[Any] = []  # every row's updated_at as sent
     players: dict[str, str] = {}
     full_names: dict[str, str] = {}
     for _path, player in _rows(raw, "lineup"):
@@ -708,14 +782,12 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
             lines.append(parsed)
             if who is not None:
                 player_id = str(row["player_id"])  # checked by ``line``
-                player = _unwrap(row.get(who))
+                player = unwrap(row.get(who))
                 name = _player_name(player)
                 if name:
                     players.setdefault(player_id, name)
                     full_names.setdefault(player_id, _full_name(player) or name)
-            stamp = _epoch(row.get("updated_at"))
-            if stamp:
-                stamps.append(stamp)
+            stamps.append(row.get("updated_at"))
         return lines
 
     innings = sorted(parse("runs", _innings_score), key=lambda x: x.inning)
@@ -740,14 +812,10 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
         balls.append(ball)
         for pid, name in names.items():
             players.setdefault(pid, name)
-        stamp = _epoch(row.get("updated_at"))
-        if stamp:
-            stamps.append(stamp)
+        stamps.append(row.get("updated_at"))
     balls.sort(key=lambda b: b.id)
-
-    fixture_stamp = _epoch(raw.get("updated_at"))
-    if fixture_stamp:
-        stamps.append(fixture_stamp)
+    stamps.append(raw.get("updated_at"))
+    stamped_at = newest_instant(stamps)
 
     note = raw.get("note")
     if note is not None and not isinstance(note, str):
@@ -776,8 +844,9 @@ def snapshot_from_fixture(raw: Mapping[str, Any]) -> MatchSnapshot:
         scheduled_overs=_int(raw, "total_overs_played", "", 0) or None if scheduled is not None else None,
         rpc_target=_int(raw, "rpc_target", "", 0) or None if rpc_target is not None else None,
         rpc_overs=_num(raw, "rpc_overs", "", 0.0) or None if rpc_overs is not None else None,
-        updated_at=max(stamps) if stamps else None,
-        starting_at=_epoch(raw.get("starting_at")),
+        updated_at=int(stamped_at) if stamped_at is not None else None,
+        stamped_at=stamped_at,
+        starting_at=epoch(raw.get("starting_at")),
         players=_disambiguate(players, full_names),
     )
     check_plausible(snapshot)

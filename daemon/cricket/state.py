@@ -3,7 +3,7 @@
 Owns ``MatchState`` (what one tick leaves for the next) and its item encoding: camelCase keys named as the
 data model names them (``matchPhase``, ``previousStatus``, ``previousBallId``, ``previousScore``,
 ``previousBatting``, ``previousBowling``, ``last30Balls``, ``cooldowns``) plus the engine's own extras
-(``lastTimestamp``, ``feedClock``, ``feedFetchedAt``, ``reportedWickets``, ``endedInnings``, ``seenBatters``,
+(``lastTimestamp``, ``feedClock``, ``feedFetchedAt``, ``feedStamp``, ``reportedWickets``, ``endedInnings``, ``seenBatters``,
 ``displayHash``, ``recentEvent``). Values are JSON-plain and compact (balls are short lists, not objects) so the record stays
 near the data model's ~5 KB. Pure: it must not read or write DynamoDB itself (the match actor does).
 
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from daemon.cricket.order import InningsMark, Stamp
 from daemon.cricket.snapshot import Ball
 
 LAST_BALLS = 30
@@ -70,13 +71,16 @@ class RecentEvent:
 
 @dataclass(frozen=True)
 class Doubt:
-    """A doubtful reading seen on ``polls`` consecutive ticks since ``since`` (the caller's clock)."""
+    """A doubtful reading seen on ``polls`` consecutive ticks since ``since`` (the caller's clock), about
+    ``subject`` (what must stay the same for the ticks to count together: the play shown under a final
+    status, the ball held back)."""
 
     since: float
     polls: int = 1
+    subject: tuple[int, ...] = ()
 
     def again(self) -> Doubt:
-        return Doubt(self.since, self.polls + 1)
+        return Doubt(self.since, self.polls + 1, self.subject)
 
 
 @dataclass(frozen=True)
@@ -99,10 +103,14 @@ class MatchState:
     # When the region's feed leader fetched the fixture that last changed this state (its wall clock, as the
     # Feed and the fixture cache stamp it); None before any. A fixture fetched earlier is behind this state.
     fetched_at: float | None = None
+    # How far along (by content, ``daemon.cricket.order``) the fixture that last changed this state was; None
+    # before any (and in records written before it was kept). A fixture older by content is behind the state.
+    stamp: Stamp | None = None
     # Doubts being confirmed: kept in memory by the actor only (not in the record, not compared), so a doubt
     # that goes away costs no write; an owner that restarts starts confirming again.
     end_doubt: Doubt | None = field(default=None, compare=False)
     score_doubt: Doubt | None = field(default=None, compare=False)
+    ball_doubt: Doubt | None = field(default=None, compare=False)  # a ball held back (``confirm.hold_jumps``)
 
     # ---- lookups --------------------------------------------------------------------------------------
     def score_for(self, scoreboard: str) -> ScoreMemo | None:
@@ -153,6 +161,8 @@ class MatchState:
             item["previousBallId"] = str(self.previous_ball_id)
         if self.fetched_at is not None:
             item["feedFetchedAt"] = float(self.fetched_at)
+        if self.stamp is not None:
+            item["feedStamp"] = _stamp_to_item(self.stamp)
         if self.recent_event is not None:
             e = self.recent_event
             item["recentEvent"] = {"type": e.type, "text": e.text, "atBalls": e.at_balls}
@@ -215,6 +225,7 @@ class MatchState:
             seen_batters=tuple(str(x) for x in _list(item, "seenBatters", "")),
             display_hash=str(item.get("displayHash") or ""),
             fetched_at=_float(fetched_at, "feedFetchedAt") if fetched_at not in (None, "") else None,
+            stamp=_stamp_from_item(item.get("feedStamp")),
             recent_event=RecentEvent(
                 type=str(recent.get("type", "")),
                 text=str(recent.get("text", "")),
@@ -223,6 +234,34 @@ class MatchState:
             if recent
             else None,
         )
+
+
+# ---- the content stamp: {"at": epoch seconds to the microsecond | None, "ball": id | None, "progress": n, "innings": [[inning, legal
+#      balls, runs, wickets], ...]}
+def _stamp_to_item(stamp: Stamp) -> dict[str, Any]:
+    return {
+        "at": stamp.updated_at,
+        "ball": stamp.ball_id,
+        "progress": stamp.progress,
+        "innings": [[m.inning, m.legal_balls, m.runs, m.wickets] for m in stamp.innings],
+    }
+
+
+def _stamp_from_item(value: Any) -> Stamp | None:
+    if value in (None, ""):
+        return None
+    if not isinstance(value, Mapping):
+        raise StateError(f"feedStamp: expected a map, got {type(value).__name__}")
+    at, ball = value.get("at"), value.get("ball")
+    return Stamp(
+        updated_at=None if at is None else _float(at, "feedStamp.at"),
+        ball_id=None if ball is None else _int_value(ball, "feedStamp.ball"),
+        innings=tuple(
+            InningsMark(*(_int(row, k, f"feedStamp.innings[{i}]") for k in range(4)))
+            for i, row in enumerate(_list(value, "innings", "feedStamp"))
+        ),
+        progress=_int_value(value.get("progress", 0), "feedStamp.progress"),
+    )
 
 
 # ---- compact ball encoding ------------------------------------------------------------------------------

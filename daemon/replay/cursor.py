@@ -7,9 +7,10 @@ that moves a cursor; the position is a function of the wall clock (spec platform
   wall clock while playing and stands still while paused. Every control (pause, play, speed, seek)
   re-anchors: it records (wall time, match time) and the clock continues from there, so a change never
   makes the cursor jump.
-- Entry ``i`` becomes visible at match time ``(i + 1) * ms_per_ball``, plus the innings break for every
-  entry from the first ball of the second innings on. So the cursor holds at the break index for
-  ``innings_break_s`` of match time (``innings_break_s / speed`` of wall time), during which the fixture
+- Entry ``i`` becomes visible at match time ``offsets_ms[i]`` (the tape's own gaps between entries, drawn from
+  real matches for a synthesised tape; ``(i + 1) * ms_per_ball`` for a tape without them), plus the innings
+  break for every entry from the first ball of the second innings on. So the cursor holds at the break index
+  for ``innings_break_s`` of match time (``innings_break_s / speed`` of wall time), during which the fixture
   shows ``Innings Break``; afterwards it resumes where it stopped (the break is not skipped).
 - Before the match starts (``start_delay_s`` of match time after the replay began) the cursor is 0 and
   the fixture is ``NS``.
@@ -17,8 +18,10 @@ that moves a cursor; the position is a function of the wall clock (spec platform
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 MAX_SPEED = 1_000_000.0
 """The fastest replay: a 3.5-hour match in about 13 ms. Far faster makes match time overflow (``1e308``
@@ -32,12 +35,24 @@ def check_speed(speed: float) -> float:
     return float(speed)
 
 
+class Paced(Protocol):
+    """What the clock reads of a tape: its length, its pace and gaps, and where its innings break is."""
+
+    ms_per_ball: float
+
+    def __len__(self) -> int: ...
+
+    def entry_offsets_ms(self, ms_per_ball: float | None = None) -> list[float]: ...
+
+    def innings_break_index(self) -> int | None: ...
+
+
 @dataclass
 class ReplayClock:
     """The cursor of one fixture. Mutable on purpose: only the replay server that owns it touches it."""
 
     total: int  # entries on the tape
-    ms_per_ball: float
+    ms_per_ball: float  # the mean gap between entries (the pace a tape without gaps of its own is read at)
     break_index: int | None  # first entry of the 2nd innings; None for a one-innings tape
     break_ms: float
     starts_at: float  # wall time (seconds) the first ball could be bowled
@@ -45,12 +60,49 @@ class ReplayClock:
     paused: bool = False
     anchor_wall: float = 0.0
     anchor_ms: float = 0.0  # match time at anchor_wall
+    offsets_ms: Sequence[float] | None = None  # when each entry falls due, before the break; None: uniform
+    _due: list[float] = field(default_factory=list, repr=False)  # when each entry falls due, break included
 
     def __post_init__(self) -> None:
         if self.ms_per_ball <= 0:
             raise ValueError(f"ms_per_ball must be > 0, got {self.ms_per_ball}")
         check_speed(self.speed)
+        offsets = (
+            [(i + 1) * self.ms_per_ball for i in range(self.total)]
+            if self.offsets_ms is None
+            else [float(x) for x in self.offsets_ms]
+        )
+        if len(offsets) != self.total:
+            raise ValueError(f"offsets_ms: {len(offsets)} offsets for {self.total} entries")
+        if any(b < a for a, b in zip(offsets, offsets[1:], strict=False)) or (offsets and offsets[0] < 0):
+            raise ValueError("offsets_ms: must be >= 0 and never decrease")
+        self._due = [
+            at + (self.break_ms if self.break_index is not None and i >= self.break_index else 0.0)
+            for i, at in enumerate(offsets)
+        ]
+        self.offsets_ms = None  # read once: the due times are the clock's from here on
         self.anchor_wall = self.starts_at
+
+    @classmethod
+    def for_tape(
+        cls,
+        tape: Paced,
+        *,
+        starts_at: float,
+        break_ms: float,
+        ms_per_ball: float | None = None,
+        speed: float = 1.0,
+    ) -> ReplayClock:
+        """The clock of ``tape``: its entries at their own gaps, scaled to ``ms_per_ball`` when given."""
+        return cls(
+            total=len(tape),
+            ms_per_ball=ms_per_ball or tape.ms_per_ball,
+            break_index=tape.innings_break_index(),
+            break_ms=break_ms,
+            starts_at=starts_at,
+            speed=speed,
+            offsets_ms=tape.entry_offsets_ms(ms_per_ball),
+        )
 
     # --- reading -----------------------------------------------------------------------------------------
 
@@ -66,19 +118,12 @@ class ReplayClock:
 
     def due_ms(self, index: int) -> float:
         """Match time at which entry ``index`` becomes visible."""
-        extra = self.break_ms if self.break_index is not None and index >= self.break_index else 0.0
-        return (index + 1) * self.ms_per_ball + extra
+        return self._due[index]
 
     def cursor_at_ms(self, ms: float) -> int:
         """How many entries are visible at match time ``ms``."""
         # a hair of slack so a cursor computed from due_ms() of an entry always includes that entry
-        ticks = math.floor(ms / self.ms_per_ball + 1e-9)
-        if self.break_index is None:
-            return max(0, min(self.total, ticks))
-        before = max(0, min(self.break_index, ticks))
-        after_ticks = math.floor((ms - self.break_ms) / self.ms_per_ball + 1e-9)
-        after = max(0, min(self.total, after_ticks) - self.break_index)
-        return min(self.total, before + after)
+        return bisect_right(self._due, ms + 1e-6)
 
     def cursor(self, now: float) -> int:
         return self.cursor_at_ms(self.match_ms(now))
@@ -88,10 +133,10 @@ class ReplayClock:
 
     def in_break(self, now: float) -> bool:
         """True while the cursor is held at the innings break."""
-        if self.break_index is None:
+        if self.break_index is None or self.break_index == 0:
             return False
         ms = self.match_ms(now)
-        return self.cursor_at_ms(ms) == self.break_index and ms >= self.break_index * self.ms_per_ball
+        return self.cursor_at_ms(ms) == self.break_index and ms >= self._due[self.break_index - 1]
 
     def wall_time_of(self, index: int, now: float) -> float:
         """When entry ``index`` became visible, for an entry that became visible since the last re-anchor.
@@ -134,10 +179,10 @@ class ReplayClock:
 
     def insert(self, index: int, now: float) -> None:
         """A new entry was inserted at ``index`` (= the current cursor) and must show at once, while every
-        later entry keeps its wall time: shift the clock by one ball."""
+        later entry keeps its wall time."""
         ms = self.match_ms(now)
         self.total += 1
         if self.break_index is not None and index <= self.break_index:
             self.break_index += 1
-        self.anchor_ms = max(ms + self.ms_per_ball, self.due_ms(index))
-        self.anchor_wall = now
+        # due now, or with the entry it goes before when that one is already due (a stalled feed)
+        self._due.insert(index, min(ms, self._due[index]) if index < len(self._due) else ms)

@@ -2,7 +2,7 @@
 
 Owns the offline replay of a tape through ``process_tick``. The poll
 schedule is the replay server's (``daemon.replay.cursor.ReplayClock`` at speed 1, the tape's own
-``ms_per_ball``, the server's default 20-minute innings break): a poll every ``cadence`` seconds from the
+gaps, the server's default 20-minute innings break): a poll every ``cadence`` seconds from the
 start until the match is over, each seeing ``Tape.fixture_at(cursor)`` with the entry stamps the server would
 give. Non-marquee polls see no balls (the ``/livescores`` include set). It never opens a socket.
 """
@@ -36,13 +36,7 @@ def poll_fixtures(tape: Any, cadence: float, *, marquee: bool = True) -> Iterato
     if cadence <= 0:
         raise ValueError(f"cadence: must be > 0 seconds, got {cadence}")
     start = float(tape.starting_at.timestamp())
-    clock = ReplayClock(
-        total=len(tape),
-        ms_per_ball=tape.ms_per_ball,
-        break_index=tape.innings_break_index(),
-        break_ms=INNINGS_BREAK_S * 1000.0,
-        starts_at=start,
-    )
+    clock = ReplayClock.for_tape(tape, break_ms=INNINGS_BREAK_S * 1000.0, starts_at=start)
     include = None if marquee else list(_SCORE_INCLUDES)
 
     def stamp(i: int) -> float:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from daemon.replay.pace import draw_gap_s, mean_gap_s
 from daemon.replay.tape import SCORES, Score, Tape, Team
 
 SYNTH_LEAGUE_ID = 5
@@ -346,13 +347,17 @@ def synthesise(
     localteam: Team | dict[str, Any] | None = None,
     visitorteam: Team | dict[str, Any] | None = None,
     starting_at: datetime | None = None,
-    ms_per_ball: float = 40_000.0,
+    ms_per_ball: float | None = None,
     overs: int | None = None,
 ) -> Tape:
     """A whole synthesised match (``T20``, ``ODI`` or ``T10``), the same for the same arguments.
 
     ``overs`` shortens each innings (1 to the format's overs; default the format's), as a rain-reduced match
     is: a whole match, start to result, in fewer balls (what a test that needs a whole match quickly plays).
+    The gap before each delivery is drawn from real matches (``daemon.replay.pace``); ``ms_per_ball`` scales
+    them to that mean (default: real pace, about 52 s). A correction or a deletion comes 2-10 s after the
+    entry before it. The gaps are drawn from a generator of their own, so the match is the same whatever the
+    pace.
     """
     fmt = format.upper()
     if fmt not in _FORMAT_OVERS:
@@ -399,6 +404,12 @@ def synthesise(
     for entry in feed.entries:
         if "ball" in entry:
             entry["ball"] = {k: v for k, v in entry["ball"].items() if not k.startswith("_")}
+    pace_rng = random.Random(f"{fmt}-{seed}-pace")
+    scale = 1.0 if ms_per_ball is None else ms_per_ball / 1000.0 / mean_gap_s()
+    for entry in feed.entries:
+        gap_s = draw_gap_s(pace_rng) if entry["op"] == "ball" else pace_rng.uniform(2.0, 10.0)
+        entry["gap_ms"] = round(gap_s * scale * 1000.0, 1)
+    mean_ms = sum(e["gap_ms"] for e in feed.entries) / max(1, len(feed.entries))
     raw = {
         "source": f"synth {fmt} seed {seed}",
         "fixture_id": fid,
@@ -441,7 +452,7 @@ def synthesise(
         "toss": {"won_team_id": toss_winner, "elected": elected},
         "lineups": lineups,
         "players": players,
-        "ms_per_ball": ms_per_ball,
+        "ms_per_ball": round(mean_ms, 3) or 1.0,
         "entries": feed.entries,
     }
     return Tape.model_validate(raw)

@@ -121,11 +121,11 @@ class Daemon:
         # match actors' fan-outs in progress and how many run: the prematch job gives way to them, and is
         # paced while any runs
         self.live = LiveWork(matches=lambda: len(self.orchestrator.owned) if self.orchestrator else 0)
-        feed = config.feed
-        self.match_settings = with_routine_hold_capped(
-            config.match, min(feed.marquee_cadence_s, feed.livescores_cadence_s)
-        )
-        if self.match_settings.routine_after_s != config.match.routine_after_s:
+        self.match_settings = with_routine_hold_capped(config.match, self.feed.fastest_cadence_s())
+        # said when it overrides the operator's own value (the default is capped on the standard plan's
+        # sub-second cadence every start, which is no news)
+        asked = "routine_after_s" in config.match.model_fields_set
+        if asked and self.match_settings.routine_after_s != config.match.routine_after_s:
             log.info(
                 "routine_hold_capped",
                 configured_s=config.match.routine_after_s,
@@ -413,7 +413,7 @@ class Daemon:
         if self.feed.breaker_open:
             return "SportMonks circuit breaker is open"
         seen = [t for t in (self.leadership.last_poll_wall, self.cache_reader.last_poll_at) if t is not None]
-        bound = max(FEED_STALE_MIN_S, FEED_STALE_POLLS * self.config.feed.livescores_cadence_s)
+        bound = max(FEED_STALE_MIN_S, FEED_STALE_POLLS * self.feed.cadence_s())
         if not seen:
             started = time.time() - self.started_at
             return True if started < bound else f"no /livescores poll seen in {started:.0f} s"

@@ -50,6 +50,8 @@ class CallBudget:
         self._on_change = on_change
         self._calls: dict[str, deque[float]] = {}
         self._blocked_until: dict[str, float] = {}
+        # told of every call recorded (endpoint, clock time): the feed's pacer spaces its polls by them
+        self.listeners: list[Callable[[str, float], None]] = []
         self.delayed: dict[str, int] = {}
         self.skipped: dict[str, int] = {}
 
@@ -87,7 +89,10 @@ class CallBudget:
         """Record a call now if it fits; never waits."""
         if self.wait_time(endpoint) > 0:
             return False
-        self._calls[endpoint].append(self._clock())
+        now = self._clock()
+        self._calls[endpoint].append(now)
+        for listener in self.listeners:
+            listener(endpoint, now)
         if self._on_change is not None:
             self._on_change(endpoint, self.remaining(endpoint))
         return True

@@ -25,8 +25,9 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from daemon import metrics
 from daemon.backoff import backoff_delay
+from daemon.cricket.snapshot import FIELDS_READ, UNDER_WAY_STATUSES
 from daemon.logs import get_logger
 from daemon.sportmonks import models
 from daemon.sportmonks.breaker import STATE_GAUGE, BreakerState, CircuitBreaker
@@ -73,6 +75,37 @@ DEFAULT_LIVE_INCLUDE: tuple[str, ...] = (
 BALL_INCLUDE: tuple[str, ...] = ("balls", "balls.score", "balls.batsman", "balls.bowler", "balls.team")
 DEFAULT_FIXTURE_INCLUDE: tuple[str, ...] = DEFAULT_LIVE_INCLUDE + BALL_INCLUDE
 DEFAULT_SCHEDULE_INCLUDE: tuple[str, ...] = ("localteam", "visitorteam", "league", "venue")
+
+# The statuses of a match under way (spec §6: every status but NS and the terminal ones): the live matches
+# ``/fixtures?filter[status]=...`` lists, as ``/livescores`` does.
+LIVE_STATUSES: tuple[str, ...] = UNDER_WAY_STATUSES
+Fields = Mapping[str, Sequence[str]]
+
+
+def _merged(*maps: Fields) -> dict[str, tuple[str, ...]]:
+    out: dict[str, dict[str, None]] = {}
+    for fields in maps:
+        for resource, names in fields.items():
+            out.setdefault(resource, {}).update(dict.fromkeys(names))
+    return {resource: tuple(names) for resource, names in out.items()}
+
+
+# The sparse fieldsets of the live reads (``fields[...]``, spec §2): what the engine reads
+# (``snapshot.FIELDS_READ``), what the feed and its cache read (ids, schedule, the ghost rule's fingerprint,
+# the followers' summary), and the names of the teams, league, season, stage and venue the app shows from
+# the cached fixture. Every row keeps its id.
+FEED_FIELDS: dict[str, tuple[str, ...]] = {
+    "fixtures": ("season_id", "stage_id", "venue_id", "live", "last_period", "super_over", "follow_on"),
+    "teams": ("image_path",),
+    "leagues": ("id", "name", "code", "image_path"),
+    "seasons": ("id", "name", "code"),
+    "stages": ("id", "name", "code"),
+    "venues": ("id", "name", "city", "image_path"),
+    "runs": ("id",),
+    "battings": ("id",),
+    "bowlings": ("id",),
+}
+LIVE_FIELDS: dict[str, tuple[str, ...]] = _merged(FIELDS_READ, FEED_FIELDS)
 
 OUTCOMES = ("ok", "retry", "error", "malformed", "skipped_budget", "skipped_breaker")
 
@@ -152,6 +185,7 @@ class LiveScores:
 
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class SportMonksClient:
@@ -188,6 +222,7 @@ class SportMonksClient:
         )
         # Per endpoint, per outcome: the same numbers as the Prometheus counter, kept for the admin socket.
         self.calls: dict[str, dict[str, int]] = {}
+        self._checked: dict[str, Any] = {}  # the last live list's fixtures, by id: they passed the check
         metrics.SPORTMONKS_BREAKER_STATE.set(STATE_GAUGE["closed"])
         if self._token is None:
             log.warning(
@@ -208,12 +243,41 @@ class SportMonksClient:
         self, include: Sequence[str] = DEFAULT_LIVE_INCLUDE, *, budget_wait_s: float | None = None
     ) -> LiveScores:
         """Like ``livescores`` but one malformed fixture spoils only itself (the feed's per-match isolation)."""
-        body, source = await self._call(
-            "/livescores", self._query(include=include), budget_wait_s=budget_wait_s
-        )
-        result: LiveScores = await self._decode(body, source, _split_livescores, "livescores")
+        return await self.live_list("livescores", include, budget_wait_s=budget_wait_s)
+
+    async def live_list(
+        self,
+        endpoint: str,
+        include: Sequence[str] = DEFAULT_LIVE_INCLUDE,
+        *,
+        budget_wait_s: float | None = None,
+        fields: Fields | None = None,
+        retries: int | None = None,
+        timeout_s: float | None = None,
+        statuses: Sequence[str] = LIVE_STATUSES,
+    ) -> LiveScores:
+        """The live matches from ``endpoint``: ``livescores``, or ``fixtures`` (``/fixtures?filter[status]=``
+        the live ``statuses``, another endpoint with a budget of its own; every page is a call, 100 fixtures
+        a page). Checked fixture by fixture: a malformed one spoils only itself. ``fields``: sparse
+        fieldsets; ``retries`` and ``timeout_s`` override the settings for this call."""
+        call: dict[str, Any] = {"budget_wait_s": budget_wait_s, "retries": retries, "timeout_s": timeout_s}
+        checked = dict(self._checked)  # a copy: the check may run in a worker thread
+        if endpoint == "livescores":
+            query = self._query(include=include, fields=fields)
+            body, source = await self._call("/livescores", query, **call)
+            split = partial(_split_livescores, checked=checked)
+            result: LiveScores = await self._decode(body, source, split, "livescores")
+        elif endpoint == "fixtures":
+            query = self._query(include=include, filters={"status": ",".join(statuses)}, fields=fields)
+            result = LiveScores(fixtures=[])
+            async for page in self._pages("/fixtures", query, partial(_split_page, checked=checked), call):
+                result.fixtures.extend(page.fixtures)
+                result.invalid.update(page.invalid)
+        else:
+            raise ValueError(f"endpoint: the live matches come from livescores or fixtures, not {endpoint!r}")
         if result.invalid:
-            self._count("livescores", "malformed")
+            self._count(endpoint, "malformed")
+        self._checked = {str(f["id"]): f for f in result.fixtures}  # the newest answer's, checked
         return result
 
     async def fixture(
@@ -222,9 +286,13 @@ class SportMonksClient:
         include: Sequence[str] = DEFAULT_FIXTURE_INCLUDE,
         *,
         budget_wait_s: float | None = None,
+        fields: Fields | None = None,
+        retries: int | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
         path = f"/fixtures/{_checked_id(fixture_id, 'fixture_id')}"
-        body, source = await self._call(path, self._query(include=include), budget_wait_s=budget_wait_s)
+        call: dict[str, Any] = {"budget_wait_s": budget_wait_s, "retries": retries, "timeout_s": timeout_s}
+        body, source = await self._call(path, self._query(include=include, fields=fields), **call)
         fixture: dict[str, Any] = await self._decode(
             body, source, _single(models.FixtureEnvelope), "fixtures"
         )
@@ -281,18 +349,24 @@ class SportMonksClient:
         include: Sequence[str] = (),
         filters: Mapping[str, str] | None = None,
         sort: str | None = None,
+        fields: Fields | None = None,
     ) -> dict[str, str]:
         query: dict[str, str] = {}
         for key, value in (filters or {}).items():
             query[key if key.startswith("filter[") else f"filter[{key}]"] = str(value)
         if include:
             query["include"] = ",".join(include)
+        for resource, names in sorted((fields or {}).items()):
+            query[f"fields[{resource}]"] = ",".join(names)
         if sort:
             query["sort"] = sort
         return query
 
     def _source(self, path: str, query: Mapping[str, str]) -> str:
-        shown = {k: v for k, v in query.items() if k != "api_token"}
+        shown = {k: v for k, v in query.items() if k != "api_token" and not k.startswith("fields[")}
+        sparse = sum(1 for k in query if k.startswith("fields["))
+        if sparse:  # the sparse fieldsets are long and the same on every call: named, not listed
+            shown["fields"] = f"{sparse} resources"
         return f"GET {path}" + (f"?{urlencode(shown, safe='[],.')}" if shown else "")
 
     def _count(self, endpoint: str, outcome: str) -> None:
@@ -312,15 +386,28 @@ class SportMonksClient:
         self, path: str, query: dict[str, str], envelope: type[models.Envelope], budget_wait_s: float | None
     ) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
+        async for page in self._pages(path, query, _page(envelope), {"budget_wait_s": budget_wait_s}):
+            items.extend(page)
+        return items
+
+    async def _pages(
+        self,
+        path: str,
+        query: dict[str, str],
+        check: Callable[[Any, str], tuple[T, str | None]],
+        call: dict[str, Any],
+    ) -> AsyncIterator[T]:
+        """Each page of a paginated list, checked by ``check`` (the page's value and its ``links.next``),
+        following ``links.next`` with our query re-added, up to ``max_pages``."""
         url_path, page_query = path, dict(query)
         seen_pages: set[str] = set()
         for _ in range(self.settings.max_pages):
-            body, source = await self._call(url_path, page_query, budget_wait_s=budget_wait_s)
-            page = await self._decode(body, source, _page(envelope), endpoint_of(path))
-            items.extend(page.items)
-            if not page.next_url:
-                return items
-            url_path, page_query = self._next_page(page.next_url, path, query)
+            body, source = await self._call(url_path, page_query, **call)
+            value, next_url = await self._decode(body, source, check, endpoint_of(path))
+            yield value
+            if not next_url:
+                return
+            url_path, page_query = self._next_page(next_url, path, query)
             key = self._source(url_path, page_query)
             if key in seen_pages:
                 raise MalformedPayload([f"links.next: repeats an earlier page ({key})"], source=source)
@@ -357,9 +444,16 @@ class SportMonksClient:
         return path, merged
 
     async def _call(
-        self, path: str, query: Mapping[str, str], *, budget_wait_s: float | None
+        self,
+        path: str,
+        query: Mapping[str, str],
+        *,
+        budget_wait_s: float | None,
+        retries: int | None = None,
+        timeout_s: float | None = None,
     ) -> tuple[bytes, str]:
-        """Send one logical GET with budget, breaker, deadline and retries; return the 2xx body and its source."""
+        """Send one logical GET with budget, breaker, deadline and retries; return the 2xx body and its source.
+        ``retries`` and ``timeout_s`` (one attempt's deadline) default to the settings'."""
         endpoint = endpoint_of(path)
         source = self._source(path, query)
         params = dict(query)
@@ -367,7 +461,8 @@ class SportMonksClient:
             params["api_token"] = self._token
         url = self._base + path
         wait = self.settings.budget_max_wait_s if budget_wait_s is None else budget_wait_s
-        retries = self.settings.max_retries
+        retries = self.settings.max_retries if retries is None else max(0, retries)
+        deadline = self.settings.timeout_s if timeout_s is None else timeout_s
         for attempt in range(retries + 1):
             last = attempt == retries
             try:
@@ -387,7 +482,7 @@ class SportMonksClient:
             outcome_recorded = False
             try:
                 try:
-                    with trio.fail_after(self.settings.timeout_s):
+                    with trio.fail_after(deadline):
                         response, content = await self._get_capped(url, params, source)
                 except ResponseTooLarge:
                     # Not retried: another attempt would download as much again. A failure of the service.
@@ -553,25 +648,34 @@ def _single(envelope: type[BaseModel]) -> Callable[[Any, str], dict[str, Any]]:
     return check
 
 
-@dataclass
-class _Page:
-    items: list[dict[str, Any]]
-    next_url: str | None
-
-
-def _page(envelope: type[models.Envelope]) -> Callable[[Any, str], _Page]:
-    def check(payload: Any, source: str) -> _Page:
+def _page(envelope: type[models.Envelope]) -> Callable[[Any, str], tuple[list[dict[str, Any]], str | None]]:
+    def check(payload: Any, source: str) -> tuple[list[dict[str, Any]], str | None]:
         parsed = _validate(envelope, payload, source)
         next_url = parsed.links.next if parsed.links is not None else None
-        return _Page(items=payload["data"], next_url=next_url or None)
+        return payload["data"], next_url or None
 
     return check
 
 
-def _split_livescores(payload: Any, source: str) -> LiveScores:
+def _split_page(
+    payload: Any, source: str, checked: Mapping[str, Any] | None = None
+) -> tuple[LiveScores, str | None]:
+    """A page of ``/fixtures`` checked fixture by fixture, and its ``links.next``."""
+    parsed = _validate(models.ObjectListEnvelope, payload, source)
+    next_url = parsed.links.next if parsed.links is not None else None
+    return _split_livescores(payload, source, checked), next_url or None
+
+
+def _split_livescores(payload: Any, source: str, checked: Mapping[str, Any] | None = None) -> LiveScores:
+    """The live list checked fixture by fixture. A fixture equal to one that passed the check before
+    (``checked``: by id) is not checked again: most live fixtures are unchanged from one poll to the next,
+    and comparing costs a fourteenth of checking."""
     _validate(models.ObjectListEnvelope, payload, source)
     result = LiveScores(fixtures=[])
     for index, item in enumerate(payload["data"]):
+        if checked and checked.get(str(item.get("id"))) == item:
+            result.fixtures.append(item)
+            continue
         try:
             models.Fixture.model_validate(item)
         except ValidationError as exc:

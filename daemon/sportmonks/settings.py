@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 MAX_HOURLY_BUDGET = 1_000_000
 BUDGET_ENDPOINTS: tuple[str, ...] = ("livescores", "fixtures", "teams", "leagues", "seasons")
 """The endpoints the hourly budget is kept for (``client.endpoint_of``: /fixtures/{id} counts as fixtures)."""
+ListEndpoint = Literal["livescores", "fixtures"]
+LIST_ENDPOINTS: tuple[ListEndpoint, ...] = ("livescores", "fixtures")
+"""The endpoints the live matches can be read from: ``/livescores`` and ``/fixtures?filter[status]=...``."""
+# The fixture sync's near window (a page a minute), its full sync (about 14 chunks every 6 h)
+# and the feed's reads of fixtures off the live lists (an ended match's last reads, a 404's tries, a ghost's
+# looks): about 80 an hour on a busy day, 120 kept.
+DEFAULT_RESERVED_CALLS: dict[str, int] = {"fixtures": 120}
 
 
 class SportMonksSettings(BaseModel):
@@ -63,6 +70,13 @@ class SportMonksSettings(BaseModel):
         description="per-endpoint overrides of hourly_budget, e.g. {fixtures = 1500}; endpoints are livescores, "
         "fixtures, teams, leagues, seasons",
     )
+    reserved_calls: dict[str, int] = Field(
+        default_factory=lambda: dict(DEFAULT_RESERVED_CALLS),
+        description="calls an hour per endpoint kept out of the feed's plan for the region's other work: the "
+        "fixture sync (a near-window page a minute, the full sync's chunks every 6 h), the reference sync and "
+        "the feed's own reads of fixtures off the live lists (a match's end, a 404's tries); the feed derives "
+        "its cadence from what is left (the defaults fit the default jobs)",
+    )
     budget_max_wait_s: float = Field(
         10.0,
         ge=0,
@@ -85,7 +99,11 @@ class SportMonksSettings(BaseModel):
         description="bodies at least this large are decoded and validated in a worker thread, off the event loop",
     )
 
-    @field_validator("endpoint_budgets")
+    def limit(self, endpoint: str) -> int:
+        """The plan's calls an hour on ``endpoint``."""
+        return self.endpoint_budgets.get(endpoint, self.hourly_budget)
+
+    @field_validator("endpoint_budgets", "reserved_calls")
     @classmethod
     def _known_endpoints(cls, value: dict[str, int]) -> dict[str, int]:
         unknown = sorted(set(value) - set(BUDGET_ENDPOINTS))
@@ -99,12 +117,64 @@ class SportMonksSettings(BaseModel):
         return value
 
 
+def _period(default: float | None, description: str) -> Any:
+    """A poll period field: more than 0, at most 5 minutes."""
+    return Field(default, gt=0, le=300, description=description)
+
+
 class FeedSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    livescores_cadence_s: float = Field(5.0, gt=0, le=300, description="one /livescores call per this period")
-    marquee_cadence_s: float = Field(
-        2.5, gt=0, le=300, description="period of ball-by-ball data while any marquee match is subscribed"
+    list_endpoints: list[ListEndpoint] = Field(
+        default_factory=lambda: list(LIST_ENDPOINTS),
+        min_length=1,
+        description="the endpoints the region's feed leader reads the live matches from, in turn, each within "
+        "its own hourly budget: /livescores and /fixtures filtered to live statuses (both: a poll twice as "
+        "often as one allows)",
+    )
+    livescores_cadence_s: float | None = _period(
+        None,
+        "poll period while no marquee match is live; unset: the fastest the plan allows "
+        "(ctl feed shows it); a period faster than the plan allows is refused at start",
+    )
+    marquee_cadence_s: float | None = _period(
+        None,
+        "poll period (with balls) while a marquee match is live; unset: the fastest the plan allows",
+    )
+    fastest_cadence_s: float = _period(
+        0.5,
+        "the derived cadence is never faster than this, whatever the budgets allow",
+    )
+    slowest_cadence_s: float = _period(
+        2.5,
+        "a plan whose budgets (after reserved_calls) cannot poll the live matches at least this "
+        "often is refused at start",
+    )
+    budget_headroom: float = Field(
+        0.01,
+        ge=0,
+        lt=0.5,
+        description="share of each endpoint's hourly budget the plan leaves unused (the edge of SportMonks' "
+        "window, calls in flight at a leader change)",
+    )
+    poll_timeout_s: float = Field(
+        3.0,
+        gt=0,
+        le=120,
+        description="deadline of one live poll; past it, or on a 429 or an error, the same poll goes to the "
+        "other endpoint at once",
+    )
+    endpoint_rest_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="an endpoint whose poll failed (5xx, timeout, a bad body) is left alone this long while "
+        "the other carries the polls; a 429 rests it for its Retry-After",
+    )
+    sparse_fields: bool = Field(
+        True,
+        description="ask only for the fields the engine and the cache use (fields[...]): smaller answers, less "
+        "decoding; the cached fixture the app reads has those fields only",
     )
     marquee_leagues: list[int] = Field(
         default_factory=list, description="league ids whose matches get ball-by-ball"
@@ -123,7 +193,8 @@ class FeedSettings(BaseModel):
         30.0,
         gt=0,
         le=3600,
-        description="refetch period of /fixtures/{id} for a subscribed match absent from /livescores",
+        description="refetch period of /fixtures/{id} for a subscribed match that no live list shows and that "
+        "is not under way (not started, or over); one under way is read at the live cadence",
     )
     not_found_max_tries: int = Field(
         3,

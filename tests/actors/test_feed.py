@@ -15,6 +15,7 @@ import trio.testing
 
 from actors.feed import FeedActor, FeedUpdate, cache_ttl_s, without_balls
 from daemon.sportmonks.client import SportMonksClient
+from daemon.sportmonks.plan import PlanError
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
 from daemon.store.caches import CachePut
 from tests.sportmonks.fake_api import FakeSportMonks, Scripted, minimal_fixture
@@ -31,8 +32,23 @@ def make_feed(
     client = SportMonksClient(
         settings, http=httpx.AsyncClient(transport=fake.transport()), rng=random.Random(3)
     )
-    feed_settings = FeedSettings(**({"marquee_leagues": [MARQUEE_LEAGUE]} | (feed or {})))
+    feed_settings = FeedSettings(**(ONE_ENDPOINT | (feed or {})))
     return FeedActor(client, feed_settings, fixture_cache=cache)
+
+
+# The feed as it was with /livescores alone at 5 s and 2.5 s with balls: what the tests of subscriptions,
+# errors, caching and the off-list reads assume. The two-endpoint schedule is tested with TWO_ENDPOINTS.
+ONE_ENDPOINT: dict[str, Any] = {
+    "marquee_leagues": [MARQUEE_LEAGUE],
+    "list_endpoints": ["livescores"],
+    "livescores_cadence_s": 5.0,
+    "marquee_cadence_s": 2.5,
+}
+TWO_ENDPOINTS: dict[str, Any] = {
+    "list_endpoints": ["livescores", "fixtures"],
+    "livescores_cadence_s": None,
+    "marquee_cadence_s": None,
+}
 
 
 @asynccontextmanager
@@ -287,7 +303,8 @@ async def test_failed_call_gives_error_updates_and_the_breaker_stops_calls(
 ) -> None:
     fake = FakeSportMonks()
     fake.live = [minimal_fixture(11)]
-    feed = make_feed(fake, breaker_failure_threshold=3, breaker_cooldown_s=60)
+    # an endpoint that fails rests for a second: with one endpoint, the polls keep coming at the cadence
+    feed = make_feed(fake, feed={"endpoint_rest_s": 1.0}, breaker_failure_threshold=3, breaker_cooldown_s=60)
     async with running(feed) as nursery:
         collector = Collector(nursery)
         collector.drain("11", feed.subscribe("11", marquee=False))
@@ -308,21 +325,50 @@ async def test_failed_call_gives_error_updates_and_the_breaker_stops_calls(
     assert feed.stats()["calls"]["livescores"]["skipped_breaker"] >= 7
 
 
-async def test_budget_holds_and_ticks_are_skipped_not_delayed(autojump_clock: trio.testing.MockClock) -> None:
+async def test_calls_made_by_others_space_the_polls_and_the_hour_is_never_exceeded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The fixture sync and the rest spend the same hour: the pacer counts every call on the endpoint, so
+    the feed's polls come later and the endpoint stays within its limit; no poll waits for budget."""
     fake = FakeSportMonks()
     fake.live = [minimal_fixture(11)]
-    feed = make_feed(fake, endpoint_budgets={"livescores": 10})
+    feed = make_feed(fake, feed={"marquee_cadence_s": 5.0}, endpoint_budgets={"livescores": 1000})
+    for _ in range(400):  # others spent 400 of the 1,000 in the first second
+        feed.client.budget.try_take("livescores")
     async with running(feed) as nursery:
         collector = Collector(nursery)
-        collector.drain("11", feed.subscribe("11", marquee=True))
+        collector.drain("11", feed.subscribe("11", marquee=False))
         await trio.sleep(3600 - 1)
-        assert live_sm_calls(fake) == 10
-        assert feed.stats()["budget"]["livescores"]["remaining"] == 0
-        await trio.sleep(2)  # the first call leaves the sliding hour
-        assert live_sm_calls(fake) == 11
+        polls = live_sm_calls(fake)
+        assert feed.client.budget.used("livescores") <= 1000
+        # the others' 400 calls take 400 intervals of the endpoint's pace (1,000 an hour less 1% headroom);
+        # then a poll every 5 s for the rest of the hour
+        interval = feed.plan.interval_s["livescores"]
+        free_from = 400 * interval - 3 * interval
+        assert abs(polls - (3600 - free_from) / 5.0) <= 2, polls
     stats = feed.stats()
-    assert stats["calls"]["livescores"]["skipped_budget"] > 1000
-    assert stats["budget"]["livescores"]["delayed"] == 0
+    assert (
+        stats["budget"]["livescores"]["delayed"] == 0
+        and stats["calls"]["livescores"].get("skipped_budget", 0) == 0
+    )
+
+
+async def test_a_plan_that_cannot_serve_the_live_matches_stops_the_start() -> None:
+    fake = FakeSportMonks()
+    derived = {"livescores_cadence_s": None, "marquee_cadence_s": None}
+    with pytest.raises(PlanError, match=r"slower than feed.slowest_cadence_s = 2.5 s") as slow:
+        make_feed(fake, feed=derived, endpoint_budgets={"livescores": 10})
+    assert "livescores 10 less 0 reserved" in str(slow.value) and "hourly_budget" in str(slow.value)
+    with pytest.raises(PlanError, match=r"no calls are left for the live matches"):
+        make_feed(
+            fake, feed=TWO_ENDPOINTS, hourly_budget=100, reserved_calls={"livescores": 100, "fixtures": 100}
+        )
+    with pytest.raises(PlanError, match=r"a poll every 0.5 s is faster than the plan allows"):
+        make_feed(fake, feed={"marquee_cadence_s": 0.5})
+    # the standard plan, read from both endpoints: a poll every 0.94 s, derived
+    plan = make_feed(fake, feed=TWO_ENDPOINTS).plan
+    assert plan.endpoints == ("livescores", "fixtures") and 0.93 < plan.cadence_s < 0.95
+    assert plan.describe()["calls_per_hour"]["fixtures"]["reserved"] == 120
 
 
 async def test_fixture_fetches_respect_the_budget(autojump_clock: trio.testing.MockClock) -> None:

@@ -68,17 +68,24 @@ async def test_live_then_final_fixture_cached_with_short_then_long_ttl(
     fake.live = [live]
     fake.fixtures_by_id[71344] = final
     client = SportMonksClient(
-        SportMonksSettings(api_token="secret-token", base_url=fake.base_url, max_retries=0),
+        SportMonksSettings(
+            api_token="secret-token", base_url=fake.base_url, max_retries=0, hourly_budget=1_000_000
+        ),
         http=httpx.AsyncClient(transport=fake.transport()),
     )
     settings = FeedSettings(
-        livescores_cadence_s=0.2, marquee_cadence_s=0.2, cache_ttl_live_s=600, cache_ttl_final_s=86400
+        list_endpoints=["livescores"],
+        livescores_cadence_s=0.2,
+        marquee_cadence_s=0.2,
+        cache_ttl_live_s=600,
+        cache_ttl_final_s=86400,
     )
     feed = FeedActor(client, settings, fixture_cache=RepositorySink(repos))
     async with trio.open_nursery() as nursery:
         await nursery.start(feed.run)
         updates = feed.subscribe("71344", marquee=True)
-        first = await updates.receive()
+        with trio.fail_after(20):
+            first = await updates.receive()
         assert first.fixture == live
         cached = await wait_cached(repos, "71344", lambda f: f["status"] == "2nd Innings")
         assert cached == live  # ball by ball, byte-for-byte the JSON SportMonks sent

@@ -69,10 +69,13 @@ async def test_a_listed_match_waiting_on_its_schedule_is_never_released_and_play
         collector.drain("55", feed.subscribe("55", marquee=False))
         await trio.sleep(3 * 3600)
         assert not feed.is_released("55")
-        fake.live = [minimal_fixture(55, score=4)]
+        # play begins: its score row carries the time SportMonks wrote it, so it is newer content at once
+        playing = minimal_fixture(55, score=4)
+        playing["runs"][0]["updated_at"] = stamp(time.time())
+        fake.live = [playing]
         await trio.sleep(70)
     updates = collector.updates["55"]
-    assert not any(u.released for u in updates) and updates[-1].fixture == minimal_fixture(55, score=4)
+    assert not any(u.released for u in updates) and updates[-1].fixture == playing
 
 
 async def test_play_in_livescores_lifts_a_ghost_release(autojump_clock: trio.testing.MockClock) -> None:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import trio
 
-from actors.cache_reader import CacheReader, WriteDelay, next_read_in, read_step, reader_cadence
+from actors.cache_reader import CacheReader, WriteDelay, next_read_in, read_step
 from actors.feed import FeedActor, FeedUpdate
 from actors.feed_leader import (
     FeedLeadership,
@@ -71,8 +71,13 @@ def test_the_reader_aims_at_the_leaders_next_write() -> None:
     # no leader polls any more (it died, or is being replaced): every half cadence
     assert next_read_in(2.0, 100.0, 104.3, delay_s=0.25) == 1.0
     assert next_read_in(2.0, None, 100.0) == 1.0
-    settings = FeedSettings(livescores_cadence_s=5.0, marquee_cadence_s=2.5)
-    assert reader_cadence(settings, True) == 2.5 and reader_cadence(settings, False) == 5.0
+    # a follower reads at its leader's cadence: the same plan, from the same configuration
+    fake = FakeSportMonks()
+    client = SportMonksClient(SportMonksSettings(api_token="t", base_url=fake.base_url))
+    feed = FeedActor(client, FeedSettings(livescores_cadence_s=5.0, marquee_cadence_s=2.5), leading=False)
+    assert feed.cadence_for(marquee=True) == 2.5 and feed.cadence_for(marquee=False) == 5.0
+    derived = FeedActor(client, FeedSettings(), leading=False)
+    assert derived.cadence_for(marquee=True) == derived.cadence_for(marquee=False) == derived.plan.cadence_s
 
 
 def test_the_write_delay_is_measured_down_to_what_the_leader_takes_now() -> None:
@@ -185,11 +190,20 @@ def _member(
     fake = FakeSportMonks()
     fake.live = live  # the same list object: both fakes serve the same live matches
     client = SportMonksClient(
-        SportMonksSettings(api_token="secret-token", base_url=fake.base_url, max_retries=0),
+        SportMonksSettings(
+            api_token="secret-token", base_url=fake.base_url, max_retries=0, hourly_budget=1_000_000
+        ),
         http=httpx.AsyncClient(transport=fake.transport()),
         rng=random.Random(1),
     )
-    settings = FeedSettings(**{"livescores_cadence_s": 0.2, "marquee_cadence_s": 0.2, **feed_settings})
+    settings = FeedSettings(
+        **{
+            "list_endpoints": ["livescores"],
+            "livescores_cadence_s": 0.2,
+            "marquee_cadence_s": 0.2,
+            **feed_settings,
+        }
+    )
     feed = FeedActor(client, settings, leading=False)
     leadership = FeedLeadership(
         feed=feed,

@@ -72,8 +72,11 @@ def rebuild(
     *,
     status: str | None = None,
     dismissed: Mapping[tuple[str, str], int] | None = None,
+    changed_at: str | None = None,
 ) -> dict[str, Any]:
-    """``base`` with runs/batting/bowling/status/note rebuilt from ``balls`` (sorted by id)."""
+    """``base`` with runs/batting/bowling/status/note rebuilt from ``balls`` (sorted by id). Each innings'
+    row is stamped with its newest ball's ``updated_at``, or ``changed_at`` when later (the time of a
+    deletion, which SportMonks stamps on the rows it changes)."""
     fx = {k: copy.deepcopy(v) for k, v in base.items() if k not in ("balls", "runs", "batting", "bowling")}
     balls = sorted(balls, key=lambda b: b["id"])
     fx["balls"] = [copy.deepcopy(b) for b in balls]
@@ -152,7 +155,7 @@ def rebuild(
             "score": v["score"],
             "wickets": v["wickets"],
             "overs": overs_value(v["legal"]),
-            "updated_at": v["at"],
+            "updated_at": max(v["at"], changed_at or ""),
         }
         for sb, v in ordered
     ]

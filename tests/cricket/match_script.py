@@ -24,6 +24,17 @@ AWAY = [(200 + i, f"Away{i}", f"Bowl{i}") for i in range(1, 12)]
 START = datetime(2026, 1, 1, 10, 0, tzinfo=UTC).timestamp()
 
 
+def carried(result: TickResult) -> MatchState:
+    """The state the match actor carries to its next tick: the record round trip, with the doubts being
+    confirmed (which it keeps in memory only) as they are."""
+    return replace(
+        MatchState.from_item(result.state.to_item()),
+        end_doubt=result.state.end_doubt,
+        score_doubt=result.state.score_doubt,
+        ball_doubt=result.state.ball_doubt,
+    )
+
+
 def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.000000Z")
 
@@ -43,6 +54,7 @@ class Script:
     legal_in_over: int = 0
     over_index: int = 0
     results: list[TickResult] = field(default_factory=list)
+    changed_at: str | None = None  # when a ball was last deleted (stamped on the innings rows)
 
     def __post_init__(self) -> None:
         self.base = base_fixture(players=HOME + AWAY, overs=self.overs, local=1, visitor=2)
@@ -93,7 +105,10 @@ class Script:
     def balls_of(self, codes: str, bowler: int = 201) -> list[dict[str, Any]]:
         return [self.ball(code, bowler) for code in codes.split()]
 
-    def correct(self, raw: dict[str, Any], code: str) -> None:
+    def correct(self, raw: dict[str, Any], code: str, *, gap: float = 5.0) -> None:
+        """The scorers change a posted ball: SportMonks stamps it with the time of the change."""
+        self.clock += gap
+        raw["updated_at"] = iso(self.clock)
         raw["score_id"] = SCORES[code]["id"]
         raw["score"] = score_obj(code)
         if SCORES[code].get("is_wicket"):
@@ -101,12 +116,20 @@ class Script:
         else:
             raw["batsmanout_id"] = None
 
-    def delete(self, raw: dict[str, Any]) -> None:
+    def delete(self, raw: dict[str, Any], *, gap: float = 5.0) -> None:
+        """The scorers withdraw a posted ball: the innings rows it changed carry the time of the change."""
+        self.clock += gap
+        self.changed_at = iso(self.clock)
         self.balls.remove(raw)
 
     # ---- ticking ---------------------------------------------------------------------------------------
     def fixture(self, status: str | None = None) -> dict[str, Any]:
-        fx = rebuild(self.base, self.balls, status=status or ("NS" if not self.balls else None))
+        fx = rebuild(
+            self.base,
+            self.balls,
+            status=status or ("NS" if not self.balls else None),
+            changed_at=self.changed_at,
+        )
         if not self.marquee:
             fx.pop("balls")
         return fx
@@ -131,12 +154,7 @@ class Script:
             marquee=self.marquee,
             settings=self.settings,
         )
-        # The record round trip, as the actor persists; the doubts being confirmed stay in its memory.
-        self.state = replace(
-            MatchState.from_item(result.state.to_item()),
-            end_doubt=result.state.end_doubt,
-            score_doubt=result.state.score_doubt,
-        )
+        self.state = carried(result)
         self.results.append(result)
         return result
 

@@ -49,10 +49,12 @@ async def test_a_final_status_for_a_few_seconds_ends_nothing_and_costs_nothing(m
 
 
 async def test_a_match_ended_wrongly_is_taken_again_while_the_feed_shows_it_live(make_rig: Any) -> None:
-    # The doubt is confirmed quickly here (3 polls over 1 s) so that a 4-s glitch does end the match.
+    # The doubt is confirmed quickly here (3 polls over 1 s) so that a 4-s glitch does end the match; the feed
+    # stalls meanwhile, so no new ball contradicts the wrong status (new balls would keep the match on).
     extra = {"engine": {"confirm_polls": 3, "confirm_s": 1.0}}
     async with make_rig(seed=12, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
+        rig.replay.inject("stall", duration_s=4.0)
         rig.replay.inject("wrong_status", value="Finished", duration_s=4.0)
         await rig.wait_for(lambda: bool(ends(rig)), 30, "the glitch confirmed as an end")
         wrong_end = len(rig.deliveries)
@@ -120,6 +122,7 @@ async def test_followers_of_a_match_ended_wrongly_are_started_again_and_get_its_
             users = set(rig.start_tokens.values())
             await rig.wait_for(lambda: set(app.sessions) == users, 60, "every follower's activity started")
             await rig.wait_for(first_updates(rig, 3), 60, "the match under way")
+            rig.replay.inject("stall", duration_s=8.0)  # no new ball contradicts the wrong end meanwhile
             rig.replay.inject("wrong_status", value="Finished", duration_s=8.0)
             await rig.wait_for(lambda: bool(ends(rig)), 30, "the glitch confirmed as an end")
             wrong_end = time.time()

@@ -29,9 +29,15 @@ class FakeClock:
         return self.t
 
 
+def evenly_paced(tape: Tape) -> Tape:
+    """``tape`` with one gap for every entry (its ``ms_per_ball``): these tests count entries by the second;
+    the real pace of synthesised tapes is tests/replay/test_pace.py's."""
+    return tape.model_copy(update={"entries": [e.model_copy(update={"gap_ms": None}) for e in tape.entries]})
+
+
 @pytest.fixture(scope="module")
 def demo() -> Tape:
-    return load_tape(builtin_tape_path())
+    return evenly_paced(load_tape(builtin_tape_path()))
 
 
 async def start(

@@ -1,6 +1,7 @@
 """A small programmable SportMonks stand-in for the client and feed tests.
 
-``FakeSportMonks`` answers ``/livescores``, ``/fixtures``, ``/fixtures/{id}``, ``/teams``, ``/leagues`` and
+``FakeSportMonks`` answers ``/livescores``, ``/fixtures`` (with ``filter[status]``: the live fixtures in those
+statuses, as the feed's second endpoint reads them), ``/fixtures/{id}``, ``/teams``, ``/leagues`` and
 ``/seasons/{id}`` from in-memory data, records every request (path and query, token included, so tests can
 check it is sent), paginates lists the way SportMonks does (``links.next`` carries only ``page=N``), and can
 be scripted to fail: ``fail_next(status, ...)`` queues answers returned before the normal ones.
@@ -114,6 +115,7 @@ class FakeSportMonks:
         self.token = token
         self.base_url = base_url
         self.per_page = per_page
+        self.live_per_page = 100  # SportMonks' page size, for the live list through /fixtures
         self.live: list[dict[str, Any]] = []
         self.fixtures_by_id: dict[int, dict[str, Any]] = {}
         self.schedule: list[dict[str, Any]] = []
@@ -164,6 +166,11 @@ class FakeSportMonks:
         parts = [p for p in path.split("/") if p]
         if parts == ["livescores"]:
             return Scripted(200, {"data": self.live})
+        if parts == ["fixtures"] and "filter[status]" in query:
+            # the live list through /fixtures (the feed's second endpoint): the live fixtures in those statuses
+            statuses = set(query["filter[status]"].split(","))
+            live = [f for f in self.live if f.get("status") in statuses]
+            return self._page("fixtures", live, query, per_page=self.live_per_page)
         if parts == ["fixtures"]:
             return self._page("fixtures", self.schedule, query)
         if len(parts) == 2 and parts[0] == "fixtures":
@@ -181,10 +188,13 @@ class FakeSportMonks:
             return Scripted(200, {"data": self.seasons[int(parts[1])]})
         return Scripted(404, {"error": {"message": "not found", "code": 404}})
 
-    def _page(self, name: str, items: list[dict[str, Any]], query: dict[str, str]) -> Scripted:
+    def _page(
+        self, name: str, items: list[dict[str, Any]], query: dict[str, str], *, per_page: int | None = None
+    ) -> Scripted:
+        per_page = per_page or self.per_page
         page = int(query.get("page", "1"))
-        last = max(1, -(-len(items) // self.per_page))
-        chunk = items[(page - 1) * self.per_page : page * self.per_page]
+        last = max(1, -(-len(items) // per_page))
+        chunk = items[(page - 1) * per_page : page * per_page]
         url = f"{self.base_url}/{name}"
         return Scripted(
             200,
@@ -202,7 +212,7 @@ class FakeSportMonks:
                     "from": 1,
                     "last_page": last,
                     "path": url,
-                    "per_page": self.per_page,
+                    "per_page": per_page,
                     "to": len(chunk),
                     "total": len(items),
                 },

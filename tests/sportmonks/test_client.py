@@ -409,3 +409,27 @@ def test_pure_helpers() -> None:
         redact("https://x/y?include=a&api_token=abc123&page=2")
         == "https://x/y?include=a&api_token=***&page=2"
     )
+
+
+@pytest.mark.parametrize("endpoint", ["livescores", "fixtures"])
+async def test_a_live_list_checks_each_fixture_and_a_changed_one_again(endpoint: str) -> None:
+    """Unchanged fixtures pass as they did (they are not checked twice); one that changed is checked, so a
+    malformed change spoils that fixture alone, the next poll as the first."""
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(1), minimal_fixture(2)]
+    client = make_client(fake)
+    first = await client.live_list(endpoint, fields={"fixtures": ("id", "status")})
+    assert [f["id"] for f in first.fixtures] == [1, 2] and not first.invalid
+    query = fake.requests[-1].query
+    assert query["fields[fixtures]"] == "id,status"
+    if endpoint == "fixtures":
+        assert query["filter[status]"].startswith("1st Innings,2nd Innings")
+    assert (await client.live_list(endpoint)).fixtures == first.fixtures
+    broken = minimal_fixture(2)
+    broken["runs"] = "not a list"
+    fake.live = [minimal_fixture(1), broken]
+    third = await client.live_list(endpoint)
+    assert [f["id"] for f in third.fixtures] == [1] and list(third.invalid) == ["2"]
+    assert "runs" in str(third.invalid["2"])
+    fake.live = [minimal_fixture(1), minimal_fixture(2, score=4)]
+    assert [f["id"] for f in (await client.live_list(endpoint)).fixtures] == [1, 2]

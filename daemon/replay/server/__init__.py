@@ -15,9 +15,16 @@ Paths are served both at the root and under ``/api/v2.0`` (the production base p
 ``GET /livescores`` (not paginated; fixtures that started and are not finished), ``GET /fixtures/{id}``,
 ``GET /fixtures`` (Laravel pagination, ``links`` carry only ``page=N`` as the real API does), and the
 reference endpoints ``/teams``, ``/leagues``, ``/seasons``, ``/scores`` (with ``/{id}``); each honours
-``include`` (comma-separated, dotted sub-includes), ``filter[field]=a,b`` (any-of; ``starts_between``),
-``sort`` (``-`` for descending) and accepts ``api_token`` (checked only when the server was given one).
-Ball ``updated_at`` is the wall time the entry became visible here.
+``include`` (comma-separated, dotted sub-includes), ``filter[field]=a,b`` (any-of; ``starts_between``;
+``/fixtures?filter[status]=1st Innings,...`` is the live list the feed reads beside ``/livescores``),
+``fields[resource]=a,b`` (sparse fieldsets: each object of that ``resource`` keeps those fields, its id and
+its included relations), ``sort`` (``-`` for descending) and accepts ``api_token`` (checked only when the
+server was given one). Ball ``updated_at`` is the wall time the entry became visible here.
+
+The plan (``hourly_budget``, ``endpoint_budgets``; off by default): SportMonks' hourly limit per entity
+(``/fixtures/{id}`` and ``/fixtures`` are one), a window from the first call that resets an hour later, a 429
+with ``Retry-After`` past it. ``calls()`` (and ``GET /replay/status``) reports the calls answered and
+refused per entity and the requests per endpoint.
 
 Control endpoints (no token): ``GET /replay/status``; ``POST /replay/play|pause[?fixture_id=]``;
 ``POST /replay/seek?fixture_id=&entry=N`` (first N entries visible) or ``&ball_id=B`` (up to that ball);
@@ -38,7 +45,11 @@ score row, no toss, status ``value`` (default ``1st Innings``), ``starting_at`` 
 ``/fixtures/{id}`` answers it until the faults are cleared. ``correct_ball`` / ``delete_ball`` change the feed at once:
 a served ball (``ball_id``, default the newest) of ``fixture_id`` is re-sent with another ``score_id`` or
 withdrawn. ``stall`` freezes the feed of ``fixture_id`` (default: all) for ``duration_s`` while the match
-goes on, then everything missed appears at once (the catch-up bursts of spec §7).
+goes on, then everything missed appears at once (the catch-up bursts of spec §7). ``lag`` makes ``endpoint``
+answer with the fixtures as they were ``lag_s`` seconds ago (a CDN or replica behind the other endpoint).
+``future_ball`` adds the newest ball copied ``value`` overs ahead (3) with a new id and a catch to each answer
+of ``fixture_id`` (default: all); ``unlisted`` leaves ``fixture_id`` out of the live list of ``endpoint``
+(``livescores``, or ``fixtures`` for ``/fixtures?filter[status]``; both without one).
 """
 
 from daemon.replay.server.app import ReplayServer

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -50,8 +51,8 @@ _CONTROLS: dict[str, set[str]] = {
 class ReplayServer:
     """Serves tapes like SportMonks; controllable in-process and over HTTP. See the package docstring.
 
-    ``speed`` multiplies match time; ``ms_per_ball`` (default: each tape's own) is the gap between entries
-    at speed 1; ``innings_break_s`` and ``start_delay_s`` are match time too (wall time = value / speed).
+    ``speed`` multiplies match time; ``ms_per_ball`` (default: each tape's own) is the mean gap between entries
+    at speed 1 (a tape's own gaps are scaled to it); ``innings_break_s`` and ``start_delay_s`` are match time too (wall time = value / speed).
     ``clock`` (wall seconds) is injectable so the cursor can be tested without sleeping.
     """
 
@@ -66,6 +67,9 @@ class ReplayServer:
         clock: Callable[[], float] = time.time,
         api_token: str | None = None,
         page_size: int = 100,
+        hourly_budget: int | None = None,
+        endpoint_budgets: Mapping[str, int] | None = None,
+        budget_window_s: float = 3600.0,
     ) -> None:
         check_speed(speed)
         if ms_per_ball is not None and ms_per_ball <= 0:
@@ -90,6 +94,7 @@ class ReplayServer:
         self._stop_requested = False
         self._stop_event: trio.Event | None = None
         self.requests_served: dict[str, int] = dict.fromkeys((*q.ENDPOINTS, "control"), 0)
+        self.budget = PlanBudget(hourly_budget, endpoint_budgets or {}, window_s=budget_window_s)
         for tape in tapes:
             self.add_tape(tape)
 
@@ -105,10 +110,9 @@ class ReplayServer:
         elif not (start_delay_s >= 0 and math.isfinite(start_delay_s)):
             raise ValueError(f"start_delay_s: must be a finite number >= 0, got {start_delay_s}")
         now = self.clock()
-        clock = ReplayClock(
-            total=len(tape),
-            ms_per_ball=self.ms_per_ball or tape.ms_per_ball,
-            break_index=tape.innings_break_index(),
+        clock = ReplayClock.for_tape(
+            tape,
+            ms_per_ball=self.ms_per_ball,
             break_ms=self.innings_break_s * 1000.0,
             starts_at=now + start_delay_s / self.speed,
             speed=self.speed,
@@ -197,6 +201,15 @@ class ReplayServer:
         if self._stop_event is not None:
             self._stop_event.set()
 
+    def calls(self) -> dict[str, Any]:
+        """SportMonks calls per entity (the unit the hourly limit counts: ``/fixtures/{id}`` and ``/fixtures``
+        are one) since the start: answered, refused with a 429 past the plan, the limit and the current
+        window's count; and the requests per endpoint as served."""
+        return {
+            "by_entity": self.budget.describe(self.clock()),
+            "by_endpoint": {k: v for k, v in self.requests_served.items() if k != "control" and v},
+        }
+
     def sportmonks_requests(self) -> int:
         """SportMonks requests answered so far, every endpoint together (the control requests aside)."""
         return sum(n for endpoint, n in self.requests_served.items() if endpoint != "control")
@@ -282,6 +295,19 @@ class ReplayServer:
             self._ghosts[ghost_id] = (spec, iso(datetime.fromtimestamp(now - 30 * 86400, UTC)))
             self._faults.add(self._fault_seq, spec, now)
             log.info("replay_ghost_listed", fixture_id=ghost_id, count=spec.count, duration_s=spec.duration_s)
+        elif spec.mode == "unlisted":
+            self._match(spec.fixture_id)  # a served fixture, or a clear error
+            if spec.fixture_id is None:
+                raise ReplayRequestError("fault fixture_id: unlisted needs the fixture to leave out")
+            self._faults.add(self._fault_seq, spec, now)
+            log.info("replay_fixture_unlisted", fixture_id=spec.fixture_id, endpoint=spec.endpoint)
+        elif spec.mode == "lag":
+            if spec.endpoint is None:
+                raise ReplayRequestError("fault endpoint: lag needs the endpoint that lags")
+            self._faults.add(self._fault_seq, spec, now)
+            log.info(
+                "replay_endpoint_lags", endpoint=spec.endpoint, lag_s=spec.lag_s, duration_s=spec.duration_s
+            )
         elif spec.mode == "stall":
             if spec.duration_s is None:
                 raise ReplayRequestError("fault duration_s: required for stall")
@@ -309,36 +335,46 @@ class ReplayServer:
         data: dict[str, Any] = json.loads(raw)
         return data
 
-    def _one_fixture(self, raw_id: str, include: frozenset[str], now: float) -> bytes:
+    def _one_fixture(self, raw_id: str, shape: _Shape, now: float) -> bytes:
         m = self._matches.get(raw_id)
         if m is None and raw_id in self._ghosts:
-            return b'{"data":' + self._ghost_bytes(raw_id, include, now) + b"}"
+            return b'{"data":' + self._ghost_bytes(raw_id, shape.include, now) + b"}"
         if m is None:
             raise ReplayRequestError(f"No query results for model [Fixture] {raw_id}", status=404)
-        data, _ = m.fixture_bytes(now, include)
-        m.note_polled(now)
-        return b'{"data":' + data + b"}"
+        return b'{"data":' + self._served(m, shape, now) + b"}"
 
-    def _filtered(self, query: dict[str, str], now: float) -> list[tuple[ServedMatch, dict[str, Any]]]:
+    def _served(self, m: ServedMatch, shape: _Shape, now: float) -> bytes:
+        """One fixture as an answer of ``shape`` carries it, its first polls noted."""
+        data, _ = m.fixture_bytes(
+            now, shape.include, fields=shape.fields, relations=shape.relations, lag_s=shape.lag_s
+        )
+        m.note_polled(now, upto=m.view(now, shape.lag_s)[0])
+        return data
+
+    def _filtered(
+        self, query: dict[str, str], now: float, lag_s: float = 0.0
+    ) -> list[tuple[ServedMatch, dict[str, Any]]]:
         """(match, base fixture fields) for every fixture passing ``filter[...]``, sorted by ``sort``."""
         filters = q.parse_filters(query)
         rows = []
         for m in self._matches.values():
-            base = json.loads(m.fixture_bytes(now, frozenset())[0])
+            base = json.loads(m.fixture_bytes(now, frozenset(), lag_s=lag_s)[0])
             if q.passes(base, filters):
                 rows.append((m, base))
         q.sort_rows(rows, query)
         return rows
 
-    def _livescores(self, query: dict[str, str], include: frozenset[str], now: float) -> bytes:
+    def _livescores(self, query: dict[str, str], shape: _Shape, now: float) -> bytes:
         parts = []
-        for m, base in self._filtered(query, now):
+        unlisted = self._faults.unlisted("livescores", now)
+        for m, base in self._filtered(query, now, shape.lag_s):
             if base["status"] in q.NOT_LIVE:  # not started yet, or finished: only /fixtures has it (spec §3)
                 continue
-            parts.append(m.fixture_bytes(now, include)[0])
-            m.note_polled(now)
+            if m.tape.fixture_id in unlisted:
+                continue
+            parts.append(self._served(m, shape, now))
         for spec in self._faults.listed_ghosts(now):
-            parts.append(self._ghost_bytes(str(spec.fixture_id), include, now))
+            parts.append(self._ghost_bytes(str(spec.fixture_id), shape.include, now))
         return b'{"data":[' + b",".join(parts) + b"]}"
 
     def _ghost_bytes(self, ghost_id: str, include: frozenset[str], now: float) -> bytes:
@@ -408,20 +444,34 @@ class ReplayServer:
             raise ReplayRequestError(f"{method} is not allowed on {path}", status=405)
         if self.api_token is not None and query.get("api_token") != self.api_token:
             raise ReplayRequestError("Unauthenticated.", status=401)
+        now = self.clock()
+        refused = self.budget.take(q.entity_of(endpoint), now)
+        if (
+            refused is not None
+        ):  # past the plan's hourly calls: SportMonks answers 429 until the window resets
+            return fault_rules.too_many_attempts(refused)
         self.requests_served[endpoint] = self.requests_served.get(endpoint, 0) + 1
-        fault = self._faults.take(endpoint, self.clock())
+        fault = self._faults.take(endpoint, now)
         if fault is not None and fault.mode in fault_rules.REPLACING:
             return fault_rules.fault_response(fault)
-        now = self.clock()
         if endpoint in ("fixture", "livescores", "fixtures"):
-            include = q.parse_include(query.get("include", ""))
+            raw_include = query.get("include", "")
+            shape = _Shape(
+                include=q.parse_include(raw_include),
+                fields=q.parse_fields(query),
+                relations=q.relation_names(raw_include),
+                lag_s=self._faults.lag_for(endpoint, now),
+            )
             if endpoint == "fixture":
-                body_out = self._one_fixture(segments[1], include, now)
+                body_out = self._one_fixture(segments[1], shape, now)
             elif endpoint == "livescores":
-                body_out = self._livescores(query, include, now)
+                body_out = self._livescores(query, shape, now)
             else:
-                rows = self._filtered(query, now)
-                items = [m.fixture_bytes(now, include)[0] for m, _ in rows]
+                rows = self._filtered(query, now, shape.lag_s)
+                if "filter[status]" in query:  # the live list through /fixtures
+                    unlisted = self._faults.unlisted("fixtures", now)
+                    rows = [(m, base) for m, base in rows if m.tape.fixture_id not in unlisted]
+                items = [self._served(m, shape, now) for m, _ in rows]
                 body_out = q.page(items, query, host, prefix + path, self.page_size)
         else:
             body_out = self._reference(segments, query, host, prefix + path, now)
@@ -467,7 +517,14 @@ class ReplayServer:
                 fault_id = self._inject(spec)
                 return json_response({"id": fault_id, "faults": self.faults()})
             return json_response({"faults": self.faults()})
-        response = json_response({"fixtures": self.status(), "faults": self.faults(), "stopping": stop_after})
+        response = json_response(
+            {
+                "fixtures": self.status(),
+                "faults": self.faults(),
+                "calls": self.calls(),
+                "stopping": stop_after,
+            }
+        )
         response.stop_after = stop_after
         return response
 
@@ -489,6 +546,67 @@ class ReplayServer:
             task_status.started(self.port)
             await self._stop_event.wait()
             nursery.cancel_scope.cancel()
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What one answer's query asks of each fixture: includes, sparse fields, and how far behind it is."""
+
+    include: frozenset[str]
+    fields: q.Fields
+    relations: frozenset[str]
+    lag_s: float
+
+
+class PlanBudget:
+    """SportMonks' hourly limit per entity as the real service applies it (spec §4): a window that starts
+    at the first call and resets an hour later; past the limit every call is answered 429 until then. No
+    limit for an entity without one (the default: tests and the demo call freely)."""
+
+    def __init__(self, default: int | None, limits: Mapping[str, int], *, window_s: float = 3600.0) -> None:
+        for name, value in [("hourly_budget", default), *limits.items()]:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name}: a budget must be a whole number of calls >= 0, got {value!r}")
+        if not (window_s > 0 and math.isfinite(window_s)):
+            raise ValueError(f"budget_window_s: must be a finite number > 0, got {window_s}")
+        self.default = default
+        self.limits = dict(limits)
+        self.window_s = window_s
+        self._window: dict[str, tuple[float, int]] = {}  # entity -> (window start, calls in it)
+        self.answered: dict[str, int] = {}
+        self.refused: dict[str, int] = {}
+
+    def limit(self, entity: str) -> int | None:
+        return self.limits.get(entity, self.default)
+
+    def take(self, entity: str, now: float) -> float | None:
+        """Count a call to ``entity``; None when it may be answered, else the seconds until the window
+        resets (the call is refused)."""
+        start, used = self._window.get(entity, (now, 0))
+        if now >= start + self.window_s:
+            start, used = now, 0
+        limit = self.limit(entity)
+        if limit is not None and used >= limit:
+            self.refused[entity] = self.refused.get(entity, 0) + 1
+            self._window[entity] = (start, used)
+            return start + self.window_s - now
+        self._window[entity] = (start, used + 1)
+        self.answered[entity] = self.answered.get(entity, 0) + 1
+        return None
+
+    def describe(self, now: float) -> dict[str, dict[str, Any]]:
+        names = set(self.answered) | set(self.refused) | set(self.limits)
+        out: dict[str, dict[str, Any]] = {}
+        for name in sorted(names):
+            start, used = self._window.get(name, (now, 0))
+            out[name] = {
+                "answered": self.answered.get(name, 0),
+                "refused": self.refused.get(name, 0),
+                "limit": self.limit(name),
+                "window_calls": used if now < start + self.window_s else 0,
+                "window_left_s": round(max(0.0, start + self.window_s - now), 3),
+            }
+        return out
 
 
 def _request_speed(speed: float) -> None:

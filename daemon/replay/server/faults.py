@@ -7,14 +7,19 @@ Response faults (``5xx``, ``429``, ``timeout``, ``disconnect``, ``truncated``, `
 ``/livescores`` for its ``count`` answers or ``duration_s``: a fixture that answers but shows nothing (no ball,
 no score row, no toss; status ``value``, default ``1st Innings``; ``starting_at`` default 30 days before the
 injection), which ``/fixtures/{id}`` serves from the injection until the faults are cleared, as SportMonks
-would serve a stale or foreign fixture a corrupted id named. Feed faults apply at once: ``correct_ball`` /
-``delete_ball`` insert an entry that re-sends or withdraws a served ball; ``stall`` freezes the feed, which
-then catches up in one burst.
+would serve a stale or foreign fixture a corrupted id named. ``lag`` makes one endpoint (``endpoint``) answer
+with the fixtures as they were ``lag_s`` ago (a CDN or replica behind the other endpoint) for its ``count``
+answers or ``duration_s``. Feed faults apply at once: ``correct_ball`` / ``delete_ball`` insert an entry that
+re-sends or withdraws a served ball; ``stall`` freezes the feed, which then catches up in one burst.
+``future_ball`` adds to each answer (or ``fixture_id``'s) the newest ball copied ``value`` overs ahead (3 by
+default) with a new id and a catch; ``unlisted`` leaves ``fixture_id`` out of ``endpoint``'s live list (all
+live lists without one) while the match goes on.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.replay.server.http import ReplayRequestError, Response, encode_json, error_body, error_response
 from daemon.replay.server.state import ServedMatch
-from daemon.replay.tape import TapeEntry
+from daemon.replay.tape import SCORES, TapeEntry
 
 FaultMode = Literal[
     "5xx",
@@ -41,6 +46,9 @@ FaultMode = Literal[
     "correct_ball",
     "delete_ball",
     "stall",
+    "lag",
+    "future_ball",
+    "unlisted",
 ]
 FEED_CHANGES = ("correct_ball", "delete_ball")
 # Faults answered instead of the real response (the request is not served at all).
@@ -82,6 +90,12 @@ class FaultSpec(BaseModel):
     score_id: int | None = None
     starting_at: str | None = Field(
         default=None, description="ghost: the fixture's starting_at (default: 30 days before the injection)"
+    )
+    lag_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="lag: the endpoint answers with the fixtures as they were this many seconds ago",
     )
 
 
@@ -129,14 +143,40 @@ class FaultList:
         """The first fault in force on ``endpoint``, counted as one use."""
         self._faults = [f for f in self._faults if f.active(now)]
         for fault in self._faults:
-            if fault.spec.mode == "ghost":
-                continue  # not a change to a response: see listed_ghosts
+            if fault.spec.mode in ("ghost", "lag", "unlisted"):
+                continue  # not a change to a response: see listed_ghosts, lag_for, unlisted
             if fault.spec.endpoint in (None, endpoint):
                 fault.hits += 1
                 if fault.remaining is not None:
                     fault.remaining -= 1
                 return fault.spec
         return None
+
+    def unlisted(self, endpoint: str, now: float) -> set[str]:
+        """The fixtures an ``unlisted`` fault in force leaves out of ``endpoint``'s live list (each fault
+        counted as one use)."""
+        self._faults = [f for f in self._faults if f.active(now)]
+        out: set[str] = set()
+        for fault in self._faults:
+            if fault.spec.mode == "unlisted" and fault.spec.endpoint in (None, endpoint):
+                fault.hits += 1
+                if fault.remaining is not None:
+                    fault.remaining -= 1
+                out.add(str(fault.spec.fixture_id))
+        return out
+
+    def lag_for(self, endpoint: str, now: float) -> float:
+        """How far behind ``endpoint`` answers now (the greatest ``lag`` in force on it, 0 without one);
+        each ``lag`` fault in force is counted as one use."""
+        self._faults = [f for f in self._faults if f.active(now)]
+        lag = 0.0
+        for fault in self._faults:
+            if fault.spec.mode == "lag" and fault.spec.endpoint in (None, endpoint):
+                fault.hits += 1
+                if fault.remaining is not None:
+                    fault.remaining -= 1
+                lag = max(lag, fault.spec.lag_s)
+        return lag
 
     def listed_ghosts(self, now: float) -> list[FaultSpec]:
         """The ``ghost`` faults in force, each counted as one use (one ``/livescores`` answer listing it)."""
@@ -174,16 +214,21 @@ def ghost_fixture(base: dict[str, Any], spec: FaultSpec, starting_at: str) -> di
     return blank
 
 
+def too_many_attempts(retry_after_s: float) -> Response:
+    """SportMonks' answer past the plan's hourly calls."""
+    return Response(
+        429,
+        error_body("Too Many Attempts.", 429),
+        [("content-type", "application/json"), ("retry-after", str(max(1, math.ceil(retry_after_s))))],
+    )
+
+
 def fault_response(spec: FaultSpec) -> Response:
     """The answer given instead of the real one for a ``REPLACING`` fault."""
     if spec.mode == "disconnect":
         return Response(0, disconnect=True)
     if spec.mode == "429":
-        return Response(
-            429,
-            error_body("Too Many Attempts.", 429),
-            [("content-type", "application/json"), ("retry-after", str(spec.retry_after))],
-        )
+        return too_many_attempts(spec.retry_after)
     return error_response("Server Error", spec.status)
 
 
@@ -214,7 +259,35 @@ def apply_body_fault(spec: FaultSpec, response: Response) -> Response:
         response.body = encode_json(doc)
     elif spec.mode == "huge_body":
         response.body = body + b" " * spec.size_bytes  # still valid JSON, only enormous
+    elif spec.mode == "future_ball":
+        doc = json.loads(body)
+        items = doc["data"] if isinstance(doc["data"], list) else [doc["data"]]
+        for item in items:
+            if spec.fixture_id is None or str(item.get("id")) == str(spec.fixture_id):
+                _add_future_ball(item, overs_ahead=float(spec.value) if spec.value is not None else 3.0)
+        response.body = encode_json(doc)
     return response
+
+
+CAUGHT = SCORES[54]  # "Catch Out": the wicket a ball from the future shows
+
+
+def _add_future_ball(fixture: dict[str, Any], *, overs_ahead: float) -> None:
+    """The newest ball copied ``overs_ahead`` overs on, made a catch, with a new id (a glitch SportMonks was
+    seen to serve for a few seconds); nothing else of the fixture changes."""
+    balls = fixture.get("balls")
+    if not isinstance(balls, list) or not balls:
+        return
+    newest = max(balls, key=lambda b: int(b["id"]))
+    fake = json.loads(json.dumps(newest))
+    fake["id"] = int(newest["id"]) + 1_000_000
+    fake["ball"] = round(float(newest["ball"]) + overs_ahead, 1)
+    fake["score_id"] = CAUGHT.id
+    fake["batsmanout_id"] = newest.get("batsman_id")
+    if isinstance(fake.get("score"), dict):  # the same fields the answer carries for its scores
+        caught = CAUGHT.to_json()
+        fake["score"] = {k: caught.get(k) for k in fake["score"]}
+    balls.append(fake)
 
 
 # Valid but wrong data: the field each mode sets in every (or the chosen) fixture, and the value by default.

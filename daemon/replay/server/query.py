@@ -48,6 +48,10 @@ FILTERABLE = {
     "winner_team_id",
 }
 NOT_LIVE = {"NS", "Finished", "Aban.", "Cancl.", "Postp."}
+# The unit SportMonks counts its hourly limit in (spec §4: per endpoint, i.e. per entity): /fixtures/{id}
+# and /fixtures are one.
+ENTITY_OF_ENDPOINT = {"fixture": "fixtures"}
+Fields = tuple[tuple[str, frozenset[str]], ...]  # ((resource, fields), ...), sorted: hashable for caches
 
 Row = TypeVar("Row")
 
@@ -103,6 +107,52 @@ def reference_include(kind: str, raw: str) -> set[str]:
     if unknown:
         raise ReplayRequestError(f"include: {kind} cannot include {', '.join(sorted(unknown))}")
     return include
+
+
+def entity_of(endpoint: str) -> str:
+    """The budget entity of an endpoint name (``fixture`` counts as ``fixtures``)."""
+    return ENTITY_OF_ENDPOINT.get(endpoint, endpoint)
+
+
+def parse_fields(query: dict[str, str]) -> Fields:
+    """``fields[resource]=a,b``: the sparse fieldset per resource (``fixtures``, ``balls``, ``runs``,
+    ``battings``, ``bowlings``, ``players``, ``teams``, ``scores``, ...), as a hashable, sorted tuple."""
+    out: dict[str, frozenset[str]] = {}
+    for key, value in query.items():
+        if key.startswith("fields[") and key.endswith("]"):
+            resource = key[7:-1].strip()
+            names = frozenset(v.strip() for v in value.split(",") if v.strip())
+            if not resource or not names:
+                raise ReplayRequestError(f"{key}: needs a resource and at least one field")
+            out[resource] = names
+    return tuple(sorted(out.items()))
+
+
+def sparse(obj: Any, fields: Fields, relations: frozenset[str]) -> Any:
+    """``obj`` with each resource cut to its sparse fieldset: an object whose ``resource`` has a fieldset
+    keeps those fields, its ``id`` and ``resource``, and its included relations (``relations``: every name in
+    the ``include``, ``balls.score`` giving ``balls`` and ``score``), each cut the same way. A new object:
+    ``obj`` is left as it is (rendered objects are shared between answers)."""
+    wanted = dict(fields)
+    if isinstance(obj, list):
+        return [sparse(item, fields, relations) for item in obj]
+    if not isinstance(obj, dict):
+        return obj
+    keep = wanted.get(str(obj.get("resource")))
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        if key in relations and isinstance(value, dict | list | type(None)):
+            out[key] = sparse(value, fields, relations)
+        elif keep is None or key in keep or key in ("id", "resource"):
+            out[key] = value
+    return out
+
+
+def relation_names(raw_include: str) -> frozenset[str]:
+    """Every relation an ``include`` names at any depth: ``balls.score,runs`` -> balls, score, runs."""
+    return frozenset(
+        part.strip() for item in raw_include.split(",") for part in item.split(".") if part.strip()
+    )
 
 
 def parse_filters(query: dict[str, str]) -> dict[str, list[str]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from daemon.replay.cursor import ReplayClock
 from daemon.replay.server.http import encode_json
-from daemon.replay.server.query import UNMODELLED_INCLUDES
+from daemon.replay.server.query import UNMODELLED_INCLUDES, Fields, sparse
 from daemon.replay.tape import Scorecard, Tape
 
 CACHE_PER_FIXTURE = 16
@@ -67,48 +67,73 @@ class ServedMatch:
         if target > self.cursor:
             self.cursor = target
 
-    def note_polled(self, now: float) -> None:
-        """A response carried this fixture as served now: stamp the entries no request had got before."""
+    def note_polled(self, now: float, upto: int | None = None) -> None:
+        """A response carried this fixture as served now (up to entry ``upto``, for an answer that lags):
+        stamp the entries no request had got before."""
+        upto = self.cursor if upto is None else min(upto, self.cursor)
         if len(self.first_polled) < len(self.first_seen):
             self.first_polled.extend([None] * (len(self.first_seen) - len(self.first_polled)))
-        for i in range(self.polled_upto, self.cursor):
+        for i in range(self.polled_upto, upto):
             if self.first_polled[i] is None:
                 self.first_polled[i] = now
-        self.polled_upto = max(self.polled_upto, self.cursor)
+        self.polled_upto = max(self.polled_upto, upto)
 
-    def status(self, now: float) -> str:
-        """The fixture's status as served now (``NS`` until the match starts)."""
-        if not self.clock.started(now):
-            return "NS"
-        return self.fixture_bytes(now, frozenset())[1]
-
-    def fixture_bytes(self, now: float, include: frozenset[str]) -> tuple[bytes, str]:
-        """The encoded fixture object and its status, cached per (cursor, include)."""
+    def view(self, now: float, lag_s: float = 0.0) -> tuple[int, bool]:
+        """(cursor, started) as an answer shows them now, or as they were ``lag_s`` ago (an endpoint that
+        lags): never past what has been served."""
         self.advance(now)
-        forced = None if self.clock.started(now) else "NS"
-        key = (self.cursor, forced, include, self.version)
+        if lag_s <= 0:
+            return self.cursor, self.clock.started(now)
+        then = now - lag_s
+        return min(self.cursor, self.clock.cursor(then)), self.clock.started(then)
+
+    def status(self, now: float, lag_s: float = 0.0) -> str:
+        """The fixture's status as served now (``NS`` until the match starts)."""
+        return self.fixture_bytes(now, frozenset(), lag_s=lag_s)[1]
+
+    def fixture_bytes(
+        self,
+        now: float,
+        include: frozenset[str],
+        *,
+        fields: Fields = (),
+        relations: frozenset[str] = frozenset(),
+        lag_s: float = 0.0,
+    ) -> tuple[bytes, str]:
+        """The encoded fixture object and its status, cached per (cursor, include, fields): as served now,
+        or ``lag_s`` ago; cut to the sparse ``fields`` when given (``relations``: the include's names)."""
+        cursor, started = self.view(now, lag_s)
+        forced = None if started else "NS"
+        key = (cursor, forced, include, fields, relations if fields else None, self.version)
         cached = self.cache.get(key)
         if cached is None:
             times = self.visible_at
             data = self.tape.fixture_at(
-                self.cursor,
+                cursor,
                 status=forced,
                 include=[name for name in include if name not in UNMODELLED_INCLUDES],
                 now=datetime.fromtimestamp(now, UTC),
                 entry_times=lambda i: times[i] or now,
                 ball_cache=self.ball_cache,
-                scorecard=self.scorecard(),
+                scorecard=self.scorecard(cursor),
             )
             for name in include & UNMODELLED_INCLUDES.keys():
                 data[name] = UNMODELLED_INCLUDES[name]()
-            cached = (self._encode_fixture(data), data["status"])
+            if fields:
+                encoded = encode_json(sparse(data, fields, relations))
+            else:
+                encoded = self._encode_fixture(data)
+            cached = (encoded, data["status"])
             if len(self.cache) >= CACHE_PER_FIXTURE:
                 self.cache.pop(next(iter(self.cache)))
             self.cache[key] = cached
         return cached
 
-    def scorecard(self) -> Scorecard:
-        """The scorecard at the served cursor, rebuilt only when the cursor or the tape changed."""
+    def scorecard(self, cursor: int | None = None) -> Scorecard:
+        """The scorecard at ``cursor`` (default: the served one), the served one rebuilt only when the cursor
+        or the tape changed."""
+        if cursor is not None and cursor != self.cursor:
+            return self.tape.scorecard_at(cursor)  # an answer that lags: not kept
         if self.card is None or self.card.cursor != self.cursor or self.card_version != self.version:
             self.card, self.card_version = self.tape.scorecard_at(self.cursor), self.version
         return self.card

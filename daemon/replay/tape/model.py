@@ -191,6 +191,11 @@ class TapeEntry(BaseModel):
     updated_at: datetime | None = Field(
         default=None, description="when the real feed stamped this change (recorded tapes)"
     )
+    gap_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="match time since the previous entry (the first: since the start); unset: ms_per_ball",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> TapeEntry:
@@ -242,7 +247,10 @@ class Tape(BaseModel):
     row_ids: dict[str, int] = Field(default_factory=dict)
     result: TapeResult | None = None
     ms_per_ball: float = Field(
-        default=40_000.0, gt=0, description="pace at speed 1 (observed median ~40 s a ball)"
+        default=40_000.0,
+        gt=0,
+        description="pace at speed 1: the mean gap between entries (each entry's own gap_ms, when the tape "
+        "has them, keeps its share of it)",
     )
     entries: list[TapeEntry] = Field(default_factory=list)
     # JSON of players and teams, which never change with the entries (so a copy with new entries may share it)
@@ -391,20 +399,30 @@ class Tape(BaseModel):
         self._json_cache[key] = found
         return found
 
+    def entry_offsets_ms(self, ms_per_ball: float | None = None) -> list[float]:
+        """Match time at which each entry falls due, before any innings break: the running sum of the entries'
+        gaps (``gap_ms``, else ``ms_per_ball``). ``ms_per_ball`` other than the tape's scales every gap, so the
+        pace changes and the shape of the gaps stays."""
+        scale = 1.0 if ms_per_ball is None else ms_per_ball / self.ms_per_ball
+        out: list[float] = []
+        at = 0.0
+        for e in self.entries:
+            at += (self.ms_per_ball if e.gap_ms is None else e.gap_ms) * scale
+            out.append(at)
+        return out
+
     def default_entry_times(self, *, innings_break_s: float = 1200.0) -> list[datetime]:
         """When each entry appears if nobody says otherwise: the recorded stamp, else the tape's own pace
-        (``ms_per_ball`` from ``starting_at``, plus an innings break)."""
+        (its gaps from ``starting_at``, plus an innings break)."""
         brk = self.innings_break_index()
         out: list[datetime] = []
-        for i, e in enumerate(self.entries):
+        for i, (e, offset_ms) in enumerate(zip(self.entries, self.entry_offsets_ms(), strict=True)):
             if e.updated_at is not None:
                 out.append(
                     e.updated_at.astimezone(UTC) if e.updated_at.tzinfo else e.updated_at.replace(tzinfo=UTC)
                 )
                 continue
-            offset_ms = (i + 1) * self.ms_per_ball + (
-                innings_break_s * 1000 if brk is not None and i >= brk else 0
-            )
+            offset_ms += innings_break_s * 1000 if brk is not None and i >= brk else 0
             out.append(self.starting_at + timedelta(milliseconds=offset_ms))
         return out
 
