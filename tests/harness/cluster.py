@@ -80,9 +80,15 @@ class Cluster:
         speed: float = 200.0,
         followers_per_match: int = 5,
         lease_s: float = 3.0,
-        cadence_s: float = 0.2,
+        cadence_s: float | None = 0.2,
         cycle_s: float = 1.0,
         innings_break_s: float = 1200.0,
+        # The SportMonks plan: calls an hour per endpoint, stated to the daemons ([sportmonks].hourly_budget)
+        # and enforced by the replay server (a 429 past it). None: no limit at either end. With ``cadence_s``
+        # None the daemons derive their cadence from the plan.
+        sportmonks_plan: int | None = None,
+        # (endpoint, seconds): that live list answers with the fixtures as they were so long ago, all run
+        endpoint_lag: tuple[str, float] | None = None,
         # The scheduled start, from the instances being healthy: the latest the first ball comes. Healthy is
         # not yet owning (the orchestrator's first cycle, the feed's first poll and the match actor's first
         # tick follow, and a tick that first sees a match mid-play takes what it shows as history), so a match
@@ -104,6 +110,8 @@ class Cluster:
         self.followers_per_match = followers_per_match
         self.lease_s = lease_s
         self.cadence_s = cadence_s
+        self.sportmonks_plan = sportmonks_plan
+        self.endpoint_lag = endpoint_lag
         self.cycle_s = cycle_s
         self.innings_break_s = innings_break_s
         # wall seconds from the instances being up (``start`` waits for that) to the first ball at the latest:
@@ -192,8 +200,12 @@ class Cluster:
             speed=self.speed,
             innings_break_s=self.innings_break_s,
             start_delay_s=self.start_delay_wall_s * self.speed,
+            hourly_budget=self.sportmonks_plan,
         )
         self.replay_port = await nursery.start(self.replay.serve)
+        if self.endpoint_lag is not None:
+            endpoint, lag_s = self.endpoint_lag
+            self.replay.inject("lag", endpoint=endpoint, lag_s=lag_s)
         await self.seed()
         for slot in range(instances):
             self.spawn(slot)
@@ -366,13 +378,17 @@ class Cluster:
             "sportmonks": {
                 "base_url": f"http://127.0.0.1:{self.replay_port}",
                 "api_token": "cluster",
-                "hourly_budget": 10_000_000,
+                "hourly_budget": self.sportmonks_plan or 10_000_000,
                 "timeout_s": 5.0,
                 "breaker_cooldown_s": 1.0,
             },
             "feed": {
-                "livescores_cadence_s": self.cadence_s,
-                "marquee_cadence_s": self.cadence_s,
+                # no cadence: the fastest the plan allows (the daemons derive it)
+                **(
+                    {"livescores_cadence_s": self.cadence_s, "marquee_cadence_s": self.cadence_s}
+                    if self.cadence_s is not None
+                    else {}
+                ),
                 "marquee_leagues": leagues,
             },
             "apns": {

@@ -58,3 +58,59 @@ def alerts_shown_twice(alerts: list[Alert]) -> list[tuple[str, str]]:
         if len(showings) > max(1, len(balls)):
             out.append(name)
     return sorted(out)
+
+
+# ------------------------------------------------------------------ what a phone showed, in its order
+
+# A phase's place in a match; an innings break steps on to the next innings' "live" (``ShownOrder``).
+PHASE_RANK = {"pre": 0, "live": 1, "innings_break": 2, "completed": 3, "abandoned": 3}
+
+
+def innings_balls(state: dict[str, Any]) -> dict[tuple[str, int], int]:
+    """Legal balls of each (team id, innings number) a content-state shows, read from its teams' innings
+    lines ("182/8 (19.4)")."""
+    out: dict[tuple[str, int], int] = {}
+    for team in state.get("teams") or []:
+        for number, line in enumerate(team.get("innings") or []):
+            text = str(line)
+            if "(" not in text:
+                continue
+            overs = text.rsplit("(", 1)[1].rstrip(")").strip()
+            whole, _, part = overs.partition(".")
+            if whole.isdigit() and (part.isdigit() or not part):
+                out[(str(team.get("id")), number)] = int(whole) * 6 + int(part or 0)
+    return out
+
+
+class ShownOrder:
+    """What each phone (a token, or the phones on one broadcast channel) was shown, as iOS applies it: an
+    update older than the last applied one (its ``timestamp``) is dropped by the phone, so it does not count. Counts, per phone, the times an innings' legal balls went down (a ball withdrawn) and whether its
+    phases ever went back (a status flip). Memory per phone is its last state's figures, not its history."""
+
+    def __init__(self) -> None:
+        self.last_at: dict[str, int] = {}
+        self.balls: dict[str, dict[tuple[str, int], int]] = {}
+        self.step: dict[str, tuple[int, int, str]] = {}  # phone -> (innings, rank, phase) last shown
+        self.withdrawn: dict[str, int] = {}
+        self.flipped: set[str] = set()
+
+    def see(self, phone: str, timestamp: int, state: dict[str, Any]) -> None:
+        if timestamp < self.last_at.get(phone, -1):
+            return  # older than what the phone shows: dropped
+        self.last_at[phone] = timestamp
+        shown = innings_balls(state)
+        before = self.balls.get(phone, {})
+        down = sum(1 for key, n in shown.items() if n < before.get(key, 0))
+        if down:
+            self.withdrawn[phone] = self.withdrawn.get(phone, 0) + down
+        self.balls[phone] = {**before, **shown}
+        phase = str(state.get("phase"))
+        if phase in PHASE_RANK:
+            innings, rank, previous = self.step.get(phone, (0, -1, ""))
+            now = (
+                innings + 1 if previous == "innings_break" and phase == "live" else innings,
+                PHASE_RANK[phase],
+            )
+            if now < (innings, rank):  # "live, innings_break, live" goes on; "completed, live" goes back
+                self.flipped.add(phone)
+            self.step[phone] = (*now, phase)
