@@ -800,8 +800,8 @@ class FeedActor:
             self._listed(sub, endpoint, verdict != "behind")
             if verdict in HELD:
                 continue
-            if self._judge_ghost(sub, fixture, listed=True) is not None:
-                continue  # released as a ghost just now
+            if self._judge_ghost(sub, fixture, listed=True) == math.inf:
+                continue  # released as a ghost just now (a suspect still goes to its match: it may be about to play)
             sub.had_fixture = True
             update = FeedUpdate(sub.match_id, fixture, fetched_at, source, True)
             sub.offer(update)

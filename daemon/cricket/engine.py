@@ -12,6 +12,9 @@ Policies the match actor relies on:
 - **First tick** (``prev is None``, a match picked up at start or mid-innings): the engine records the match
   as it stands (wickets already fallen count as reported, batters as seen, innings as ended) and reports no
   event, so a match picked up mid-innings does not replay its history. The display is built (and "changed").
+  A match first seen just begun (first innings, at most ``first_look_news_balls`` legal balls) has no
+  history to hide: its balls are news, as if the first look had been pre-match (nobody persisted a state for
+  it, so nobody alerted for it: nothing can be shown twice).
   Likewise, when the ball feed first appears for a match that already had play (``previousBallId`` unset),
   those balls are history: ball events are not reported from them, wickets are reported only if the
   tables had not shown them.
@@ -113,6 +116,15 @@ def _legal_balls(snap: MatchSnapshot) -> int:
     return sum(i.legal_balls for i in snap.innings)
 
 
+def _just_begun(snap: MatchSnapshot, settings: EngineSettings) -> bool:
+    """A match in its first innings with at most ``first_look_news_balls`` legal balls bowled."""
+    if snap.final or settings.first_look_news_balls <= 0 or not (snap.innings or snap.balls):
+        return False
+    if any(i.inning > 1 for i in snap.innings) or any(b.scoreboard not in ("S1", "") for b in snap.balls):
+        return False
+    return _legal_balls(snap) <= settings.first_look_news_balls
+
+
 def _had_play(state: MatchState) -> bool:
     return any(s.legal_balls or s.runs or s.wickets for s in state.previous_score)
 
@@ -136,6 +148,8 @@ def process_tick(
     is when the region's feed leader fetched the snapshot's fixture (None where unknown), kept as the state's
     position."""
     ball_doubt = None
+    if prev is None and _just_begun(snap, settings):
+        prev = MatchState()  # a pre-match baseline: what the first over showed is news
     if prev is not None:
         snap, ball_doubt = confirm.hold_jumps(prev, snap, now, settings)
         stamp = stamp_of_snapshot(snap)

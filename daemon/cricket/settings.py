@@ -115,6 +115,14 @@ class EngineSettings(BaseModel):
         le=10_000,
         description="how many reported wicket keys the match state keeps (bounds the record)",
     )
+    first_look_news_balls: int = Field(
+        default=6,
+        ge=0,
+        le=60,
+        description="a match first seen in its first innings with at most this many legal balls bowled is taken "
+        "as just begun: its balls are news (a first-ball wicket alerts), not history; 0: every first look is "
+        "history",
+    )
     confirm_polls: int = Field(
         default=3,
         ge=1,

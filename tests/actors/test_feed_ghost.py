@@ -69,6 +69,7 @@ async def test_a_listed_match_waiting_on_its_schedule_is_never_released_and_play
         collector.drain("55", feed.subscribe("55", marquee=False))
         await trio.sleep(3 * 3600)
         assert not feed.is_released("55")
+
         # play begins: its score row carries the time SportMonks wrote it, so it is newer content at once
         playing = minimal_fixture(55, score=4)
         playing["runs"][0]["updated_at"] = stamp(time.time())
@@ -96,3 +97,21 @@ async def test_play_in_livescores_lifts_a_ghost_release(autojump_clock: trio.tes
         assert not feed.is_released("77")
         assert "77" in {str(f["id"]) for f in await feed.livescores()}
         assert not feed.is_released("11")
+
+
+async def test_a_listed_suspect_is_still_handed_to_its_match_until_it_is_released(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Listed live but blank, far from its schedule: a suspect, polled on. Until the rule releases it, its
+    match is handed what the list shows (a real match about to bowl its first ball looks the same, and its
+    actor's first look must come before that ball: a first look's balls are history)."""
+    fake = FakeSportMonks()
+    fake.live = [blank(88, starting_at=time.time() - 30 * 86400)]
+    feed = make_feed(fake, feed={"ghost_min_s": 600.0, "not_found_release_s": 7200.0})
+    async with running(feed) as nursery:
+        collector = Collector(nursery)
+        collector.drain("88", feed.subscribe("88", marquee=False))
+        await trio.sleep(30)
+        assert not feed.is_released("88")
+        handed = [u for u in collector.updates["88"] if u.fixture is not None]
+        assert handed and handed[-1].fixture == fake.live[0]

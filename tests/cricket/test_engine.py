@@ -251,6 +251,25 @@ def test_first_tick_mid_innings_reports_no_history() -> None:
     assert [e.type for e in s.tick().events if e.type == "wicket"] == ["wicket"]
 
 
+def test_a_first_look_at_a_match_in_its_first_over_reports_its_balls_as_news() -> None:
+    # the owner's first look came after the first ball (a pre-match look held up by the feed): nobody ticked
+    # the match before, so nobody alerted for it, and a first-ball wicket is news to every follower
+    s = Script()
+    s.balls_of("W 1")
+    assert "wicket" in s.types(s.tick())
+    s.ball("W")
+    assert s.types(s.tick()).count("wicket") == 1  # the next wicket once, the first not again
+
+
+def test_the_first_over_rule_stops_at_its_bound_and_can_be_switched_off() -> None:
+    over = Script()
+    over.balls_of("W 1 0 0 0 0 1")  # seven legal balls: past the first over, history
+    assert over.tick().events == ()
+    off = Script(settings=EngineSettings(first_look_news_balls=0))
+    off.balls_of("W")
+    assert off.tick().events == ()
+
+
 def test_balls_appearing_late_for_a_match_with_play_are_history() -> None:
     s = started(marquee=False)
     s.balls_of("6 6 W 4")
