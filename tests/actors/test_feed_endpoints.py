@@ -215,4 +215,3 @@ async def test_with_both_endpoints_the_filtered_list_carries_a_match_livescores_
     assert fake.calls("/fixtures/11") == []
     assert {u.source for u in collector.updates["11"] if u.fixture} == {"fixtures"}
     assert all(u.in_livescores for u in collector.updates["11"])
-
