@@ -1,83 +1,27 @@
 """The Feed actor: the one place the running daemon gets SportMonks fixtures from.
 
-Owns the polling schedule, the subscriptions of match actors, the latest ``/livescores`` answer (for the
-orchestrator) and the writes to ``cricket-fixture-cache``. It must not touch match state, locks or APNs, and it
-never calls SportMonks except through its ``SportMonksClient`` (which owns budget, breaker, timeouts, retries).
+Owns the polling schedule (the live lists ``/livescores`` and ``/fixtures?filter[status]`` in turn, at the
+cadence the plan allows, with failover between them; ``/fixtures/{id}`` for a subscribed match no list
+shows, with the 404 and ghost rules), the subscriptions of match actors, each subscription's content gate,
+the latest list answer (for the orchestrator) and the writes to ``cricket-fixture-cache``. It must not
+touch match state, locks or APNs, and calls SportMonks only through its ``SportMonksClient`` (budget,
+breaker, timeouts) with ``budget_wait_s=0``: a feed tick never waits for budget.
 
-Subscribers
-    ``subscribe(match_id, marquee=...)`` returns a bounded ``trio.MemoryReceiveChannel[FeedUpdate]``. Each
-    subscription has a one-slot mailbox and a forwarder task: the feed only ever drops the newest update into
-    the slot (never awaits a subscriber), and the forwarder hands the slot's content to the channel. A slow
-    subscriber therefore never blocks the feed or anyone else, undelivered older updates are coalesced, and it
-    always ends up with the newest one. An error update (fixture None) does not displace an undelivered good
-    fixture: newest *data* wins. ``unsubscribe`` closes the channel (the receiver sees end-of-channel); a
-    subscriber closing its end unsubscribes it. Subscriptions outlive a run of the actor, so a feed restarted
-    by its supervisor carries on serving the same channels.
+- Subscribers: ``subscribe(match_id, marquee=...)`` returns a bounded channel fed through a one-slot
+  mailbox, so a slow subscriber never blocks the feed and always ends up with the newest update; an error
+  update does not displace an undelivered good fixture. Subscriptions outlive a run of the actor.
+- The plan: ``daemon.sportmonks.plan`` derives the cadence and paces every call on an endpoint; a plan that
+  cannot serve stops the start (``PlanError``). A failed poll (429, timeout, 5xx, bad body, no budget) is
+  made again at once on the other endpoint, which rests meanwhile.
+- Order: answers pass ``daemon.cricket.order.Gate`` (older content dropped, a same-stamp change held until
+  a second answer agrees), fixtures from the cache too.
+- One fleet per region: only the leader polls (``set_leading``, from ``actors.feed_leader``), for every
+  match of the region (``set_region_matches``); elsewhere ``actors.cache_reader`` serves the subscribers
+  through ``offer_cached``.
+- Errors: a malformed fixture is an error update for its match only; a failed poll on every endpoint is an
+  error update for the subscribers the lists serve; the actor keeps running.
 
-Schedule and cost (SportMonks allows ~2,000 calls per endpoint per hour, spec §4)
-    * The live matches are read from two endpoints in turn: ``/livescores`` and ``/fixtures`` filtered to the
-      live statuses (``list_endpoints``), with the same includes, each within its own hourly budget. The poll
-      period is derived from the plan the operator states (``[sportmonks].hourly_budget``,
-      ``endpoint_budgets``, less ``reserved_calls`` for the region's other work; ``daemon.sportmonks.plan``):
-      a poll every 0.94 s on the standard plan, whatever the number of live matches; ``ctl feed`` and the
-      ``feed_plan`` log line at start say what it is. A plan that cannot poll at least every
-      ``slowest_cadence_s`` stops the start (``PlanError``); a configured ``marquee_cadence_s`` /
-      ``livescores_cadence_s`` faster than the plan allows too. A pacer spaces every call on an endpoint
-      (the feed's, the fixture sync's) so each stays within its hour: when the others call more than was
-      reserved, the feed's polls on that endpoint come later and the other endpoint takes more turns.
-    * A poll that fails (a 429, a timeout past ``poll_timeout_s``, a 5xx, a bad body, no budget left) is made
-      again at once on the other endpoint: no poll is lost. The failed endpoint rests (for a 429's
-      Retry-After, else ``endpoint_rest_s``) while the other carries the polls at its own pace.
-    * While any marquee match is subscribed (``marquee=True`` or its league in ``marquee_leagues``) and
-      ``marquee_source = "livescores"`` (default) the polls carry ``balls``; non-marquee subscribers get the
-      fixture without them (``strip_balls_for_non_marquee``). ``sparse_fields`` asks only for the fields the
-      engine and the cache read (``client.LIVE_FIELDS``).
-    * Answers are ordered by content, never by arrival (``daemon.cricket.order``): each subscription has a
-      gate that drops a fixture older than the one it delivered (an endpoint that lags the other) and holds
-      a change shown at the same stamp until a second answer agrees, so a lagging endpoint cannot withdraw a
-      ball, repeat a wicket or flip a status. Fixtures from the cache (a follower's) pass the same gate.
-    * ``/fixtures/{id}`` for a subscribed match that no live list shows: one under way (its last status says
-      so) is read at the live cadence until a list shows it again or it is over; one not started or over
-      is fetched at once, with the marquee or non-marquee include set, and delivered with
-      ``in_livescores=False`` (how match end is detected); then every ``off_livescores_cadence_s`` (30 s)
-      until unsubscribed or back in a list. A fixture that
-      answers 404 (an id /livescores showed corrupted) is tried ``not_found_max_tries`` times in all, with a
-      doubling backoff from ``not_found_backoff_s``, then released: a last update with ``released`` set, no
-      more calls, and ``is_released`` true for ``not_found_release_s`` so the orchestrator does not take it
-      again meanwhile. The leader hands the verdicts and tries on with its summary (``not_found_state``);
-      followers and a new leader take them (``adopt_not_found``), so the bound holds region-wide.
-      A fixture that answers but shows no play and no change (``daemon.sportmonks.ghost``: a listed id, or a
-      status other than ``NS``, outside its schedule's window) has its ``/fixtures/{id}`` period doubled from
-      ``off_livescores_cadence_s`` up to ``ghost_backoff_max_s`` and is released the same way after
-      ``ghost_max_tries`` looks over ``ghost_min_s``; a ghost release is lifted as soon as ``/livescores``
-      shows that id with play (a follower drops a release its leader no longer lists).
-    * ``marquee_source = "fixture"`` is the DESIGN's literal alternative: ``/fixtures/{id}`` per marquee match
-      every marquee cadence (cost grows with marquee matches), ``/livescores`` alone (without balls) serving
-      everyone else and telling who is live.
-    * The orchestrator's ``livescores(max_age_s=...)`` reuses the latest list answer when fresh enough, and
-      joins a poll already in flight instead of making a second one.
-    * Every call goes to the client with ``budget_wait_s=0``: a call that has no room in the hour is not
-      made, and the poll goes to the other endpoint; a feed tick never waits for budget.
-
-One fleet per region
-    Only the region's feed leader polls (``set_leading``; ``actors.feed_leader`` holds the lease
-    ``feed:{region}`` and says when). The leader also polls for the matches other instances own (``set_region_matches``:
-    remote subscriptions, fed from ``active-matches``, with no channel: their fixtures only go to the cache),
-    and writes each ``/livescores`` answer in short for the followers. On an instance that does not lead, the
-    subscribers are served by ``actors.cache_reader`` through ``offer_cached`` and ``livescores()`` answers
-    from the leader's cached summary. Match actors see the same ``FixtureSource`` either way.
-
-Errors
-    A ``/livescores`` answer is checked fixture by fixture: a malformed fixture yields an update with
-    ``error`` set and ``fixture=None`` for that match only. A failed call (HTTP error, timeout, breaker open,
-    budget) yields an error update for every subscriber that relies on ``/livescores``. The actor keeps
-    running; match actors keep their last good state.
-
-Cache
-    Fixtures delivered are written to ``cricket-fixture-cache`` by a background writer (latest per match wins,
-    written only when changed or when half the TTL has passed), with ``cache_ttl_live_s`` until the status is
-    terminal (``Finished``, ``Aban.``, ``Cancl.``, ``Postp.``) and ``cache_ttl_final_s`` after. A cache failure is
-    logged and counted, never fatal.
+See docs/operations.md ("The plan and the cadence") and docs/delivery.md ("The feed's order").
 """
 
 from __future__ import annotations

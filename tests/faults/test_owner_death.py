@@ -24,8 +24,8 @@ import pytest
 import trio
 
 from daemon.store.locks import instance_of
-from tests.faults.checks import assert_nothing_lost
-from tests.harness.fault_rig import KEY_ID, SECOND_KEY_ID, FaultRig, aps
+from tests.faults.checks import SHORT_OVERS, assert_nothing_lost
+from tests.harness.fault_rig import KEY_ID, SECOND_KEY_ID, FaultRig, aps, event_ids
 from tests.harness.records import Alert, alerts_shown_twice
 
 pytestmark = pytest.mark.slow
@@ -130,6 +130,49 @@ async def test_an_owner_killed_after_a_wickets_first_accepted_push_leaves_no_dou
         # the dead owner's first chunk is uncertain (the update without its alert); every other token was
         # certainly not reached and gets the alert from the successor
         assert len(alerted) >= FOLLOWERS - CHUNKS["match"]["alert_chunk_first"] + 1, sorted(alerted)
+
+
+LATENT_FOLLOWERS = 200
+LATENT_CHUNKS = {"match": {"alert_chunk_first": 16, "alert_chunk_max": 32}}
+
+
+@pytest.mark.parametrize("nth", [1, 50, 130])
+async def test_kills_mid_fan_out_under_apns_latency_lose_the_alert_for_at_most_one_chunk(
+    make_rig: Any, nth: int
+) -> None:
+    """0.3 s of latency each way on the link to APNs and 200 devices, so a fan-out has many pushes handed to
+    the sender that APNs has not answered: the owner is severed once APNs has answered the ``nth`` alert of a
+    wicket. Its successor completes the fan-out: every device gets the wicket, at most one chunk
+    (``alert_chunk_max``) of them without its alert, none twice."""
+    answered: list[dict[str, Any]] = []
+
+    def nth_alert(record: dict[str, Any]) -> bool:
+        if not _wicket_alert(record) or (answered and _headline(record) != _headline(answered[0])):
+            return False
+        answered.append(record)
+        return len(answered) >= nth
+
+    async with make_rig(
+        seed=6, overs=SHORT_OVERS, followers=LATENT_FOLLOWERS, lease_s=3.0, extra=LATENT_CHUNKS
+    ) as rig:
+        rig.proxies["apns"].set(latency_s=0.3)
+        at = await _die_and_be_succeeded(rig, nth_alert, "a wicket's fan-out under APNs latency")
+        wicket = _headline(at)
+        reached = {
+            r["token"]
+            for r in rig.apns.records
+            if r["status"] == 200 and any(ev == wicket for ev in event_ids(r))
+        }
+        alerted = {
+            r["token"]
+            for r in rig.apns.records
+            if r["status"] == 200 and "alert" in aps(r) and _headline(r) == wicket
+        }
+        assert len(reached) == LATENT_FOLLOWERS, "every device got the wicket"
+        missed = reached - alerted
+        assert len(missed) <= LATENT_CHUNKS["match"]["alert_chunk_max"], (
+            f"{len(missed)} devices lost the alert (killed after {nth} answered)"
+        )
 
 
 async def test_an_owner_killed_after_the_first_display_went_out_loses_nothing(make_rig: Any) -> None:
