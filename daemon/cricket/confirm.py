@@ -11,8 +11,9 @@ Owns two pure decisions the engine makes before it lets a tick change anything:
   newer than the newest one shown when the status first appeared (``play_shown``), since a final status
   contradicted by new balls is not an end however long it lasts. A new ball starts the count again. Until
   then the match goes on as the previous tick left it.
-- **Balls from nowhere.** A ball whose over and ball number cannot follow the last ball standing (three
-  overs ahead, another innings than the next, a second delivery numbered like a legal one that stands) is
+- **Balls from nowhere.** A ball whose over and ball number cannot follow the last ball standing, or open
+  the match where none stands yet (three overs ahead, another innings than the next, a second delivery
+  numbered like a legal one that stands) is
   held back (``hold_jumps``): the tick goes on without it until a later answer shows the balls that lead to
   it, or it has stood on ``confirm_polls`` ticks spanning ``confirm_s`` (a gap SportMonks never fills).
 - **Regressions.** An innings total may go back by a correction's worth (``correction_max_*``) in one tick;
@@ -129,11 +130,17 @@ def hold_jumps(
     prev: MatchState, snap: MatchSnapshot, now: float, settings: EngineSettings
 ) -> tuple[MatchSnapshot, Doubt | None]:
     """``snap`` without the new balls that cannot follow the balls standing, and the doubt about the first
-    one held (see the module doc). Balls already in the state, a match's ball history arriving for the
-    first time and a first tick are taken as they are."""
-    last_id = prev.previous_ball_id
-    if not snap.balls or last_id is None:
+    one held (see the module doc). Balls already in the state and a match's ball history arriving for the
+    first time after play (the engine takes those as history) are taken as they are; the first balls after a
+    state without play (a pre-match look, or the engine's baseline for a match just begun) must lead from the
+    match's first delivery like any others."""
+    if not snap.balls:
         return snap, None
+    last_id = prev.previous_ball_id
+    if last_id is None:
+        if prev.had_play:
+            return snap, None
+        last_id = min(b.id for b in snap.balls) - 1  # every ball is new: none stands yet
     # the balls standing: the state's, less those this answer deleted, with this answer's corrections
     admitted = [b for b in diff_balls(prev, snap).window if b.id <= last_id]
     legal_at = {(b.scoreboard, b.over) for b in admitted if b.legal}

@@ -125,10 +125,6 @@ def _just_begun(snap: MatchSnapshot, settings: EngineSettings) -> bool:
     return _legal_balls(snap) <= settings.first_look_news_balls
 
 
-def _had_play(state: MatchState) -> bool:
-    return any(s.legal_balls or s.runs or s.wickets for s in state.previous_score)
-
-
 def is_behind(state_stamp: Stamp | None, stamp: Stamp) -> bool:
     """Whether a fixture stamped ``stamp`` is older content than the one the state was last changed by."""
     return state_stamp is not None and compare(state_stamp, stamp) < 0
@@ -241,7 +237,7 @@ def _tick(
     clock = max(base.feed_clock, float(snap.updated_at) if snap.updated_at else float(now))
 
     diff = diff_balls(base, snap) if (snap.balls or base.last30_balls) else BallDiff((), (), (), ())
-    ball_history = base.previous_ball_id is None and _had_play(base)
+    ball_history = base.previous_ball_id is None and base.had_play
     detect_diff = BallDiff(diff.window, (), diff.corrected, diff.deleted) if ball_history else diff
     ctx = Context(prev=base, snap=snap, diff=detect_diff, settings=settings, marquee=marquee)
 

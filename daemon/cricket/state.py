@@ -113,6 +113,11 @@ class MatchState:
     ball_doubt: Doubt | None = field(default=None, compare=False)  # a ball held back (``confirm.hold_jumps``)
 
     # ---- lookups --------------------------------------------------------------------------------------
+    @property
+    def had_play(self) -> bool:
+        """The scores this state remembers show play (a ball, a run or a wicket in some innings)."""
+        return any(s.legal_balls or s.runs or s.wickets for s in self.previous_score)
+
     def score_for(self, scoreboard: str) -> ScoreMemo | None:
         for memo in self.previous_score:
             if memo.scoreboard == scoreboard:

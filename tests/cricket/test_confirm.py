@@ -320,6 +320,31 @@ def test_a_ball_from_the_future_sends_no_wicket_and_is_forgotten_when_it_goes() 
     assert s.types(s.tick()) == ["wicket"]
 
 
+@pytest.mark.parametrize("pre_match_look", [True, False], ids=["after-a-pre-match-look", "first-look"])
+def test_a_ball_from_the_future_among_a_matchs_first_balls_is_held(pre_match_look: bool) -> None:
+    """The first balls a match shows (no ball stands yet) must lead from its first delivery: a copy three
+    overs ahead in the same answer is held, after a pre-match look and at a first look of a match just begun
+    alike, and the real balls around it still count."""
+    s = Script(settings=CONFIRM)
+    if pre_match_look:
+        s.tick()
+    s.balls_of("1 4")
+    fake = ball_from_the_future(s)
+    result = forged_tick(s, [fake], at=s.clock)
+    assert "wicket" not in s.types(result) and "four" in s.types(result)
+    assert result.state.ball_doubt is not None and fake["id"] not in {b.id for b in result.state.last30_balls}
+    gone = s.tick(now=s.clock + 1)
+    assert not gone.events and gone.state.ball_doubt is None
+
+
+def test_a_matchs_first_balls_that_lead_from_its_first_delivery_are_never_held() -> None:
+    s = Script(settings=CONFIRM)
+    s.tick()
+    s.balls_of("wd 1 0 W")
+    result = s.tick()
+    assert result.state.ball_doubt is None and "wicket" in s.types(result)
+
+
 def test_a_new_id_for_a_legal_ball_that_stands_is_held() -> None:
     s = live_match()
     s.balls_of("1 0")
