@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import trio
 
+from daemon.backoff import backoff_delay
 from daemon.cricket.order import Gate, Verdict, mark_of_fixture
 from daemon.logs import get_logger
 from daemon.metrics import FEED_ANSWERS_HELD, FEED_CADENCE, FEED_POLLS
@@ -45,7 +46,7 @@ from daemon.sportmonks.client import (
     LiveScores,
     SportMonksClient,
 )
-from daemon.sportmonks.errors import BudgetExhausted, SportMonksError, SportMonksHTTPError
+from daemon.sportmonks.errors import BreakerOpen, BudgetExhausted, SportMonksError, SportMonksHTTPError
 from daemon.sportmonks.ghost import GhostRule, Watch, judge, played, sighting
 from daemon.sportmonks.plan import FeedPlan, Pacer, next_poll, plan_feed
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
@@ -229,6 +230,7 @@ class FeedActor:
         self._last_poll_at = -math.inf
         self._last_endpoint: str | None = None
         self._resting: dict[str, float] = {}  # endpoint -> trio time until which no poll goes to it
+        self._failing: dict[str, int] = {}  # endpoint -> its polls failed in a row (sets the next rest)
         self.polls: dict[str, dict[str, int]] = {}  # endpoint -> outcome -> count (as FEED_POLLS)
         self.held: dict[str, int] = {}  # gate verdicts that kept a fixture back -> count
         self._inflight: _Flight | None = None
@@ -633,6 +635,7 @@ class FeedActor:
                 self._count_poll(endpoint, "failover" if n + 1 < len(candidates) else "failed")
                 continue
             self._count_poll(endpoint, "ok")
+            self._failing.pop(endpoint, None)
             self._last_endpoint = endpoint
             return result, endpoint
         raise error
@@ -649,14 +652,21 @@ class FeedActor:
 
     def _rest(self, endpoint: str, exc: SportMonksError) -> None:
         """Leave a failed endpoint alone for a while: a 429 for its Retry-After, no room in the hour until
-        there is, anything else ``endpoint_rest_s``."""
+        there is; anything else (a 5xx, a timeout, a bad body) one cadence step, doubling with each failure
+        in a row up to ``endpoint_rest_s``, so a blip costs a poll or two and an outage is not asked every
+        round. An open circuit breaker is no failure of the endpoint: asking it costs nothing, so the next
+        poll asks again (and is the first to go once it lets a trial call through)."""
+        if isinstance(exc, BreakerOpen):
+            return
         now = trio.current_time()
+        failures = self._failing[endpoint] = self._failing.get(endpoint, 0) + 1
+        backoff = backoff_delay(failures, base_s=self.cadence_s(), cap_s=self.settings.endpoint_rest_s)
         if isinstance(exc, SportMonksHTTPError) and exc.status == 429:
-            wait = exc.retry_after if exc.retry_after is not None else self.settings.endpoint_rest_s
+            wait = exc.retry_after if exc.retry_after is not None else backoff
         elif isinstance(exc, BudgetExhausted):
             wait = max(self.client.budget.wait_time(endpoint), self.cadence_s())
         else:
-            wait = self.settings.endpoint_rest_s
+            wait = backoff
         self._resting[endpoint] = max(self._resting.get(endpoint, -math.inf), now + wait)
         log.warning("feed_endpoint_resting", endpoint=endpoint, rest_s=round(wait, 3), error=str(exc))
 

@@ -168,8 +168,9 @@ class FeedSettings(BaseModel):
         10.0,
         gt=0,
         le=3600,
-        description="an endpoint whose poll failed (5xx, timeout, a bad body) is left alone this long while "
-        "the other carries the polls; a 429 rests it for its Retry-After",
+        description="the longest an endpoint whose polls keep failing (5xx, timeout, a bad body) is left alone "
+        "while the other carries the polls: the rest is one cadence step after a failure and doubles with each "
+        "failure in a row up to this; a 429 rests it for its Retry-After",
     )
     sparse_fields: bool = Field(
         True,

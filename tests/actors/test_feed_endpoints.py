@@ -128,6 +128,49 @@ async def test_a_slow_answer_past_the_poll_deadline_is_made_again_on_the_other_e
     assert feed.stats()["endpoints"]["livescores"]["polls"]["failover"] == 1
 
 
+async def test_an_endpoint_that_keeps_failing_rests_longer_each_time_and_a_blip_costs_one_poll(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """/livescores answers 503 for two minutes: it is asked again after one cadence step, then after two,
+    four, ... up to ``endpoint_rest_s``, while /fixtures carries the polls; once it answers it is back in
+    turn at once, and a later single 503 rests it for one step only."""
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11)]
+    failing = {"until": -1.0}
+
+    def fail(seen: Seen) -> Scripted | None:
+        if seen.path == "/livescores" and trio.current_time() < failing["until"]:
+            return Scripted(503, {"message": "Service Unavailable"})
+        return None
+
+    fake.hook = fail
+    feed = make_feed(fake, feed={**TWO_ENDPOINTS, "endpoint_rest_s": 8.0}, breaker_failure_threshold=1000)
+    cadence = feed.plan.cadence_s
+    async with running(feed) as nursery:
+        delivered = delivery_times(nursery, feed.subscribe("11", marquee=False))
+        await trio.sleep(10)
+        start = trio.current_time()
+        failing["until"] = start + 120
+        await trio.sleep(120)
+        asked = [r.at for r in fake.calls("/livescores") if start <= r.at < start + 120]
+        rests = [b - a for a, b in zip(asked, asked[1:], strict=False)]
+        # the rests double from one step and stop at the cap (each a little longer: the poll's own turn)
+        assert rests[0] < 2 * cadence + 0.01 and rests[1] > rests[0]
+        assert max(rests) <= 8.0 + 2 * cadence + 0.01 and rests[-1] >= 8.0
+        assert len(asked) <= 120 / 8.0 + 6  # an outage is not asked every round
+        during = [t for t in delivered if start <= t <= start + 120]
+        gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
+        assert gaps and max(gaps) <= feed.plan.interval_s["fixtures"] + 0.01  # /fixtures carried every poll
+        await trio.sleep(20)
+        back = trio.current_time()
+        failing["until"] = back + 0.01  # one 503
+        await trio.sleep(10)
+        again = [r.at for r in fake.calls("/livescores") if r.at >= back]
+        assert len(again) >= 3 and again[1] - again[0] < 2 * cadence + 0.01
+    stats = feed.stats()["endpoints"]["livescores"]["polls"]
+    assert stats.get("failed", 0) == 0 and stats["failover"] >= 10
+
+
 async def test_an_endpoint_that_lags_never_hands_a_match_older_content_or_a_status_flip(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -171,7 +171,8 @@ async def test_a_corrupted_fixture_id_is_released_after_bounded_tries(make_rig: 
     async with make_rig(seed=13, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         fixtures_before = rig.daemon.client.calls.get("fixtures", {}).get("error", 0)
-        rig.replay.inject("changed_id", value=123, endpoint="livescores", duration_s=1.5)
+        for endpoint in ("livescores", "fixtures"):  # both live lists show the corrupted id for a while
+            rig.replay.inject("changed_id", value=123, endpoint=endpoint, duration_s=2.5)
         await rig.wait_for(lambda: rig.daemon.feed.is_released("123"), 30, "fixture 123 released")
         await rig.wait_for(lambda: "123" not in rig.daemon.orchestrator.owned, 10, "its actor gone")
         record = await rig.repos.active_matches.get_active_match_state("123")

@@ -42,7 +42,18 @@ async def test_a_5xx_storm_opens_the_breaker_then_everything_missed_is_delivered
         )
 
 
-async def test_429_with_retry_after_is_retried_and_nothing_is_lost(make_rig: Any) -> None:
+def _summed(rig: Any, outcome: str) -> int:
+    """The client's calls with ``outcome`` over both live endpoints (the feed reads them in turn)."""
+    return sum(per.get(outcome, 0) for per in rig.daemon.client.calls.values())
+
+
+def _failovers(rig: Any) -> int:
+    return sum(per.get("failover", 0) for per in rig.daemon.feed.polls.values())
+
+
+async def test_429_with_retry_after_moves_the_poll_to_the_other_endpoint_and_nothing_is_lost(
+    make_rig: Any,
+) -> None:
     async with make_rig(
         seed=3, overs=SHORT_OVERS, extra={"sportmonks": {"breaker_failure_threshold": 50}}
     ) as rig:
@@ -51,18 +62,22 @@ async def test_429_with_retry_after_is_retried_and_nothing_is_lost(make_rig: Any
         await assert_nothing_lost(rig)
         hits = {f["id"]: f for f in rig.replay.faults()}
         assert fault not in hits, "every scripted 429 was served (the fault expired)"
-        calls = rig.daemon.client.calls["livescores"]
-        assert calls.get("retry", 0) >= 3, f"each 429 was retried within its call: {calls}"
+        assert _summed(rig, "error") >= 3, f"each 429 was an answer of its own: {rig.daemon.client.calls}"
+        assert _failovers(rig) >= 1, (
+            f"a refused poll went to the other endpoint at once: {rig.daemon.feed.polls}"
+        )
         assert rig.daemon.client.breaker.opened_count == 0, "3 failures stay under the configured threshold"
 
 
-async def test_responses_held_past_the_deadline_time_out_and_are_retried(make_rig: Any) -> None:
-    async with make_rig(seed=4, overs=SHORT_OVERS, extra={"sportmonks": {"timeout_s": 0.5}}) as rig:
+async def test_responses_held_past_the_deadline_time_out_and_go_to_the_other_endpoint(make_rig: Any) -> None:
+    config = {"sportmonks": {"timeout_s": 0.5}, "feed": {"poll_timeout_s": 0.5}}
+    async with make_rig(seed=4, overs=SHORT_OVERS, extra=config) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         rig.replay.inject("timeout", hold_s=2.0, count=4)
         await assert_nothing_lost(rig)
-        calls = rig.daemon.client.calls["livescores"]
-        assert calls.get("retry", 0) + calls.get("error", 0) >= 4, f"the held answers timed out: {calls}"
+        timed_out = _summed(rig, "retry") + _summed(rig, "error")
+        assert timed_out >= 4, f"the held answers timed out: {rig.daemon.client.calls}"
+        assert _failovers(rig) >= 1, f"a timed-out poll went to the other endpoint: {rig.daemon.feed.polls}"
 
 
 @pytest.mark.parametrize(
@@ -82,7 +97,7 @@ async def test_bad_bodies_are_skipped_without_a_crash_and_nothing_is_lost(
     async with make_rig(seed=5, overs=SHORT_OVERS) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         restarts = _restarts()
-        rig.replay.inject(mode, endpoint="livescores", count=8, **params)
+        rig.replay.inject(mode, endpoint="livescores", count=4, **params)
         await assert_nothing_lost(rig)
         assert not rig.replay.faults(), "every bad body was served"
         assert _restarts() == restarts, "bad input is skipped for the tick, never a crash of the match actor"

@@ -40,6 +40,7 @@ class Scripted:
 class Seen:
     path: str
     query: dict[str, str]
+    at: float = 0.0  # trio time the request arrived
 
 
 def minimal_fixture(
@@ -153,7 +154,7 @@ class FakeSportMonks:
     # --- serving ------------------------------------------------------------------------------------------
 
     def respond(self, path: str, query: dict[str, str]) -> Scripted:
-        seen = Seen(path, query)
+        seen = Seen(path, query, trio.current_time())
         self.requests.append(seen)
         if self.hook is not None:
             hooked = self.hook(seen)
