@@ -13,9 +13,9 @@ Owns two pure decisions the engine makes before it lets a tick change anything:
   then the match goes on as the previous tick left it.
 - **Balls from nowhere.** A ball whose over and ball number cannot follow the last ball standing, or open
   the match where none stands yet (three overs ahead, another innings than the next, a second delivery
-  numbered like a legal one that stands) is
-  held back (``hold_jumps``): the tick goes on without it until a later answer shows the balls that lead to
-  it, or it has stood on ``confirm_polls`` ticks spanning ``confirm_s`` (a gap SportMonks never fills).
+  numbered like a legal one that stands) is held back (``hold_jumps``): the tick goes on without it until a
+  later answer shows the balls that lead to it, or it has stood on ``confirm_polls`` ticks spanning
+  ``confirm_s`` (a gap SportMonks never fills).
 - **Regressions.** An innings total may go back by a correction's worth (``correction_max_*``) in one tick;
   a bigger drop (``regression``) is doubtful and believed only under the same persistence rule, so a real
   big correction by the scorers is taken after ``confirm_s`` and a glitch is never shown.
