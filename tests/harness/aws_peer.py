@@ -225,6 +225,9 @@ def complete_cloudformation() -> None:
         **kw: Any,
     ) -> Any:
         props = cloudformation_json["Properties"]
+        protected = props.get("DeletionProtectionEnabled")
+        if isinstance(protected, str):  # a parameter's "true"/"false": CloudFormation reads it as the Boolean
+            props["DeletionProtectionEnabled"] = protected.lower() == "true"
         sse = props.get("SSESpecification")
         if sse is not None:  # CloudFormation says SSEEnabled where CreateTable (and moto) says Enabled
             props["SSESpecification"] = {
@@ -331,8 +334,224 @@ def complete_cloudformation() -> None:
     from moto.cloudformation import parsing
 
     # moto finds models as CloudFormationModel's subclasses, which it holds weakly: keep ours alive
-    _MODELS.extend([Secret, Workspace])
+    _MODELS.extend([Secret, Workspace, *_operations_models()])
     parsing.get_model_map.cache_clear()
+
+
+def _operations_models() -> list[type]:
+    """The region template's operations resources moto's CloudFormation does not know, made in moto's own
+    backends with the ``Ref`` values AWS documents: ``AWS::CloudWatch::Alarm`` (the alarm's name),
+    ``AWS::ApplicationAutoScaling::ScalableTarget`` and ``ScalingPolicy``, ``AWS::SecretsManager::ResourcePolicy``
+    (the secret's ARN); and the target group's ``TargetGroupFullName`` attribute (what CloudWatch's dimensions
+    and the scaling policy's resource label name it by), the load balancer's ``LoadBalancerFullName``, which moto
+    leaves unimplemented, and its ``LoadBalancerAttributes``, which moto's CloudFormation leaves out."""
+    from moto.applicationautoscaling.models import applicationautoscaling_backends
+    from moto.cloudwatch.models import Dimension, Metric, MetricDataQuery, MetricStat, cloudwatch_backends
+    from moto.core.common_models import CloudFormationModel
+    from moto.elbv2.models import FakeLoadBalancer, FakeTargetGroup, elbv2_backends
+    from moto.secretsmanager.models import secretsmanager_backends
+
+    def target_group_attribute(self: Any, attribute_name: str) -> Any:
+        if attribute_name == "TargetGroupFullName":  # targetgroup/<name>/<id>, the ARN's resource part
+            return str(self.arn).split(":", 5)[5]
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        raise UnformattedGetAttTemplateException()
+
+    FakeTargetGroup.has_cfn_attr = classmethod(lambda cls, attr: attr == "TargetGroupFullName")  # type: ignore[assignment]
+    FakeTargetGroup.get_cfn_attribute = target_group_attribute  # type: ignore[attr-defined]
+
+    def load_balancer_attribute(self: Any, attribute_name: str) -> Any:
+        if attribute_name == "LoadBalancerFullName":  # app/<name>/<id>, the ARN's resource part
+            return str(self.arn).split(":loadbalancer/", 1)[1]
+        return load_balancer_attributes(self, attribute_name)
+
+    load_balancer_attributes = FakeLoadBalancer.get_cfn_attribute
+    FakeLoadBalancer.get_cfn_attribute = load_balancer_attribute  # type: ignore[method-assign]
+
+    create_load_balancer = FakeLoadBalancer.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def create_load_balancer_as_aws(
+        cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+    ) -> Any:
+        # moto leaves LoadBalancerAttributes out; CloudFormation sets them (ModifyLoadBalancerAttributes)
+        balancer = create_load_balancer(
+            cls, resource_name, cloudformation_json, account_id, region_name, **kw
+        )
+        attributes = cloudformation_json["Properties"].get("LoadBalancerAttributes") or []
+        elbv2_backends[account_id][region_name].modify_load_balancer_attributes(
+            balancer.arn, {a["Key"]: a["Value"] for a in attributes if a}
+        )
+        return balancer
+
+    FakeLoadBalancer.create_from_cloudformation_json = classmethod(create_load_balancer_as_aws)  # type: ignore[method-assign,assignment]
+
+    class Alarm(CloudFormationModel):
+        __module__ = "moto.cloudwatch.models"
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::CloudWatch::Alarm"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "AlarmName"
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.name  # Ref: the alarm's name
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> Alarm:
+            props = cloudformation_json["Properties"]
+            queries = []
+            for query in props.get("Metrics") or []:
+                stat = query.get("MetricStat")
+                metric_stat = None
+                if stat is not None:
+                    metric = stat["Metric"]
+                    dimensions = [Dimension(d["Name"], d["Value"]) for d in metric.get("Dimensions") or []]
+                    metric_stat = MetricStat(
+                        Metric(metric["MetricName"], metric["Namespace"], dimensions),
+                        stat["Period"],
+                        stat["Stat"],
+                        stat.get("Unit"),
+                    )
+                queries.append(
+                    MetricDataQuery(
+                        query["Id"],
+                        query.get("Label"),
+                        query.get("Period"),
+                        query.get("ReturnData", True),
+                        query.get("Expression"),
+                        metric_stat,
+                    )
+                )
+            name = props.get("AlarmName") or resource_name
+            cloudwatch_backends[account_id][region_name].put_metric_alarm(
+                name=name,
+                namespace=props.get("Namespace"),
+                metric_name=props.get("MetricName"),
+                comparison_operator=props["ComparisonOperator"],
+                evaluation_periods=int(props["EvaluationPeriods"]),
+                period=props.get("Period"),
+                threshold=float(props["Threshold"]),
+                statistic=props.get("Statistic"),
+                description=props.get("AlarmDescription"),
+                dimensions=props.get("Dimensions") or [],
+                alarm_actions=props.get("AlarmActions") or [],
+                metric_data_queries=queries or None,
+                datapoints_to_alarm=props.get("DatapointsToAlarm"),
+                ok_actions=props.get("OKActions") or [],
+                treat_missing_data=props.get("TreatMissingData"),
+            )
+            return cls(name)
+
+    class ScalableTarget(CloudFormationModel):
+        __module__ = "moto.applicationautoscaling.models"
+
+        def __init__(self, target_id: str) -> None:
+            self.target_id = target_id
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::ApplicationAutoScaling::ScalableTarget"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return ""
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.target_id  # Ref: resource id|scalable dimension|service namespace
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> ScalableTarget:
+            props = cloudformation_json["Properties"]
+            applicationautoscaling_backends[account_id][region_name].register_scalable_target(
+                props["ServiceNamespace"],
+                props["ResourceId"],
+                props["ScalableDimension"],
+                int(props["MinCapacity"]),
+                int(props["MaxCapacity"]),
+                props.get("RoleARN", ""),
+                props.get("SuspendedState", {}),
+            )
+            return cls("|".join([props["ResourceId"], props["ScalableDimension"], props["ServiceNamespace"]]))
+
+    class ScalingPolicy(CloudFormationModel):
+        __module__ = "moto.applicationautoscaling.models"
+
+        def __init__(self, arn: str) -> None:
+            self.arn = arn
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::ApplicationAutoScaling::ScalingPolicy"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "PolicyName"
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.arn  # Ref: the policy's ARN
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> ScalingPolicy:
+            props = cloudformation_json["Properties"]
+            resource_id, dimension, namespace = str(props["ScalingTargetId"]).split("|")
+            policy = applicationautoscaling_backends[account_id][region_name].put_scaling_policy(
+                policy_name=props["PolicyName"],
+                service_namespace=namespace,
+                resource_id=resource_id,
+                scalable_dimension=dimension,
+                policy_body=props.get("TargetTrackingScalingPolicyConfiguration")
+                or props.get("StepScalingPolicyConfiguration")
+                or {},
+                policy_type=props["PolicyType"],
+            )
+            return cls(policy.policy_arn)
+
+    class SecretResourcePolicy(CloudFormationModel):
+        __module__ = "moto.secretsmanager.models"
+
+        def __init__(self, secret_arn: str) -> None:
+            self.secret_arn = secret_arn
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::SecretsManager::ResourcePolicy"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return ""
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.secret_arn  # Ref: the secret's ARN
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> SecretResourcePolicy:
+            props = cloudformation_json["Properties"]
+            policy = props["ResourcePolicy"]
+            arn, _ = secretsmanager_backends[account_id][region_name].put_resource_policy(
+                props["SecretId"], policy if isinstance(policy, str) else json.dumps(policy)
+            )
+            return cls(arn)
+
+    return [Alarm, ScalableTarget, ScalingPolicy, SecretResourcePolicy]
 
 
 def main() -> None:
