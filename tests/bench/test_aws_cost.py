@@ -21,16 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_meter_bills_request_units_from_item_sizes(tmp_path: Path) -> None:
-    meter = tmp_path / "meter.jsonl"
-    with AwsPeer(meter=meter) as peer:
-        creds = role_credentials("engine")
-        client = boto3.client(
-            "dynamodb",
-            endpoint_url=peer.url,
-            region_name="eu-west-1",
-            aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
-        )
+    def calls(client: Any) -> None:
         client.create_table(
             TableName="m-active-matches",
             KeySchema=[{"AttributeName": "matchId", "KeyType": "HASH"}],
@@ -48,13 +39,14 @@ def test_the_meter_bills_request_units_from_item_sizes(tmp_path: Path) -> None:
             ExpressionAttributeValues={":n": {"N": "1"}},
         )
         client.delete_item(TableName="m-active-matches", Key={"matchId": {"S": "1"}})
-    lines = [json.loads(x) for x in meter.read_text().splitlines()]
-    units = [(x["op"], x["rru"], x["wru"]) for x in lines if x["op"] != "CreateTable"]
+
+    lines = _metered(tmp_path, calls)
+    units = [(x["op"], x["rru"], x["wru"]) for x in lines]
     assert units == [
         ("PutItem", 0.0, 5.0),  # 5 KB started: 5 write units
         ("GetItem", 1.0, 0.0),  # eventually consistent: half a unit per 4 KB started (2 x 4 KB)
         ("GetItem", 2.0, 0.0),  # strongly consistent: a unit per 4 KB started
-        ("UpdateItem", 0.0, 5.0),  # billed on the stored item
+        ("UpdateItem", 0.0, 5.0),  # the larger of the item before and after: 5 KB both
         ("DeleteItem", 0.0, 5.0),
     ]
     assert {x["table"] for x in lines} == {"active-matches"}

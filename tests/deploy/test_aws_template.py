@@ -441,20 +441,27 @@ def test_a_failed_first_create_leaves_nothing_behind_that_a_retry_would_trip_on(
     } in attributes
 
 
+def _protections(peer_url: str, prefix: str, deployed: Deployed) -> tuple[set[bool], dict[str, str]]:
+    """The deletion protection of the stack's tables (the set of their flags) and its load balancer's
+    attributes, as the deployed AWS reports them."""
+    dynamodb = client(peer_url, "dynamodb")
+    tables = {
+        dynamodb.describe_table(TableName=f"{prefix}{logical}")["Table"]["DeletionProtectionEnabled"]
+        for logical in TABLE_SPECS
+    }
+    elb = client(peer_url, "elbv2")
+    answer = elb.describe_load_balancer_attributes(LoadBalancerArn=deployed.resources["LoadBalancer"][1])
+    return tables, {a["Key"]: a["Value"] for a in answer["Attributes"]}
+
+
 def test_the_first_create_makes_unprotected_tables_a_stopped_fleet_and_no_autoscaling(
     first_create: Any,
 ) -> None:
     peer, prefix, deployed = first_create
-    dynamodb = client(peer.url, "dynamodb")
-    for logical in TABLE_SPECS:  # a rollback could delete them
-        assert (
-            dynamodb.describe_table(TableName=f"{prefix}{logical}")["Table"]["DeletionProtectionEnabled"]
-            is False
-        )
-    elb = client(peer.url, "elbv2")
-    attributes = elb.describe_load_balancer_attributes(LoadBalancerArn=deployed.resources["LoadBalancer"][1])
-    assert {"Key": "deletion_protection.enabled", "Value": "false"} in attributes["Attributes"]
-    assert {"Key": "access_logs.s3.enabled", "Value": "false"} in attributes["Attributes"]
+    tables, load_balancer = _protections(peer.url, prefix, deployed)
+    assert tables == {False}  # a rollback could delete them
+    assert load_balancer["deletion_protection.enabled"] == "false"
+    assert load_balancer["access_logs.s3.enabled"] == "false"
     # no count given: nothing starts before the secrets hold their values, and the API is not autoscaled up
     services = client(peer.url, "ecs").describe_services(
         cluster=deployed.outputs["ClusterName"], services=["engine", "api"]
@@ -471,16 +478,10 @@ def test_the_first_create_makes_unprotected_tables_a_stopped_fleet_and_no_autosc
 
 def test_the_running_regions_tables_and_load_balancer_are_protected_and_its_access_logged(stack: Any) -> None:
     peer, prefix, deployed = stack
-    dynamodb = client(peer.url, "dynamodb")
-    for logical in TABLE_SPECS:
-        assert (
-            dynamodb.describe_table(TableName=f"{prefix}{logical}")["Table"]["DeletionProtectionEnabled"]
-            is True
-        )
-    elb = client(peer.url, "elbv2")
-    attributes = elb.describe_load_balancer_attributes(LoadBalancerArn=deployed.resources["LoadBalancer"][1])
-    assert {"Key": "deletion_protection.enabled", "Value": "true"} in attributes["Attributes"]
-    logged = {a["Key"]: a["Value"] for a in attributes["Attributes"] if a["Key"].startswith("access_logs.")}
+    tables, load_balancer = _protections(peer.url, prefix, deployed)
+    assert tables == {True}
+    assert load_balancer["deletion_protection.enabled"] == "true"
+    logged = {k: v for k, v in load_balancer.items() if k.startswith("access_logs.")}
     assert logged == {
         "access_logs.s3.enabled": "true",
         "access_logs.s3.bucket": ACCESS_LOGS,
