@@ -280,9 +280,10 @@ def layers_cost() -> float:
     import structlog
     import trio
 
-    from daemon.api.app import ApiState, build_app
+    from daemon.api.app import build_app
     from daemon.api.auth import Authenticator, JwksKeys
     from daemon.api.settings import ApiSettings, AuthSettings
+    from daemon.api.state import ApiState
     from daemon.demo.issuer import LocalIssuer
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))

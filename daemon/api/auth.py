@@ -34,6 +34,7 @@ import jwt
 import trio
 from jwt import PyJWK, PyJWKSet
 
+from daemon.api.errors import AuthError, UnknownKid
 from daemon.api.settings import AuthSettings
 from daemon.logs import get_logger
 from daemon.metrics import API_AUTH_FAILURES, JWKS_FETCHES, JWKS_KEYS
@@ -42,21 +43,6 @@ log = get_logger("daemon.api.auth")
 
 ALGORITHM = "RS256"
 MAX_TOKEN_CHARS = 8192
-
-
-class AuthError(Exception):
-    """A token was refused; ``reason`` is a short fixed word for logs and metrics."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
-
-
-class UnknownKid(AuthError):
-    def __init__(self, kid: str) -> None:
-        super().__init__("unknown_kid", f"kid {kid[:40]!r} is not in the JWKS")
-        self.kid = kid
 
 
 @dataclass(frozen=True)

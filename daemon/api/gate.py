@@ -16,9 +16,10 @@ from typing import Protocol
 
 import trio
 
-from daemon.api.auth import AuthError, Principal
+from daemon.api.auth import Principal
+from daemon.api.errors import ApiError, AuthError
 from daemon.api.ratelimit import Decision
-from daemon.api.responses import ApiError, ASGIApp, Receive, Scope, Send, error_response
+from daemon.api.responses import ASGIApp, Receive, Scope, Send, error_response
 from daemon.logs import get_logger
 from daemon.metrics import API_AUTH_FAILURES, API_RATE_LIMITED, API_REFUSED
 

@@ -20,17 +20,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
-from daemon.api.gate import account, refuse
+from daemon.api.gate import Buckets, account, refuse
 from daemon.api.responses import ASGIApp, Receive, Scope, Send, error_response
 from daemon.logs import get_logger
 from daemon.metrics import API_LATENCY, API_REQUESTS
-
-if TYPE_CHECKING:
-    from daemon.api.app import ApiState
 
 log = get_logger("daemon.api")
 
@@ -175,14 +172,27 @@ class HttpRules:
         await self.app(scope, receive, send_rules)
 
 
+class InFlight:
+    """The number of requests between their head and their answer (the access log counts them; the server
+    logs what its graceful stop left)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
 class AccessLog:
     """One structlog line (method, route, status, duration, shortened user id) and the Prometheus metrics
-    per request; counts requests in flight for the graceful stop; accounts for refusals (``gate.account``);
-    answers an exception from inside with the JSON 500."""
+    per request; counts requests in flight (``in_flight``) for the graceful stop; accounts for refusals
+    (``gate.account``: the address's ``refusals`` bucket, the address read with ``trusted_hops``); answers
+    an exception from inside with the JSON 500."""
 
-    def __init__(self, app: ASGIApp, state: ApiState) -> None:
+    def __init__(self, app: ASGIApp, in_flight: InFlight, refusals: Buckets, trusted_hops: int) -> None:
         self.app = app
-        self.state = state
+        self.in_flight = in_flight
+        self.refusals = refusals
+        self.trusted_hops = trusted_hops
         # the metrics' children by (route template, status): both sets are small and fixed
         self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
@@ -198,7 +208,7 @@ class AccessLog:
                 status[0] = int(message["status"])
             await send(message)
 
-        self.state.in_flight += 1
+        self.in_flight.value += 1
         try:
             await self.app(scope, receive, send_status)
         except Exception as exc:
@@ -209,8 +219,8 @@ class AccessLog:
                 )
                 await response(scope, receive, send_status)
         finally:
-            self.state.in_flight -= 1
-            account(scope, self.state.refusals, self.state.settings.trusted_proxy_hops)
+            self.in_flight.value -= 1
+            account(scope, self.refusals, self.trusted_hops)
             duration = time.perf_counter() - started
             code = status[0] or 500
             route = scope.get("route")

@@ -204,7 +204,7 @@ async def test_display_reads_are_served_from_memory_within_the_cache_time(make_a
         for _ in range(20):
             again = await client.get("/matches/1001/display", headers=h)
             assert again.json() == first.json()
-    assert api.state.display_cache.loads == 1
+    assert api.state.displays.cache.loads == 1
 
 
 async def test_a_display_answer_has_an_etag_and_an_unchanged_one_is_answered_304_on_every_path(

@@ -220,7 +220,7 @@ async def test_an_exception_in_any_layer_is_the_json_500(api: Api) -> None:
     async def broken(scope: Any, receive: Any, send: Any) -> None:
         raise RecursionError("a bug")
 
-    app = AccessLog(broken, api.state)
+    app = AccessLog(broken, api.state.in_flight, api.state.refusals, 0)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as client:
         resp = await client.get("/anything")
     assert resp.status_code == 500 and resp.json()["error"]["code"] == "internal_error"
