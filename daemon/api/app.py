@@ -29,7 +29,7 @@ from daemon.api.display import DisplayFastPath
 from daemon.api.errors import ApiError
 from daemon.api.gate import Gate
 from daemon.api.middleware import AccessLog, BodyLimit, HttpRules
-from daemon.api.openapi import install_openapi
+from daemon.api.openapi import install_openapi, operation_id
 from daemon.api.responses import ASGIApp, Scope, error_response
 from daemon.api.routes import ROUTERS, include_routes
 from daemon.api.state import ApiState
@@ -51,6 +51,7 @@ def build_app(state: ApiState) -> ASGIApp:
         openapi_url="/openapi.json",
         # a path with a trailing slash is another path (404): a redirect would be built from the Host header
         redirect_slashes=False,
+        generate_unique_id_function=operation_id,
     )
     app.state.api = state
     _install_error_handlers(app)

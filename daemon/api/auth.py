@@ -297,13 +297,6 @@ class Authenticator:
             max_lifetime_s=self.max_lifetime_s,
         )
 
-    def remembers(self, authorization: str | None) -> bool:
-        """Whether this header carries a token verified before and still good: a dictionary lookup, no
-        signature check (the gate lets such requests through even when their address is limited)."""
-        token = bearer_token(authorization)
-        known = self._memo.get(token) if token else None
-        return known is not None and known.exp + self.leeway_s > time.time() and known.kid in self.keys.keys
-
     async def authenticate(self, authorization: str | None) -> Principal:
         """The principal of an ``Authorization: Bearer ...`` header value, or AuthError."""
         try:

@@ -7,9 +7,10 @@
   Content-Length and Transfer-Encoding is refused (400, connection closed: RFC 9112 §6.1, a request
   smuggling vector); HEAD is answered as GET without the body; answers under ``/user/`` carry
   ``Cache-Control: no-store`` (they are one user's own items).
-- ``BodyLimit``: reads a body only up to ``[api].max_body_bytes`` (413 past it, whatever Content-Length
-  says) and within ``[api].body_timeout_s`` (408 and the connection closed past it), and refuses a body
-  that is not JSON, or is nested too deeply to parse, with 400, before the app sees it.
+- ``BodyLimit``: refuses a body whose Content-Type is not JSON with 415 (unread), reads a body only up to
+  ``[api].max_body_bytes`` (413 past it, whatever Content-Length says) and within ``[api].body_timeout_s``
+  (408 and the connection closed past it), and refuses a body that is not JSON, or is nested too deeply
+  to parse, with 400, before the app sees it.
 
 Each refusal is marked on the scope (``daemon.api.gate.refuse``) for the gate's metrics and per-address
 limit. See docs/api.md.
@@ -36,10 +37,18 @@ NO_STORE = (b"cache-control", b"no-store")
 ORIGINAL_METHOD = "sightscreen.method"
 
 
+def is_json_media_type(value: bytes) -> bool:
+    """Whether a Content-Type names JSON: ``application/json`` or ``application/<something>+json``, any
+    case, parameters (``; charset=utf-8``) allowed."""
+    media = value.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
 class BodyLimit:
-    """Refuse bodies over ``limit`` bytes with 413, reading at most ``limit + 1`` of them, bodies slower than
-    ``timeout_s`` with 408, and bodies that are not JSON with 400 (whatever the Content-Type says), before
-    the app sees any of them."""
+    """Refuse a body whose Content-Type is not JSON with 415 (unread), bodies over ``limit`` bytes with 413,
+    reading at most ``limit + 1`` of them, bodies slower than ``timeout_s`` with 408, and bodies that are
+    not JSON with 400, before the app sees any of them. A request without a body (no Content-Length, or 0,
+    and no Transfer-Encoding) needs no Content-Type."""
 
     def __init__(self, app: ASGIApp, limit: int, timeout_s: float) -> None:
         self.app = app
@@ -50,17 +59,36 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        has_body = False
+        content_type: bytes | None = None
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
-                    too_big = int(value) > self.limit
+                    length = int(value)
                 except ValueError:
-                    too_big = False
-                if too_big:
+                    length = 0
+                if length > self.limit:
                     await self._too_big(scope, receive, send)
                     return
+                has_body = has_body or length > 0
+            elif name == b"transfer-encoding":
+                has_body = True
+            elif name == b"content-type":
+                content_type = bytes(value)
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
+            return
+        if has_body and (content_type is None or not is_json_media_type(content_type)):
+            refuse(scope, "unsupported_media_type")
+            scope["sightscreen.route"] = "unsupported_media_type"
+            response = error_response(
+                415,
+                "unsupported_media_type",
+                "the body must be JSON (Content-Type: application/json)",
+                [{"field": "header.content-type", "reason": "not application/json"}],
+                headers=CLOSE,
+            )
+            await response(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0

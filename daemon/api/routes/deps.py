@@ -7,9 +7,10 @@ token's ``sub``: no route takes a user id from the path or the body.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Sequence
+from typing import Annotated, TypeVar
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Query, Request
 
 from daemon.api.auth import Principal
 from daemon.api.errors import ApiError
@@ -51,6 +52,29 @@ LeagueId = Annotated[
 SeasonId = Annotated[
     str, Path(pattern=ID_PATTERN, max_length=ID_MAX, description="a season id", examples=["99"])
 ]
+
+
+PAGE_MAX = 100
+PAGE_DEFAULT = 50
+Limit = Annotated[
+    int, Query(ge=1, le=PAGE_MAX, description=f"items per page (at most {PAGE_MAX})", examples=[20])
+]
+T = TypeVar("T")
+Cursor = Annotated[
+    str | None,
+    Query(
+        pattern=r"^[0-9]{1,9}$",
+        description="the `next` of the previous page (where the page starts); none for the first page",
+    ),
+]
+
+
+def page(items: Sequence[T], limit: int, cursor: str | None) -> tuple[list[T], str | None]:
+    """One page of a list the handler holds whole (a bounded list): the items from the cursor (an offset;
+    past the end, an empty page) and the next page's cursor (None on the last)."""
+    start = int(cursor) if cursor else 0
+    end = start + limit
+    return list(items[start:end]), (str(end) if end < len(items) else None)
 
 
 def not_found(what: str) -> ApiError:

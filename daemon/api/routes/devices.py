@@ -3,6 +3,8 @@ push-to-start token, delete."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -11,7 +13,10 @@ from daemon.api.models import Device, DeviceIn, PushToStartIn
 from daemon.api.openapi import answers
 from daemon.api.responses import json_response
 from daemon.api.routes.deps import User, api_state, not_found
-from daemon.store.devices import DeviceRegistrationConflict
+from daemon.api.state import ApiState
+from daemon.store.devices import DeviceClaim, DeviceRegistrationConflict
+
+END_REASON_TRANSFERRED = "device_transferred"
 
 router = APIRouter()
 
@@ -31,19 +36,29 @@ async def get_device(request: Request, user: User) -> Response:
     tags=["device"],
     response_model=Device,
     responses=answers(409, body=True),
-    summary="register your device: one per user, and the latest registration of a device token owns it",
+    summary="register your device: one per user; the latest registration of a push token (device, alert or "
+    "push-to-start) owns it, and the earlier owner's Live Activities on that phone end",
 )
 async def register_device(request: Request, user: User, body: DeviceIn) -> Response:
+    claim = await claim_device(
+        api_state(request),
+        user.sub,
+        body.deviceToken,
+        platform=body.platform,
+        os_version=body.osVersion,
+        app_version=body.appVersion,
+        apns_token=body.apnsToken,
+        push_to_start_token=body.pushToStartToken,
+    )
+    return json_response(claim.item)
+
+
+async def claim_device(api: ApiState, user_id: str, device_token: str, **fields: Any) -> DeviceClaim:
+    """The store's ``claim_device`` (each of the record's tokens taken from whoever held it), then the Live
+    Activity sessions of each user it was taken from ended (``endReason: device_transferred``): their phone
+    is this user's now. 409 when the claim kept moving under the registration."""
     try:
-        item = await api_state(request).repos.devices.register_device(
-            user.sub,
-            body.deviceToken,
-            platform=body.platform,
-            os_version=body.osVersion,
-            app_version=body.appVersion,
-            apns_token=body.apnsToken,
-            push_to_start_token=body.pushToStartToken,
-        )
+        claim = await api.repos.devices.claim_device(user_id, device_token, **fields)
     except DeviceRegistrationConflict:
         raise ApiError(
             409,
@@ -51,24 +66,32 @@ async def register_device(request: Request, user: User, body: DeviceIn) -> Respo
             "this device token is being registered by others at this moment; retry",
             headers={"Retry-After": "1"},
         ) from None
-    return json_response(item)
+    for previous in claim.taken_from:
+        await api.repos.live_activities.end_user_sessions(previous, END_REASON_TRANSFERRED)
+    return claim
 
 
 @router.put(
     "/user/device/push-to-start",
     tags=["device"],
     response_model=Device,
-    responses=answers(404, body=True),
-    summary="store a new push-to-start token on your device",
+    responses=answers(404, 409, body=True),
+    summary="store a new push-to-start token on your device (its owner is you: see POST /user/device)",
 )
 async def put_push_to_start(request: Request, user: User, body: PushToStartIn) -> Response:
-    repos = api_state(request).repos
-    device = await repos.devices.get_device_for_user(user.sub)
-    if device is None or not await repos.devices.update_push_to_start_token(
-        user.sub, str(device["deviceToken"]), body.pushToStartToken
-    ):
+    api = api_state(request)
+    device = await api.repos.devices.get_device_for_user(user.sub)
+    if device is None:
         raise not_found("device")
-    return json_response({**device, "pushToStartToken": body.pushToStartToken})
+    platform = device.get("platform")
+    claim = await claim_device(
+        api,
+        user.sub,
+        str(device["deviceToken"]),
+        platform=platform if isinstance(platform, str) else "ios",
+        push_to_start_token=body.pushToStartToken,
+    )
+    return json_response(claim.item)
 
 
 @router.delete(

@@ -45,6 +45,8 @@ async def follow(
     body: FollowIn | None = None,
 ) -> Response:
     api = api_state(request)
+    if body is None and (await request.body()).strip():  # a JSON null: no body this API takes
+        raise invalid("body", "send a follow object, or no body at all; null is neither")
     team_id = body.teamId if body is not None else None
     fixture = await api.repos.fixtures.get_fixture(matchId)
     if fixture is None:

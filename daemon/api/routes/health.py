@@ -14,6 +14,7 @@ from daemon.api.models import Health, Readiness
 from daemon.api.openapi import answers
 from daemon.api.responses import json_response
 from daemon.api.routes.deps import api_state
+from daemon.api.state import ApiState
 
 router = APIRouter()
 
@@ -34,10 +35,17 @@ async def healthz() -> Response:
     tags=["health"],
     response_model=Readiness,
     responses={**answers(public=True), 503: {"model": Readiness, "description": "a check fails"}},
-    summary="DynamoDB reachable and signing keys loaded",
+    summary="DynamoDB reachable and signing keys loaded (checked at most once a second)",
 )
 async def readyz(request: Request) -> Response:
-    api = api_state(request)
+    checks = await api_state(request).readiness.get("checks", lambda: readiness_checks(api_state(request)))
+    ready = all(v is True for v in checks.values())
+    return json_response({"ready": ready, "checks": checks}, 200 if ready else 503)
+
+
+async def readiness_checks(api: ApiState) -> dict[str, Any]:
+    """Each check: True, or why it fails. Kept for ``READINESS_CACHE_S`` (``ApiState.readiness``), so
+    probes cost one DynamoDB read a second at most."""
     checks: dict[str, Any] = {"keys": api.keys.loaded or "no signing keys loaded from the JWKS"}
     try:
         with trio.fail_after(3):
@@ -45,5 +53,4 @@ async def readyz(request: Request) -> Response:
         checks["dynamodb"] = True
     except (ClientError, BotoCoreError, trio.TooSlowError) as exc:
         checks["dynamodb"] = f"unreachable: {type(exc).__name__}"
-    ready = all(v is True for v in checks.values())
-    return json_response({"ready": ready, "checks": checks}, 200 if ready else 503)
+    return checks

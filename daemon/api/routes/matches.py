@@ -12,7 +12,17 @@ from daemon.api.display import RawResponse
 from daemon.api.models import ID_MAX, ID_PATTERN, Display, Fixture, FixtureList, is_id, parse_iso_utc
 from daemon.api.openapi import answers
 from daemon.api.responses import json_response
-from daemon.api.routes.deps import MatchId, User, api_state, invalid, not_found
+from daemon.api.routes.deps import (
+    PAGE_DEFAULT,
+    Cursor,
+    Limit,
+    MatchId,
+    User,
+    api_state,
+    invalid,
+    not_found,
+    page,
+)
 from daemon.api.state import ApiState
 from daemon.logs import get_logger
 
@@ -55,15 +65,49 @@ async def league_cached_fixtures(api: ApiState, code: str) -> list[dict[str, Any
 
 
 def ids_param(raw: str, most: int) -> list[str]:
-    ids = [p.strip() for p in raw.split(",") if p.strip()]
+    """The ids of ``?ids=``, once each, in order; 422 past ``most`` (an entry that is no id is looked up as
+    none: it comes back among ``missing``)."""
+    ids = list(dict.fromkeys(p.strip() for p in raw.split(",") if p.strip()))
     if not ids:
         raise invalid("query.ids", "give at least one id")
     if len(ids) > most:
         raise invalid("query.ids", f"at most {most} ids")
-    for i in ids:
-        if not is_id(i):
-            raise invalid("query.ids", f"not an id: {i[:40]!r}")
-    return list(dict.fromkeys(ids))
+    return ids
+
+
+async def match_channels(api: ApiState, match_id: str, wanted: str) -> frozenset[str]:
+    """The broadcast channel ids the fixture names (``broadcastChannels``), remembered for
+    ``[api].reference_cache_s``; read again once when ``wanted`` is not among them (the match's owner
+    creates its channels as the match starts)."""
+
+    async def load() -> frozenset[str]:
+        fixture = await api.repos.fixtures.get_fixture(match_id) or {}
+        channels = fixture.get("broadcastChannels")
+        return frozenset(str(c) for c in channels.values()) if isinstance(channels, dict) else frozenset()
+
+    channels = await api.channel_cache.get(match_id, load)
+    if wanted not in channels:
+        api.channel_cache.invalidate(match_id)
+        channels = await api.channel_cache.get(match_id, load)
+    return channels
+
+
+OPEN_FROM, OPEN_TO = "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"
+IDS_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}(,[A-Za-z0-9_.:-]{1,64}){0,99}$"
+
+
+def _bound(value: str | None, name: str, open_end: str) -> str:
+    if value is None:
+        return open_end
+    try:
+        return parse_iso_utc(value, name)
+    except ValueError as exc:
+        raise invalid(f"query.{name}", str(exc)) from None
+
+
+async def _active_league_codes(api: ApiState) -> list[str]:
+    leagues = await api.scan_cache.get("leagues", api.repos.leagues.get_all_leagues)
+    return sorted({str(lg["code"]) for lg in leagues if lg.get("code") and lg.get("active") is not False})
 
 
 @router.get(
@@ -71,55 +115,88 @@ def ids_param(raw: str, most: int) -> list[str]:
     tags=["matches"],
     response_model=FixtureList,
     responses=answers(404, 422),
-    summary="fixtures by ids (BatchGetItem), by league and start-time range (GSI), or a league's cached "
-    "SportMonks fixtures (league without from and to)",
+    summary="fixtures: by ids, by league and start time, every active league's by start time, or a league's "
+    "cached SportMonks fixtures; a page at a time",
+    description="Every combination of the parameters is one of these:\n\n"
+    "- `ids`: those fixtures (BatchGetItem; at most [api].max_match_ids); `league`, `from` and `to` narrow "
+    "them; ids not found are listed in `missing`.\n"
+    "- `league` with `from` and/or `to`: the league's fixtures starting in the range (a bound left out is "
+    "open), by start time.\n"
+    "- `league` alone: the league's cached SportMonks fixtures (`rawFixture`); 404 when no league has the "
+    "code.\n"
+    "- neither `ids` nor `league`: every active league's fixtures starting in the range (open bounds), by "
+    "start time.\n\n"
+    "`from` after `to` is an empty range. `include=raw` adds each fixture's cached SportMonks fixture. The "
+    "list is paged (`limit`, `cursor`; `next` is the next page's cursor).",
 )
 async def list_matches(
     request: Request,
     user: User,
-    ids: Annotated[str | None, Query(max_length=7000, description="comma-separated match ids")] = None,
+    ids: Annotated[
+        str | None,
+        Query(pattern=IDS_PATTERN, max_length=7000, description="comma-separated match ids (at most 100)"),
+    ] = None,
     league: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="league code")] = None,
-    from_: Annotated[str | None, Query(alias="from", max_length=40)] = None,
-    to: Annotated[str | None, Query(max_length=40)] = None,
+    from_: Annotated[
+        str | None,
+        Query(
+            alias="from",
+            max_length=40,
+            description="fixtures starting at or after this time (ISO 8601; UTC without an offset)",
+            json_schema_extra={"format": "date-time"},
+        ),
+    ] = None,
+    to: Annotated[
+        str | None,
+        Query(
+            max_length=40,
+            description="fixtures starting at or before this time (ISO 8601; UTC without an offset)",
+            json_schema_extra={"format": "date-time"},
+        ),
+    ] = None,
     include: Annotated[str | None, Query(pattern=r"^raw$", description="'raw': add cached fixtures")] = None,
+    limit: Limit = PAGE_DEFAULT,
+    cursor: Cursor = None,
 ) -> Response:
     api = api_state(request)
+    start, end = _bound(from_, "from", OPEN_FROM), _bound(to, "to", OPEN_TO)
+    missing: list[str] = []
     if ids is not None:
-        if league is not None or from_ is not None or to is not None:
-            raise invalid("query", "give either ids or league with from and to, not both")
         wanted = ids_param(ids, api.settings.max_match_ids)
-        found = await api.repos.fixtures.batch_get_fixtures(wanted)
+        looked = [i for i in wanted if is_id(i)]
+        found = await api.repos.fixtures.batch_get_fixtures(looked) if looked else {}
+        missing = [m for m in wanted if m not in found]
+        items = [
+            found[m]
+            for m in wanted
+            if m in found
+            and (league is None or found[m].get("leagueCode") == league)
+            and start <= str(found[m].get("startTime") or OPEN_FROM) <= end
+        ]
     elif league is not None and from_ is None and to is None:
-        return json_response({"matches": await league_cached_fixtures(api, league), "missing": []})
-    elif league is not None:
-        if from_ is None or to is None:
-            raise invalid("query.from" if from_ is None else "query.to", "required with league")
-        try:
-            start, end = parse_iso_utc(from_, "from"), parse_iso_utc(to, "to")
-        except ValueError as exc:
-            name = "query.from" if str(exc).startswith("from") else "query.to"
-            raise invalid(name, str(exc)) from None
-        if start > end:
-            raise invalid("query.to", "must not be before from")
-        items = await api.repos.fixtures.get_matches_by_date_range(league, start, end)
-        wanted = [str(i["matchId"]) for i in items]
-        found = {str(i["matchId"]): i for i in items}
+        cached, after = page(await league_cached_fixtures(api, league), limit, cursor)
+        return json_response({"matches": cached, "missing": [], "next": after})
     else:
-        raise invalid("query", "give ids, or league with from and to")
+        codes = [league] if league is not None else await _active_league_codes(api)
+        items = []
+        if start <= end:
+            for code in codes:
+                items += await api.repos.fixtures.get_matches_by_date_range(code, start, end)
+        if len(codes) > 1:
+            items.sort(key=lambda i: (str(i.get("startTime") or ""), str(i.get("matchId"))))
+    items, after = page(items, limit, cursor)
     raws: dict[str, dict[str, Any]] = {}
-    if include == "raw" and found:
-        raws = await api.repos.fixture_cache.batch_get_cached_fixtures(list(found))
+    if include == "raw" and items:
+        raws = await api.repos.fixture_cache.batch_get_cached_fixtures([str(i["matchId"]) for i in items])
     matches = []
-    for mid in wanted:
-        item = found.get(mid)
-        if item is None:
-            continue
+    for item in items:
         out = dict(item)
         out.pop("broadcastChannelsClaim", None)  # the owner's internal claim, not for the app
+        mid = str(item["matchId"])
         if mid in raws:
             out["rawFixture"] = raws[mid]
         matches.append(out)
-    return json_response({"matches": matches, "missing": [m for m in wanted if m not in found]})
+    return json_response({"matches": matches, "missing": missing, "next": after})
 
 
 @router.get(

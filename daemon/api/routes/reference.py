@@ -12,7 +12,19 @@ from daemon.api.auth import Principal
 from daemon.api.models import League, LeagueList, LeaguePatch, Team, TeamList, TeamPatch, TeamSeasonList
 from daemon.api.openapi import answers
 from daemon.api.responses import json_response
-from daemon.api.routes.deps import Admin, LeagueId, SeasonId, TeamId, User, api_state, not_found
+from daemon.api.routes.deps import (
+    PAGE_DEFAULT,
+    Admin,
+    Cursor,
+    LeagueId,
+    Limit,
+    SeasonId,
+    TeamId,
+    User,
+    api_state,
+    not_found,
+    page,
+)
 from daemon.api.state import ApiState
 from daemon.logs import get_logger
 
@@ -40,11 +52,19 @@ async def admin_change(
     return json_response({id_name: item_id, **fields})
 
 
-@router.get("/teams", tags=["reference"], response_model=TeamList, responses=answers(), summary="every team")
-async def list_teams(request: Request, user: User) -> Response:
+@router.get(
+    "/teams",
+    tags=["reference"],
+    response_model=TeamList,
+    responses=answers(422),
+    summary="every team, a page at a time",
+)
+async def list_teams(
+    request: Request, user: User, limit: Limit = PAGE_DEFAULT, cursor: Cursor = None
+) -> Response:
     api = api_state(request)
-    teams = await api.scan_cache.get("teams", api.repos.teams.get_all_teams)
-    return json_response({"teams": teams})
+    teams, after = page(await api.scan_cache.get("teams", api.repos.teams.get_all_teams), limit, cursor)
+    return json_response({"teams": teams, "next": after})
 
 
 @router.get(
@@ -82,18 +102,28 @@ async def patch_team(request: Request, user: Admin, teamId: TeamId, body: TeamPa
     responses=answers(422),
     summary="the teams of a season with their season stats",
 )
-async def season_teams(request: Request, user: User, seasonId: SeasonId) -> Response:
-    return json_response(
-        {"teams": await api_state(request).repos.team_seasons.get_teams_for_season(seasonId)}
-    )
+async def season_teams(
+    request: Request, user: User, seasonId: SeasonId, limit: Limit = PAGE_DEFAULT, cursor: Cursor = None
+) -> Response:
+    teams = await api_state(request).repos.team_seasons.get_teams_for_season(seasonId)
+    items, after = page(teams, limit, cursor)
+    return json_response({"teams": items, "next": after})
 
 
 @router.get(
-    "/leagues", tags=["reference"], response_model=LeagueList, responses=answers(), summary="every league"
+    "/leagues",
+    tags=["reference"],
+    response_model=LeagueList,
+    responses=answers(422),
+    summary="every league, a page at a time",
 )
-async def list_leagues(request: Request, user: User) -> Response:
+async def list_leagues(
+    request: Request, user: User, limit: Limit = PAGE_DEFAULT, cursor: Cursor = None
+) -> Response:
     api = api_state(request)
-    return json_response({"leagues": await api.scan_cache.get("leagues", api.repos.leagues.get_all_leagues)})
+    leagues = await api.scan_cache.get("leagues", api.repos.leagues.get_all_leagues)
+    items, after = page(leagues, limit, cursor)
+    return json_response({"leagues": items, "next": after})
 
 
 @router.get(
