@@ -11,11 +11,14 @@ from every layer (the handlers below answer what the routes raise: ``daemon.api.
 package's exceptions); ``daemon.api.openapi`` lists which statuses each route answers. The layers around
 the routes, outermost first: ``AccessLog`` and ``HttpRules`` (``daemon.api.middleware``), the ``Gate``
 (``daemon.api.gate``: token, per-user and per-address limits, before any body is read), ``DisplayFastPath``
-(``daemon.api.display``), ``BodyLimit``. The connection-level limits (head, idle, answer timeouts; the HTTP
-parser's own refusals in the error shape) are in ``daemon.api.transport``.
+(``daemon.api.display``), ``BodyLimit``, ``RegistrationFastPath`` (``daemon.api.routes.activities``). The
+connection-level limits (head, idle, answer timeouts; the HTTP parser's own refusals in the error shape)
+are in ``daemon.api.transport``.
 """
 
 from __future__ import annotations
+
+import functools
 
 from botocore.exceptions import BotoCoreError, ClientError
 from fastapi import FastAPI, Request
@@ -32,6 +35,7 @@ from daemon.api.middleware import AccessLog, BodyLimit, HttpRules
 from daemon.api.openapi import install_openapi, operation_id
 from daemon.api.responses import ASGIApp, Scope, error_response
 from daemon.api.routes import ROUTERS, include_routes
+from daemon.api.routes.activities import RegistrationFastPath, register_token_activity
 from daemon.api.state import ApiState
 from daemon.logs import get_logger
 
@@ -58,7 +62,8 @@ def build_app(state: ApiState) -> ASGIApp:
     include_routes(app)
     install_openapi(app)
     s = state.settings
-    inner = DisplayFastPath(BodyLimit(app, s.max_body_bytes, s.body_timeout_s), state.displays.get)
+    registrations = RegistrationFastPath(app, functools.partial(register_token_activity, state))
+    inner = DisplayFastPath(BodyLimit(registrations, s.max_body_bytes, s.body_timeout_s), state.displays.get)
     gate = Gate(
         inner,
         auth=state.auth,

@@ -96,7 +96,7 @@ class BodyLimit:
             while True:
                 message = await receive()
                 if message["type"] != "http.request":
-                    await self.app(scope, _replay([message]), send)
+                    await self.app(scope, replay([message]), send)
                     return
                 chunk = message.get("body", b"")
                 size += len(chunk)
@@ -128,7 +128,7 @@ class BodyLimit:
                 await response(scope, receive, send)
                 return
         await self.app(
-            scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send
+            scope, replay([{"type": "http.request", "body": body, "more_body": False}], receive), send
         )
 
     async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -140,7 +140,8 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-def _replay(messages: list[MutableMapping[str, Any]], then: Receive | None = None) -> Receive:
+def replay(messages: list[MutableMapping[str, Any]], then: Receive | None = None) -> Receive:
+    """A ``receive`` that hands ``messages`` first, then what ``then`` receives (a disconnect without it)."""
     queue = list(messages)
 
     async def receive() -> MutableMapping[str, Any]:

@@ -139,3 +139,30 @@ async def test_the_users_activities_come_a_page_at_a_time(make_api: MakeApi) -> 
         assert theirs.status_code == 200 and theirs.json()["activities"] == []
         bad = await client.get("/user/activities", params={"cursor": "AAAA"}, headers=api.headers(A))
         assert bad.status_code == 422
+
+
+async def test_the_registrations_fast_path_answers_as_the_route_does(
+    api: Api, client: httpx.AsyncClient
+) -> None:
+    """A well-formed registration is answered before FastAPI; every other shape falls through to the route,
+    and both answer alike."""
+    await seed_matches(api.repos, "1001")
+    h = api.headers(A)
+    fast = await client.post("/user/activity/1001", json={"deviceId": "d1", "updateToken": UPD}, headers=h)
+    # a query string takes the request to the route: the same answer
+    routed = await client.post(
+        "/user/activity/1001", params={"x": "1"}, json={"deviceId": "d2", "updateToken": "56" * 32}, headers=h
+    )
+    assert fast.status_code == routed.status_code == 201
+    assert fast.json() == {"matchId": "1001", "userId": A, "deviceId": "d1", "status": "active"}
+    assert routed.json() == {"matchId": "1001", "userId": A, "deviceId": "d2", "status": "active"}
+    assert fast.headers["cache-control"] == routed.headers["cache-control"] == "no-store"
+    missing = await client.post("/user/activity/4040", json={"deviceId": "d1", "updateToken": UPD}, headers=h)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    bad = await client.post("/user/activity/1001", json={"deviceId": "d1", "updateToken": "xyz"}, headers=h)
+    assert bad.status_code == 422 and bad.json()["error"]["fields"][0]["field"] == "body.updateToken"
+    extra = await client.post(
+        "/user/activity/1001", json={"deviceId": "d1", "updateToken": UPD, "userId": B}, headers=h
+    )
+    assert extra.status_code == 422
+    assert sorted(s["deviceId"] for s in await active(api)) == ["d1", "d2"]

@@ -12,16 +12,24 @@ is the one the previous wrote.
 
 from __future__ import annotations
 
+import json
+import re
 import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
+from botocore.exceptions import BotoCoreError, ClientError
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from daemon.api.auth import Principal
 from daemon.api.errors import ApiError
+from daemon.api.gate import PRINCIPAL
+from daemon.api.middleware import replay
 from daemon.api.models import (
     ID_MAX,
     ID_PATTERN,
+    TOKEN_PATTERN,
     Activity,
     ActivityEnded,
     ActivityIn,
@@ -29,9 +37,10 @@ from daemon.api.models import (
     ActivityTokenIn,
     ActivityTokenUpdated,
     ChannelActivityIn,
+    is_id,
 )
 from daemon.api.openapi import answers
-from daemon.api.responses import json_response
+from daemon.api.responses import ASGIApp, Receive, Scope, Send, error_response, json_response
 from daemon.api.routes.deps import (
     PAGE_DEFAULT,
     Limit,
@@ -43,7 +52,10 @@ from daemon.api.routes.deps import (
 )
 from daemon.api.routes.matches import match_channels, match_exists
 from daemon.api.state import ApiState
+from daemon.logs import get_logger
 from daemon.store.live_activities import CURSOR_PATTERN, STATUS_ENDED, SessionRegistration, visitor_key
+
+log = get_logger("daemon.api")
 
 END_REASON_USER = "user"
 SessionCursor = Annotated[
@@ -69,12 +81,21 @@ router = APIRouter()
     "active); the token's earlier session, and past the per-match limit your oldest, are replaced",
 )
 async def register_activity(request: Request, user: User, matchId: MatchId, body: ActivityIn) -> Response:
-    api = api_state(request)
-    if not await match_exists(api, matchId):
+    return await register_token_activity(
+        api_state(request), matchId, user.sub, body.deviceId, body.updateToken
+    )
+
+
+async def register_token_activity(
+    api: ApiState, match_id: str, user_id: str, device_id: str, update_token: str
+) -> Response:
+    """The registration of a token-based activity, from the route or from ``RegistrationFastPath``: 201,
+    or ApiError (404 for a match that does not exist, 409 for a retry of an ended session)."""
+    if not await match_exists(api, match_id):
         raise not_found("match")
-    await _register(api, SessionRegistration(matchId, user.sub, body.deviceId, body.updateToken, _ttl(api)))
+    await _register(api, SessionRegistration(match_id, user_id, device_id, update_token, _ttl(api)))
     return json_response(
-        {"matchId": matchId, "userId": user.sub, "deviceId": body.deviceId, "status": "active"}, 201
+        {"matchId": match_id, "userId": user_id, "deviceId": device_id, "status": "active"}, 201
     )
 
 
@@ -195,3 +216,70 @@ async def list_activities(
         user.sub, limit=limit, cursor=cursor
     )
     return json_response({"activities": items, "next": after})
+
+
+# --- the registration's fast path ------------------------------------------------------------------------
+
+ACTIVITY_ROUTE = "/user/activity/{matchId}"
+_ACTIVITY_PATH = re.compile(r"/user/activity/([^/]{1,64})")
+_TOKEN = re.compile(TOKEN_PATTERN)
+Register = Callable[[str, str, str, str], Awaitable[Response]]
+
+
+class RegistrationFastPath:
+    """``POST /user/activity/{matchId}`` with a well-formed body, answered before FastAPI's routing, its
+    dependency resolution and its model validation.
+
+    A match's start brings every follower's registration at once, so this route's cost per request is the
+    burst's capacity. It sits behind the gate (the principal is on the scope) and the body limit (the body
+    is JSON, whole, in one message), and answers exactly as the route does (``register_token_activity``,
+    the same errors); a request of any other shape (a query string, another key or type in the body, an id
+    or token of the wrong shape) falls through to the route, which answers it (422 naming the field, ...)."""
+
+    def __init__(self, app: ASGIApp, register: Register) -> None:
+        self.app = app
+        self.register = register
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        principal: Principal | None = scope.get(PRINCIPAL)
+        m = (
+            _ACTIVITY_PATH.fullmatch(scope.get("path", ""))
+            if scope["type"] == "http" and scope.get("method") == "POST" and not scope.get("query_string")
+            else None
+        )
+        if m is None or principal is None or not is_id(m.group(1)):
+            await self.app(scope, receive, send)
+            return
+        message = await receive()
+        fields = _registration(message.get("body", b"")) if message["type"] == "http.request" else None
+        if fields is None:
+            await self.app(scope, replay([message], receive), send)
+            return
+        scope["sightscreen.route"] = ACTIVITY_ROUTE
+        try:
+            response = await self.register(m.group(1), principal.sub, *fields)
+        except ApiError as exc:
+            response = error_response(exc.status, exc.code, exc.message, exc.fields, exc.headers)
+        except (ClientError, BotoCoreError) as exc:
+            log.error("api_store_error", path=scope.get("path"), error=str(exc)[:300])
+            response = error_response(
+                503, "unavailable", "the data store is unavailable; retry later", headers={"Retry-After": "1"}
+            )
+        await response(scope, receive, send)
+
+
+def _registration(body: bytes) -> tuple[str, str] | None:
+    """(deviceId, updateToken) of a body that is exactly ``{"deviceId": <id>, "updateToken": <token>}``;
+    None for anything else (the route answers it)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.keys() != {"deviceId", "updateToken"}:
+        return None
+    device_id, token = data["deviceId"], data["updateToken"]
+    if not isinstance(device_id, str) or not isinstance(token, str):
+        return None
+    if not is_id(device_id) or _TOKEN.fullmatch(token) is None:
+        return None
+    return device_id, token
