@@ -311,26 +311,27 @@ class LiveActivityRepository(Repository):
             if r.update_token:
                 claim_key = (TOKEN_CLAIM_PREFIX + r.update_token, CLAIM_KEY)
                 claim = writes.get(claim_key) or found.get(claim_key)
-                if claim is not None:
-                    holder = (str(claim.get("ownerMatch")), str(claim.get("ownerKey")))
-                    if holder != (r.match_id, key):
-                        ends.append((holder[0], holder[1], r.update_token))
-                        if holder[0] == r.match_id and holder[1].startswith(r.user_id + "#"):
-                            roster.pop(holder[1][len(r.user_id) + 1 :], None)
-                writes[claim_key] = _bookkeeping(
-                    claim_key, {"ownerMatch": r.match_id, "ownerKey": key}, r.ttl
-                )
-            if r.device_id not in roster:
-                while len(roster) >= max(1, per_user):
+                holder = (str(claim.get("ownerMatch")), str(claim.get("ownerKey"))) if claim else None
+                if holder is not None and holder != (r.match_id, key):
+                    ends.append((holder[0], holder[1], r.update_token))
+                    if holder[0] == r.match_id and holder[1].startswith(r.user_id + "#"):
+                        roster.pop(holder[1][len(r.user_id) + 1 :], None)
+                if holder != (r.match_id, key):  # a claim that names this session already stays as it is
+                    writes[claim_key] = _bookkeeping(
+                        claim_key, {"ownerMatch": r.match_id, "ownerKey": key}, r.ttl
+                    )
+            if r.device_id not in roster or roster_key in writes:
+                while r.device_id not in roster and len(roster) >= max(1, per_user):
                     oldest = min(roster, key=lambda d: (roster[d], d))
                     del roster[oldest]
                     ends.append((r.match_id, visitor_key(r.user_id, oldest), None))
-            roster[r.device_id] = int(t)
-            old_ttl = (writes.get(roster_key) or found.get(roster_key) or {}).get("ttl")
-            roster_ttl = r.ttl
-            if roster_ttl is not None and isinstance(old_ttl, int | float):
-                roster_ttl = max(int(roster_ttl), int(old_ttl))
-            writes[roster_key] = _bookkeeping(roster_key, {"devices": dict(roster)}, roster_ttl)
+                roster.setdefault(r.device_id, int(t))
+                old_ttl = (writes.get(roster_key) or found.get(roster_key) or {}).get("ttl")
+                roster_ttl = r.ttl
+                if roster_ttl is not None and isinstance(old_ttl, int | float):
+                    roster_ttl = max(int(roster_ttl), int(old_ttl))
+                # written when a device joins or leaves it (a device registering again keeps its place)
+                writes[roster_key] = _bookkeeping(roster_key, {"devices": dict(roster)}, roster_ttl)
             session: dict[str, Any] = {
                 "matchId": r.match_id,
                 "visitorKey": key,
