@@ -16,18 +16,16 @@ from typing import Any
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from daemon.api.app import ApiState, build_app
+from daemon.api.app import build_app
 from daemon.api.auth import Authenticator, JwksKeys
+from daemon.api.errors import ApiConfigError
 from daemon.api.settings import ApiSettings, AuthSettings
+from daemon.api.state import ApiState
 from daemon.api.transport import hypercorn_config, serve
 from daemon.logs import get_logger
 from daemon.store import Repositories
 
 log = get_logger("daemon.api")
-
-
-class ApiConfigError(ValueError):
-    """The API cannot start with these settings (the field and the reason are in the message)."""
 
 
 class ApiServer:
@@ -92,4 +90,4 @@ class ApiServer:
                 nursery.cancel_scope.cancel()  # the JWKS refresher
         finally:
             self.stopped.set()
-            log.info("api_stopped", in_flight=self.state.in_flight)
+            log.info("api_stopped", in_flight=self.state.in_flight.value)

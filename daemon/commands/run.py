@@ -7,6 +7,8 @@ import sys
 
 import trio
 
+from daemon.descriptors import raise_nofile_limit
+from daemon.logs import get_logger
 from daemon.runtime import gctune
 from daemon.runtime.assembly import Daemon, serve
 from daemon.runtime.preflight import local_problems
@@ -31,6 +33,9 @@ def main(argv: list[str]) -> int:
         print(f"sightscreen: cannot start with {args.config}:\n{lines}", file=sys.stderr)
         return 2
     configure_from(config.logging, instance_id=config.instance.id)
+    # every connection takes a descriptor: the soft limit up to the hard one (LimitNOFILE, --ulimit nofile)
+    soft, hard = raise_nofile_limit()
+    get_logger("daemon").info("descriptor_limit", soft=soft, hard=hard)
     gctune.configure(config.instance.gc_young_threshold)
     try:
         daemon = Daemon(config, notifier=SdNotifier())

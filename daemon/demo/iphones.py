@@ -4,7 +4,8 @@ Each simulated user holds an access token from the demo's local issuer and, as t
 registers its device with a push-to-start token (``POST /user/device``), follows the match supporting one
 of its teams (``POST /user/follow/{matchId}``), and, when a push-to-start reaches the device (the APNs
 server accepted it), starts the Live Activity and registers its session with a fresh update token
-(``POST /user/activity/{matchId}``), as iOS hands the app the activity's token. A share of the phones run
+(``POST /user/activity/{matchId}``, or ``.../channel`` for one on a broadcast channel), as iOS hands the app
+the activity's token. A share of the phones run
 iOS 18 (``ios18_share``): a push-to-start naming a broadcast channel (``input-push-channel``) starts their
 activity on that channel instead, so they subscribe to it (``subscribe``: the APNs server then fans the
 channel's broadcasts out to them) and register the session with ``channelId``. Nothing here writes
@@ -159,11 +160,11 @@ class SimulatedIphones:
                         phone.channel_id = channel
                         self._subscribe(phone.device_id, channel)
                         body = {"deviceId": phone.device_id, "channelId": channel}
+                        path = f"/user/activity/{self.match_id}/channel"
                     else:
                         phone.update_token = secrets.token_hex(32)
                         body = {"deviceId": phone.device_id, "updateToken": phone.update_token}
-                    nursery.start_soon(
-                        self._call, http, phone, "POST", f"/user/activity/{self.match_id}", body
-                    )
+                        path = f"/user/activity/{self.match_id}"
+                    nursery.start_soon(self._call, http, phone, "POST", path, body)
                 seen = len(batch)
                 await trio.sleep(poll_s)

@@ -54,6 +54,9 @@ async def test_the_api_role_answers_every_route_from_its_own_process(
     await repos.team_seasons.write_season_team_records(
         [{"seasonId": "5001", "teamId": team_id}, {"seasonId": "5001", "teamId": other_team}]
     )
+    # the match's broadcast channel, as its owner creates it at the start (the engine's, seeded here)
+    channel = "dHN1LMUT8eIXOOaqdvUt5HwhDrIJCxT7AAAAAAAAAAA="
+    assert await repos.fixtures.swap_broadcast_channels(match_id, None, {"neutral": channel})
 
     with LocalIssuer().serve() as issuer:
         api = ApiProcess(
@@ -84,6 +87,15 @@ async def test_the_api_role_answers_every_route_from_its_own_process(
                     ("GET", "/readyz", 200, {}, {}, None, False),
                     ("GET", "/matches", 200, {}, {"league": "TOUR"}, None, False),
                     ("GET", "/matches", 200, {}, {"ids": match_id, "include": "raw"}, None, False),
+                    (
+                        "GET",
+                        "/matches",
+                        200,
+                        {},
+                        {"league": "TOUR", "from": "2020-01-01T00:00:00Z"},
+                        None,
+                        False,
+                    ),
                     ("GET", match, 200, on_match, {}, None, False),
                     (
                         "GET",
@@ -144,6 +156,15 @@ async def test_the_api_role_answers_every_route_from_its_own_process(
                         on_match,
                         {},
                         {"deviceId": "d1", "updateToken": "01" * 32},
+                        False,
+                    ),
+                    (
+                        "POST",
+                        f"{activity}/channel",
+                        201,
+                        on_match,
+                        {},
+                        {"deviceId": "d2", "channelId": channel},
                         False,
                     ),
                     ("GET", "/user/activities", 200, {}, {}, None, False),

@@ -11,8 +11,10 @@ Nothing here is imported by production code.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -101,6 +103,8 @@ class Cluster:
         stagger_wall_s: float = 0.0,
         ios18_share: float = 0.0,
         prematch_settled: bool = False,
+        nofile: int | None = None,
+        dynamodb_role: str | None = "engine",
     ) -> None:
         self.workdir = workdir
         self.moto_url = moto_url
@@ -132,6 +136,10 @@ class Cluster:
         # session, they are started by the daemons' push-to-start on a broadcast channel (``start_phones``)
         self.ios18_share = ios18_share
         self.prematch_settled = prematch_settled  # followers seeded as notified by prematch already
+        self.nofile = nofile  # each instance's RLIMIT_NOFILE (soft and hard), as LimitNOFILE sets it
+        # the role the test DynamoDB records the instances' calls under (the AWS policy gate judges them by
+        # its policy); None for instances that run several roles, whose calls no one policy answers for
+        self.dynamodb_role = dynamodb_role
         self.channel_phones: dict[str, tuple[str, Any]] = {}  # push-to-start token -> (match id, follower)
         self.channel_started: dict[
             str, float
@@ -430,8 +438,16 @@ class Cluster:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             # the engine's own credentials: the test DynamoDB records what the role calls (tests/deploy)
-            env=dict(os.environ, PYTHONUNBUFFERED="1", **role_credentials("engine")),
-            preexec_fn=die_with_parent,
+            env=dict(
+                os.environ,
+                PYTHONUNBUFFERED="1",
+                **(
+                    role_credentials(self.dynamodb_role)
+                    if self.dynamodb_role
+                    else {"AWS_ACCESS_KEY_ID": "several-roles", "AWS_SECRET_ACCESS_KEY": "several-roles"}
+                ),
+            ),
+            preexec_fn=functools.partial(_preexec, self.nofile),
         )
         log.close()
         inst = Instance(slot, gen, instance_id, kid, proc, log_path, config_path)
@@ -506,6 +522,13 @@ class Cluster:
             if record.get("status") == 200:
                 out[record["token"]].append(record)
         return out
+
+
+def _preexec(nofile: int | None) -> None:
+    """In the child before exec: die with the parent; the descriptor limit, when one is given."""
+    die_with_parent()
+    if nofile is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
 
 def _ca_bundle(path: Path, *ca_files: str) -> str:
