@@ -52,6 +52,27 @@ def test_the_meter_bills_request_units_from_item_sizes(tmp_path: Path) -> None:
     assert {x["table"] for x in lines} == {"active-matches"}
 
 
+def test_a_batch_get_bills_every_key_read_found_or_not_and_its_consistency(tmp_path: Path) -> None:
+    def calls(client: Any) -> None:
+        client.create_table(
+            TableName="m-cricket-locks",
+            KeySchema=[{"AttributeName": "lockKey", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "lockKey", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        client.put_item(TableName="m-cricket-locks", Item={"lockKey": {"S": "a"}, "v": {"S": "x" * 5000}})
+        keys = [{"lockKey": {"S": k}} for k in ("a", "b", "c")]  # one item of 5 KB, two keys with none
+        client.batch_get_item(RequestItems={"m-cricket-locks": {"Keys": keys}})
+        client.batch_get_item(RequestItems={"m-cricket-locks": {"Keys": keys, "ConsistentRead": True}})
+
+    lines = _metered(tmp_path, calls)
+    units = [(x["op"], x["rru"]) for x in lines if x["op"] == "BatchGetItem"]
+    assert units == [
+        ("BatchGetItem", 0.5 * 2 + 0.5 * 2),  # the 5 KB item: 2 x 4 KB started; each missing key the minimum
+        ("BatchGetItem", 1.0 * 2 + 1.0 * 2),  # strongly consistent: twice that
+    ]
+
+
 def _metered(tmp_path: Path, calls: Any) -> list[dict[str, Any]]:
     """The meter's lines for what ``calls`` does with an engine-keyed client, table creation left out."""
     meter = tmp_path / "meter.jsonl"

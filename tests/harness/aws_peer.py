@@ -277,8 +277,16 @@ class Meter:
             total = sum(self._size(i) for i in response.get("Items") or [])
             add(request["TableName"], rru=read * max(1, math.ceil(total / 4096)))
         elif operation == "BatchGetItem":
-            for table, items in (response.get("Responses") or {}).items():
-                add(table, rru=sum(0.5 * max(1, math.ceil(self._size(i) / 4096)) for i in items))
+            # Each key read is billed as its own GetItem: a key with no item still costs the minimum, and
+            # the table's ConsistentRead doubles it; keys left unprocessed were not read.
+            found = response.get("Responses") or {}
+            unprocessed = response.get("UnprocessedKeys") or {}
+            for table, asked in (request.get("RequestItems") or {}).items():
+                per = 1.0 if asked.get("ConsistentRead") else 0.5
+                items = found.get(table) or []
+                read_keys = len(asked.get("Keys") or []) - len((unprocessed.get(table) or {}).get("Keys") or [])
+                units = sum(per * max(1, math.ceil(self._size(i) / 4096)) for i in items)
+                add(table, rru=units + per * max(0, read_keys - len(items)))
         elif writes:
             for write in writes:
                 sizes = [s[0] for s in (write.before, write.after) if s is not None]
