@@ -20,7 +20,10 @@ import trio
 from actors.livework import LiveWork
 from actors.ports import PushSender
 from daemon.apns.types import Fence, Push, PushResult
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
+
+RESEND_BASE_S = 0.5  # the wait before a fan-out's first re-send round; it doubles each round up to the cap
 
 Build = Callable[[trio.MemorySendChannel[PushResult], Fence], list[Push]]
 Gate = Callable[[], Awaitable[None]]
@@ -119,7 +122,7 @@ class FanOut:
                         "pushes_given_up", pushes=len(left.retry), after_s=self._policy.retry_max_s
                     )
                     break
-                delay = min(self._policy.backoff_max_s, 0.5 * 2**attempt)
+                delay = backoff_delay(attempt + 1, base_s=RESEND_BASE_S, cap_s=self._policy.backoff_max_s)
                 self.log.warning(
                     "pushes_retrying", pushes=len(left.retry), attempt=attempt + 1, delay_s=delay
                 )

@@ -850,7 +850,7 @@ class FeedActor:
         if self._subs.get(sub.match_id) is not sub:
             return
         if tries < s.not_found_max_tries:
-            delay = s.not_found_backoff_s * 2 ** (tries - 1)
+            delay = backoff_delay(tries, base_s=s.not_found_backoff_s, cap_s=math.inf)  # tries are bounded
             sub.next_fixture_at = trio.current_time() + delay
             log.warning("feed_fixture_not_found", match_id=sub.match_id, tries=tries, retry_in_s=delay)
             sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=str(exc)))

@@ -1,6 +1,7 @@
 """The layering of the shipped packages (docs/architecture.md), checked on the source: no import circles, no
-import against the layer order, no private name imported from another module, and no object's private
-attribute read or written from outside the module that defines it.
+import against the layer order, no private name imported from another module, no object's private
+attribute read or written from outside the module that defines it, and the backoff formula (``2 ** n``)
+written nowhere but ``daemon.backoff``.
 
 Imports under ``if TYPE_CHECKING:`` are not imports at run time and do not count. The checker is tested on
 small synthetic trees first, so a checker that finds nothing cannot pass for a clean tree.
@@ -230,6 +231,24 @@ def private_reach(modules: Mapping[str, Module]) -> list[str]:
     return found
 
 
+def doublings(modules: Mapping[str, Module], *, home: str = "daemon.backoff") -> list[str]:
+    """``2 ** n`` with a variable exponent outside ``home``: a backoff written out instead of called."""
+    found: list[str] = []
+    for module in modules.values():
+        if module.name == home:
+            continue
+        for node in ast.walk(module.tree):
+            if (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Pow)
+                and isinstance(node.left, ast.Constant)
+                and node.left.value in (2, 2.0)
+                and not isinstance(node.right, ast.Constant)
+            ):
+                found.append(f"{module.name}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
 # --- the checker on synthetic trees ------------------------------------------------------------------------
 
 
@@ -308,6 +327,19 @@ def test_the_checker_finds_private_imports_and_reaches_into_other_objects(tmp_pa
     ]
 
 
+def test_the_checker_finds_a_backoff_written_out(tmp_path: Path) -> None:
+    modules = _tree(
+        tmp_path,
+        {
+            "daemon/__init__.py": "",
+            "daemon/backoff.py": "def delay(n):\n    return 2.0 ** (n - 1)\n",
+            "daemon/cricket/__init__.py": "LIMIT = 2**31 - 1\n\ndef wait(n):\n    return min(5.0, 0.2 * 2**n)\n",
+            "actors/__init__.py": "",
+        },
+    )
+    assert doublings(modules) == ["daemon.cricket:4 2 ** n"]
+
+
 # --- the shipped packages ----------------------------------------------------------------------------------
 
 
@@ -343,3 +375,8 @@ def test_every_layer_is_named_in_the_architecture_page() -> None:
         assert layer in page, f"docs/architecture.md does not name the {layer} layer"
         for group in groups:
             assert f"`{group}`" in page, f"docs/architecture.md does not place `{group}`"
+
+
+def test_the_backoff_formula_is_written_once() -> None:
+    modules, _ = _shipped()
+    assert doublings(modules) == [], "call daemon.backoff.backoff_delay"

@@ -29,6 +29,7 @@ import httpx
 import trio
 from pydantic import ValidationError
 
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 from daemon.replay.tape import (
     TERMINAL_STATUSES,
@@ -193,7 +194,8 @@ async def record(
             except _Transient as exc:
                 failures += 1
                 # exponential backoff from the cadence, capped at a minute; a 429 says how long itself
-                wait = exc.retry_after if exc.retry_after is not None else min(60.0, interval_s * 2**failures)
+                backoff = backoff_delay(failures + 1, base_s=interval_s, cap_s=60.0)
+                wait = exc.retry_after if exc.retry_after is not None else backoff
                 log.warning("record_poll_failed", fixture_id=fixture_id, reason=str(exc), retry_in_s=wait)
             else:
                 failures = 0
