@@ -9,6 +9,15 @@ have been shown), and the lease check before each hand-off. What a result means 
 re-sent as it was, re-sent without its alert) and the wait between re-send rounds are the APNs rule table's
 (``daemon.apns.rules.resend``, ``resend_delay``), as the sender's own retries are. Must not: decide what to
 push, write state (the gates and ``on_result`` are the caller's). docs/delivery.md has the argument.
+
+The prematch job (``actors.jobs.prematch``) hands its alerts and push-to-starts to the sender itself, not
+through ``FanOut``, because three things differ for real: it holds no lease whose ``Fence`` could ride on its
+pushes (its per-match lock and each follower's claim in DynamoDB are what stop a second sender); it never
+re-sends within a round: a push that failed or went unanswered leaves its follower's claim unconfirmed, and
+the claim's lease brings the follower back on a later cycle, on whichever instance, under the same collapse
+id, so the retry is the claim, not the round; and it confirms each follower as that follower's last result
+comes in, with at most ``send_concurrency`` claims between their pushes and their confirmation, where a
+fan-out settles gate by gate. What a result means is the same rule for both (``daemon.apns.rules.resend``).
 """
 
 from __future__ import annotations
