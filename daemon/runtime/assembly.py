@@ -332,7 +332,7 @@ class Daemon:
                         self.jobs["channel-sweep"] = sweeper
                         await supervisor.start("channel-sweep", lambda: sweeper, kind="job")
                 nursery.start_soon(self._watchdog)
-                nursery.start_soon(self._loop_monitor)
+                nursery.start_soon(watch_event_loop, self.config.instance.stall_dump_s)
                 nursery.start_soon(self._readiness_monitor)
                 instance = self.config.instance
                 if instance.gc_sweep_s:
@@ -391,29 +391,6 @@ class Daemon:
                 owned = len(self.orchestrator.owned) if self.orchestrator else 0
                 notifier.status(f"{owned} matches owned")
             await trio.sleep(period)
-
-    async def _loop_monitor(self, interval_s: float = 1.0) -> None:
-        """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
-        sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
-        dump_to = sys.__stderr__
-        dump_s = self.config.instance.stall_dump_s
-        try:
-            while True:
-                if dump_s and dump_to is not None:  # without a stderr there is nowhere to write the stacks
-                    try:
-                        faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
-                    except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
-                        log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
-                        dump_s = 0.0
-                started = trio.current_time()
-                await trio.sleep(interval_s)
-                lag = max(0.0, trio.current_time() - started - interval_s)
-                EVENT_LOOP_LAG.observe(lag)
-                if lag >= 1.0:
-                    log.warning("event_loop_stalled", seconds=round(lag, 2))
-        finally:
-            if dump_s:
-                faulthandler.cancel_dump_traceback_later()
 
     # ------------------------------------------------------------------ what the admin socket reads
     async def readiness(self) -> dict[str, Any]:
@@ -515,6 +492,30 @@ class Daemon:
             "draining": True,
             "owned_matches": sorted(self.orchestrator.owned) if self.orchestrator else [],
         }
+
+
+async def watch_event_loop(stall_dump_s: float, interval_s: float = 1.0) -> None:
+    """Measure how late the loop wakes a short sleep; past ``stall_dump_s`` (0: never), faulthandler (armed
+    before each sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
+    dump_to = sys.__stderr__
+    dump_s = stall_dump_s
+    try:
+        while True:
+            if dump_s and dump_to is not None:  # without a stderr there is nowhere to write the stacks
+                try:
+                    faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
+                except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
+                    log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
+                    dump_s = 0.0
+            started = trio.current_time()
+            await trio.sleep(interval_s)
+            lag = max(0.0, trio.current_time() - started - interval_s)
+            EVENT_LOOP_LAG.observe(lag)
+            if lag >= 1.0:
+                log.warning("event_loop_stalled", seconds=round(lag, 2))
+    finally:
+        if dump_s:
+            faulthandler.cancel_dump_traceback_later()
 
 
 A = TypeVar("A")

@@ -41,8 +41,7 @@ from daemon.store.caches import CachePut
 from daemon.store.dynamo import count_calls
 from daemon.store.locks import match_lock_key
 from tests.actors.match_helpers import make_match_actor
-from tests.doubles import SilencedLocks
-from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
+from tests.doubles import FakeSportMonks, SilencedLocks, minimal_fixture
 
 LEASE_S = 1.5
 RENEW_S = 0.4
