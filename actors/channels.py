@@ -32,6 +32,7 @@ from typing import Any
 
 import trio
 
+from actors.errors import ActorError
 from actors.jobs.lease import NoSchedule
 from actors.lease import LeaseLost
 from actors.ports import ChannelRecords
@@ -55,7 +56,7 @@ class ChannelRef:
     channel_id: str
 
 
-class ChannelsUnavailable(Exception):
+class ChannelsUnavailable(ActorError):
     """No channel can be had for now (limit reached, fixture missing): the match stays on per-token pushes."""
 
 

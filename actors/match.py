@@ -53,7 +53,7 @@ from daemon.metrics import (
     TICKS,
 )
 from daemon.store.codec import iso
-from daemon.store.dynamo import StoreError, count_calls
+from daemon.store.dynamo import BatchIncomplete, count_calls
 from daemon.store.locks import match_lock_key
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ TERMINAL_PHASES = frozenset({"completed", "abandoned"})
 # released and the orchestrator takes the match again at its next takeover check, once DynamoDB answers,
 # from the persisted state. Treating it as a crash would spend the supervisor's restart budget in seconds and
 # quarantine the match for minutes.
-STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, StoreError)
+STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, BatchIncomplete)
 
 
 # ------------------------------------------------------------------------------------------------ tick timing

@@ -40,6 +40,7 @@ from typing import Any
 
 import trio
 
+from actors.errors import ActorError
 from actors.jobs.convert import ConversionError, fixture_item, fixture_update, iso_utc, sportmonks_datetime
 from actors.jobs.reference_sync import LeagueDirectory, SyncReport
 from actors.jobs.settings import FixtureSyncSettings
@@ -55,7 +56,7 @@ JOB_FULL = "fixture_sync_full"
 BATCH_WRITE_MAX = 25  # DynamoDB's BatchWriteItem limit (data model: "batches of 25")
 
 
-class SyncIncomplete(Exception):
+class SyncIncomplete(ActorError):
     """Part of a cycle's source data could not be fetched; what was fetched has been written."""
 
 

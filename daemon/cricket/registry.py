@@ -30,6 +30,7 @@ from types import MappingProxyType
 
 from daemon.cricket import detectors, staleness
 from daemon.cricket.detectors import Context, KeyEvent
+from daemon.cricket.errors import EngineError
 from daemon.cricket.events import EventType, Tier
 from daemon.cricket.staleness import StaleRule
 
@@ -73,7 +74,7 @@ EVENTS: tuple[EventSpec, ...] = (
 # fmt: on
 
 
-class RegistryError(ValueError):
+class RegistryError(EngineError):
     """The event table contradicts itself: a type without a row or with two, priorities not 1..N once each."""
 
 

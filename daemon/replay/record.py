@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
+from daemon.replay.errors import ReplayError
 from daemon.replay.tape import (
     TERMINAL_STATUSES,
     Tape,
@@ -54,7 +55,7 @@ RECORD_INCLUDE = (
 PRODUCTION_BASE_URL = "https://cricket.sportmonks.com/api/v2.0"
 
 
-class RecordError(RuntimeError):
+class RecordError(ReplayError, RuntimeError):
     """The recording cannot go on (bad token, unknown fixture, a tape for another fixture)."""
 
 
@@ -221,7 +222,7 @@ async def record(
     return RecordOutcome(polls, len(rec.entries), status, False)
 
 
-class _Transient(Exception):
+class _Transient(ReplayError):
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
