@@ -825,36 +825,43 @@ def detect_maidens(ctx: Context) -> list[KeyEvent]:
     return events
 
 
-def _wicket_streak(ctx: Context, ball: Ball, history: Sequence[Ball]) -> int:
-    """How many of the bowler's deliveries in a row, up to ``ball``, took a wicket for him (wides and
-    no-balls between are not deliveries unless they took one)."""
-    deliveries = [
-        b
-        for b in history
-        if b.scoreboard == ball.scoreboard and b.bowler_id == ball.bowler_id and (b.legal or b.is_wicket)
-    ]
-    return _trailing(deliveries, lambda b: b.bowler_wicket)
+def _wicket_streaks(ctx: Context) -> Iterator[tuple[Ball, int]]:
+    """Each new ball that took a wicket for its bowler, with how many of his deliveries in a row, up to it,
+    did (wides and no-balls between are not deliveries unless they took one)."""
+    for ball, history in _new_balls(ctx):
+        if not ball.bowler_wicket:
+            continue
+        deliveries = [
+            b
+            for b in history
+            if b.scoreboard == ball.scoreboard and b.bowler_id == ball.bowler_id and (b.legal or b.is_wicket)
+        ]
+        yield ball, _trailing(deliveries, lambda b: b.bowler_wicket)
+
+
+def _bowler_event(ctx: Context, type_: EventType, ball: Ball, title: str, body: str, text: str) -> KeyEvent:
+    return ctx.event(
+        type_,
+        f"{ball.scoreboard}:{ball.bowler_id}",
+        title=title,
+        body=body,
+        text=text,
+        team_id=_fielding_team(ctx, ball),
+        ball=ball,
+        player_id=ball.bowler_id,
+    )
 
 
 def detect_hattricks(ctx: Context) -> list[KeyEvent]:
     """A bowler's wickets off three consecutive deliveries of his (and every third after): a ``hattrick``."""
     events = []
-    for ball, history in _new_balls(ctx):
-        if not ball.bowler_wicket:
-            continue
-        streak = _wicket_streak(ctx, ball, history)
+    for ball, streak in _wicket_streaks(ctx):
         if streak >= 3 and streak % 3 == 0:
             bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
+            body = f"{bowler}: three wickets in three balls{figures}"
             events.append(
-                ctx.event(
-                    EventType.HATTRICK,
-                    f"{ball.scoreboard}:{ball.bowler_id}",
-                    title=f"HAT-TRICK! {bowler}",
-                    body=f"{bowler}: three wickets in three balls{figures}",
-                    text=f"HAT-TRICK! {bowler}",
-                    team_id=_fielding_team(ctx, ball),
-                    ball=ball,
-                    player_id=ball.bowler_id,
+                _bowler_event(
+                    ctx, EventType.HATTRICK, ball, f"HAT-TRICK! {bowler}", body, f"HAT-TRICK! {bowler}"
                 )
             )
     return events
@@ -863,20 +870,11 @@ def detect_hattricks(ctx: Context) -> list[KeyEvent]:
 def detect_on_hattricks(ctx: Context) -> list[KeyEvent]:
     """Two wickets in two deliveries of a bowler's: ``on_hattrick``."""
     events = []
-    for ball, history in _new_balls(ctx):
-        if not ball.bowler_wicket or _wicket_streak(ctx, ball, history) != 2:
-            continue
-        bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
-        events.append(
-            ctx.event(
-                EventType.ON_HATTRICK,
-                f"{ball.scoreboard}:{ball.bowler_id}",
-                title=f"{bowler} is on a hat-trick",
-                body=f"Two in two for {bowler}{figures}",
-                text=f"{bowler} on a hat-trick",
-                team_id=_fielding_team(ctx, ball),
-                ball=ball,
-                player_id=ball.bowler_id,
+    for ball, streak in _wicket_streaks(ctx):
+        if streak == 2:
+            bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
+            title, body = f"{bowler} is on a hat-trick", f"Two in two for {bowler}{figures}"
+            events.append(
+                _bowler_event(ctx, EventType.ON_HATTRICK, ball, title, body, f"{bowler} on a hat-trick")
             )
-        )
     return events
