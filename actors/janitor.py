@@ -18,7 +18,6 @@ loudly (the sender already remembers the token as dead, so no push goes to it fr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -57,8 +56,8 @@ class Janitor:
         async for result in self._receive:
             await self.handle(result)
 
-    async def handle(self, result: Any) -> None:
-        ref = getattr(result.push, "context", None)
+    async def handle(self, result: PushResult) -> None:
+        ref = result.push.context
         if not isinstance(ref, TokenRef):
             self.cleaned["unknown"] += 1
             log.warning(

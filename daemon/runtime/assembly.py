@@ -98,7 +98,7 @@ class Daemon:
         self.client = SportMonksClient(config.sportmonks)
         # One fleet per region: the feed polls only while this instance leads the region (the lease
         # feed:{region}); elsewhere the cache reader serves the match actors from cricket-fixture-cache.
-        self.region = str(getattr(config.instance, "region", "") or "default")
+        self.region = config.instance.region or "default"
         # The feed's collaborators come first, so it is built whole: the lease its cache writes carry (the
         # leadership renews the same one) and the leader's summary it answers livescores() from elsewhere.
         orch = config.orchestrator
