@@ -10,10 +10,10 @@ failed acquire (the lock item comes back with the refusal: no second call) and l
 ``actors.cache_reader``.
 
 The leader also writes, with every ``/livescores`` summary (each poll, and each 404 try), the call record and
-the feed's 404 verdicts (``feed_state``). Followers take the verdicts from the summary they read anyway, so an
-id the leader released is released on every instance; a new leader takes both from the summary as well as
-from the lock item, so calls made since the last renewal still count and a 404 id's tries are not started
-over.
+the feed's 404 verdicts (``FeedActor.region_state``). Followers take the verdicts from the summary they read
+anyway, so an id the leader released is released on every instance; a new leader takes both from the summary
+as well as from the lock item, so calls made since the last renewal still count and a 404 id's tries are not
+started over.
 
 Stepping down: the leader stops polling as soon as a renewal is refused, or as soon as its own monotonic
 clock says the lease (less the clock-skew bound) ran out before a renewal succeeded, exactly as a match actor
