@@ -102,7 +102,7 @@ def next_read_in(
 
 
 class LeaderSummary:
-    """The region leader's ``/livescores`` in short, as a follower reads it from the cache (see the module)."""
+    """The region leader's ``/livescores`` in short, as a follower reads it from the cache (the module)."""
 
     def __init__(
         self,

@@ -78,7 +78,7 @@ class FeedUpdate:
 @dataclass(frozen=True)
 class PollSummary:
     """What a poll leaves for the instances that do not lead: the ``/livescores`` answer in short, when it was
-    fetched, and the feed's region state (``FeedActor.region_state``: the call record and the 404 verdicts)."""
+    fetched, and the feed's region state (``FeedActor.region_state``: the call record, the 404 verdicts)."""
 
     fixtures: Sequence[Mapping[str, Any]]
     fetched_at: float

@@ -164,8 +164,8 @@ def newer_budget(
 
 
 class FeedLease:
-    """The region's feed lease (``feed:{region}``) as the leadership takes and renews it and every fenced cache
-    write carries it. Built before the feed and handed to both, so neither holds the other."""
+    """The region's feed lease (``feed:{region}``) as the leadership takes and renews it and every fenced
+    cache write carries it. Built before the feed and handed to both, so neither holds the other."""
 
     def __init__(
         self,

@@ -83,7 +83,7 @@ class DescribedActor(Actor, Described, Protocol):
     """An actor ``ctl`` asks how it is doing (the daemon's jobs)."""
 
 
-# --- the sender ----------------------------------------------------------------------------------------------
+# --- the sender ---------------------------------------------------------------------------------------------
 
 
 class PushSender(Protocol):
@@ -102,7 +102,7 @@ class ChannelRequests(Protocol):
     async def request(self, req: broadcast.Request) -> Any: ...
 
 
-# --- SportMonks ----------------------------------------------------------------------------------------------
+# --- SportMonks ---------------------------------------------------------------------------------------------
 
 
 class HourlyBudget(Protocol):
@@ -134,7 +134,7 @@ class ReferenceClient(Protocol):
     async def season(self, season_id: int | str, include: Sequence[str] = ...) -> dict[str, Any]: ...
 
 
-# --- the feed ------------------------------------------------------------------------------------------------
+# --- the feed -----------------------------------------------------------------------------------------------
 
 
 class FixtureSource(Protocol):
@@ -213,14 +213,15 @@ class FixtureCache(Protocol):
 
 
 class LeaderSummaries(Protocol):
-    """The leader's ``/livescores`` summary as a follower's feed reads it (``actors.cache_reader.LeaderSummary``)."""
+    """The leader's ``/livescores`` summary as a follower's feed reads it
+    (``actors.cache_reader.LeaderSummary``)."""
 
     async def livescores(
         self, max_age_s: float, *, reread_after_s: float, adopt: NotFoundVerdicts
     ) -> list[dict[str, Any]]: ...
 
 
-# --- the store: cricket-locks ----------------------------------------------------------------------------------
+# --- the store: cricket-locks -------------------------------------------------------------------------------
 
 
 class LeaseStore(Protocol):
@@ -280,7 +281,7 @@ class PrematchLocks(StartClaims, Protocol):
     async def release(self, lock_key: str, owner: str) -> bool: ...
 
 
-# --- the store: active-matches ---------------------------------------------------------------------------------
+# --- the store: active-matches ------------------------------------------------------------------------------
 
 
 class ActiveMatchReads(Protocol):
@@ -325,7 +326,7 @@ class MatchRegistry(ActiveMatchReads, Protocol):
     async def mark_follows_removed(self, match_id: str, ended_at: str) -> bool: ...
 
 
-# --- the store: cricket-fixtures -------------------------------------------------------------------------------
+# --- the store: cricket-fixtures ----------------------------------------------------------------------------
 
 
 class FixtureBatchReads(Protocol):
@@ -356,7 +357,7 @@ class ChannelRecords(FixtureBatchReads, Protocol):
 
 
 class FixtureStore(ChannelRecords, FixtureFieldWrites, Protocol):
-    """``cricket-fixtures`` as a match's owner reads and writes it: its live fields, its broadcast channels."""
+    """``cricket-fixtures`` as a match's owner reads and writes it: its live fields and broadcast channels."""
 
 
 class FixtureSyncStore(FixtureBatchReads, FixtureFieldWrites, Protocol):
@@ -377,7 +378,7 @@ class ScheduleStore(Protocol):
     async def get_matches_by_date_range(self, league_code: str, from_iso: str, to_iso: str) -> list[Item]: ...
 
 
-# --- the store: cricket-fixture-cache --------------------------------------------------------------------------
+# --- the store: cricket-fixture-cache -----------------------------------------------------------------------
 
 
 class SummaryReads(Protocol):
@@ -534,7 +535,7 @@ class PrematchDevices(DeviceStore, DeviceCleanup, Protocol):
     """``cricket-devices`` as the prematch job reads and cleans them."""
 
 
-# --- the tables each actor is handed (``daemon.store.Repositories`` has them all) ------------------------------
+# --- the tables each actor is handed (``daemon.store.Repositories`` has them all) ---------------------------
 
 
 class AudienceStore(Protocol):
