@@ -11,7 +11,7 @@ from daemon.descriptors import raise_nofile_limit
 from daemon.logs import get_logger
 from daemon.runtime import gctune
 from daemon.runtime.assembly import Daemon, serve
-from daemon.runtime.preflight import local_problems
+from daemon.runtime.bindings import binding_problems
 
 
 def main(argv: list[str]) -> int:
@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"sightscreen: bad configuration in {args.config}:\n{exc}", file=sys.stderr)
         return 2
-    local = trio.run(local_problems, config)
+    local = trio.run(binding_problems, config)
     if local:  # the admin socket's path or a port this machine will not give: say which, no traceback
         lines = "\n".join(f"  {p}" for p in local)
         print(f"sightscreen: cannot start with {args.config}:\n{lines}", file=sys.stderr)

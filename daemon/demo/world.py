@@ -196,6 +196,7 @@ class DemoRun:
                     f"admin {config.admin.socket_path}"
                 )
             await nursery.start(daemon.run)
+            assert daemon.api is not None  # the demo's daemon runs the API
             self.api_url = daemon.api.url
             saved = ""
             if hasattr(self.args, "state_dir"):  # the command line's demo; a programmatic run leaves none

@@ -44,7 +44,7 @@ from daemon.logs import get_logger
 from daemon.metrics import DEVICE_TOKEN_TRANSFERS
 from daemon.store.base import Item, Repository
 from daemon.store.codec import UpdateBuilder, from_item, iso, to_attr, to_item
-from daemon.store.dynamo import TRANSACT_MAX_ACTIONS, cancellation_codes
+from daemon.store.dynamo import TRANSACT_MAX_ACTIONS, StoreError, cancellation_codes
 from daemon.store.tables import DEVICES
 
 log = get_logger("daemon.store")
@@ -57,7 +57,7 @@ REGISTER_ATTEMPTS = 8
 retry follows a registration that succeeded, so a handful is plenty."""
 
 
-class DeviceRegistrationConflict(RuntimeError):
+class DeviceRegistrationConflict(StoreError, RuntimeError):
     """The token's claim kept moving under this registration (other registrations of it in a tight loop)."""
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from daemon.config.credentials import credential_problems
 from daemon.config.loading import load_config
-from daemon.config.preflight import preflight
 from daemon.store.tables import TABLE_SPECS
 from tests.harness.aws_stack import (
     REGION,
@@ -283,7 +283,7 @@ def test_each_services_container_environment_is_a_configuration_the_daemon_accep
     env["SIGHTSCREEN_ADMIN__SOCKET_PATH"] = str(tmp_path / "admin.sock")  # the image sets /run/sightscreen
     # the image's configuration file is the annotated example (Dockerfile), overridden by the environment
     config = load_config(PROJECT_ROOT / "config" / "sightscreen.example.toml", env=env)
-    assert preflight(config, env=env) == []
+    assert credential_problems(config, env=env) == []
     assert config.instance.roles == [service]
     assert config.dynamodb.table_prefix == prefix and config.dynamodb.region == REGION
     assert config.logging.format == "json"
