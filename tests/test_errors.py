@@ -12,6 +12,7 @@ from pathlib import Path
 import actors
 import daemon
 from actors.errors import ActorError
+from daemon.api.errors import ApiException
 from daemon.apns.types import ApnsError
 from daemon.config.loading import ConfigError
 from daemon.cricket.errors import EngineError
@@ -33,17 +34,16 @@ ROOTS: dict[str, type[BaseException]] = {
     "daemon.replay": ReplayError,
     "daemon.config": ConfigError,
     "daemon.runtime": DaemonRuntimeError,
+    "daemon.api": ApiException,
     "actors": ActorError,
 }
-# daemon.api keeps its own tree, rooted in the API package (listed on the same page).
-OWN_TREE = ("daemon.api",)
 
 
 def _modules() -> list[str]:
     names: list[str] = []
     for package in (daemon, actors):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            if info.name.endswith("__main__") or info.name.startswith(OWN_TREE):
+            if info.name.endswith("__main__"):
                 continue
             names.append(info.name)
     return names

@@ -450,3 +450,8 @@ def test_the_backoff_formula_is_written_once() -> None:
 def test_no_actor_takes_any_in_its_constructor_or_task_status() -> None:
     modules, _ = _shipped()
     assert untyped_seams(modules) == [], "name what the actor needs (a Protocol in actors/ports.py)"
+
+
+def test_no_api_part_takes_any_in_its_task_status_or_constructor() -> None:
+    modules, _ = _shipped()
+    assert untyped_seams(modules, package="daemon.api") == [], "name what the part needs"

@@ -248,7 +248,7 @@ class JwksKeys:
             await self.fetch("unknown_kid")
             return kid in self.keys
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """First fetch, then a refresh every ``refresh_s`` (every ``retry_s`` while fetches fail). Reports
         started after the first attempt whatever its outcome: readiness says whether keys are loaded."""
         try:

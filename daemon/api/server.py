@@ -11,7 +11,6 @@ the graceful stop: hypercorn stops accepting at once and gives requests in fligh
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -66,11 +65,11 @@ class ApiServer:
         """Stop accepting; requests in flight get the grace period."""
         self._stop.set()
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[ApiServer] = trio.TASK_STATUS_IGNORED) -> None:
         served = trio.Event()
         config = self._hypercorn_config()
 
-        async def serving(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async def serving(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
             try:
                 # returns once the trigger fired and requests in flight finished (or the grace ran out)
                 await serve(

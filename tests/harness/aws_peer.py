@@ -284,7 +284,9 @@ class Meter:
             for table, asked in (request.get("RequestItems") or {}).items():
                 per = 1.0 if asked.get("ConsistentRead") else 0.5
                 items = found.get(table) or []
-                read_keys = len(asked.get("Keys") or []) - len((unprocessed.get(table) or {}).get("Keys") or [])
+                read_keys = len(asked.get("Keys") or []) - len(
+                    (unprocessed.get(table) or {}).get("Keys") or []
+                )
                 units = sum(per * max(1, math.ceil(self._size(i) / 4096)) for i in items)
                 add(table, rru=units + per * max(0, read_keys - len(items)))
         elif writes:
