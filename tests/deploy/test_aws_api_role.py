@@ -17,11 +17,11 @@ import httpx
 import pytest
 
 from daemon.demo.issuer import LocalIssuer
-from daemon.demo.seed import seed_match
 from daemon.replay.synth import synthesise
 from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
 from daemon.store.codec import iso
 from tests.harness.api_process import ApiProcess
+from tests.harness.seed import seed_match
 
 pytestmark = pytest.mark.slow
 
