@@ -45,7 +45,7 @@ async def test_a_region_from_empty_tables_serves_every_live_device_through_its_o
                     for match_id in region.crowds:
                         starts.start_soon(region.play_when_ready, match_id)
                 await region.wait_all_ended(timeout=180)
-                dead = await region.dead_token_problems()
+                dead = await region.dead_tokens_cleaned(timeout=30)
         except BaseException:
             print(region.logs_tail())
             raise

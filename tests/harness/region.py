@@ -114,7 +114,6 @@ class Crowd:
     iphones: Any  # daemon.demo.iphones.SimulatedIphones
     listed: dict[str, Any] = field(default_factory=dict)  # the match as GET /matches listed it
     signed_up: trio.Event = field(default_factory=trio.Event)
-    played_at: float | None = None  # wall time the rig let the first ball come
 
     def phones(self) -> list[tuple[PhoneSpec, Any]]:
         return list(zip(self.specs, self.iphones.phones, strict=True))
@@ -154,7 +153,7 @@ class Region:
         from daemon.demo.world import scheduled
 
         self.tapes = [scheduled(tape, self.starts_at) for tape in tapes]
-        per_match = _per_match(crowd, len(self.tapes))
+        per_match = crowds_per_match(crowd, len(self.tapes))
         if len(per_match) != len(self.tapes):
             raise ValueError(f"crowd: {len(per_match)} lists for {len(self.tapes)} matches")
         self._specs = per_match
@@ -433,7 +432,6 @@ class Region:
             ):
                 break
             await trio.sleep(0.2)
-        crowd.played_at = time.time()
         self.replay.play(match_id)
 
     async def _match_item(self, match_id: str) -> dict[str, Any] | None:
@@ -499,6 +497,16 @@ class Region:
                     out[f"{crowd.match_id}/{phone.user_id}"] = missing
         return out
 
+    async def dead_tokens_cleaned(self, timeout: float) -> list[str]:
+        """``dead_token_problems`` once it is empty, or as it stands after ``timeout`` (a cleanup follows its
+        410 by one janitor's or prematch cycle's write)."""
+        problems = await self.dead_token_problems()
+        with trio.move_on_after(timeout):
+            while problems:
+                await trio.sleep(0.5)
+                problems = await self.dead_token_problems()
+        return problems
+
     async def dead_token_problems(self) -> list[str]:
         """What DynamoDB still holds of the tokens APNs answered 410: a dead device token's record must be
         gone, a dead push-to-start token removed from its device, a dead activity's session suspended."""
@@ -542,7 +550,7 @@ class Region:
         return out
 
 
-def _per_match(
+def crowds_per_match(
     crowd: Sequence[PhoneSpec] | Sequence[Sequence[PhoneSpec]], matches: int
 ) -> list[list[PhoneSpec]]:
     """One list of phones per match: ``crowd`` as it is when it holds lists, else ``crowd`` for each."""
