@@ -202,6 +202,7 @@ class RepositoryClass:
     name: str
     table: str | None  # the logical table (``logical = ...``); None for the base class
     methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    bases: list[str] = field(default_factory=list)
 
 
 def _camel(operation: str) -> str:
@@ -240,7 +241,7 @@ class StoreSource:
                     bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
                     classes[node.name] = (node, bases)
         self.classes: dict[str, RepositoryClass] = {}
-        for name, (node, _) in classes.items():
+        for name, (node, bases) in classes.items():
             if name != BASE_CLASS and not self._derives(name, classes):
                 continue
             table = None
@@ -249,10 +250,10 @@ class StoreSource:
                 if isinstance(item, ast.Assign) and any(
                     isinstance(t, ast.Name) and t.id == "logical" for t in item.targets
                 ):
-                    table = self._constant(item.value, {})
+                    table = self.constant(item.value, {})
                 elif isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
                     methods[item.name] = item
-            self.classes[name] = RepositoryClass(name, table, methods)
+            self.classes[name] = RepositoryClass(name, table, methods, bases)
         if BASE_CLASS not in self.classes:
             raise SourceError(f"no class {BASE_CLASS} in the store")
 
@@ -269,7 +270,7 @@ class StoreSource:
                 todo.extend(classes[base][1])
         return False
 
-    def _constant(self, node: ast.AST | None, bound: Mapping[str, Any]) -> Any:
+    def constant(self, node: ast.AST | None, bound: Mapping[str, Any]) -> Any:
         """The value of a constant expression: a literal, a module constant or a bound parameter."""
         if isinstance(node, ast.Constant):
             return node.value
@@ -284,11 +285,17 @@ class StoreSource:
         return sorted(n for n, c in self.classes.items() if c.table is not None)
 
     def lookup(self, cls: str, method: str) -> tuple[str, ast.FunctionDef | ast.AsyncFunctionDef] | None:
-        """(the class defining it, its node) for ``self.<method>`` in ``cls``."""
-        for owner in (cls, BASE_CLASS):
-            node = self.classes[owner].methods.get(method)
+        """(the class defining it, its node) for ``self.<method>`` in ``cls``, looked up through its bases."""
+        todo = [cls]
+        while todo:
+            owner = todo.pop(0)
+            found = self.classes.get(owner)
+            if found is None:
+                continue
+            node = found.methods.get(method)
             if node is not None:
                 return owner, node
+            todo.extend(found.bases)
         return None
 
     def public_methods(self) -> list[str]:
@@ -467,19 +474,19 @@ class StoreReader:
             if own is None:
                 raise SourceError("self.logical of the base class")
             return own
-        value = self.source._constant(expr, bound)  # noqa: SLF001 - one reader of one source
+        value = self.source.constant(expr, bound)
         return str(value)
 
     def _index(self, expr: ast.AST, bound: Mapping[str, Any]) -> str | None:
-        value = self.source._constant(expr, bound)  # noqa: SLF001
+        value = self.source.constant(expr, bound)
         return None if value is None else str(value)
 
     def _arg(self, call: ast.Call, position: int, name: str, bound: Mapping[str, Any]) -> Any:
         if len(call.args) > position:
-            return self.source._constant(call.args[position], bound)  # noqa: SLF001
+            return self.source.constant(call.args[position], bound)
         for k in call.keywords:
             if k.arg == name:
-                return self.source._constant(k.value, bound)  # noqa: SLF001
+                return self.source.constant(k.value, bound)
         raise SourceError(f"{ast.unparse(call)}: no {name}")
 
     def _defaults(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, Any]:
@@ -501,13 +508,15 @@ class StoreReader:
     ) -> dict[str, Any]:
         """The callee's parameters the call gives a constant (or a constant it was given itself); a parameter
         given something else is bound to a marker that is not None."""
-        params = [a.arg for a in (*callee.args.posonlyargs, *callee.args.args)][1:]  # without self
+        params = [a.arg for a in (*callee.args.posonlyargs, *callee.args.args)]
+        static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in callee.decorator_list)
+        params = params if static else params[1:]  # without self
         given: list[tuple[str, ast.AST]] = list(zip(params, call.args, strict=False))
         given += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
         out: dict[str, Any] = {}
         for name, expr in given:
             try:
-                out[name] = self.source._constant(expr, bound)  # noqa: SLF001
+                out[name] = self.source.constant(expr, bound)
             except SourceError:
                 out[name] = _GIVEN
         return out
