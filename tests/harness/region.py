@@ -133,7 +133,7 @@ class Region:
         lead_s: float = 600.0,
         sock_dir: Path | None = None,
         cadence_s: float = 0.25,
-        lease_s: float = 5.0,
+        lease_s: float = 10.0,
         innings_break_s: float = 600.0,
         extra_config: dict[str, dict[str, Any]] | None = None,
     ) -> None:
@@ -397,9 +397,13 @@ class Region:
     # ------------------------------------------------------------------ the matches
     async def owner_view(self, match_id: str) -> dict[str, Any] | None:
         """The owning engine's ``match`` answer (phase, tokens, channel sessions, followers), or None while no
-        engine runs the match."""
+        engine runs the match. Both answers come from the engines' memory (``status`` names the matches an
+        engine owns): asking costs the region's DynamoDB nothing."""
         for engine in list(self.engines.values()):
             if not engine.alive:
+                continue
+            status = await admin_request(self.admin_socket(engine), "status")
+            if not isinstance(status, dict) or match_id not in (status.get("owned_matches") or []):
                 continue
             answer = await admin_request(self.admin_socket(engine), "match", [match_id])
             if isinstance(answer, dict) and "tokens" in answer:
@@ -415,7 +419,7 @@ class Region:
             item = await self._match_item(match_id)
             if item is not None and item.get("matchPhase"):
                 break
-            await trio.sleep(0.2)
+            await trio.sleep(0.5)
         if not self.replay.status()[match_id]["started"]:
             self.replay.pause(match_id)
             self.replay.seek(match_id, 0)  # live: the owner starts its followers' activities
@@ -431,7 +435,7 @@ class Region:
                 and int(view.get("tokens") or 0) >= want_tokens
             ):
                 break
-            await trio.sleep(0.2)
+            await trio.sleep(0.5)
         self.replay.play(match_id)
 
     async def _match_item(self, match_id: str) -> dict[str, Any] | None:
