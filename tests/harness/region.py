@@ -28,9 +28,9 @@ each role's permissions as it goes (``tests/harness/aws_peer.py``), for the poli
 
 A match is started by the rig, not by a timer: once its owner has persisted the pre-match baseline and its
 crowd has signed up, the match goes live with no ball bowled (its clock held at the first entry), and its
-first ball comes once the owner knows every phone that should be running an activity by then (started by
-the prematch job, or by the owner's push-to-start as the match went live). So every wicket of the match is
-due to every live device, on a loaded machine too.
+first ball comes once the owner knows every live phone's activity (started by the prematch job, or by the
+owner's push-to-start as the match went live). So every wicket of the match is due to every live device, on
+a loaded machine too.
 
 Nothing here is imported by production code.
 """
@@ -412,7 +412,7 @@ class Region:
 
     async def play_when_ready(self, match_id: str) -> None:
         """Start the match as the module doc says: live once taken and signed up, its first ball once the
-        owner knows every phone that should run an activity."""
+        owner knows every live phone's activity."""
         crowd = self.crowds[match_id]
         await crowd.signed_up.wait()
         while True:  # taken, and the pre-match baseline persisted
@@ -423,9 +423,10 @@ class Region:
         if not self.replay.status()[match_id]["started"]:
             self.replay.pause(match_id)
             self.replay.seek(match_id, 0)  # live: the owner starts its followers' activities
-        starting = [spec for spec in crowd.specs if spec.starts]
-        want_channels = sum(1 for spec in starting if spec.on_channels)
-        want_tokens = len(starting) - want_channels
+        # the live phones only: a session on a dead token leaves the owner's count at its first push's 410
+        live = [spec for spec in crowd.specs if spec.live]
+        want_channels = sum(1 for spec in live if spec.on_channels)
+        want_tokens = len(live) - want_channels
         while True:
             view = await self.owner_view(match_id)
             if (
