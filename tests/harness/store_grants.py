@@ -122,10 +122,9 @@ ROLE_CALLS: dict[str, frozenset[str]] = {
     ),
     "api": frozenset(
         {
+            "DeviceRepository.claim_device",
             "DeviceRepository.delete_device",
             "DeviceRepository.get_device_for_user",
-            "DeviceRepository.register_device",
-            "DeviceRepository.update_push_to_start_token",
             "DisplayStateCacheRepository.get_cached_display_state",
             "FixtureCacheRepository.batch_get_cached_fixtures",
             "FixtureCacheRepository.get_cached_fixture",
@@ -138,8 +137,9 @@ ROLE_CALLS: dict[str, frozenset[str]] = {
             "LeagueRepository.get_league",
             "LeagueRepository.update_league_fields",
             "LiveActivityRepository.end_la_session",
-            "LiveActivityRepository.get_user_la_sessions",
-            "LiveActivityRepository.register_la_sessions",
+            "LiveActivityRepository.end_user_sessions",
+            "LiveActivityRepository.get_user_la_sessions_page",
+            "LiveActivityRepository.register_owned_sessions",
             "LiveActivityRepository.update_token",
             "LockRepository.get",
             "MatchFollowRepository.check_if_user_follows_match",
@@ -173,6 +173,14 @@ NOT_A_SERVICE_CALL: dict[str, str] = {
     "FixtureCacheRepository.put_single_fixture": "the store's tests (the leader writes fenced)",
     "LiveActivityRepository.get_la_session": "the test rigs' checks",
     "LiveActivityRepository.register_la_session": "the store's tests (the API registers in batches)",
+    "LiveActivityRepository.register_la_sessions": "the store's tests (the API registers through "
+    "register_owned_sessions: each update token claimed, each user's sessions bounded)",
+    "LiveActivityRepository.get_user_la_sessions": "the store's tests (the API pages through "
+    "get_user_la_sessions_page)",
+    "DeviceRepository.register_device": "the store's and the actors' tests (the API registers through "
+    "claim_device: every push token claimed)",
+    "DeviceRepository.update_push_to_start_token": "the store's tests (the API claims a new push-to-start "
+    "token through claim_device)",
     "MatchFollowRepository.clear_prematch_mark": "the store's tests (the prematch job confirms or reclaims)",
     "MatchFollowRepository.mark_prematch_notified": "the store's tests (the prematch job claims with "
     "claim_prematch)",
@@ -373,6 +381,8 @@ class StoreReader:
                     walk.transacts = True
                     continue
                 named = next((k.value for k in call.keywords if k.arg == "IndexName"), None)
+                if named is None and op in ("Query", "Scan"):
+                    named = self._spread_index(node, call)
                 at = self._index(named, bound) if named is not None else index
                 walk.permissions.add(Permission(op, where, at if op in ("Query", "Scan") else None))
             elif _is_self_attr(func, "dynamo", "batch_write") or _is_self_attr(func, "dynamo", "batch_get"):
@@ -416,6 +426,44 @@ class StoreReader:
             if passed is not None:
                 walk.permissions |= self.items(passed[0], self.source.classes[passed[0]].methods[passed[1]])
         return walk
+
+    def _spread_index(self, scope: ast.AST, call: ast.Call) -> ast.AST | None:
+        """The ``IndexName`` a call's ``**name`` passes: ``name`` must be a dict literal assigned once in the
+        method, with ``IndexName`` among its keys or set by a later ``name["IndexName"] = ...`` (the method's
+        own ``**kwargs`` carries what its callers passed, read through the call chain's ``index``)."""
+        spread = [k.value for k in call.keywords if k.arg is None]
+        if not spread:
+            return None
+        found: ast.AST | None = None
+        varkw = (
+            scope.args.kwarg.arg
+            if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef) and scope.args.kwarg
+            else None
+        )
+        for value in spread:
+            if not isinstance(value, ast.Name):
+                raise SourceError(f"{ast.unparse(call)}: a ** argument that is not a local name")
+            if value.id == varkw:
+                continue  # the method's own **kwargs: its callers' index reaches here as ``index``
+            literal = self._assigned(scope, value.id)
+            if not isinstance(literal, ast.Dict):
+                raise SourceError(f"{value.id} is not a dict literal where a call spreads it")
+            for k, v in zip(literal.keys, literal.values, strict=True):
+                if isinstance(k, ast.Constant) and k.value == "IndexName":
+                    found = v
+            for n in ast.walk(scope):
+                if not isinstance(n, ast.Assign):
+                    continue
+                for t in n.targets:
+                    if (
+                        isinstance(t, ast.Subscript)
+                        and isinstance(t.value, ast.Name)
+                        and t.value.id == value.id
+                        and isinstance(t.slice, ast.Constant)
+                        and t.slice.value == "IndexName"
+                    ):
+                        found = n.value
+        return found
 
     def items(self, cls: str, node: ast.AST) -> set[Permission]:
         """The permissions of the transaction items written out in ``node`` (``{"Put": {...}}`` ...)."""
@@ -564,7 +612,18 @@ def store_permissions(source: StoreSource | None = None) -> dict[str, set[Permis
 # as a repository call only on a receiver named like the repository (``repos.locks.get``, ``self._locks``).
 _COMMON_NAMES = frozenset(
     name
-    for kind in (dict, list, set, str, bytes, io.IOBase, trio.Lock, trio.CapacityLimiter, threading.Lock)
+    for kind in (
+        dict,
+        list,
+        set,
+        str,
+        bytes,
+        io.IOBase,
+        io.RawIOBase,
+        trio.Lock,
+        trio.CapacityLimiter,
+        threading.Lock,
+    )
     for name in dir(kind)
 )
 

@@ -184,8 +184,10 @@ def test_a_roles_code_calling_an_undeclared_method_or_a_stale_declaration_fails_
 def test_the_reading_follows_helpers_indexes_transactions_and_conditional_reads(source: StoreSource) -> None:
     needs = store_permissions(source)
     devices = "cricket-devices"
-    # a registration is one transaction: each of its items needs its own action
+    # a registration reads its tokens' claims in a batch, then writes one transaction: each of its items
+    # needs its own action
     assert needs["DeviceRepository.register_device"] == {
+        Permission("BatchGetItem", devices),
         Permission("GetItem", devices),
         Permission("Query", devices),
         Permission("PutItem", devices),
@@ -200,6 +202,10 @@ def test_the_reading_follows_helpers_indexes_transactions_and_conditional_reads(
     # a Query on an index needs the index; one on the table, the table
     assert needs["FixtureRepository.get_matches_by_date_range"] == {
         Permission("Query", "cricket-fixtures", "leagueCode-startTime-index")
+    }
+    # an index named in a dict the call spreads (``**kwargs`` built in the method) is followed too
+    assert needs["LiveActivityRepository.get_user_la_sessions_page"] == {
+        Permission("Query", "live-activities", "userId-index")
     }
     assert needs["MatchFollowRepository.get_followers_for_match"] == {
         Permission("Query", "cricket-match-follows")
