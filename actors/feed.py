@@ -283,6 +283,12 @@ class FeedActor:
         if self._nursery is not None:
             self._start_forwarder(sub)
         log.info("feed_subscribe", match_id=match_id, marquee=marquee)
+        if self.is_released(match_id):
+            # A match actor restarted after the release (it crashed around it) would wait forever: no poll
+            # answers for a released fixture. It gets the last word at once and lets go.
+            sub.next_fixture_at = math.inf
+            message = f"fixture {match_id} is released (404 on every try, or no play)"
+            sub.offer(FeedUpdate(match_id, None, time.time(), "fixture", False, error=message, released=True))
         self._wakeup.set()
         return receive
 

@@ -687,6 +687,29 @@ async def test_a_fixture_answering_404_is_tried_with_a_doubling_backoff_then_rel
         assert not feed.is_released("123")  # taken again only after not_found_release_s
 
 
+async def test_a_match_actor_restarted_after_the_release_is_told_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A match actor that crashed (a DynamoDB error in its let-go, a bad tick) around the release is restarted
+    # by its supervisor and subscribes again: no poll will ever answer for a released fixture, so without the
+    # last word on subscribing it would wait for updates forever and the match stay owned.
+    fake = FakeSportMonks()
+    feed = make_feed(fake, feed={"not_found_max_tries": 2, "not_found_backoff_s": 5.0})
+    async with running(feed) as nursery:
+        await trio.sleep(1)
+        collector = Collector(nursery)
+        collector.drain("123", feed.subscribe("123", marquee=False))
+        await trio.sleep(60)
+        assert feed.is_released("123")
+        feed.unsubscribe("123")
+        again = Collector(nursery)
+        again.drain("123", feed.subscribe("123", marquee=False))
+        await trio.sleep(1)
+        assert [u.released for u in again.updates["123"]] == [True]
+        assert "released" in (again.updates["123"][0].error or "")
+        assert len(fake.calls("/fixtures/123")) == 2  # and no new call for it
+
+
 async def test_a_404_then_a_good_answer_starts_the_count_again(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

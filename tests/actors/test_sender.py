@@ -633,13 +633,15 @@ async def test_a_fence_moved_while_its_pushes_wait_in_the_queue_lets_them_out(
     # owner's do not.
     server = await start_apns_server(max_concurrent_streams=1)
     harness = await start_sender(server)
-    server.delay(0.5)  # one stream, each answer held 0.5 s: the 2nd push leaves at ~0.5 s, the 3rd at ~1 s...
+    server.delay(1.0)  # one stream, each answer held 1 s: the 2nd push leaves at ~1 s, the 3rd at ~2 s...
+    # Fences of 1.6 s: the 2nd push leaves with 0.6 s to spare, the 3rd and 4th leave past 1.6 s however slow
+    # the machine is (at least two, then three answers held 1 s each before them).
     start = trio.current_time()
-    renewed, stopped = Fence(start + 0.75), Fence(start + 0.75)
+    renewed, stopped = Fence(start + 1.6), Fence(start + 1.6)
 
     async def renew() -> None:
         while True:
-            renewed.until = trio.current_time() + 0.75
+            renewed.until = trio.current_time() + 1.6
             await trio.sleep(0.05)
 
     pushes = [
@@ -655,9 +657,9 @@ async def test_a_fence_moved_while_its_pushes_wait_in_the_queue_lets_them_out(
     outcome = {int(token, 16): (r.outcome, r.reason) for token, r in results.items()}
     assert outcome == {
         1: ("accepted", None),
-        2: ("accepted", None),  # left at ~0.5 s, before its fence
-        3: ("accepted", None),  # left at ~1 s: after the fence it was built with, but that fence moved on
-        4: ("failed", "NotAfterPassed"),  # due at ~1.5 s, its fence stood still at 0.75 s
+        2: ("accepted", None),  # left at ~1 s, before its fence
+        3: ("accepted", None),  # left at ~2 s: after the fence it was built with, but that fence moved on
+        4: ("failed", "NotAfterPassed"),  # due at ~3 s, its fence stood still at 1.6 s
     }
     assert len(server.records) == 3
 
