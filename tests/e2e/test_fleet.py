@@ -23,7 +23,8 @@ from tests.harness.cluster import (
     check_exclusive_ownership,
 )
 
-pytestmark = pytest.mark.slow
+# several daemon processes: run beside at most one other such module (docs/testing.md "Four workers")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster-a")]
 
 FEED_KEY = "feed:default"
 

@@ -19,7 +19,8 @@ import trio
 
 from tests.harness.region import Region, mixed_crowd, region_tapes
 
-pytestmark = pytest.mark.slow
+# several daemon processes: run beside at most one other such module (docs/testing.md "Four workers")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster-b")]
 
 
 async def test_a_region_from_empty_tables_serves_every_live_device_through_its_own_doors(
