@@ -125,6 +125,12 @@ _STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         (
             "send",
             "header_block",
+            "encode_block",
+            "_path_head",
+            "generation",
+            "owes_size_update",
+            "steady",
+            "send_reset",
             "_constant",
             "encode_constant",
             "start_block",
@@ -144,7 +150,19 @@ _STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         _APNS,
         (
             "receive_data",
+            "_receive",
             "receive_frames",
+            "_slow",
+            "_stream_frame",
+            "_on_headers",
+            "_on_data",
+            "_on_closed_stream",
+            "_answer",
+            "_settle",
+            "_note_reset",
+            "data_received",
+            "stream_closed",
+            "is_open",
             "_fast_headers",
             "_fast_data",
             "_fast_window_update",
@@ -401,6 +419,24 @@ def update_payloads(actor: MatchActor) -> list[bytes]:
     return list(by_perspective.values()) or [b"{}"]
 
 
+def code_under_test() -> dict[str, Any]:
+    """Which checkout ran: its commit (and whether it had changes), and where the sender's modules came from
+    (they must be this checkout's, not another one the virtualenv points at)."""
+    import subprocess
+
+    import daemon.apns.connection
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    module = Path(daemon.apns.connection.__file__).resolve()
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "changed_files": len(git("status", "--porcelain", "--untracked-files=no").splitlines()),
+        "modules_from_this_checkout": module.is_relative_to(ROOT),
+    }
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokens", type=int, default=100_000, help="per-token sessions of the match")
@@ -437,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         result = trio.run(fan_out, args, workdir)
     result["log_lines"] = sum(1 for _ in log_path.open())
+    result["code"] = code_under_test()
     print(json.dumps(result))
     return 0 if result["failed_or_rejected"] == 0 and result["every_token_once_per_ball"] else 1
 

@@ -64,7 +64,7 @@ from hpack.huffman_table import decode_huffman
 
 from daemon.apns.internals import ApnsClientH2Connection, StreamFrame
 from daemon.apns.token import ProviderToken
-from daemon.apns.types import Push
+from daemon.apns.types import Push, slot_init
 from daemon.apns.wire import (
     DATA,
     END_STREAM,
@@ -254,18 +254,25 @@ class ResponseHeaderDecoder:
     """
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        # Integers below their prefix's limit (every index and length an answer has) are read inline; larger
+        # ones through ``read_hpack_int``.
         fields: list[tuple[bytes, bytes]] = []
         wanted = _WANTED_RESPONSE_FIELDS
+        static = _STATIC_TABLE
+        entries = len(static)
         pos = 0
         size = len(block)
         try:
             while pos < size:
                 first = block[pos]
                 if first & 0x80:  # indexed field
-                    index, pos = read_hpack_int(block, pos, 7)
-                    if not 0 < index <= len(_STATIC_TABLE):
+                    index = first & 0x7F
+                    pos += 1
+                    if index == 0x7F:
+                        index, pos = read_hpack_int(block, pos - 1, 7)
+                    if not 0 < index <= entries:
                         raise h2.exceptions.ProtocolError(f"HPACK: index {index} outside a zero-size table")
-                    field = _STATIC_TABLE[index - 1]
+                    field = static[index - 1]
                     if field[0] in wanted:
                         fields.append(field)
                         if field == _STATUS_200:
@@ -277,26 +284,36 @@ class ResponseHeaderDecoder:
                         raise h2.exceptions.ProtocolError(f"HPACK: table size update to {new_size} above 0")
                     continue
                 # A literal, with or without indexing (indexing into a zero-size table stores nothing).
-                index, pos = read_hpack_int(block, pos, 6 if first & 0x40 else 4)
+                limit = 0x3F if first & 0x40 else 0x0F
+                index = first & limit
+                pos += 1
+                if index == limit:
+                    index, pos = read_hpack_int(block, pos - 1, 6 if limit == 0x3F else 4)
                 if index:
-                    if index > len(_STATIC_TABLE):
+                    if index > entries:
                         raise h2.exceptions.ProtocolError(
                             f"HPACK: name index {index} outside a zero-size table"
                         )
-                    name = _STATIC_TABLE[index - 1][0]
+                    name = static[index - 1][0]
                 else:
-                    huffman = block[pos] & 0x80
-                    length, pos = read_hpack_int(block, pos, 7)
+                    octet = block[pos]
+                    length = octet & 0x7F
+                    pos += 1
+                    if length == 0x7F:
+                        length, pos = read_hpack_int(block, pos - 1, 7)
                     raw = block[pos : pos + length]
                     pos += length
-                    name = decode_huffman(raw) if huffman else bytes(raw)
-                huffman = block[pos] & 0x80
-                length, pos = read_hpack_int(block, pos, 7)
+                    name = decode_huffman(raw) if octet & 0x80 else bytes(raw)
+                octet = block[pos]
+                length = octet & 0x7F
+                pos += 1
+                if length == 0x7F:
+                    length, pos = read_hpack_int(block, pos - 1, 7)
                 if pos + length > size:
                     raise h2.exceptions.ProtocolError("HPACK: truncated string")
                 if name in wanted:
                     raw = block[pos : pos + length]
-                    value = decode_huffman(raw) if huffman else bytes(raw)
+                    value = decode_huffman(raw) if octet & 0x80 else bytes(raw)
                     fields.append((name, value))
                     if name == b":status" and value == b"200":
                         wanted = _WANTED_AFTER_200
@@ -311,6 +328,7 @@ class ResponseHeaderDecoder:
 # --- the APNs bookkeeping ------------------------------------------------------------------------------
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Answered:
     """APNs answered the request on this connection."""
@@ -324,6 +342,7 @@ class Answered:
     body: bytes | None = None  # the answer's body (channel management reads it on success too)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Unanswered:
     """The request got no answer. ``processed`` False means APNs certainly did not act on it (safe to re-send).
