@@ -61,6 +61,9 @@ log = get_logger("apns.sender")
 _MAX_REQUEUES: Final = 50
 _MAX_DEAD_TOKENS: Final = 1_000_000
 _LATENCY_SAMPLES: Final = 20_000
+# sightscreen_pushes is moved once per this many settled pushes (and whenever the sender falls idle or is
+# looked at), not once per push
+_COUNTS_BATCH: Final = 256
 
 
 @dataclass(slots=True, eq=False)
@@ -192,6 +195,8 @@ class ApnsSender:
             for kind in ("start", "update", "end", "alert")
             for outcome in ("accepted", "rejected", "failed")
         }
+        self._unreported: dict[tuple[str, str], int] = {}  # settled, not yet in sightscreen_pushes
+        self._unreported_total = 0
         # Every error series exists from the start at 0, so the first configuration error shows as an
         # increase to the alert rules rather than as a new series Prometheus has no earlier sample of.
         for action in Action:
@@ -258,6 +263,7 @@ class ApnsSender:
         return (not problems, "; ".join(problems))
 
     def stats(self) -> dict[str, Any]:
+        self._report_counts()
         samples = sorted(self._latencies)
 
         def pct(p: float) -> float | None:
@@ -297,8 +303,9 @@ class ApnsSender:
         self._draining = True
         # Take what producers already handed over, then close the inboxes: later sends raise
         # BrokenResourceError at the producer instead of waiting in a queue nobody reads.
+        now = trio.current_time()
         for push in self._take_inboxes():
-            self._accept(push)
+            self._accept(push, now)
         for route in self._routes:
             for lane in route.lanes:
                 lane.recv.close()
@@ -335,6 +342,7 @@ class ApnsSender:
             self._stopped = True
             reason = self._fatal.reason if self._fatal is not None else "ShuttingDown"
             self._fail_everything(reason)
+            self._report_counts()
             for route in self._routes:
                 for lane in route.lanes:
                     lane.recv.close()
@@ -363,16 +371,16 @@ class ApnsSender:
                 push = await recv.receive()
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 return  # drained (or every producer is gone)
-            self._accept(push)
+            now = trio.current_time()
+            self._accept(push, now)
             # Take whatever else is already waiting without yielding per push.
             while len(queue) < cap:
                 try:
                     push = recv.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
-                self._accept(push)
+                self._accept(push, now)
             wake_writers()
-            now = trio.current_time()
             if now - last_batch < window and not self._draining:
                 # Pushes are arriving in a stream: let them gather in the inbox for a moment rather than
                 # waking this task and a writer for every few pushes. A lone push still goes out at once;
@@ -382,8 +390,8 @@ class ApnsSender:
                 await trio.sleep(window)
             last_batch = now
 
-    def _accept(self, push: Push) -> None:
-        now = trio.current_time()
+    def _accept(self, push: Push, now: float) -> None:
+        """Take ``push`` from its inbox (at ``now``, the intake's time for the batch it came in)."""
         exchange = _Exchange(push, now)
         self._outstanding += 1
         dead_reason = self._dead.get(push.token)
@@ -474,10 +482,12 @@ class ApnsSender:
         if push.channel_id is not None:
             metrics.BROADCASTS.labels(kind=push.kind, outcome=outcome).inc()
         else:
-            counter = self._pushes_metric.get((push.kind, outcome))
-            if counter is None:
-                counter = metrics.PUSHES.labels(kind=push.kind, outcome=outcome)
-            counter.inc()
+            key = (push.kind, outcome)
+            unreported = self._unreported
+            unreported[key] = unreported.get(key, 0) + 1
+            self._unreported_total += 1
+            if self._unreported_total >= _COUNTS_BATCH:
+                self._report_counts()
         metrics.PUSH_LATENCY.observe(latency)
         if push.reply_to is not None:
             self._deliver(push.reply_to, result)
@@ -485,7 +495,20 @@ class ApnsSender:
             self._deliver(self._janitor, result)
         self._outstanding -= 1
         if self._outstanding == 0:
+            self._report_counts()
             self._idle_wake.set()
+
+    def _report_counts(self) -> None:
+        """Add the pushes settled since the last report to sightscreen_pushes."""
+        if not self._unreported_total:
+            return
+        for (kind, outcome), n in self._unreported.items():
+            counter = self._pushes_metric.get((kind, outcome))
+            if counter is None:
+                counter = metrics.PUSHES.labels(kind=kind, outcome=outcome)
+            counter.inc(n)
+        self._unreported.clear()
+        self._unreported_total = 0
 
     def _deliver(self, channel: trio.MemorySendChannel[PushResult], result: PushResult) -> None:
         if self._undelivered:
