@@ -499,6 +499,11 @@ class ApnsConnection:
         return self._h2.data_to_send()
 
     @property
+    def has_output(self) -> bool:
+        """Bytes are waiting for ``data_to_send`` (requests, acknowledgements, resets, window credit)."""
+        return self._h2.has_output
+
+    @property
     def in_flight(self) -> int:
         return len(self._streams)
 
@@ -798,11 +803,15 @@ class ApnsConnection:
         as lost, for a fresh connection. A request that outlives its deadline counts against its connection: it
         triggers a PING at once, and ``max_timeouts`` of them with no answer between them retire the
         connection even if PINGs come back (a server that acknowledges PINGs but never answers a stream).
-        An idle connection is PINGed after ``idle_s`` without a byte."""
+        An idle connection is PINGed after ``idle_s`` without a byte.
+
+        Each moment is compared as the sum returned for the next look (``now >= since + span``, never
+        ``now - since >= span``): in floating point the two can disagree, and a look at exactly the returned
+        moment must find it come, or a watchdog waiting for it would look again and again."""
         if self.state == "closed":
             return Judgement("ok", "", "", math.inf)
         ping_at = self._ping_sent_at
-        if ping_at is not None and now - ping_at >= rules.ping_timeout_s:
+        if ping_at is not None and now >= ping_at + rules.ping_timeout_s:
             return Judgement("retire", "ping_unanswered", f"PING unanswered for {now - ping_at:.1f} s", now)
         timeouts = self.timeouts_since_answer
         if timeouts >= rules.max_timeouts:
@@ -814,12 +823,12 @@ class ApnsConnection:
         if self._streams:
             quiet_from = max(self.last_heard, self._waiting_since)
             silent = now - quiet_from
-            if can_ping and silent >= rules.silence_s:
+            if can_ping and now >= quiet_from + rules.silence_s:
                 return Judgement("ping", "silent", f"nothing heard for {silent:.1f} s", now)
             if can_ping and self._probe:
                 return Judgement("ping", "timeout", "a request outlived its deadline", now)
             if not can_ping:  # no PING can be asked of a draining connection: its silence decides
-                if silent >= rules.silence_s + rules.ping_timeout_s:
+                if now >= quiet_from + rules.silence_s + rules.ping_timeout_s:
                     return Judgement("retire", "silent", f"nothing heard for {silent:.1f} s", now)
                 return Judgement("ok", "", "", quiet_from + rules.silence_s + rules.ping_timeout_s)
             return Judgement("ok", "", "", quiet_from + rules.silence_s)
@@ -827,7 +836,7 @@ class ApnsConnection:
             return Judgement("ok", "", "", math.inf)  # draining and idle: it closes, nothing to watch
         if self._probe:
             return Judgement("ping", "timeout", "a request outlived its deadline", now)
-        if now - self.last_heard >= rules.idle_s:
+        if now >= self.last_heard + rules.idle_s:
             return Judgement("ping", "idle", f"idle for {now - self.last_heard:.1f} s", now)
         return Judgement("ok", "", "", self.last_heard + rules.idle_s)
 

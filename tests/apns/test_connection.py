@@ -509,3 +509,35 @@ def test_a_window_increment_of_only_the_reserved_bit_is_a_protocol_error_too() -
     exchange(conn, server)
     with pytest.raises(h2.exceptions.ProtocolError):
         conn.receive_data(_window_update(0, 0x80000000), 0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(0.0, 1e6, allow_nan=False),
+    st.floats(0.001, 10.0, allow_nan=False),
+    st.sampled_from(["ping", "busy", "idle", "draining"]),
+)
+def test_a_look_at_the_moment_check_named_finds_that_moment_come(
+    start: float, step: float, case: str
+) -> None:
+    # check() names when to look again; looking exactly then must move on (a PING sent, a retirement, or a
+    # later moment), or a watchdog under a virtual clock looks again and again without time passing. In
+    # floating point ``a + b - a`` can fall short of ``b`` (a PING sent at 3.005 s: 8.005 - 3.005 < 5).
+    rules = Liveness(idle_s=60.0 * step, silence_s=3.0 * step, ping_timeout_s=5.0 * step)
+    conn, server = connect()
+    exchange(conn, server, now=start)
+    if case != "idle":
+        conn.send(make_push(1), "a", start)
+    if case == "ping":
+        conn.send_ping(start + step)
+    if case == "draining":
+        conn.start_draining()
+    now = start + step / 3
+    for _ in range(4):
+        judged = conn.check(now, rules)
+        if judged.action != "ok":
+            return
+        assert judged.next_check > now
+        now = judged.next_check
+        again = conn.check(now, rules)
+        assert again.action != "ok" or again.next_check > now
