@@ -499,11 +499,6 @@ class ApnsConnection:
         return self._h2.data_to_send()
 
     @property
-    def has_output(self) -> bool:
-        """Bytes are waiting for ``data_to_send`` (requests, acknowledgements, resets, window credit)."""
-        return self._h2.has_output
-
-    @property
     def in_flight(self) -> int:
         return len(self._streams)
 
@@ -561,13 +556,11 @@ class ApnsConnection:
         return self._orphan_all("lost")
 
     def _orphan_all(self, cause: str) -> list[Unanswered]:
-        orphans = [
-            Unanswered(s.exchange, cause, processed=True) for s in self._streams.values() if not s.done
-        ]
-        self._h2.open_requests = sum(
-            1 for s in self._streams.values() if s.done
-        )  # forgotten at the read's end
-        self._streams = {sid: s for sid, s in self._streams.items() if s.done}
+        streams = self._streams
+        orphans = [Unanswered(s.exchange, cause, processed=True) for s in streams.values() if not s.done]
+        for stream_id in [sid for sid, s in streams.items() if not s.done]:
+            del streams[stream_id]  # in place: a read in progress holds this table
+        self._h2.open_requests = len(streams)  # those settled in this read, forgotten at its end
         self._blocked.clear()
         self._deadlines.clear()
         return orphans
@@ -935,6 +928,8 @@ class ApnsConnection:
                         self.state = "open"
             elif type(event) is h2.events.ConnectionTerminated:
                 outcomes.extend(self._on_goaway(event))
+                if self.state == "closed":
+                    return  # an error GOAWAY: everything came back; whatever follows it is not read
             elif type(event) is h2.events.PingAckReceived:
                 self._ping_sent_at = None
                 self._probe = False  # someone is there: a late answer is the server's, not the link's

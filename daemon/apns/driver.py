@@ -493,8 +493,7 @@ class ConnectionPool:
                         if verdict.action is Action.CONFIGURATION:
                             metrics.APNS_ERRORS.labels(verdict.action.value).inc()
                             self._on_configuration_error(goaway.reason, None, "from GOAWAY")
-                if conn.has_output or conn.state != "open" or _worth_a_write(conn):
-                    link.wake.set()  # acks, window updates, freed stream slots: the writer has work
+                link.wake.set()  # acks, window updates and freed stream slots: the writer has work
                 if conn.state == "closed":
                     return
                 if len(outcomes) < _READ_BATCH and conn.in_flight:

@@ -213,11 +213,6 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
             machine.process_input(ConnectionInputs.SEND_RST_STREAM)
         self._data_to_send += frame_header(4, RST_STREAM, 0, stream_id) + int(error_code).to_bytes(4, "big")
 
-    @property
-    def has_output(self) -> bool:
-        """Frames are waiting in h2's output buffer."""
-        return bool(self._data_to_send)
-
     def stream_closed(self) -> None:
         """One of our streams is closed and forgotten: it no longer counts against the server's limit."""
         self.open_requests -= 1

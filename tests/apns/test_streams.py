@@ -22,6 +22,7 @@ from hyperframe.frame import (
     ContinuationFrame,
     DataFrame,
     Frame,
+    GoAwayFrame,
     HeadersFrame,
     PriorityFrame,
     RstStreamFrame,
@@ -497,3 +498,18 @@ def test_a_window_setting_past_the_limit_is_a_flow_control_error() -> None:
     with pytest.raises(h2.exceptions.ProtocolError) as caught:
         conn.receive_data(server.out(), 0.0)
     assert caught.value.error_code == ErrorCodes.FLOW_CONTROL_ERROR
+
+
+def test_an_error_goaway_gives_every_request_back_once_whatever_follows_it_in_the_read() -> None:
+    conn, server = connected()
+    a, b = _answered(conn, server, 2)
+    server.h2.send_headers(a, [(":status", "200")], end_stream=True)
+    wire = server.out()
+    wire += GoAwayFrame(0, last_stream_id=b, error_code=ErrorCodes.INTERNAL_ERROR).serialize()
+    wire += _raw(HeadersFrame(b, b"\x88", flags=["END_HEADERS", "END_STREAM"]))  # after the GOAWAY: not read
+    outcomes = conn.receive_data(wire, 0.0)
+    assert sorted((type(o).__name__, o.exchange) for o in outcomes) == [
+        ("Answered", "p0"),
+        ("Unanswered", "p1"),
+    ]
+    assert conn.state == "closed" and conn.connection_lost() == []
