@@ -53,6 +53,10 @@ ENV PATH=/opt/sightscreen/venv/bin:$PATH \
 USER 10001:10001
 WORKDIR /run/sightscreen
 
+# Descriptors: an image cannot set its own limit; run it with one (docker run --ulimit nofile=65536:65536,
+# ECS "ulimits": [{"name": "nofile", "softLimit": 65536, "hardLimit": 65536}]). The daemon lifts its soft
+# limit to the hard one at start-up and caps the API's connections at it less [api].fd_reserve
+# (docs/operations.md "Connections and descriptors").
 # The daemon itself is PID 1 (exec form, no shell in between), so SIGTERM reaches its handler directly.
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \

@@ -25,11 +25,11 @@ for up to a cadence; past that (no leader is polling: it died, or is being repla
 Without a summary it aims by the newest fixture instead. On the leader it only waits: the feed serves the
 subscribers in process.
 
-It also answers the orchestrator's ``livescores()`` on a follower, from the leader's
-summary item, and hands the 404 verdicts written with it to the feed (``adopt_not_found``: a fixture the
-leader released is released here too, its match actor lets go, the orchestrator does not take it again);
-it refuses (``SportMonksError``) one that is older than the caller accepts plus two leases:
-then no leader has polled for that long and a stale list must not start matches.
+``LeaderSummary`` answers the feed's ``livescores()`` on a follower (the orchestrator's question), from the
+leader's summary item, and hands the 404 verdicts written with it to the feed (``adopt_not_found``: a fixture
+the leader released is released here too, its match actor lets go, the orchestrator does not take it again);
+it refuses (``SportMonksError``) one that is older than the caller accepts plus two leases: then no leader has
+polled for that long and a stale list must not start matches. It holds no feed: the feed is built with it.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from typing import Any
 import trio
 
 from actors.feed import FeedUpdate
+from actors.ports import CacheReads, FollowerFeed, NotFoundVerdicts, SummaryReads
 from daemon.logs import get_logger
 from daemon.metrics import FIXTURE_CACHE_AGE
 from daemon.sportmonks.errors import SportMonksError
@@ -100,22 +101,68 @@ def next_read_in(
     return max(step, cadence_s / 2)
 
 
-class CacheReader:
+class LeaderSummary:
+    """The region leader's ``/livescores`` in short, as a follower reads it from the cache (the module)."""
+
     def __init__(
         self,
-        feed: Any,
-        repos: Any,
-        settings: FeedSettings,
+        cache: SummaryReads,
         *,
         region: str,
         stale_after_s: float,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        self._cache = cache
+        self.region = region
+        self.stale_after_s = stale_after_s
+        self._wall = wall_clock
+        self._summary: tuple[list[dict[str, Any]], float, float] | None = (
+            None  # (fixtures, fetchedAt, read at)
+        )
+
+    async def livescores(
+        self, max_age_s: float, *, reread_after_s: float, adopt: NotFoundVerdicts
+    ) -> list[dict[str, Any]]:
+        """The leader's last ``/livescores`` in short (id, status, league, start), read again once the copy
+        here is older than ``reread_after_s`` (or ``max_age_s``); the 404 verdicts read with it go to
+        ``adopt``."""
+        now = self._wall()
+        cached = self._summary
+        if cached is None or now - cached[2] > min(max_age_s, reread_after_s):
+            got = await self._cache.get_livescores_summary_and_state(self.region)
+            if got is None:
+                raise SportMonksError(f"no feed leader has published /livescores for region {self.region!r}")
+            cached = self._summary = (got[0], got[1], now)
+            # the leader's 404 verdicts: a released id is let go by its match actor here and not taken again
+            adopt.adopt_not_found(got[2].get("notFound"), to_wall=now - trio.current_time())
+        age = now - cached[1]
+        if age > max_age_s + self.stale_after_s:
+            raise SportMonksError(
+                f"the region's /livescores in the cache is {age:.0f} s old: no feed leader is polling"
+            )
+        return list(cached[0])
+
+    def age_s(self) -> float | None:
+        """How old the summary read last is (None before the first read)."""
+        return None if self._summary is None else self._wall() - self._summary[1]
+
+
+class CacheReader:
+    def __init__(
+        self,
+        feed: FollowerFeed,
+        cache: CacheReads,
+        settings: FeedSettings,
+        *,
+        region: str,
+        summary: LeaderSummary,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._feed = feed
-        self._cache = repos.fixture_cache
+        self._cache = cache
         self.settings = settings
         self.region = region
-        self._stale_after_s = stale_after_s
+        self._leader_summary = summary
         self._wall = wall_clock
         self.seen: dict[str, tuple[int, int]] = {}
         self.newest_fetched_at: float | None = None
@@ -125,13 +172,10 @@ class CacheReader:
         self.delivered = 0
         self.errors = 0
         self.last_read_at: float | None = None
-        self._summary: tuple[list[dict[str, Any]], float, float] | None = (
-            None  # (fixtures, fetchedAt, read at)
-        )
         self._verdicts: dict[str, Any] | None = None  # the leader's 404 verdicts as last adopted
         self.released_by_read = 0  # ids this reader's reads released here
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
             subs = self._feed.local_subscriptions()
@@ -204,24 +248,6 @@ class CacheReader:
         released = self._feed.adopt_not_found(verdicts, to_wall=self._wall() - trio.current_time())
         self.released_by_read += len(released)
 
-    async def livescores(self, max_age_s: float) -> list[dict[str, Any]]:
-        """The leader's last ``/livescores`` in short (id, status, league, start), for a follower."""
-        now = self._wall()
-        cached = self._summary
-        if cached is None or now - cached[2] > min(max_age_s, self._feed.cadence_for(marquee=False)):
-            got = await self._cache.get_livescores_summary_and_state(self.region)
-            if got is None:
-                raise SportMonksError(f"no feed leader has published /livescores for region {self.region!r}")
-            cached = self._summary = (got[0], got[1], now)
-            # the leader's 404 verdicts: a released id is let go by its match actor here and not taken again
-            self._feed.adopt_not_found(got[2].get("notFound"), to_wall=now - trio.current_time())
-        age = now - cached[1]
-        if age > max_age_s + self._stale_after_s:
-            raise SportMonksError(
-                f"the region's /livescores in the cache is {age:.0f} s old: no feed leader is polling"
-            )
-        return list(cached[0])
-
     def describe(self) -> dict[str, Any]:
         now = self._wall()
         return {
@@ -233,8 +259,8 @@ class CacheReader:
             "newest_fixture_age_s": (
                 None if self.newest_fetched_at is None else round(now - self.newest_fetched_at, 3)
             ),
-            "livescores_age_s": None if self._summary is None else round(now - self._summary[1], 3),
+            "livescores_age_s": None if (age := self._leader_summary.age_s()) is None else round(age, 3),
             "last_poll_age_s": None if self.last_poll_at is None else round(now - self.last_poll_at, 3),
             "write_delay_s": self.write_delay.describe(),
-            "stale_after_s": self._stale_after_s if math.isfinite(self._stale_after_s) else None,
+            "stale_after_s": (stale if math.isfinite(stale := self._leader_summary.stale_after_s) else None),
         }

@@ -2,7 +2,7 @@
 
 Owns: the one connection to ``[apns].management_host``/``_port`` (a lazy ``daemon.apns.driver`` pool: opened on
 first use, then kept and judged like the push connections), one request at a time, and what each answer
-means (the rule table: transient ones retried with backoff, a configuration error reported to the owner).
+means (``daemon.apns.rules``: the same steps as the sender's, a configuration error reported to the owner).
 ``daemon.apns.broadcast`` builds the requests and reads the answers. Must not touch: the sender (it is
 handed the driver's dialer, the provider tokens and a configuration-error callback). See docs/delivery.md.
 """
@@ -20,10 +20,9 @@ from daemon import metrics
 from daemon.apns import broadcast
 from daemon.apns.connection import Answered, ApnsConnection, Outcome, Unanswered
 from daemon.apns.driver import ConfigurationError, ConnectionPool, Dialer, Link, Traffic
-from daemon.apns.rules import Action, Verdict
+from daemon.apns.rules import NO_CONNECTION, Action, Again, after_answer, after_silence, retry_delay
 from daemon.apns.settings import ApnsSettings
 from daemon.apns.token import ProviderTokens
-from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 
 log = get_logger("apns.channels")
@@ -45,11 +44,13 @@ class _Pending:
 class ChannelManagement:
     """Requests to the channel-management host over one lazily opened connection.
 
-    Each answer goes through the rule table: transient ones are retried with backoff (on a new connection
-    where the table says so), a configuration error is reported to ``on_configuration_error`` (the sender
-    stops, as for one on a push), everything else comes back as ``broadcast.ChannelError`` with the decided
-    outcome for the caller (recreate, limit reached, bug). A request that finds no usable connection within
-    ``connect_timeout_s`` counts as a transient failure."""
+    Each answer, or its absence, goes through the rule table's steps (``daemon.apns.rules.after_answer``,
+    ``after_silence``), as a push does in the sender: transient ones go again (after a backoff, at once, on a
+    new connection or a fresh provider token, as the step says), a configuration error is reported to
+    ``on_configuration_error`` (the sender stops, as for one on a push), everything else comes back as
+    ``broadcast.ChannelError`` with the decided outcome for the caller (recreate, limit reached, bug). A
+    request that finds no usable connection within ``connect_timeout_s`` is a transient failure
+    (``NO_CONNECTION``)."""
 
     def __init__(
         self,
@@ -101,13 +102,12 @@ class ChannelManagement:
         """Send ``req`` and return its parsed result (see ``broadcast.parse_answer``)."""
         settings = self._settings
         async with self._lock:
-            retries = 0
+            retries = requeues = 0
+            fresh_token_used = False
             while True:
-                status: int | None = None
                 pending = await self._exchange(req)
                 outcome = pending.outcome
                 if isinstance(outcome, Answered):
-                    status = outcome.status
                     try:
                         result = broadcast.parse_answer(
                             req.op, outcome.status, outcome.reason, outcome.channel_id, outcome.body
@@ -117,49 +117,74 @@ class ChannelManagement:
                     else:
                         self._count(req.op, "ok")
                         return result
-                else:
-                    cause = outcome.cause if isinstance(outcome, Unanswered) else "NoConnection"
-                    error = broadcast.ChannelError(req.op, None, cause, Verdict(Action.RETRY, None))
-                action = error.action
-                if action is not Action.ACCEPTED and error.status is not None:
-                    metrics.APNS_ERRORS.labels(action.value).inc()
-                if action in (Action.RETRY, Action.RETRY_NEW_CONNECTION, Action.REFRESH_PROVIDER_TOKEN) and (
-                    retries < settings.max_retries
-                ):
-                    link = pending.link
-                    if action is Action.REFRESH_PROVIDER_TOKEN and link is not None and link.conn is not None:
-                        token = link.conn.token
-                        if token is not None:
-                            self._tokens.invalidate(token)
-                    if action is not Action.RETRY and link is not None:
-                        link.recycle(error.reason or action.value)
-                    retries += 1
+                    if error.action is not Action.ACCEPTED:
+                        metrics.APNS_ERRORS.labels(error.action.value).inc()
+                    step = after_answer(
+                        error.verdict,
+                        retries=retries,
+                        max_retries=settings.max_retries,
+                        fresh_token_used=fresh_token_used,
+                    )
+                elif isinstance(outcome, Unanswered):
+                    step = after_silence(
+                        outcome.cause,
+                        outcome.processed,
+                        retries=retries,
+                        requeues=requeues,
+                        max_retries=settings.max_retries,
+                    )
+                    error = broadcast.ChannelError(req.op, None, outcome.cause, step.verdict)
+                else:  # no connection took it within the connect timeout
+                    step = after_answer(
+                        NO_CONNECTION,
+                        retries=retries,
+                        max_retries=settings.max_retries,
+                        fresh_token_used=fresh_token_used,
+                    )
+                    error = broadcast.ChannelError(req.op, None, "NoConnection", step.verdict)
+                link = pending.link
+                if step.new_provider_token and link is not None and link.conn is not None:
+                    token = link.conn.token
+                    if token is not None:
+                        self._tokens.invalidate(token)
+                if step.new_connection and link is not None:
+                    link.recycle(step.reason or step.verdict.action.value)
+                if step.again is not Again.NO:
+                    delay = 0.0
+                    if step.again is Again.REQUEUE:
+                        requeues += 1
+                    elif step.again is Again.FRESH_TOKEN:
+                        fresh_token_used = True
+                    else:
+                        retries += 1
+                        if step.again is Again.AFTER_BACKOFF:
+                            delay = retry_delay(
+                                retries,
+                                base_s=settings.retry_backoff_s,
+                                cap_s=settings.retry_backoff_max_s,
+                                rng=self._rng,
+                            )
                     log.info(
                         "apns_channel_request_retry",
                         op=req.op,
-                        reason=error.reason,
-                        status=status,
-                        attempt=retries,
+                        reason=step.reason,
+                        status=error.status,
+                        attempt=retries + requeues + fresh_token_used,
+                        again=step.again.value,
                     )
-                    await trio.sleep(
-                        backoff_delay(
-                            retries,
-                            base_s=settings.retry_backoff_s,
-                            cap_s=settings.retry_backoff_max_s,
-                            jitter=0.5,
-                            rng=self._rng,
-                        )
-                    )
+                    await trio.sleep(delay)
                     continue
                 self._count(req.op, "error")
-                if action is Action.CONFIGURATION:
-                    self._on_configuration_error(error.reason or f"HTTP{status}", status, f"channel {req.op}")
+                if step.verdict.action is Action.CONFIGURATION:
+                    self._on_configuration_error(
+                        error.reason or f"HTTP{error.status}", error.status, f"channel {req.op}"
+                    )
                 log.warning(
                     "apns_channel_request_refused",
                     op=req.op,
-                    status=status,
+                    status=error.status,
                     reason=error.reason,
-                    action=action.value,
+                    action=error.action.value,
                 )
                 raise error
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import trio
 
+from actors.errors import ActorError
+from actors.jobs.lease import NoSchedule
 from actors.lease import LeaseLost
 from actors.ports import ChannelRecords
 from daemon import metrics
@@ -54,7 +56,7 @@ class ChannelRef:
     channel_id: str
 
 
-class ChannelsUnavailable(Exception):
+class ChannelsUnavailable(ActorError):
     """No channel can be had for now (limit reached, fixture missing): the match stays on per-token pushes."""
 
 
@@ -355,7 +357,7 @@ class MatchBroadcasts:
             self.log.warning("broadcast_channels_delete_failed", error=repr(exc))
 
 
-class ChannelSweeper:
+class ChannelSweeper(NoSchedule):
     """Deletes channels APNs holds that no match records (leaked by an owner that died between creating and
     recording, or ended without deleting). A channel is deleted only when it was unrecorded at two sweeps in
     a row, ``interval_s`` apart: one being created and recorded right now is never taken for a leak."""
@@ -406,6 +408,9 @@ class ChannelSweeper:
                 suspects=len(self._suspects),
             )
         return deleted
+
+    def stats(self) -> dict[str, Any]:
+        return {"deleted": self.deleted, "suspects": len(self._suspects)}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sweep every ``interval_s`` (run under the region's job lease: one instance sweeps)."""

@@ -5,8 +5,19 @@ lost or failed push needs. The match actor's ticks, its alert intents and its pu
 Owns: handing pushes over in order (``gates`` hold a hand-off until everything before it is answered, then run
 the caller's step, so an alert's watermark is never ahead of APNs's answers by more than one chunk), reading
 the results as they come, re-sending what failed or went unanswered (without its alert where it may already
-have been shown), and the lease check before each hand-off. Must not: decide what to push, write state (the
-gates and ``on_result`` are the caller's). docs/delivery.md has the argument.
+have been shown), and the lease check before each hand-off. What a result means for the fan-out (settled,
+re-sent as it was, re-sent without its alert) and the wait between re-send rounds are the APNs rule table's
+(``daemon.apns.rules.resend``, ``resend_delay``), as the sender's own retries are. Must not: decide what to
+push, write state (the gates and ``on_result`` are the caller's). docs/delivery.md has the argument.
+
+The prematch job (``actors.jobs.prematch``) hands its alerts and push-to-starts to the sender itself, not
+through ``FanOut``, because three things differ for real: it holds no lease whose ``Fence`` could ride on its
+pushes (its per-match lock and each follower's claim in DynamoDB are what stop a second sender); it never
+re-sends within a round: a push that failed or went unanswered leaves its follower's claim unconfirmed, and
+the claim's lease brings the follower back on a later cycle, on whichever instance, under the same collapse
+id, so the retry is the claim, not the round; and it confirms each follower as that follower's last result
+comes in, with at most ``send_concurrency`` claims between their pushes and their confirmation, where a
+fan-out settles gate by gate. What a result means is the same rule for both (``daemon.apns.rules.resend``).
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import trio
 
 from actors.livework import LiveWork
 from actors.ports import PushSender
+from daemon.apns.rules import Resend, resend, resend_delay
 from daemon.apns.types import Fence, Push, PushResult
 from daemon.logs import get_logger
 
@@ -119,7 +131,7 @@ class FanOut:
                         "pushes_given_up", pushes=len(left.retry), after_s=self._policy.retry_max_s
                     )
                     break
-                delay = min(self._policy.backoff_max_s, 0.5 * 2**attempt)
+                delay = resend_delay(attempt + 1, cap_s=self._policy.backoff_max_s)
                 self.log.warning(
                     "pushes_retrying", pushes=len(left.retry), attempt=attempt + 1, delay_s=delay
                 )
@@ -209,9 +221,10 @@ class FanOut:
                 continue  # a late answer to an earlier round
             if self.first_answer_at is None:
                 self.first_answer_at = trio.current_time()
-            if result.outcome == "failed":
+            again = resend(result)
+            if again is not Resend.SETTLED:
                 retry.append(push)
-                if result.status is None and result.attempts:
+                if again is Resend.QUIET:
                     unknown.add(id(push))
                 continue
             counts[result.outcome] = counts.get(result.outcome, 0) + 1

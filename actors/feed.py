@@ -16,8 +16,9 @@ breaker, timeouts) with ``budget_wait_s=0``: a feed tick never waits for budget.
 - Order: answers pass ``daemon.cricket.order.Gate`` (older content dropped, a same-stamp change held until
   a second answer agrees), fixtures from the cache too.
 - One fleet per region: only the leader polls (``set_leading``, from ``actors.feed_leader``), for every
-  match of the region (``set_region_matches``); elsewhere ``actors.cache_reader`` serves the subscribers
-  through ``offer_cached``.
+  match of the region (``set_region_matches``), and writes what its polls changed to the ``fixture_cache``
+  it was built with; elsewhere ``actors.cache_reader`` serves the subscribers through ``offer_cached``, and
+  ``livescores()`` answers from the ``leader_summary`` it was built with.
 - Errors: a malformed fixture is an error update for its match only; a failed poll on every endpoint is an
   error update for the subscribers the lists serve; the actor keeps running.
 
@@ -28,16 +29,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
+from actors.ports import FixtureCache, LeaderSummaries
 from daemon.backoff import backoff_delay
 from daemon.cricket.order import Gate, Verdict, mark_of_fixture
 from daemon.logs import get_logger
 from daemon.metrics import FEED_ANSWERS_HELD, FEED_CADENCE, FEED_POLLS
+from daemon.sportmonks.budget import CallBudget
 from daemon.sportmonks.client import (
     DEFAULT_FIXTURE_INCLUDE,
     DEFAULT_LIVE_INCLUDE,
@@ -72,26 +75,14 @@ class FeedUpdate:
     released: bool = False  # the fixture answered 404 not_found_max_tries times: the match should let go
 
 
-class FixtureSource(Protocol):
-    """What a match actor needs to get its fixture each tick: this feed (in process on the leader, from the
-    cache elsewhere)."""
+@dataclass(frozen=True)
+class PollSummary:
+    """What a poll leaves for the instances that do not lead: the ``/livescores`` answer in short, when it was
+    fetched, and the feed's region state (``FeedActor.region_state``: the call record, the 404 verdicts)."""
 
-    def subscribe(self, match_id: str, *, marquee: bool) -> trio.MemoryReceiveChannel[FeedUpdate]: ...
-
-    def unsubscribe(self, match_id: str) -> None: ...
-
-
-class FixtureCache(Protocol):
-    """Where the feed writes what its polls changed (the fleet's ``actors.feed_leader.FencedFixtureCache``)."""
-
-    async def put_poll(
-        self,
-        puts: Sequence[CachePut],
-        summary: tuple[Sequence[Mapping[str, Any]], float] | None,
-    ) -> None:
-        """A poll's changed fixtures and its ``/livescores`` summary (the answer in short and its fetch time,
-        None when the poll left none), in one write: a reader that sees the summary sees the fixtures."""
-        ...
+    fixtures: Sequence[Mapping[str, Any]]
+    fetched_at: float
+    state: Mapping[str, Any]
 
 
 # ------------------------------------------------------------------------------------------------ pure helpers
@@ -214,8 +205,11 @@ class FeedActor:
         settings: FeedSettings,
         *,
         fixture_cache: FixtureCache | None = None,
+        leader_summary: LeaderSummaries | None = None,
         leading: bool = True,
     ) -> None:
+        """``fixture_cache``: where the polls are written while leading (None: nowhere, a lone instance);
+        ``leader_summary``: where ``livescores()`` is answered from while another instance leads."""
         self.client = client
         self.settings = settings
         # the plan the budgets allow; PlanError (a clear message naming the settings) stops the start
@@ -244,7 +238,7 @@ class FeedActor:
         # region leadership: polling only while leading; elsewhere the cache reader serves the subscribers
         self.leading = leading
         self._leading_changed = trio.Event()
-        self.follower_livescores: Callable[[float], Awaitable[list[dict[str, Any]]]] | None = None
+        self._leader_summary = leader_summary
         self._cache_wake = trio.Event()
         self._cache_written: dict[str, tuple[Mapping[str, Any], float]] = {}
         self.cache_writes = 0
@@ -359,11 +353,29 @@ class FeedActor:
         """The latest valid ``/livescores`` fixtures, fetched now if older than ``max_age_s``
         (default: the livescores cadence). Raises ``SportMonksError`` when a needed fetch fails."""
         max_age = self.cadence_s() if max_age_s is None else max_age_s
-        if not self.leading and self.follower_livescores is not None:
-            return await self.follower_livescores(max_age)
+        if not self.leading and self._leader_summary is not None:
+            return await self._leader_summary.livescores(
+                max_age, reread_after_s=self.cadence_for(marquee=False), adopt=self
+            )
         if self._latest is not None and trio.current_time() - self._latest_at <= max_age:
             return list(self._latest.fixtures)
         return list((await self._refresh_livescores()).fixtures)
+
+    @property
+    def budget(self) -> CallBudget:
+        """The SportMonks call record of this instance's client (the region's, while it leads)."""
+        return self.client.budget
+
+    def region_state(self, *, wall: float, now: float) -> dict[str, Any]:
+        """What the leader hands on with each ``/livescores`` summary: the region's call record (as a renewal
+        carries it, ``budget``/``budgetAt``) and the 404 verdicts (``notFound``: ids released and tries so
+        far), so followers release those ids too and the next leader neither forgets calls made since the
+        last renewal nor spends a 404 id's bound again."""
+        return {
+            "budget": self.client.budget.export(to_wall=wall - now),
+            "budgetAt": wall,
+            "notFound": self.not_found_state(to_wall=wall - now),
+        }
 
     def not_found_state(self, *, to_wall: float) -> dict[str, dict[str, float]]:
         """The 404 verdicts the leader hands on with each ``/livescores`` summary: ids released (until when,
@@ -431,11 +443,6 @@ class FeedActor:
             del self._released[str(match_id)]
             return False
         return True
-
-    def use_cache(self, fixture_cache: FixtureCache) -> None:
-        """Write the leader's polls to ``fixture_cache`` from now on (the region's cache, fenced by the lease
-        of a leadership built after this feed)."""
-        self._cache = fixture_cache
 
     @property
     def breaker_open(self) -> bool:
@@ -850,7 +857,7 @@ class FeedActor:
         if self._subs.get(sub.match_id) is not sub:
             return
         if tries < s.not_found_max_tries:
-            delay = s.not_found_backoff_s * 2 ** (tries - 1)
+            delay = backoff_delay(tries, base_s=s.not_found_backoff_s, cap_s=math.inf)  # tries are bounded
             sub.next_fixture_at = trio.current_time() + delay
             log.warning("feed_fixture_not_found", match_id=sub.match_id, tries=tries, retry_in_s=delay)
             sub.offer(FeedUpdate(sub.match_id, None, time.time(), "fixture", False, error=str(exc)))
@@ -1021,8 +1028,12 @@ class FeedActor:
         """One write to the cache; best effort: a failure is counted and logged, and the feed goes on (the
         next poll writes the fixtures as they stand then)."""
         assert self._cache is not None
+        poll = None
+        if summary is not None:
+            state = self.region_state(wall=time.time(), now=trio.current_time())
+            poll = PollSummary(summary[0], summary[1], state)
         try:
-            await self._cache.put_poll(puts, summary)
+            await self._cache.put_poll(puts, poll)
         except Exception as exc:  # noqa: BLE001 - the cache is best effort; the feed must go on
             self.cache_errors += 1
             log.warning(

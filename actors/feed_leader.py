@@ -10,10 +10,10 @@ failed acquire (the lock item comes back with the refusal: no second call) and l
 ``actors.cache_reader``.
 
 The leader also writes, with every ``/livescores`` summary (each poll, and each 404 try), the call record and
-the feed's 404 verdicts (``feed_state``). Followers take the verdicts from the summary they read anyway, so an
-id the leader released is released on every instance; a new leader takes both from the summary as well as
-from the lock item, so calls made since the last renewal still count and a 404 id's tries are not started
-over.
+the feed's 404 verdicts (``FeedActor.region_state``). Followers take the verdicts from the summary they read
+anyway, so an id the leader released is released on every instance; a new leader takes both from the summary
+as well as from the lock item, so calls made since the last renewal still count and a 404 id's tries are not
+started over.
 
 Stepping down: the leader stops polling as soon as a renewal is refused, or as soon as its own monotonic
 clock says the lease (less the clock-skew bound) ran out before a renewal succeeded, exactly as a match actor
@@ -31,6 +31,11 @@ every match of the region, not only its own. A leader that dies between a poll a
 that write only: the successor's first poll returns the fixture as it stands then, balls included, and the
 match actors diff against their last state, so the events it held arrive with that poll.
 
+Wiring: the lease (``FeedLease``) is built first and handed to both the leadership, which takes and renews
+it, and ``FencedFixtureCache``, whose writes carry it; the feed is built with that cache, and the leadership
+with the feed. Nothing is handed in after construction, and the fenced cache holds the lease, not the
+leadership.
+
 The decisions (when the lease is lost, what the region's call count is, which matches the leader polls) are
 the pure functions at the top; the actor is the shell that calls DynamoDB.
 """
@@ -40,13 +45,15 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import trio
 
+from actors.feed import PollSummary
 from actors.lease import HeldLease
+from actors.ports import FeedLeaderStores, FencedCacheStores, LeaderFeed, LeaseStore
 from daemon.logs import get_logger
 from daemon.metrics import FEED_LEADER, FEED_LEADER_CHANGES, SPORTMONKS_REGION_CALLS
 from daemon.store.caches import CachePut, FenceLost, LivescoresSummary
@@ -136,18 +143,6 @@ def leader_view(item: Mapping[str, Any] | None, me: str, now_wall: float) -> dic
     }
 
 
-def feed_state(feed: Any, *, wall: float, now: float) -> dict[str, Any]:
-    """What the leader hands on with each ``/livescores`` summary: the region's call record (as a renewal
-    carries it, ``budget``/``budgetAt``) and the 404 verdicts (``notFound``: ids released and tries so far),
-    so followers release those ids too and the next leader neither forgets calls made since the last renewal
-    nor spends a 404 id's bound again."""
-    return {
-        "budget": feed.client.budget.export(to_wall=wall - now),
-        "budgetAt": wall,
-        "notFound": feed.not_found_state(to_wall=wall - now),
-    }
-
-
 def newer_budget(
     lock_item: Mapping[str, Any] | None, state: Mapping[str, Any] | None
 ) -> tuple[dict[str, list[list[float]]], float] | None:
@@ -168,45 +163,34 @@ def newer_budget(
 # ------------------------------------------------------------------------------------------------ the actor
 
 
-class FeedLeadership:
+class FeedLease:
+    """The region's feed lease (``feed:{region}``) as the leadership takes and renews it and every fenced
+    cache write carries it. Built before the feed and handed to both, so neither holds the other."""
+
     def __init__(
         self,
-        *,
-        feed: Any,
-        repos: Any,
+        locks: LeaseStore,
         region: str,
-        instance_id: str,
+        owner: str,
+        *,
         lease_s: float,
         renew_every_s: float,
         clock_skew_bound_s: float,
-        marquee_leagues: Collection[int | str] = (),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self.feed = feed
-        self._repos = repos
         self.region = region
         self.key = feed_lock_key(region)
-        self.instance_id = instance_id
-        self.renew_every_s = renew_every_s
-        self._marquee = marquee_leagues
-        self._wall = wall_clock
         self.held = HeldLease(
-            repos.locks,
+            locks,
             self.key,
-            instance_id,
+            owner,
             lease_s=lease_s,
             renew_every_s=renew_every_s,
             clock_skew_bound_s=clock_skew_bound_s,
             wall_clock=wall_clock,
         )
-        self.last_seen: dict[str, Any] | None = None  # the lock item as last seen (a follower's view)
-        self.became_leader = 0
-        self.stepped_down = 0
-        self.last_poll_wall: float | None = None
-        self._kick = trio.Event()
-        self._take_up = trio.Event()  # set on taking the lease: the region task prepares the first poll
-        self._last_attempt = -math.inf
-        self._stepped_down_for: str | None = None
+        self.last_poll_wall: float | None = None  # the newest poll whose summary went out under this lease
+        self.stepped_down_for: str | None = None  # why it was dropped, for the leadership's log line
 
     @property
     def lease(self) -> Lease | None:
@@ -226,7 +210,55 @@ class FeedLeadership:
             raise FenceLost("this instance does not lead the region's feed")
         return lease
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    def step_down(self, reason: str | None) -> None:
+        """Stop leading now (a refused fenced write, a lease that ran out): the renewals stop and the
+        leadership contends again at once."""
+        if self.held.lease is None:
+            return
+        self.stepped_down_for = reason
+        self.held.drop()
+
+
+class FeedLeadership:
+    def __init__(
+        self,
+        *,
+        feed: LeaderFeed,
+        lease: FeedLease,
+        repos: FeedLeaderStores,
+        marquee_leagues: Collection[int | str] = (),
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.feed = feed
+        self._lease = lease
+        self._repos = repos
+        self.region = lease.region
+        self.key = lease.key
+        self.instance_id = lease.held.owner
+        self.renew_every_s = lease.held.renew_every_s
+        self._marquee = marquee_leagues
+        self._wall = wall_clock
+        self.held = lease.held
+        self.last_seen: dict[str, Any] | None = None  # the lock item as last seen (a follower's view)
+        self.became_leader = 0
+        self.stepped_down = 0
+        self._kick = trio.Event()
+        self._take_up = trio.Event()  # set on taking the lease: the region task prepares the first poll
+        self._last_attempt = -math.inf
+
+    @property
+    def lease(self) -> Lease | None:
+        return self.held.lease
+
+    @property
+    def leading(self) -> bool:
+        return self._lease.leading
+
+    @property
+    def last_poll_wall(self) -> float | None:
+        return self._lease.last_poll_wall
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             # a lone instance leads before the orchestrator's first cycle asks for livescores
             await self.attempt()
@@ -239,8 +271,8 @@ class FeedLeadership:
                 while True:
                     if self.held.lease is not None:  # leading: renew until the lease is lost or given up
                         reason = await self.held.keep(fields=self._renewal_fields)
-                        self._stood_down(self._stepped_down_for or reason)
-                        self._stepped_down_for = None
+                        self._stood_down(self._lease.stepped_down_for or reason)
+                        self._lease.stepped_down_for = None
                         continue  # contend again at once: nobody else may have taken it
                     with trio.move_on_at(self._next_attempt()):
                         await self._kick.wait()
@@ -321,7 +353,7 @@ class FeedLeadership:
         budget = newer_budget(item, state)
         if budget is not None:
             record, at = budget
-            self.feed.client.budget.seed(record, to_wall=self._wall() - trio.current_time(), recorded_at=at)
+            self.feed.budget.seed(record, to_wall=self._wall() - trio.current_time(), recorded_at=at)
         log.info(
             "feed_leader",
             region=self.region,
@@ -344,7 +376,7 @@ class FeedLeadership:
     def _renewal_fields(self) -> dict[str, Any]:
         """What each renewal writes on the lock item: the region's call record and the heartbeat (and, while
         at it, the region's calls per endpoint to the gauge)."""
-        budget = self.feed.client.budget
+        budget = self.feed.budget
         wall = self._wall()
         record = budget.export(to_wall=wall - trio.current_time())
         fields: dict[str, Any] = {
@@ -352,8 +384,8 @@ class FeedLeadership:
             "budgetAt": wall,
             "previousOwner": self.instance_id,
         }
-        if self.last_poll_wall is not None:
-            fields["lastPollAt"] = self.last_poll_wall
+        if self._lease.last_poll_wall is not None:
+            fields["lastPollAt"] = self._lease.last_poll_wall
         for endpoint, n in region_calls(record, wall).items():
             SPORTMONKS_REGION_CALLS.labels(endpoint).set(n)
         return fields
@@ -362,14 +394,6 @@ class FeedLeadership:
         active = await self._repos.active_matches.get_all_active_matches()
         if self.lease is not None:
             self.feed.set_region_matches(wanted_matches(active, self._marquee))
-
-    def step_down(self, reason: str | None) -> None:
-        """Stop leading now (a refused fenced write, a lease that ran out): the renewals stop and this
-        instance contends again at once."""
-        if self.held.lease is None:
-            return
-        self._stepped_down_for = reason
-        self.held.drop()
 
     def _stood_down(self, reason: str | None) -> None:
         log.warning("feed_leader_stepped_down", region=self.region, epoch=self.held.epoch, reason=reason)
@@ -392,34 +416,29 @@ class FeedLeadership:
 class FencedFixtureCache:
     """The feed's cache sink on a fleet member: every write carries the feed lease (see the module doc)."""
 
-    def __init__(self, leadership: FeedLeadership, repos: Any, *, summary_ttl_s: float = 600.0) -> None:
-        self._leadership = leadership
+    def __init__(self, lease: FeedLease, repos: FencedCacheStores, *, summary_ttl_s: float = 600.0) -> None:
+        self._lease = lease
         self._repo = repos.fixture_cache
         self._locks = repos.locks
         self._summary_ttl_s = summary_ttl_s
         self.seq = 0
         self.refused = 0
 
-    async def put_poll(
-        self,
-        puts: Sequence[CachePut],
-        summary: tuple[Sequence[Mapping[str, Any]], float] | None,
-    ) -> None:
+    async def put_poll(self, puts: Sequence[CachePut], summary: PollSummary | None) -> None:
         """A poll's changed fixtures and then its summary (the ``/livescores`` in short with the feed's state
-        for the region, ``feed_state``), in one transaction when they fit: a follower's read that sees the
-        summary sees the poll's fixtures, and the poll costs one DynamoDB call however many matches moved.
-        The summary goes with every poll (and every 404 try), so the feed state it carries is fresher than
-        the record a lease renewal writes."""
-        lease = self._leadership.write_lease()
+        for the region, ``FeedActor.region_state``), in one transaction when they fit: a follower's read that
+        sees the summary sees the poll's fixtures, and the poll costs one DynamoDB call however many matches
+        moved. The summary goes with every poll (and every 404 try), so the feed state it carries is fresher
+        than the record a lease renewal writes."""
+        lease = self._lease.write_lease()
         fenced = []
         for put in puts:
             self.seq += 1
             fenced.append(replace(put, seq=self.seq))
         short = None
         if summary is not None:
-            state = feed_state(self._leadership.feed, wall=time.time(), now=trio.current_time())
             short = LivescoresSummary(
-                self._leadership.region, summary[0], summary[1], self._summary_ttl_s, state
+                self._lease.region, summary.fixtures, summary.fetched_at, self._summary_ttl_s, summary.state
             )
         await self._fenced(
             lease,
@@ -428,14 +447,14 @@ class FencedFixtureCache:
             ),
         )
         if summary is not None:
-            self._leadership.last_poll_wall = summary[1]
+            self._lease.last_poll_wall = summary.fetched_at
 
-    async def _fenced(self, lease: Lease, write: Callable[[], Any]) -> None:
+    async def _fenced(self, lease: Lease, write: Callable[[], Awaitable[int]]) -> None:
         try:
             await write()
         except FenceLost:
             self.refused += 1
-            current = self._leadership.lease
+            current = self._lease.lease
             if current is not None and current.epoch == lease.epoch:  # not a newer lease taken meanwhile
-                self._leadership.step_down("a fenced cache write was refused")
+                self._lease.step_down("a fenced cache write was refused")
             raise

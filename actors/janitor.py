@@ -18,15 +18,19 @@ loudly (the sender already remembers the token as dead, so no push goes to it fr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
 from actors.ports import TokenCleanup
 from daemon.apns.types import PushResult
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger, short_token
 
 log = get_logger("janitor")
+
+# A failed cleanup is tried again after 0.2 s, doubling up to 5 s (``attempts`` tries in all).
+RETRY_BASE_S = 0.2
+RETRY_MAX_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +56,8 @@ class Janitor:
         async for result in self._receive:
             await self.handle(result)
 
-    async def handle(self, result: Any) -> None:
-        ref = getattr(result.push, "context", None)
+    async def handle(self, result: PushResult) -> None:
+        ref = result.push.context
         if not isinstance(ref, TokenRef):
             self.cleaned["unknown"] += 1
             log.warning(
@@ -74,7 +78,7 @@ class Janitor:
                 return
             except Exception as exc:  # a DynamoDB hiccup must not lose the cleanup
                 log.warning("dead_token_cleanup_retry", kind=ref.kind, attempt=attempt + 1, error=repr(exc))
-                await trio.sleep(min(0.2 * 2**attempt, 5.0))
+                await trio.sleep(backoff_delay(attempt + 1, base_s=RETRY_BASE_S, cap_s=RETRY_MAX_S))
         self.cleaned["failed"] += 1
         log.error("dead_token_cleanup_failed", kind=ref.kind, match_id=ref.match_id, user_id=ref.user_id)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from actors.errors import ActorError
 from actors.ports import LeaseStore
 from daemon.apns.types import Fence
 from daemon.logs import get_logger
@@ -44,7 +45,7 @@ GIVEN_UP = "the lease was given up"
 MAX_IN_FLIGHT = 3
 
 
-class LeaseLost(Exception):
+class LeaseLost(ActorError):
     """This process no longer holds the lease: stop at once, write and push nothing more. Not a crash."""
 
 

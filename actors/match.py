@@ -40,7 +40,7 @@ from daemon.cricket.engine import TickResult, process_tick
 from daemon.cricket.intent import HANDED_ATTRIBUTE, INTENT_ATTRIBUTE, AlertIntent
 from daemon.cricket.payloads import TeamRef, activity_attributes
 from daemon.cricket.settings import EngineSettings
-from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, snapshot_from_fixture
+from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, Team, snapshot_from_fixture
 from daemon.cricket.state import MatchState
 from daemon.logs import get_logger
 from daemon.metrics import (
@@ -53,7 +53,7 @@ from daemon.metrics import (
     TICKS,
 )
 from daemon.store.codec import iso
-from daemon.store.dynamo import StoreError, count_calls
+from daemon.store.dynamo import BatchIncomplete, count_calls
 from daemon.store.locks import match_lock_key
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ TERMINAL_PHASES = frozenset({"completed", "abandoned"})
 # released and the orchestrator takes the match again at its next takeover check, once DynamoDB answers,
 # from the persisted state. Treating it as a crash would spend the supervisor's restart budget in seconds and
 # quarantine the match for minutes.
-STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, StoreError)
+STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (BotoCoreError, ClientError, BatchIncomplete)
 
 
 # ------------------------------------------------------------------------------------------------ tick timing
@@ -94,13 +94,8 @@ def tick_timings(
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def _team(snapshot: MatchSnapshot, side: str) -> TeamRef | None:
-    team = getattr(snapshot, side, None)
-    if team is None:
-        return None
-    return TeamRef(
-        str(getattr(team, "id", "")), str(getattr(team, "name", "")), str(getattr(team, "code", ""))
-    )
+def _team(team: Team) -> TeamRef:
+    return TeamRef(str(team.id), str(team.name), str(team.code))
 
 
 # ------------------------------------------------------------------------------------------------ the actor
@@ -323,7 +318,7 @@ class MatchActor:
             if self._doubtful(result, snapshot):
                 return False
             self.latest.attributes = activity_attributes(
-                self.match_id, _team(snapshot, "localteam"), _team(snapshot, "visitorteam")
+                self.match_id, _team(snapshot.localteam), _team(snapshot.visitorteam)
             )
             if result.display:
                 self.latest.display = dict(result.display)
@@ -383,7 +378,9 @@ class MatchActor:
         if result.skipped is None:
             return False
         self.log.warning(
-            "fixture_doubtful", reason=result.skipped, polls=getattr(result.state.score_doubt, "polls", 0)
+            "fixture_doubtful",
+            reason=result.skipped,
+            polls=result.state.score_doubt.polls if result.state.score_doubt is not None else 0,
         )
         self.state = result.state  # the previous state, with the doubt counted (in memory only)
         return True
@@ -733,6 +730,6 @@ class MatchActor:
             "channels": self.channel_ids(),
             "broadcasts": dict(self.broadcast_counts),
             "followers": len(self.audience.follower_team),
-            "cooldowns": dict(getattr(self.state, "cooldowns", {}) or {}),
+            "cooldowns": dict(self.state.cooldowns) if self.state is not None else {},
             "last_events": self.last_events,
         }

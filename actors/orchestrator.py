@@ -21,12 +21,12 @@ from typing import Any
 import trio
 
 from actors.jobs.convert import iso_utc
-from actors.lease import RELEASE_S, LeaseLost
+from actors.lease import HeldLease, LeaseLost
 from actors.match import MatchActor
 from actors.ports import LiveFeed, OrchestratorStore, Supervision
 from actors.settings import OrchestratorSettings
 from daemon.logs import get_logger
-from daemon.metrics import LEASES_LEFT_TO_EXPIRE, MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS
+from daemon.metrics import MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS
 from daemon.store.locks import match_lock_key
 
 log = get_logger("orchestrator")
@@ -67,6 +67,7 @@ class Orchestrator:
         self.last_cycle_at: float | None = None
         self.last_cycle_error: str | None = None
         self._wake = trio.Event()
+        self._locks: dict[str, HeldLease] = {}  # the lock taken for each owned match, released on its exit
         self._live_now: set[str] = set()  # ids the latest /livescores answer shows in play
 
     # ------------------------------------------------------------------ loops
@@ -185,7 +186,8 @@ class Orchestrator:
                 log.warning("follows_removal_failed", match_id=match_id, error=repr(exc))
 
     async def _remove_follows(self, match_id: str, ended_at: str) -> None:
-        if not await self._take_lock(match_id):
+        lock = await self._take_lock(match_id)
+        if lock is None:
             return  # someone is taking it (reopening) or removing them: not ours to do now
         try:
             item = await self._repos.active_matches.get_active_match_state(match_id)
@@ -195,11 +197,12 @@ class Orchestrator:
             await self._repos.active_matches.mark_follows_removed(match_id, ended_at)
             log.info("follows_removed_after_grace", match_id=match_id, follows=removed, ended_at=ended_at)
         finally:
-            await self._release(match_id)
+            await lock.release()
 
     # ------------------------------------------------------------------ taking a match
     async def try_take(self, match_id: str, league_id: str | None) -> bool:
-        if not await self._take_lock(match_id):
+        lock = await self._take_lock(match_id)
+        if lock is None:
             return False
         started = False
         try:
@@ -210,8 +213,9 @@ class Orchestrator:
             league = league_id or _str_or_none((item or {}).get("leagueId"))
             marquee = league is not None and league in self._marquee
             # Owned before the actor starts: an actor that ends before start() returns (it crashed past its
-            # restarts at once) has already run _on_exit, which must find it here to remove it.
+            # restarts at once) has already run _on_exit, which must find it (and its lock) here.
             self.owned.add(match_id)
+            self._locks[match_id] = lock
             try:
                 await self._supervisor.start(
                     f"match:{match_id}",
@@ -223,6 +227,7 @@ class Orchestrator:
                 )
             except BaseException:
                 self.owned.discard(match_id)
+                self._locks.pop(match_id, None)
                 raise
             started = True
             OWNED_MATCHES.set(len(self.owned))
@@ -231,7 +236,7 @@ class Orchestrator:
             return True
         finally:
             if not started:
-                await self._release(match_id)
+                await lock.release()
 
     async def _register_or_claim(self, match_id: str, league_id: str | None) -> int | None:
         repo = self._repos.active_matches
@@ -255,26 +260,20 @@ class Orchestrator:
         TAKEOVERS.inc()
         return int(epoch)
 
-    async def _take_lock(self, match_id: str) -> bool:
-        """The match's lock, if it is free, run out or already ours (the actor then renews it as its lease)."""
-        lease, _ = await self._repos.locks.acquire_fenced(
-            match_lock_key(match_id), self.instance_id, self.settings.lease_s
+    async def _take_lock(self, match_id: str) -> HeldLease | None:
+        """The match's lock, if it is free, run out or already this process's (the actor then renews it as its
+        lease); None when another instance holds it."""
+        lock = HeldLease(
+            self._repos.locks,
+            match_lock_key(match_id),
+            self.instance_id,
+            lease_s=self.settings.lease_s,
+            renew_every_s=self.settings.renew_every_s,
+            clock_skew_bound_s=self.settings.clock_skew_bound_s,
+            wall_clock=self._now,
         )
-        return lease is not None
-
-    async def _release(self, match_id: str) -> None:
-        """Release the match's lock if it is still ours (harmless when it is not), within a few seconds: a
-        lock DynamoDB does not confirm released runs out on its own, counted and logged."""
-        released = False
-        try:
-            with trio.CancelScope(shield=True), trio.move_on_after(RELEASE_S):
-                await self._repos.locks.release(match_lock_key(match_id), self.instance_id)
-                released = True
-        except Exception as exc:
-            log.warning("lock_release_failed", match_id=match_id, error=repr(exc))
-        if not released:
-            LEASES_LEFT_TO_EXPIRE.inc()
-            log.warning("lease_left_to_expire", key=match_lock_key(match_id), lease_s=self.settings.lease_s)
+        await lock.acquire()
+        return lock if lock.held else None
 
     async def _on_exit(self, name: str) -> None:
         match_id = name.split(":", 1)[1]
@@ -282,8 +281,12 @@ class Orchestrator:
         OWNED_MATCHES.set(len(self.owned))
         _forget_owned(match_id)
         # Whatever ended the actor (match end, lost lease, give-up, shutdown), a lock still ours is released so
-        # another instance can take over at once; the release is conditional on ownership, so it is harmless.
-        await self._release(match_id)
+        # another instance can take over at once (``HeldLease.release``: bounded, and conditional on the owner
+        # and epoch taken, so it is harmless when the lock has moved on). An actor restarted after its lease
+        # ran out took the lock at a new epoch: that one runs out on its own.
+        lock = self._locks.pop(match_id, None)
+        if lock is not None:
+            await lock.release()
 
     async def _give_up(self, name: str, exc: BaseException) -> None:
         match_id = name.split(":", 1)[1]

@@ -21,13 +21,17 @@ from typing import Any
 
 import trio
 
+from actors.jobs.lease import NoSchedule
+from actors.ports import Livescores, ReconcilerStores
 from daemon.logs import get_logger
 
 log = get_logger("reconciler")
 
 
-class LiveMatchReconciler:
-    def __init__(self, repos: Any, feed: Any, *, cycle_s: float = 30.0, max_age_s: float = 30.0) -> None:
+class LiveMatchReconciler(NoSchedule):
+    def __init__(
+        self, repos: ReconcilerStores, feed: Livescores, *, cycle_s: float = 30.0, max_age_s: float = 30.0
+    ) -> None:
         self._repos = repos
         self._feed = feed
         self.cycle_s = cycle_s
@@ -36,7 +40,7 @@ class LiveMatchReconciler:
         self.archived: set[str] = set()
         self.cycles = 0
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             for item in await self._repos.active_matches.get_all_active_matches():
                 if item.get("status") == "active" and (item.get("matchPhase") or "pre") != "pre":
@@ -71,3 +75,6 @@ class LiveMatchReconciler:
         self.seen_live |= now_live
         self.cycles += 1
         return done
+
+    def stats(self) -> dict[str, Any]:
+        return {"cycles": self.cycles, "seen_live": len(self.seen_live), "archived": len(self.archived)}

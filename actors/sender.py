@@ -47,18 +47,23 @@ from actors.channel_management import ChannelManagement
 from daemon import metrics
 from daemon.apns.connection import Answered, ApnsConnection, Outcome, Unanswered
 from daemon.apns.driver import ConnectionPool, Link, TlsDialer, Traffic, Wakeup, ssl_context_for
-from daemon.apns.rules import Action, check_push, classify
+from daemon.apns.rules import (
+    Action,
+    Again,
+    Step,
+    after_answer,
+    after_silence,
+    check_push,
+    classify,
+    retry_delay,
+)
 from daemon.apns.settings import ApnsSettings
 from daemon.apns.token import ProviderTokenPolicy, ProviderTokens, load_signing_key
 from daemon.apns.types import ApnsConfigurationError, Push, PushResult
-from daemon.backoff import backoff_delay
 from daemon.logs import get_logger, short_token
 
 log = get_logger("apns.sender")
 
-# Re-sending a push APNs never processed (REFUSED_STREAM, above GOAWAY's last stream) is free of side
-# effects, so it does not use the retry budget; this bound only stops a server that refuses forever.
-_MAX_REQUEUES: Final = 50
 _MAX_DEAD_TOKENS: Final = 1_000_000
 _LATENCY_SAMPLES: Final = 20_000
 # sightscreen_pushes is moved once per this many settled pushes (and whenever the sender falls idle or is
@@ -593,78 +598,85 @@ class ApnsSender:
                 # An accepted answer's apns-id is not decoded (see ResponseHeaderDecoder): report ours.
                 self._settle(exchange, "accepted", 200, None, outcome.apns_id or exchange.push.apns_id)
                 return
-            self._handle_error(link, exchange, outcome)
+            verdict = classify(outcome.status, outcome.reason)
+            metrics.APNS_ERRORS.labels(verdict.action.value).inc()
+            step = after_answer(
+                verdict,
+                retries=exchange.retries,
+                max_retries=self.settings.max_retries,
+                fresh_token_used=exchange.provider_token_retried,
+            )
+            self._follow(link, exchange, step, outcome.status, outcome.apns_id)
             return
         assert isinstance(outcome, Unanswered)
         if not outcome.processed:
-            exchange.requeues += 1
             self._requeues_total += 1
-            if exchange.requeues > _MAX_REQUEUES:
-                self._settle(exchange, "failed", None, "Unprocessed", None)
-            else:
-                self._schedule_retry(exchange, 0.0)
-            return
-        push = exchange.push
-        if push.resend_payload is not None and exchange.wire is None:
-            # it may have been delivered: a re-send must not show its alert again
-            exchange.wire = dataclasses.replace(push, payload=push.resend_payload, collapse_id=None)
-        self._retry(
-            exchange, outcome.cause.capitalize() if outcome.cause != "timeout" else "Timeout", None, 0.0
+        step = after_silence(
+            outcome.cause,
+            outcome.processed,
+            retries=exchange.retries,
+            requeues=exchange.requeues,
+            max_retries=self.settings.max_retries,
         )
+        self._follow(link, exchange, step, None, None)
 
-    def _retry(self, exchange: _Exchange, reason: str, status: int | None, delay: float) -> None:
-        exchange.last_status, exchange.last_reason = status, reason
-        if exchange.retries >= self.settings.max_retries:
-            self._settle(exchange, "failed", status, reason, None)
-            return
-        exchange.retries += 1
-        self._retries_total += 1
-        self._schedule_retry(exchange, delay)
-
-    def _backoff(self, exchange: _Exchange) -> float:
-        return backoff_delay(
-            exchange.retries + 1,
-            base_s=self.settings.retry_backoff_s,
-            cap_s=self.settings.retry_backoff_max_s,
-            jitter=0.5,
-            rng=self._rng,
-        )
-
-    def _handle_error(self, link: Link, exchange: _Exchange, answer: Answered) -> None:
-        verdict = classify(answer.status, answer.reason)
-        reason = verdict.reason or f"HTTP{answer.status}"
-        action = verdict.action
-        metrics.APNS_ERRORS.labels(action.value).inc()
+    def _follow(
+        self, link: Link, exchange: _Exchange, step: Step, status: int | None, apns_id: str | None
+    ) -> None:
+        """Apply the rule table's ``step`` (``daemon.apns.rules``) to ``exchange``: its result now, or its next
+        attempt; the connection and provider token it names replaced."""
         push = exchange.push
-        if action is Action.DEAD_TOKEN:
-            self._mark_dead(exchange, answer.status, reason, answer.apns_id)
-        elif action is Action.RETRY:
-            self._retry(exchange, reason, answer.status, self._backoff(exchange))
-        elif action is Action.RETRY_NEW_CONNECTION:
-            link.recycle(reason)
-            self._retry(exchange, reason, answer.status, self._backoff(exchange))
-        elif action is Action.REFRESH_PROVIDER_TOKEN:
+        reason = step.reason or f"HTTP{status}"
+        if step.new_provider_token:
             conn = link.conn
             if conn is not None and conn.token is not None:
                 self._tokens.invalidate(conn.token)
-            # Pushy found a connection wedged after ExpiredProviderToken: a fresh connection adopts the
-            # fresh token without counting as a token switch.
+        if step.new_connection:
             link.recycle(reason)
-            if exchange.provider_token_retried:
-                self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
-            else:
-                exchange.provider_token_retried = True
-                self._schedule_retry(exchange, 0.0)
+        if step.may_have_arrived and push.resend_payload is not None and exchange.wire is None:
+            # it may have been delivered: a re-send must not show its alert again
+            exchange.wire = dataclasses.replace(push, payload=push.resend_payload, collapse_id=None)
+        again = step.again
+        if again is Again.AFTER_BACKOFF or again is Again.AT_ONCE:
+            exchange.last_status, exchange.last_reason = status, reason
+            exchange.retries += 1
+            self._retries_total += 1
+            delay = 0.0
+            if again is Again.AFTER_BACKOFF:
+                s = self.settings
+                delay = retry_delay(
+                    exchange.retries, base_s=s.retry_backoff_s, cap_s=s.retry_backoff_max_s, rng=self._rng
+                )
+            self._schedule_retry(exchange, delay)
+            return
+        if again is Again.REQUEUE:
+            exchange.requeues += 1
+            self._schedule_retry(exchange, 0.0)
+            return
+        if again is Again.FRESH_TOKEN:
+            exchange.provider_token_retried = True
+            self._schedule_retry(exchange, 0.0)
+            return
+        outcome = step.outcome
+        assert outcome is not None
+        if step.exhausted:
+            exchange.last_status, exchange.last_reason = status, reason
+            self._settle(exchange, "failed", status, reason, None)
+            return
+        action = step.verdict.action
+        if action is Action.DEAD_TOKEN:
+            assert status is not None
+            self._mark_dead(exchange, status, reason, apns_id)
         elif action is Action.CONFIGURATION:
-            self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
-            self._configuration_error(reason, answer.status)
+            self._settle(exchange, "failed", status, reason, apns_id)
+            self._configuration_error(reason, status)
         elif action is Action.RECREATE_CHANNEL or action is Action.CHANNEL_LIMIT:
             # final for this channel, like a dead token for a device; the producer (the match's channel
             # manager) recreates the channel and re-announces it
             log.warning(
                 "apns_broadcast_channel_refused", reason=reason, channel=push.channel_id, kind=push.kind
             )
-            self._settle(exchange, "rejected", answer.status, reason, answer.apns_id)
+            self._settle(exchange, "rejected", status, reason, apns_id)
         elif action is Action.PAYLOAD_BUG:
             log.error(
                 "apns_payload_too_large",
@@ -674,18 +686,20 @@ class ApnsSender:
                 token=short_token(push.token),
                 note="bug in the payload builder: APNs refused the body size",
             )
-            self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
-        else:
+            self._settle(exchange, "failed", status, reason, apns_id)
+        elif action is Action.BUG:
             log.error(
                 "apns_request_rejected_as_malformed",
-                status=answer.status,
+                status=status,
                 reason=reason,
                 kind=push.kind,
                 push_type=push.push_type,
                 token=short_token(push.token),
                 note="bug in our request",
             )
-            self._settle(exchange, "failed", answer.status, reason, answer.apns_id)
+            self._settle(exchange, "failed", status, reason, apns_id)
+        else:  # a fresh provider token did not help either
+            self._settle(exchange, outcome, status, reason, apns_id)
 
     def _configuration_error(self, reason: str, status: int | None, detail: str = "") -> None:
         if self._fatal is None:

@@ -280,9 +280,10 @@ def layers_cost() -> float:
     import structlog
     import trio
 
-    from daemon.api.app import ApiState, build_app
+    from daemon.api.app import build_app
     from daemon.api.auth import Authenticator, JwksKeys
     from daemon.api.settings import ApiSettings, AuthSettings
+    from daemon.api.state import ApiState
     from daemon.demo.issuer import LocalIssuer
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -297,8 +298,11 @@ def layers_cost() -> float:
             async def cached(match_id: str, team: str) -> dict[str, Any]:
                 return {"score": "154/3", "perspective": team}
 
+            async def unused(*args: Any, **kwargs: Any) -> list[str]:
+                raise AssertionError("no registration in this measurement")
+
             repos: Any = types.SimpleNamespace(
-                live_activities=types.SimpleNamespace(register_la_sessions=None),
+                live_activities=types.SimpleNamespace(register_owned_sessions=unused),
                 display_cache=types.SimpleNamespace(get_cached_display_state=cached),
             )
             settings = ApiSettings(display_cache_s=60, rate_per_s=10_000, rate_burst=100_000)

@@ -11,8 +11,10 @@ follower with a running Live Activity session, for ``--minutes`` after the first
 its own process and has ``--users`` app users register as the app does: their device, a follow, a Live
 Activity session. Both run against the test AWS peer's meter (``tests/harness/aws_peer.py``), which bills each
 request of the engine's and the API's processes as on-demand DynamoDB would (read and write request units
-from the items' sizes), and print one JSON line: units per hour (engine) or per registration (api), by table
-and operation, with the SportMonks calls and APNs pushes of the same window. docs/cost.md turns them into money.
+from the items' sizes, a write on the larger of the item before and after it, and again for each global
+secondary index it writes), and print one JSON line: units per hour (engine) or per registration (api), by
+table (or index) and operation, with the SportMonks calls and APNs pushes of the same window. docs/cost.md
+turns them into money.
 """
 
 from __future__ import annotations
@@ -34,15 +36,19 @@ from tests.harness.aws_peer import AwsPeer  # noqa: E402
 
 
 def summarise(meter: Path, scale: float) -> dict[str, Any]:
-    """The meter's lines added up per role (and per table and operation), each sum times ``scale``."""
+    """The meter's lines added up per role (and per table or index and operation), each sum times ``scale``.
+    An index's line is the write units a request spent on that global secondary index: counted in the role's
+    units, not as a call of its own."""
     totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     detail: dict[str, dict[str, dict[str, float]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(float))
     )
     for line in meter.read_text().splitlines() if meter.exists() else []:
         entry = json.loads(line)
-        role, key = entry["role"], f"{entry['table']} {entry['op']}"
-        for name, value in (("calls", 1.0), ("rru", entry["rru"]), ("wru", entry["wru"])):
+        where = entry["table"] if "index" not in entry else f"{entry['table']}/index/{entry['index']}"
+        role, key = entry["role"], f"{where} {entry['op']}"
+        calls = 0.0 if "index" in entry else 1.0
+        for name, value in (("calls", calls), ("rru", entry["rru"]), ("wru", entry["wru"])):
             totals[role][name] += value * scale
             detail[role][key][name] += value * scale
     out: dict[str, Any] = {}
@@ -128,16 +134,17 @@ async def api(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     import httpx
 
     from daemon.demo.issuer import LocalIssuer
-    from daemon.demo.seed import seed_match
     from daemon.replay.synth import synthesise
     from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
     from tests.harness.api_process import ApiProcess
+    from tests.harness.seed import seed_match
 
     meter = workdir / "meter.jsonl"
     with AwsPeer(meter=meter) as peer, LocalIssuer().serve() as issuer:
         dynamo = Dynamo(DynamoSettings(endpoint_url=peer.url, table_prefix="cost-"))
         await create_tables(dynamo)
         tape = synthesise("T20", seed=args.seed)
+        # seeded (tests/harness/seed.py): the API's requests are metered on a world the engine would have made
         seeded = await seed_match(
             Repositories(dynamo),
             tape,

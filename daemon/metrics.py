@@ -304,10 +304,11 @@ JWKS_KEYS = Gauge("sightscreen_jwks_keys", "Signing keys currently held from the
 
 API_REFUSED = Counter(
     "sightscreen_api_refused",
-    "API requests refused before a handler, by why: invalid_token, address_limited (the client address's "
-    "refusal bucket is empty), rate_limited (the user's bucket), malformed_json, body_too_large, "
-    "body_timeout, bad_framing (Content-Length with Transfer-Encoding), bad_http and headers_too_large "
-    "(refused by the HTTP parser)",
+    "API requests refused before a handler, by why: invalid_token, token_expired (our issuer's token, past "
+    "its time), address_limited (the client address's refusal bucket is empty and the token fails its "
+    "signature), rate_limited (the user's bucket, or the address's for public paths), malformed_json, "
+    "unsupported_media_type, body_too_large, body_timeout, bad_framing (Content-Length with "
+    "Transfer-Encoding), bad_http, bad_transfer_encoding and headers_too_large (refused by the HTTP layer)",
     ["reason"],
     registry=REGISTRY,
 )
@@ -315,6 +316,18 @@ API_CONNECTIONS_CUT = Counter(
     "sightscreen_api_connections_cut",
     "API connections the server closed on a timeout: header_timeout (a request head too slow), idle "
     "(keep-alive past [api].keep_alive_s), send_timeout (a client not taking its answer)",
+    ["reason"],
+    registry=REGISTRY,
+)
+API_CONNECTIONS_OPEN = Gauge(
+    "sightscreen_api_connections_open",
+    "API client connections open now (at most [api].max_connections, sized from the descriptor limit)",
+    registry=REGISTRY,
+)
+API_CONNECTIONS_REFUSED = Counter(
+    "sightscreen_api_connections_refused",
+    "API connections closed at accept, before a byte was read: per_address (the client address, an IPv6 "
+    "/64, holds [api].max_connections_per_address already)",
     ["reason"],
     registry=REGISTRY,
 )

@@ -1,6 +1,7 @@
 """The layering of the shipped packages (docs/architecture.md), checked on the source: no import circles, no
-import against the layer order, no private name imported from another module, and no object's private
-attribute read or written from outside the module that defines it.
+import against the layer order, no private name imported from another module, no object's private
+attribute read or written from outside the module that defines it, no ``Any`` in an actor's constructor or
+``task_status``, and the backoff formula (``2 ** n``) written nowhere but ``daemon.backoff``.
 
 Imports under ``if TYPE_CHECKING:`` are not imports at run time and do not count. The checker is tested on
 small synthetic trees first, so a checker that finds nothing cannot pass for a clean tree.
@@ -230,6 +231,65 @@ def private_reach(modules: Mapping[str, Module]) -> list[str]:
     return found
 
 
+def doublings(modules: Mapping[str, Module], *, home: str = "daemon.backoff") -> list[str]:
+    """``2 ** n`` with a variable exponent outside ``home``: a backoff written out instead of called."""
+    found: list[str] = []
+    for module in modules.values():
+        if module.name == home:
+            continue
+        for node in ast.walk(module.tree):
+            if (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Pow)
+                and isinstance(node.left, ast.Constant)
+                and node.left.value in (2, 2.0)
+                and not isinstance(node.right, ast.Constant)
+            ):
+                found.append(f"{module.name}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def _names_any(annotation: ast.expr | None) -> bool:
+    """``Any`` as the type itself: alone, ``TaskStatus[Any]``, or a member of a union (``Any | None``). ``Any``
+    inside a container (``dict[str, Any]``: a JSON value) is data, not an untyped seam."""
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return _names_any(ast.parse(annotation.value, mode="eval").body)
+    if isinstance(annotation, ast.Name | ast.Attribute):
+        return ast.unparse(annotation) in ("Any", "typing.Any")
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return _names_any(annotation.left) or _names_any(annotation.right)
+    if isinstance(annotation, ast.Subscript):
+        outer = ast.unparse(annotation.value)
+        inner = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        if outer.endswith(("Optional", "Union", "TaskStatus")):
+            return any(_names_any(e) for e in inner)
+    return False
+
+
+def untyped_seams(modules: Mapping[str, Module], *, package: str = "actors") -> list[str]:
+    """In ``package`` (the actors): constructor parameters typed ``Any`` and ``task_status`` typed ``Any``."""
+    found: list[str] = []
+    for module in modules.values():
+        if module.name != package and not module.name.startswith(package + "."):
+            continue
+        for node in ast.walk(module.tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for fn in node.body:
+                if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+                for arg in args:
+                    constructor = fn.name == "__init__" and arg.arg not in ("self", "cls")
+                    if (constructor or arg.arg == "task_status") and _names_any(arg.annotation):
+                        found.append(
+                            f"{module.name}.{node.name}.{fn.name}({arg.arg}: {ast.unparse(arg.annotation)})"
+                        )
+    return found
+
+
 # --- the checker on synthetic trees ------------------------------------------------------------------------
 
 
@@ -308,6 +368,43 @@ def test_the_checker_finds_private_imports_and_reaches_into_other_objects(tmp_pa
     ]
 
 
+def test_the_checker_finds_a_backoff_written_out(tmp_path: Path) -> None:
+    modules = _tree(
+        tmp_path,
+        {
+            "daemon/__init__.py": "",
+            "daemon/backoff.py": "def delay(n):\n    return 2.0 ** (n - 1)\n",
+            "daemon/cricket/__init__.py": "LIMIT = 2**31 - 1\n\ndef wait(n):\n    return min(5.0, 0.2 * 2**n)\n",
+            "actors/__init__.py": "",
+        },
+    )
+    assert doublings(modules) == ["daemon.cricket:4 2 ** n"]
+
+
+def test_the_checker_finds_any_on_an_actors_constructor_and_task_status(tmp_path: Path) -> None:
+    modules = _tree(
+        tmp_path,
+        {
+            "daemon/__init__.py": "class Elsewhere:\n    def __init__(self, x: Any) -> None: ...\n",
+            "actors/__init__.py": "",
+            "actors/a.py": (
+                "class A:\n"
+                "    def __init__(self, feed: Any, repos: 'Any | None', items: dict[str, Any]) -> None: ...\n"
+                "    async def run(self, *, task_status: trio.TaskStatus[Any] = IGNORED) -> None: ...\n"
+                "    def other(self, x: Any) -> None: ...\n"
+                "class B:\n"
+                "    def __init__(self, feed: Feed, n: int | None = None) -> None: ...\n"
+                "    async def run(self, *, task_status: trio.TaskStatus[None] = IGNORED) -> None: ...\n"
+            ),
+        },
+    )
+    assert untyped_seams(modules) == [
+        "actors.a.A.__init__(feed: Any)",
+        "actors.a.A.__init__(repos: 'Any | None')",
+        "actors.a.A.run(task_status: trio.TaskStatus[Any])",
+    ]
+
+
 # --- the shipped packages ----------------------------------------------------------------------------------
 
 
@@ -343,3 +440,18 @@ def test_every_layer_is_named_in_the_architecture_page() -> None:
         assert layer in page, f"docs/architecture.md does not name the {layer} layer"
         for group in groups:
             assert f"`{group}`" in page, f"docs/architecture.md does not place `{group}`"
+
+
+def test_the_backoff_formula_is_written_once() -> None:
+    modules, _ = _shipped()
+    assert doublings(modules) == [], "call daemon.backoff.backoff_delay"
+
+
+def test_no_actor_takes_any_in_its_constructor_or_task_status() -> None:
+    modules, _ = _shipped()
+    assert untyped_seams(modules) == [], "name what the actor needs (a Protocol in actors/ports.py)"
+
+
+def test_no_api_part_takes_any_in_its_task_status_or_constructor() -> None:
+    modules, _ = _shipped()
+    assert untyped_seams(modules, package="daemon.api") == [], "name what the part needs"

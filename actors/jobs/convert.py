@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from actors.errors import ActorError
 from daemon.store.codec import iso
 
 # The fields of a fixture item that come from SportMonks; ``syncHash`` covers exactly these (and ``ttl``,
@@ -50,7 +51,7 @@ TERMINAL_STATUSES = frozenset({"Finished", "Aban.", "Cancl.", "Postp."})
 NOT_STARTED_STATUSES = frozenset({"NS", "Delayed"})
 
 
-class ConversionError(ValueError):
+class ConversionError(ActorError, ValueError):
     """A SportMonks record we cannot turn into an item; the message names the field path."""
 
     def __init__(self, path: str, problem: str) -> None:

@@ -36,14 +36,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
+from actors.errors import ActorError
 from actors.jobs.convert import ConversionError, fixture_item, fixture_update, iso_utc, sportmonks_datetime
 from actors.jobs.reference_sync import LeagueDirectory, SyncReport
 from actors.jobs.settings import FixtureSyncSettings
-from actors.ports import FixtureSyncStores
+from actors.ports import FixturesClient, FixtureSyncStores
 from daemon import metrics
 from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
@@ -55,15 +56,7 @@ JOB_FULL = "fixture_sync_full"
 BATCH_WRITE_MAX = 25  # DynamoDB's BatchWriteItem limit (data model: "batches of 25")
 
 
-class FixturesClient(Protocol):
-    async def fixtures(
-        self, *, filters: Mapping[str, str] = ..., include: Sequence[str] = ..., sort: str | None = ...
-    ) -> list[dict[str, Any]]: ...
-
-    async def livescores(self, include: Sequence[str] = ...) -> list[dict[str, Any]]: ...
-
-
-class SyncIncomplete(Exception):
+class SyncIncomplete(ActorError):
     """Part of a cycle's source data could not be fetched; what was fetched has been written."""
 
 
@@ -268,8 +261,7 @@ class FixtureSyncJob:
 
     async def _own_livescores(self) -> list[dict[str, Any]]:
         """/livescores through the client, unless that would eat into the feed's hourly budget."""
-        budget = getattr(self._client, "budget", None)
-        if budget is not None and budget.remaining("livescores") < self.settings.livescores_budget_reserve:
+        if self._client.budget.remaining("livescores") < self.settings.livescores_budget_reserve:
             log.info("near_sync_livescores_skipped", reason="hourly budget kept for the feed")
             return []
         return await self._client.livescores(include=tuple(self.settings.include))

@@ -28,12 +28,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
 from actors.lease import HeldLease
-from actors.ports import Actor, LeaseStore
+from actors.ports import LeaseStore, RegionJob
 from daemon.logs import get_logger
 from daemon.metrics import LEASED_JOB_RUNS
 from daemon.store.locks import job_lock_key
@@ -41,9 +41,15 @@ from daemon.store.locks import job_lock_key
 log = get_logger("actors.jobs.lease")
 
 
-class RegionJob(Actor, Protocol):
-    """A job run once per region. It may also carry its schedule across holders (``schedule_state`` and
-    ``adopt_schedule``) and describe itself (``stats``); ``LeasedJob`` asks for those where they exist."""
+class NoSchedule:
+    """The schedule half of ``RegionJob`` for a job that keeps none: it runs on its own period wherever it
+    moves, so it hands nothing on and takes nothing over."""
+
+    def schedule_state(self) -> None:
+        return None
+
+    def adopt_schedule(self, state: Mapping[str, Any]) -> None:
+        return None
 
 
 class LeasedJob:
@@ -107,14 +113,13 @@ class LeasedJob:
 
     def _adopt(self, raw: Any) -> None:
         """Hand the region's schedule, as the last holder left it on the lease item, to the job."""
-        adopt = getattr(self.job, "adopt_schedule", None)
-        if raw is None or adopt is None:
+        if raw is None:
             return
         try:
             state = json.loads(str(raw))
             if not isinstance(state, dict):
                 raise ValueError("not an object")
-            adopt(state)
+            self.job.adopt_schedule(state)
         except (ValueError, TypeError, KeyError) as exc:
             log.warning("job_state_unreadable", job=self.name, error=repr(exc))
             return
@@ -123,10 +128,10 @@ class LeasedJob:
 
     def _state_fields(self) -> Mapping[str, Any] | None:
         """What a renewal writes on the lease item: the job's schedule (None for a job that keeps none)."""
-        export = getattr(self.job, "schedule_state", None)
-        if export is None:
+        state = self.job.schedule_state()
+        if state is None:
             return None
-        return {"jobState": json.dumps(export(), separators=(",", ":"))}
+        return {"jobState": json.dumps(state, separators=(",", ":"))}
 
     async def _hold(self) -> None:
         """Run the job while the lease holds; stop it the moment it does not, then release the lease."""
@@ -151,7 +156,5 @@ class LeasedJob:
             "runs": self.runs,
             "schedules_adopted": self.adopted,
         }
-        stats = getattr(self.job, "stats", None)
-        if callable(stats):
-            out["job"] = stats()
+        out["job"] = self.job.stats()
         return out

@@ -27,6 +27,7 @@ from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork, Pace
 from actors.ports import PrematchStores, PushSender
 from daemon import metrics
+from daemon.apns.rules import Resend, resend
 from daemon.apns.types import Push, PushResult
 from daemon.backoff import backoff_delay
 from daemon.cricket.display import NEUTRAL, build_display
@@ -778,7 +779,7 @@ class PrematchNotifier:
             report.confirmed += 1
             return
         result = claim.results.get(claim.alert_id)
-        if result is None or result.outcome not in ("accepted", "rejected"):
+        if result is None or resend(result) is not Resend.SETTLED:
             # Unknown fate (timeout) or retries exhausted: keep the claim; after the lease the alert is sent
             # again under the same collapse id.
             report.failed += 1

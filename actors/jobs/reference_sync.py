@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
@@ -36,7 +36,7 @@ from actors.jobs.convert import (
     team_season_items,
 )
 from actors.jobs.settings import ReferenceSyncSettings
-from actors.ports import ReferenceStores
+from actors.ports import ActiveLeagues, ReferenceClient, ReferenceStores
 from daemon import metrics
 from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
@@ -89,11 +89,6 @@ class SyncReport:
         self.written.extend(part.written)
 
 
-class LeagueRepo(Protocol):
-    async def get_all_leagues(self) -> list[dict[str, Any]]: ...
-    async def get_active_leagues(self) -> list[dict[str, Any]]: ...
-
-
 class LeagueDirectory:
     """The active leagues and the leagueId -> code map, read from ``cricket-leagues`` and reused for a while.
 
@@ -102,7 +97,7 @@ class LeagueDirectory:
     """
 
     def __init__(
-        self, leagues: LeagueRepo, *, max_age_s: float, now: Callable[[], float] = trio.current_time
+        self, leagues: ActiveLeagues, *, max_age_s: float, now: Callable[[], float] = trio.current_time
     ) -> None:
         self._repo = leagues
         self._max_age_s = max_age_s
@@ -139,12 +134,6 @@ class LeagueDirectory:
 
 
 # --- the job -------------------------------------------------------------------------------------------
-
-
-class ReferenceClient(Protocol):
-    async def teams(self, include: Sequence[str] = ...) -> list[dict[str, Any]]: ...
-    async def leagues(self, include: Sequence[str] = ...) -> list[dict[str, Any]]: ...
-    async def season(self, season_id: int | str, include: Sequence[str] = ...) -> dict[str, Any]: ...
 
 
 Step = tuple[str, str]  # ("leagues", ""), ("teams", ""), ("seasons", ""), ("season", season_id)

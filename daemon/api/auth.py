@@ -34,6 +34,7 @@ import jwt
 import trio
 from jwt import PyJWK, PyJWKSet
 
+from daemon.api.errors import AuthError, UnknownKid
 from daemon.api.settings import AuthSettings
 from daemon.logs import get_logger
 from daemon.metrics import API_AUTH_FAILURES, JWKS_FETCHES, JWKS_KEYS
@@ -42,21 +43,6 @@ log = get_logger("daemon.api.auth")
 
 ALGORITHM = "RS256"
 MAX_TOKEN_CHARS = 8192
-
-
-class AuthError(Exception):
-    """A token was refused; ``reason`` is a short fixed word for logs and metrics."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
-
-
-class UnknownKid(AuthError):
-    def __init__(self, kid: str) -> None:
-        super().__init__("unknown_kid", f"kid {kid[:40]!r} is not in the JWKS")
-        self.kid = kid
 
 
 @dataclass(frozen=True)
@@ -262,7 +248,7 @@ class JwksKeys:
             await self.fetch("unknown_kid")
             return kid in self.keys
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """First fetch, then a refresh every ``refresh_s`` (every ``retry_s`` while fetches fail). Reports
         started after the first attempt whatever its outcome: readiness says whether keys are loaded."""
         try:
@@ -310,13 +296,6 @@ class Authenticator:
             leeway_s=self.leeway_s,
             max_lifetime_s=self.max_lifetime_s,
         )
-
-    def remembers(self, authorization: str | None) -> bool:
-        """Whether this header carries a token verified before and still good: a dictionary lookup, no
-        signature check (the gate lets such requests through even when their address is limited)."""
-        token = bearer_token(authorization)
-        known = self._memo.get(token) if token else None
-        return known is not None and known.exp + self.leeway_s > time.time() and known.kid in self.keys.keys
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """The principal of an ``Authorization: Bearer ...`` header value, or AuthError."""

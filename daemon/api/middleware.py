@@ -7,9 +7,10 @@
   Content-Length and Transfer-Encoding is refused (400, connection closed: RFC 9112 §6.1, a request
   smuggling vector); HEAD is answered as GET without the body; answers under ``/user/`` carry
   ``Cache-Control: no-store`` (they are one user's own items).
-- ``BodyLimit``: reads a body only up to ``[api].max_body_bytes`` (413 past it, whatever Content-Length
-  says) and within ``[api].body_timeout_s`` (408 and the connection closed past it), and refuses a body
-  that is not JSON, or is nested too deeply to parse, with 400, before the app sees it.
+- ``BodyLimit``: refuses a body whose Content-Type is not JSON with 415 (unread), reads a body only up to
+  ``[api].max_body_bytes`` (413 past it, whatever Content-Length says) and within ``[api].body_timeout_s``
+  (408 and the connection closed past it), and refuses a body that is not JSON, or is nested too deeply
+  to parse, with 400, before the app sees it.
 
 Each refusal is marked on the scope (``daemon.api.gate.refuse``) for the gate's metrics and per-address
 limit. See docs/api.md.
@@ -20,17 +21,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
-from daemon.api.gate import account, refuse
+from daemon.api.gate import Buckets, account, refuse
 from daemon.api.responses import ASGIApp, Receive, Scope, Send, error_response
 from daemon.logs import get_logger
 from daemon.metrics import API_LATENCY, API_REQUESTS
-
-if TYPE_CHECKING:
-    from daemon.api.app import ApiState
 
 log = get_logger("daemon.api")
 
@@ -39,10 +37,18 @@ NO_STORE = (b"cache-control", b"no-store")
 ORIGINAL_METHOD = "sightscreen.method"
 
 
+def is_json_media_type(value: bytes) -> bool:
+    """Whether a Content-Type names JSON: ``application/json`` or ``application/<something>+json``, any
+    case, parameters (``; charset=utf-8``) allowed."""
+    media = value.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
 class BodyLimit:
-    """Refuse bodies over ``limit`` bytes with 413, reading at most ``limit + 1`` of them, bodies slower than
-    ``timeout_s`` with 408, and bodies that are not JSON with 400 (whatever the Content-Type says), before
-    the app sees any of them."""
+    """Refuse a body whose Content-Type is not JSON with 415 (unread), bodies over ``limit`` bytes with 413,
+    reading at most ``limit + 1`` of them, bodies slower than ``timeout_s`` with 408, and bodies that are
+    not JSON with 400, before the app sees any of them. A request without a body (no Content-Length, or 0,
+    and no Transfer-Encoding) needs no Content-Type."""
 
     def __init__(self, app: ASGIApp, limit: int, timeout_s: float) -> None:
         self.app = app
@@ -53,17 +59,36 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        has_body = False
+        content_type: bytes | None = None
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
-                    too_big = int(value) > self.limit
+                    length = int(value)
                 except ValueError:
-                    too_big = False
-                if too_big:
+                    length = 0
+                if length > self.limit:
                     await self._too_big(scope, receive, send)
                     return
+                has_body = has_body or length > 0
+            elif name == b"transfer-encoding":
+                has_body = True
+            elif name == b"content-type":
+                content_type = bytes(value)
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
+            return
+        if has_body and (content_type is None or not is_json_media_type(content_type)):
+            refuse(scope, "unsupported_media_type")
+            scope["sightscreen.route"] = "unsupported_media_type"
+            response = error_response(
+                415,
+                "unsupported_media_type",
+                "the body must be JSON (Content-Type: application/json)",
+                [{"field": "header.content-type", "reason": "not application/json"}],
+                headers=CLOSE,
+            )
+            await response(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -71,7 +96,7 @@ class BodyLimit:
             while True:
                 message = await receive()
                 if message["type"] != "http.request":
-                    await self.app(scope, _replay([message]), send)
+                    await self.app(scope, replay([message]), send)
                     return
                 chunk = message.get("body", b"")
                 size += len(chunk)
@@ -103,7 +128,7 @@ class BodyLimit:
                 await response(scope, receive, send)
                 return
         await self.app(
-            scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send
+            scope, replay([{"type": "http.request", "body": body, "more_body": False}], receive), send
         )
 
     async def _too_big(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -115,7 +140,8 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-def _replay(messages: list[MutableMapping[str, Any]], then: Receive | None = None) -> Receive:
+def replay(messages: list[MutableMapping[str, Any]], then: Receive | None = None) -> Receive:
+    """A ``receive`` that hands ``messages`` first, then what ``then`` receives (a disconnect without it)."""
     queue = list(messages)
 
     async def receive() -> MutableMapping[str, Any]:
@@ -175,14 +201,27 @@ class HttpRules:
         await self.app(scope, receive, send_rules)
 
 
+class InFlight:
+    """The number of requests between their head and their answer (the access log counts them; the server
+    logs what its graceful stop left)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
 class AccessLog:
     """One structlog line (method, route, status, duration, shortened user id) and the Prometheus metrics
-    per request; counts requests in flight for the graceful stop; accounts for refusals (``gate.account``);
-    answers an exception from inside with the JSON 500."""
+    per request; counts requests in flight (``in_flight``) for the graceful stop; accounts for refusals
+    (``gate.account``: the address's ``refusals`` bucket, the address read with ``trusted_hops``); answers
+    an exception from inside with the JSON 500."""
 
-    def __init__(self, app: ASGIApp, state: ApiState) -> None:
+    def __init__(self, app: ASGIApp, in_flight: InFlight, refusals: Buckets, trusted_hops: int) -> None:
         self.app = app
-        self.state = state
+        self.in_flight = in_flight
+        self.refusals = refusals
+        self.trusted_hops = trusted_hops
         # the metrics' children by (route template, status): both sets are small and fixed
         self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
@@ -198,7 +237,7 @@ class AccessLog:
                 status[0] = int(message["status"])
             await send(message)
 
-        self.state.in_flight += 1
+        self.in_flight.value += 1
         try:
             await self.app(scope, receive, send_status)
         except Exception as exc:
@@ -209,8 +248,8 @@ class AccessLog:
                 )
                 await response(scope, receive, send_status)
         finally:
-            self.state.in_flight -= 1
-            account(scope, self.state.refusals, self.state.settings.trusted_proxy_hops)
+            self.in_flight.value -= 1
+            account(scope, self.refusals, self.trusted_hops)
             duration = time.perf_counter() - started
             code = status[0] or 500
             route = scope.get("route")

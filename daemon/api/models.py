@@ -93,31 +93,29 @@ class FollowPatchIn(Body):
     teamId: Id
 
 
-class ActivityIn(NoNullBody):
-    """A Live Activity's registration: ``deviceId`` and exactly one of ``updateToken`` (a per-device
-    activity) and ``channelId`` (an activity started on an iOS 18 broadcast channel)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={"oneOf": [{"required": ["updateToken"]}, {"required": ["channelId"]}]}
-    )
+class ActivityIn(Body):
+    """A token-based Live Activity's registration: the device and the activity's APNs update token. An
+    activity started on an iOS 18 broadcast channel registers at ``POST /user/activity/{matchId}/channel``."""
 
     deviceId: Id
-    updateToken: Token | None = Field(
-        None,
-        description="the activity's APNs update token (not with channelId)",
-        json_schema_extra=_not_null,
-    )
-    channelId: ChannelId | None = Field(
-        None,
-        description="instead of updateToken: the broadcast channel the activity was started on (iOS 18)",
-        json_schema_extra=_not_null,
-    )
+    updateToken: Token = Field(description="the activity's APNs update token")
 
-    @model_validator(mode="after")
-    def _one_path(self) -> ActivityIn:
-        if (self.updateToken is None) == (self.channelId is None):
-            raise ValueError("exactly one of updateToken and channelId is required")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _channel_elsewhere(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "channelId" in data:
+            raise ValueError(
+                "channelId: an activity on a broadcast channel registers at POST /user/activity/{matchId}/channel"
+            )
+        return data
+
+
+class ChannelActivityIn(Body):
+    """An iOS 18 Live Activity started on a broadcast channel: the device and the channel, one of the match's
+    own (``broadcastChannels`` of the fixture)."""
+
+    deviceId: Id
+    channelId: ChannelId = Field(description="the broadcast channel the activity was started on")
 
 
 class ActivityTokenIn(Body):
@@ -179,6 +177,7 @@ class Fixture(Item):
 class FixtureList(BaseModel):
     matches: list[Fixture]
     missing: list[str] = Field(default_factory=list, description="ids asked for and not found")
+    next: str | None = Field(None, description="the cursor of the next page; null on the last")
 
 
 class Display(BaseModel):
@@ -205,6 +204,7 @@ class Team(Item):
 
 class TeamList(BaseModel):
     teams: list[Team]
+    next: str | None = Field(None, description="the cursor of the next page; null on the last")
 
 
 class TeamSeason(Item):
@@ -214,6 +214,7 @@ class TeamSeason(Item):
 
 class TeamSeasonList(BaseModel):
     teams: list[TeamSeason]
+    next: str | None = Field(None, description="the cursor of the next page; null on the last")
 
 
 class League(Item):
@@ -226,6 +227,7 @@ class League(Item):
 
 class LeagueList(BaseModel):
     leagues: list[League]
+    next: str | None = Field(None, description="the cursor of the next page; null on the last")
 
 
 class Device(Item):
@@ -260,6 +262,7 @@ class Activity(Item):
 
 class ActivityList(BaseModel):
     activities: list[Activity]
+    next: str | None = Field(description="the cursor of the next page; null on the last")
 
 
 class ActivityTokenUpdated(BaseModel):

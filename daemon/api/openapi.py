@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from daemon.api.gate import PUBLIC_PATHS
 from daemon.api.models import ErrorAnswer
@@ -22,13 +23,16 @@ from daemon.api.models import ErrorAnswer
 ERROR_ANSWERS: dict[int, str] = {
     400: "malformed: a body that is not JSON (or nested too deeply), Content-Length with Transfer-Encoding, "
     "or a request the HTTP parser refused (code bad_http); the connection is closed",
+    409: "a conflict with the stored state: the device token's registration kept moving under this one "
+    "(code conflict; retry after Retry-After), a retried registration of a Live Activity session that has "
+    "ended (code session_ended), an update token for a session on a broadcast channel (code "
+    "channel_session)",
     401: 'the access token is missing or not valid (WWW-Authenticate: Bearer error="invalid_token")',
     403: "the token's user is not in the admin group",
     404: "no such item",
-    409: "the device token's registration kept moving under this one (others registering it at once); "
-    "retry after Retry-After",
     408: "the body did not arrive whole within [api].body_timeout_s; the connection is closed",
     413: "the body is larger than [api].max_body_bytes; the connection is closed",
+    415: "a body whose Content-Type is not application/json",
     422: "a parameter or field of the wrong type or shape, an unknown or a missing field; `fields` names each",
     429: "too many requests (code rate_limited: the user's bucket; code too_many_refused: the client address's "
     "refusals); Retry-After in seconds",
@@ -37,7 +41,7 @@ ERROR_ANSWERS: dict[int, str] = {
 }
 SHARED = {400, 431}
 AUTHENTICATED = {401, 429, 503}
-WITH_BODY = {408, 413, 422}
+WITH_BODY = {408, 413, 415, 422}
 
 DESCRIPTION = """The app's endpoints: matches, reference data, the user's device, follows and Live Activity
 sessions. Every endpoint but /healthz, /readyz and /openapi.json needs `Authorization: Bearer <access token>`
@@ -48,10 +52,11 @@ Every error has one shape, `{"error": {"status", "code", "message", "fields"}}`,
 the HTTP parser's 400 and 431 included. A method a path does not have is answered 405 with `Allow`; HEAD is
 answered wherever GET is, without the body.
 
-Rules between parameters that a schema cannot state: `GET /matches` takes either `ids`, or `league` with
-both `from` and `to`, or `league` alone (the league's cached SportMonks fixtures); any other combination is
-422. The body rules are in the schemas: exactly one of `updateToken` and `channelId` (`oneOf`), a PATCH of
-a team or league names at least one field (`minProperties`), and no optional field is null."""
+Every combination of `GET /matches`'s parameters is answered; its description says which list each gives.
+Lists are paged: `limit` and `cursor` in, `next` out (null on the last page). A request body is JSON
+(`Content-Type: application/json`; any other type is 415); a PATCH of a team or league names at least one
+field (`minProperties`), and no optional field is null. A token-based Live Activity registers at
+`POST /user/activity/{matchId}`, one started on a broadcast channel at `POST /user/activity/{matchId}/channel`."""
 
 
 def answers(*codes: int, body: bool = False, public: bool = False) -> dict[int | str, dict[str, Any]]:
@@ -68,6 +73,13 @@ def answers(*codes: int, body: bool = False, public: bool = False) -> dict[int |
         else:
             out[status] = {"model": ErrorAnswer, "description": ERROR_ANSWERS[status]}
     return out
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's id: its handler's name in lowerCamelCase (``register_device`` is ``registerDevice``),
+    so a generated client's methods are named for what they do."""
+    first, *rest = route.name.split("_")
+    return first + "".join(part.capitalize() for part in rest)
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -95,7 +107,22 @@ def install_openapi(app: FastAPI) -> None:
             for operation in item.values():
                 if isinstance(operation, dict) and path not in PUBLIC_PATHS:
                     operation["security"] = [{"bearer": []}]
+                if isinstance(operation, dict):
+                    _optional_body_as_its_schema(operation)
         app.openapi_schema = doc
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _optional_body_as_its_schema(operation: dict[str, Any]) -> None:
+    """An optional body (``FollowIn | None``) is documented as its schema with ``required: false``, not as
+    ``anyOf [schema, null]``: a client then sends the body or none at all (null is no body this API takes)."""
+    body = operation.get("requestBody")
+    if not body or body.get("required"):
+        return
+    for media in body.get("content", {}).values():
+        schema = media.get("schema", {})
+        branches = [b for b in schema.get("anyOf", []) if b.get("type") != "null"]
+        if len(branches) == 1 and len(schema.get("anyOf", [])) == 2:
+            media["schema"] = branches[0]

@@ -1,6 +1,6 @@
 """The API's responses: JSON encoding (sets as sorted lists, binary attributes left out, non-finite numbers
-as null), the one error shape ``{"error": {"status", "code", "message", "fields"}}``, ``ApiError`` that
-handlers raise for it, and the ASGI types the application and its middlewares share."""
+as null), the one error shape ``{"error": {"status", "code", "message", "fields"}}`` (``ApiError`` of
+``daemon.api.errors`` is raised for it), and the ASGI types the application and its middlewares share."""
 
 from __future__ import annotations
 
@@ -15,24 +15,6 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        fields: list[dict[str, str]] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.fields = fields or []
-        self.headers = dict(headers or {})
 
 
 def _jsonable(value: Any) -> Any:

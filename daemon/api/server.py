@@ -11,23 +11,20 @@ the graceful stop: hypercorn stops accepting at once and gives requests in fligh
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from daemon.api.app import ApiState, build_app
+from daemon.api.app import build_app
 from daemon.api.auth import Authenticator, JwksKeys
+from daemon.api.errors import ApiConfigError
 from daemon.api.settings import ApiSettings, AuthSettings
+from daemon.api.state import ApiState
 from daemon.api.transport import hypercorn_config, serve
 from daemon.logs import get_logger
 from daemon.store import Repositories
 
 log = get_logger("daemon.api")
-
-
-class ApiConfigError(ValueError):
-    """The API cannot start with these settings (the field and the reason are in the message)."""
 
 
 class ApiServer:
@@ -68,11 +65,11 @@ class ApiServer:
         """Stop accepting; requests in flight get the grace period."""
         self._stop.set()
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[ApiServer] = trio.TASK_STATUS_IGNORED) -> None:
         served = trio.Event()
         config = self._hypercorn_config()
 
-        async def serving(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async def serving(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
             try:
                 # returns once the trigger fired and requests in flight finished (or the grace ran out)
                 await serve(
@@ -92,4 +89,4 @@ class ApiServer:
                 nursery.cancel_scope.cancel()  # the JWKS refresher
         finally:
             self.stopped.set()
-            log.info("api_stopped", in_flight=self.state.in_flight)
+            log.info("api_stopped", in_flight=self.state.in_flight.value)

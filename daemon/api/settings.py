@@ -33,8 +33,8 @@ class ApiSettings(BaseModel):
         10.0,
         gt=0,
         le=300,
-        description="a request's head must arrive within this long of its first byte; else the connection "
-        "is closed",
+        description="a request's head must arrive within this long of its first byte, and a new connection's "
+        "first request within this long of its accept; else the connection is closed",
     )
     body_timeout_s: float = Field(
         15.0,
@@ -57,12 +57,37 @@ class ApiSettings(BaseModel):
         description="a client must take each part of an answer within this long; else the connection is "
         "closed",
     )
+    max_connections: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="client connections open at once; past it new ones wait in the kernel's backlog. 0: "
+        "sized from the descriptor limit at start-up (the soft RLIMIT_NOFILE less fd_reserve); a number is "
+        "also capped by that",
+    )
+    max_connections_per_address: int = Field(
+        128,
+        ge=1,
+        le=1_000_000,
+        description="client connections one address (an IPv6 /64) may hold at once; past it a new one is "
+        "closed at accept. Applies to the connection's peer, so only with trusted_proxy_hops = 0 (behind a "
+        "load balancer every peer is the balancer)",
+    )
+    fd_reserve: int = Field(
+        256,
+        ge=16,
+        le=1_000_000,
+        description="file descriptors the API's connections leave to the rest of the daemon (DynamoDB, APNs "
+        "and SportMonks connections, logs, the admin socket): the connection cap is the descriptor limit "
+        "less this",
+    )
     refused_per_s: float = Field(
         2.0,
         gt=0,
         le=10_000,
-        description="per client address: refused requests (bad tokens, malformed or slow bodies) allowed "
-        "per second, sustained; past it, requests without an already-verified token get 429",
+        description="per client address (an IPv6 /64): refused requests (bad tokens, malformed or slow "
+        "bodies) allowed per second, sustained; past it, requests whose token fails its signature, and "
+        "anonymous requests to the public paths, get 429 (a token our issuer signed is still answered)",
     )
     refused_burst: int = Field(
         20, ge=1, le=100_000, description="per client address: refused requests allowed at once"
@@ -107,6 +132,13 @@ class ApiSettings(BaseModel):
         le=30 * 86400,
         description="a Live Activity session registered through the API expires this long after registration",
     )
+    max_sessions_per_match: int = Field(
+        4,
+        ge=1,
+        le=32,
+        description="Live Activity sessions one user may hold in one match (one per device: an iPhone, an "
+        "iPad, a new install); a registration of a further device ends the user's oldest in that match",
+    )
     write_batch_max: int = Field(
         25,
         ge=1,
@@ -130,6 +162,13 @@ class ApiSettings(BaseModel):
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError(f'expected "host:port" with a port 0-65535, got {value!r}')
         return value
+
+    def connection_cap(self, nofile: int) -> int:
+        """Client connections open at once under a descriptor limit of ``nofile``: ``nofile - fd_reserve``
+        (a quarter of ``nofile`` when the reserve leaves less than that), lowered to ``max_connections``
+        when set."""
+        cap = max(nofile - self.fd_reserve, nofile // 4, 1)
+        return min(cap, self.max_connections) if self.max_connections else cap
 
     def host_port(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from daemon.apns.rules import MAX_BROADCAST_PAYLOAD, Action, Verdict, channel_id_is_valid, classify
+from daemon.apns.types import ApnsError
 
 MAX_CHANNELS: Final = 10_000  # per app and environment
 # policy 0: no storage, higher publishing budget, apns-expiration must be 0 (the one we use for scores)
@@ -70,7 +71,7 @@ def list_channels(bundle: str) -> Request:
 SUCCESS_STATUS: Final = {"create": 201, "read": 200, "delete": 204, "list": 200}
 
 
-class ChannelError(Exception):
+class ChannelError(ApnsError):
     """APNs refused a management request; ``verdict`` is the rule table's decision for its reason."""
 
     def __init__(self, op: str, status: int | None, reason: str | None, verdict: Verdict) -> None:

@@ -499,6 +499,11 @@ class ApnsConnection:
         return self._h2.data_to_send()
 
     @property
+    def h2_streams(self) -> int:
+        """Streams h2 itself still tracks on this connection (0 once every answered stream was let go)."""
+        return len(self._h2.streams)
+
+    @property
     def in_flight(self) -> int:
         return len(self._streams)
 

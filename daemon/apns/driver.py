@@ -26,6 +26,7 @@ from daemon.apns.internals import drain_decrypted
 from daemon.apns.rules import Action, classify
 from daemon.apns.settings import ApnsSettings
 from daemon.apns.token import ProviderTokens
+from daemon.apns.types import ApnsError
 from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 
@@ -65,7 +66,7 @@ def _worth_a_write(conn: ApnsConnection) -> bool:
     return batch <= 1 or conn.max_concurrent - conn.in_flight >= batch
 
 
-class ConnectionFailed(Exception):
+class ConnectionFailed(ApnsError):
     """This connection cannot go on (ALPN refused, closed before its SETTINGS, judged dead)."""
 
 

@@ -1,8 +1,15 @@
-"""Apple's rules for APNs answers, as pure functions: what a status and reason mean for the push.
+"""Apple's rules for APNs answers, as pure functions: what an answer (or its absence) means for the request,
+and whether, when and how it goes again.
 
 Owns: the verdict for each (status, reason) pair (apns.md §1.4 and §0.5; broadcasts and channel management:
-§2.6 and §8, in the same table), the request checks APNs would otherwise answer with a 4xx (so our own bugs
-show up before a request). Must not touch: I/O, connections, the token cache; the sender actor applies the verdicts.
+§2.6 and §8, in the same table); the next step after an answer or a silence (``after_answer``,
+``after_silence``: the result now, or the request again after a backoff, at once, on a new connection or a
+fresh provider token, within which budget), the retry delay (``retry_delay``); what a push's final result
+means for its producer (``resend``: settled, re-sent as it was, or re-sent without its alert) and the wait
+between a producer's re-send rounds (``resend_delay``); the request checks APNs would otherwise answer with a
+4xx (so our own bugs show up before a request). Used by the sender (``actors.sender``), channel management
+(``actors.channel_management``) and the fan-out (``actors.fanout``), which apply the steps. Must not touch:
+I/O, connections, the token cache.
 """
 
 from __future__ import annotations
@@ -11,11 +18,13 @@ import base64
 import binascii
 import enum
 import functools
+import random
 import re
 from dataclasses import dataclass
 from typing import Final
 
-from daemon.apns.types import KINDS, LIVEACTIVITY_TOPIC_SUFFIX, PUSH_TYPES, Push
+from daemon.apns.types import KINDS, LIVEACTIVITY_TOPIC_SUFFIX, PUSH_TYPES, Push, PushResult
+from daemon.backoff import backoff_delay
 
 
 class Action(enum.Enum):
@@ -138,6 +147,121 @@ def classify(status: int, reason: str | None) -> Verdict:
         # An unknown 403 is still an authentication problem: stopping beats hammering APNs with it.
         return Verdict(Action.CONFIGURATION, reason or "HTTP403")
     return Verdict(Action.BUG, reason or f"HTTP{status}")
+
+
+# --- what happens next ------------------------------------------------------------------------------------
+
+# Re-sending a request APNs never processed (REFUSED_STREAM, above GOAWAY's last stream) is free of side
+# effects, so it does not use the retry budget; this bound only stops a server that refuses forever.
+MAX_REQUEUES: Final = 50
+# A producer's re-send rounds (a push that failed past the sender's retries, or whose result never came) wait
+# this long before the first, doubling each round up to the producer's cap.
+RESEND_BASE_S: Final = 0.5
+# The verdict on a request no connection took within the connect timeout (channel management): transient.
+NO_CONNECTION: Final = Verdict(Action.RETRY, "NoConnection")
+
+
+class Again(enum.Enum):
+    """Whether a request goes again, and which budget that spends."""
+
+    NO = "no"  # final: settle it with the step's outcome
+    AFTER_BACKOFF = "after_backoff"  # after ``retry_delay``; spends a retry
+    AT_ONCE = "at_once"  # now; spends a retry (it may have been processed)
+    REQUEUE = "requeue"  # now; APNs never processed it, so it spends a requeue (up to ``MAX_REQUEUES``)
+    FRESH_TOKEN = "fresh_token"  # now, on a fresh provider token; once per request
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What the sender of a request does next. ``outcome`` is the request's result when final ("accepted",
+    "rejected" or "failed"), else None and ``again`` says how it goes again. ``new_connection``: retire the
+    connection that carried it; ``new_provider_token``: invalidate that connection's provider token.
+    ``may_have_arrived``: it went out and no answer came, so a re-send must not show its alert again.
+    ``exhausted``: failed because its budget is spent (not because of what APNs said)."""
+
+    verdict: Verdict
+    reason: str
+    outcome: str | None = None
+    again: Again = Again.NO
+    new_connection: bool = False
+    new_provider_token: bool = False
+    may_have_arrived: bool = False
+    exhausted: bool = False
+
+
+_REJECTED: Final = frozenset({Action.DEAD_TOKEN, Action.RECREATE_CHANNEL, Action.CHANNEL_LIMIT})
+
+
+def after_answer(verdict: Verdict, *, retries: int, max_retries: int, fresh_token_used: bool) -> Step:
+    """The next step after APNs answered with ``verdict`` (``classify``), given the retries already spent and
+    whether the request already went once on a fresh provider token.
+
+    Accepted is final. A dead token, a channel gone and the channel limit are final for that token or channel
+    ("rejected": the producer replaces it). A configuration error, an oversize payload and a malformed request
+    fail at once: retrying cannot help. A transient error goes again after a backoff while retries last (on a
+    new connection where APNs said the connection is unusable). ExpiredProviderToken goes again at once, once,
+    on a new connection with a fresh token: Pushy found a connection wedged after it, and a fresh connection
+    adopts the fresh token without counting as a token switch."""
+    action = verdict.action
+    reason = verdict.reason or ""
+    if action is Action.ACCEPTED:
+        return Step(verdict, reason, outcome="accepted")
+    if action in _REJECTED:
+        return Step(verdict, reason, outcome="rejected")
+    if action is Action.REFRESH_PROVIDER_TOKEN:
+        if fresh_token_used:
+            return Step(verdict, reason, outcome="failed", new_connection=True, new_provider_token=True)
+        return Step(verdict, reason, again=Again.FRESH_TOKEN, new_connection=True, new_provider_token=True)
+    if action is Action.RETRY or action is Action.RETRY_NEW_CONNECTION:
+        recycle = action is Action.RETRY_NEW_CONNECTION
+        if retries >= max_retries:
+            return Step(verdict, reason, outcome="failed", new_connection=recycle, exhausted=True)
+        return Step(verdict, reason, again=Again.AFTER_BACKOFF, new_connection=recycle)
+    return Step(verdict, reason, outcome="failed")  # CONFIGURATION, PAYLOAD_BUG, BUG
+
+
+def after_silence(cause: str, processed: bool, *, retries: int, requeues: int, max_retries: int) -> Step:
+    """The next step for a request that got no answer (``daemon.apns.connection.Unanswered``): one APNs
+    certainly did not process goes again at once without spending a retry (up to ``MAX_REQUEUES``); one it
+    may have processed (our deadline passed, the connection went away after it left) goes again at once,
+    spending a retry, and may have arrived."""
+    if not processed:
+        verdict = Verdict(Action.RETRY, "Unprocessed")
+        if requeues >= MAX_REQUEUES:
+            return Step(verdict, "Unprocessed", outcome="failed", exhausted=True)
+        return Step(verdict, "Unprocessed", again=Again.REQUEUE)
+    reason = "Timeout" if cause == "timeout" else cause.capitalize()
+    verdict = Verdict(Action.RETRY, reason)
+    if retries >= max_retries:
+        return Step(verdict, reason, outcome="failed", may_have_arrived=True, exhausted=True)
+    return Step(verdict, reason, again=Again.AT_ONCE, may_have_arrived=True)
+
+
+def retry_delay(retry: int, *, base_s: float, cap_s: float, rng: random.Random | None = None) -> float:
+    """Seconds before retry number ``retry`` (1-based) of a request: exponential from ``[apns].retry_backoff_s``
+    up to ``retry_backoff_max_s``, half of it jittered (many requests failed together come back spread)."""
+    return backoff_delay(retry, base_s=base_s, cap_s=cap_s, jitter=0.5, rng=rng)
+
+
+class Resend(enum.Enum):
+    """What a push's final result means for the producer that is waiting for it."""
+
+    SETTLED = "settled"  # accepted, or rejected for good: nothing more to send
+    AS_IS = "as_is"  # failed before it could have arrived (APNs answered an error, or it never left)
+    QUIET = "quiet"  # went out and no answer came: it may have arrived, so it goes again without its alert
+
+
+def resend(result: PushResult) -> Resend:
+    if result.outcome != "failed":
+        return Resend.SETTLED
+    if result.status is None and result.attempts:
+        return Resend.QUIET
+    return Resend.AS_IS
+
+
+def resend_delay(round_: int, *, cap_s: float) -> float:
+    """Seconds before a producer's re-send round number ``round_`` (1-based)."""
+    return backoff_delay(round_, base_s=RESEND_BASE_S, cap_s=cap_s)
 
 
 @functools.lru_cache(maxsize=256)

@@ -162,7 +162,11 @@ class PushResult:
         return self.push.token
 
 
-class ApnsConfigurationError(Exception):
+class ApnsError(Exception):
+    """The APNs package's error root: an answer, a connection or a configuration APNs would not work with."""
+
+
+class ApnsConfigurationError(ApnsError):
     """APNs refused our credentials or topic (403 class): retrying cannot help, so the sender stops."""
 
     def __init__(self, reason: str, status: int | None = None, detail: str = "") -> None:

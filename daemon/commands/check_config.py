@@ -10,8 +10,8 @@ import sys
 import trio
 
 from daemon.config import Config, ConfigError, ConfigProblem, load_config, render_example
-from daemon.config.preflight import preflight
-from daemon.runtime.preflight import local_problems
+from daemon.config.credentials import credential_problems
+from daemon.runtime.bindings import binding_problems
 
 
 def build_problems(config: Config) -> list[ConfigProblem]:
@@ -30,7 +30,7 @@ def build_problems(config: Config) -> list[ConfigProblem]:
 def main(argv: list[str]) -> int:
     """``sightscreen check-config FILE``: exit 0 with one line, or exit 2 naming each wrong key and why.
 
-    Beyond the models, every part ``run`` builds is built (``preflight``): OK means ``run`` starts."""
+    Beyond the models, every part ``run`` builds is built (``credential_problems``): OK means ``run`` starts."""
     parser = argparse.ArgumentParser(
         prog="sightscreen check-config",
         description="Validate a configuration file (with the SIGHTSCREEN_* environment overrides applied).",
@@ -48,8 +48,8 @@ def main(argv: list[str]) -> int:
         parser.error("FILE is required (or --example)")
     try:
         config = load_config(args.file, os.environ)
-        problems = preflight(config, os.environ) or build_problems(config)
-        problems += trio.run(local_problems, config)
+        problems = credential_problems(config, os.environ) or build_problems(config)
+        problems += trio.run(binding_problems, config)
         if problems:
             raise ConfigError(args.file, problems)
     except ConfigError as exc:

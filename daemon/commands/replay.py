@@ -14,7 +14,6 @@ import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -102,7 +101,7 @@ def main(argv: list[str]) -> int:
                         server.stop()
                         return
 
-                async def run_server(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                async def run_server(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
                     await server.serve(args.host, args.port, task_status=task_status)
                     nursery.cancel_scope.cancel()  # stopped (signal or POST /replay/stop): leave
 

@@ -7,9 +7,11 @@ import sys
 
 import trio
 
+from daemon.descriptors import raise_nofile_limit
+from daemon.logs import get_logger
 from daemon.runtime import gctune
 from daemon.runtime.assembly import Daemon, serve
-from daemon.runtime.preflight import local_problems
+from daemon.runtime.bindings import binding_problems
 
 
 def main(argv: list[str]) -> int:
@@ -25,12 +27,15 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"sightscreen: bad configuration in {args.config}:\n{exc}", file=sys.stderr)
         return 2
-    local = trio.run(local_problems, config)
+    local = trio.run(binding_problems, config)
     if local:  # the admin socket's path or a port this machine will not give: say which, no traceback
         lines = "\n".join(f"  {p}" for p in local)
         print(f"sightscreen: cannot start with {args.config}:\n{lines}", file=sys.stderr)
         return 2
     configure_from(config.logging, instance_id=config.instance.id)
+    # every connection takes a descriptor: the soft limit up to the hard one (LimitNOFILE, --ulimit nofile)
+    soft, hard = raise_nofile_limit()
+    get_logger("daemon").info("descriptor_limit", soft=soft, hard=hard)
     gctune.configure(config.instance.gc_young_threshold)
     try:
         daemon = Daemon(config, notifier=SdNotifier())

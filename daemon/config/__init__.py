@@ -4,7 +4,8 @@
   section is its component's own settings class.
 - ``loading``: the file, ``SIGHTSCREEN_*`` overrides, ``*_file`` secrets, and errors naming each wrong key.
 - ``example``: the annotated example configuration generated from the models.
-- ``preflight``: what ``check-config`` checks beyond the models (``daemon.commands.check_config``).
+- ``credentials``: the engine's credentials and their files, checked beyond the models by ``check-config``
+  (``daemon.commands.check_config``).
 
 The names below are the package's public surface; ``from daemon.config import ...`` is the way to use them.
 """

@@ -1,8 +1,9 @@
 """Key-event detectors: what happened between the previous tick and this snapshot.
 
-Owns ``KeyEvent``, the diff of the ball feed (``diff_balls``) and the two detector tiers. Pure: it reads a
-``MatchState`` and a ``MatchSnapshot`` and returns candidate events; it must not filter them (cooldowns and
-staleness are ``filters.py``), choose among them, or touch I/O.
+Owns ``KeyEvent``, the diff of the ball feed (``diff_balls``) and one detector per event type, in two tiers
+(each type's row in ``daemon.cricket.registry`` names its detector and tier). Pure: it reads a ``MatchState``
+and a ``MatchSnapshot`` and returns candidate events; it must not filter them (cooldowns are ``filters.py``,
+staleness ``staleness.py``), choose among them, or touch I/O.
 
 Definitions (one line each; the tests pin them):
 
@@ -40,12 +41,16 @@ picked up mid-innings does not replay its history (see ``engine.process_tick``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from daemon.cricket.settings import EngineSettings
+from daemon.cricket.events import EventType
 from daemon.cricket.snapshot import Ball, BatterLine, MatchSnapshot
 from daemon.cricket.state import MatchState
+
+if TYPE_CHECKING:
+    from daemon.cricket.settings import EngineSettings
 
 _NO_BALL_SEQ = 1 << 62  # events not tied to a ball sort after every ball of the tick
 
@@ -132,10 +137,11 @@ class Context:
     diff: BallDiff
     settings: EngineSettings
     marquee: bool
+    priorities: Mapping[str, int]  # each type's priority (``daemon.cricket.registry``)
 
     def event(
         self,
-        type_: str,
+        type_: EventType,
         subject: str,
         *,
         title: str,
@@ -147,21 +153,22 @@ class Context:
         scoreboard: str | None = None,
         player_id: str | None = None,
     ) -> KeyEvent:
+        priority = self.priorities[type_]
         return KeyEvent(
-            type=type_,
+            type=type_.value,
             subject=subject,
-            key=f"{type_}:{subject}",
+            key=f"{type_.value}:{subject}",
             ball_id=str(ball.id) if ball else None,
             over=ball.over if ball else over,
-            priority=self.settings.priority(type_),
-            alert_worthy=type_ in self.settings.alert_worthy,
+            priority=priority,
+            alert_worthy=type_.value in self.settings.alert_worthy,
             title=title,
             body=body,
             text=text,
             team_id=team_id,
             scoreboard=scoreboard or (ball.scoreboard if ball else None),
             player_id=player_id,
-            seq=ball.id if ball else _NO_BALL_SEQ + self.settings.priority(type_),
+            seq=ball.id if ball else _NO_BALL_SEQ + priority,
         )
 
     def name(self, player_id: str | None) -> str:
@@ -291,7 +298,7 @@ def detect_match_end(ctx: Context) -> list[KeyEvent]:
     title = "Match abandoned" if snap.phase == "abandoned" else result
     return [
         ctx.event(
-            "match_end",
+            EventType.MATCH_END,
             snap.fixture_id,
             title=title,
             body=scores or result,
@@ -321,7 +328,7 @@ def detect_innings_end(ctx: Context) -> list[KeyEvent]:
             body = f"{line}. {chasing.code} need {inns.runs + 1} to win"
         events.append(
             ctx.event(
-                "innings_end",
+                EventType.INNINGS_END,
                 board,
                 title=f"End of innings: {line}",
                 body=body,
@@ -344,66 +351,89 @@ def _milestone_ball(ctx: Context, line: BatterLine, threshold: int) -> Ball | No
     return None
 
 
-def detect_batting_milestones(ctx: Context) -> list[KeyEvent]:
+def _milestone(ctx: Context, type_: EventType, threshold: int) -> list[KeyEvent]:
+    """Batters whose score crossed ``threshold`` this tick, each on the ball that took him there when the
+    balls show it."""
     events: list[KeyEvent] = []
-    s = ctx.settings
     for line in ctx.snap.batting:
         memo = ctx.prev.batter(line.scoreboard, line.player_id)
         before = memo.runs if memo else 0
+        if not before < threshold <= line.runs:
+            continue
         name = ctx.name(line.player_id)
-        subject = f"{line.scoreboard}:{line.player_id}"
-        figures = f"{line.runs} ({line.balls})"
-        where = ctx.score_line(line.scoreboard)
-        for type_, threshold, title, label in (
-            ("hundred", 100, f"Hundred for {name}!", "100 for"),
-            ("batsman_on_90s", 90, f"{name} into the 90s", "90s for"),
-            ("fifty", 50, f"Fifty for {name}", "50 for"),
-        ):
-            if before < threshold <= line.runs:
-                ball = _milestone_ball(ctx, line, threshold)
-                at = figures
-                if ball is not None:  # the figures on the ball that reached it, not after a burst
-                    runs, faced = ctx.batter_at(ball, line.player_id)
-                    at = f"{runs} ({faced})"
-                events.append(
-                    ctx.event(
-                        type_,
-                        subject,
-                        title=title,
-                        body=f"{name} {at} · {where}",
-                        text=f"{label} {name}: {at}",
-                        team_id=line.team_id or ctx.batting_team_of(line.scoreboard),
-                        ball=ball,
-                        scoreboard=line.scoreboard,
-                        player_id=line.player_id,
-                        over=_overs_of(ctx, line.scoreboard),
-                    )
-                )
-
-        def on_fire(runs: int, balls: int, out: bool) -> bool:
-            return (
-                not out
-                and runs >= s.batter_on_fire_min_runs
-                and balls > 0
-                and runs * 100 >= s.batter_on_fire_min_strike_rate * balls
+        title, label = {
+            EventType.HUNDRED: (f"Hundred for {name}!", "100 for"),
+            EventType.BATSMAN_ON_90S: (f"{name} into the 90s", "90s for"),
+            EventType.FIFTY: (f"Fifty for {name}", "50 for"),
+        }[type_]
+        ball = _milestone_ball(ctx, line, threshold)
+        at = f"{line.runs} ({line.balls})"
+        if ball is not None:  # the figures on the ball that reached it, not after a burst
+            runs, faced = ctx.batter_at(ball, line.player_id)
+            at = f"{runs} ({faced})"
+        events.append(
+            ctx.event(
+                type_,
+                f"{line.scoreboard}:{line.player_id}",
+                title=title,
+                body=f"{name} {at} · {ctx.score_line(line.scoreboard)}",
+                text=f"{label} {name}: {at}",
+                team_id=line.team_id or ctx.batting_team_of(line.scoreboard),
+                ball=ball,
+                scoreboard=line.scoreboard,
+                player_id=line.player_id,
+                over=_overs_of(ctx, line.scoreboard),
             )
+        )
+    return events
 
-        if on_fire(line.runs, line.balls, line.out) and not (
+
+def detect_hundreds(ctx: Context) -> list[KeyEvent]:
+    return _milestone(ctx, EventType.HUNDRED, 100)
+
+
+def detect_nineties(ctx: Context) -> list[KeyEvent]:
+    return _milestone(ctx, EventType.BATSMAN_ON_90S, 90)
+
+
+def detect_fifties(ctx: Context) -> list[KeyEvent]:
+    return _milestone(ctx, EventType.FIFTY, 50)
+
+
+def detect_batters_on_fire(ctx: Context) -> list[KeyEvent]:
+    """Not-out batters who entered ``batsman_on_fire`` this tick (runs and strike rate at least the settings')."""
+    s = ctx.settings
+
+    def on_fire(runs: int, balls: int, out: bool) -> bool:
+        return (
+            not out
+            and runs >= s.batter_on_fire_min_runs
+            and balls > 0
+            and runs * 100 >= s.batter_on_fire_min_strike_rate * balls
+        )
+
+    events: list[KeyEvent] = []
+    for line in ctx.snap.batting:
+        memo = ctx.prev.batter(line.scoreboard, line.player_id)
+        if not on_fire(line.runs, line.balls, line.out) or (
             memo and on_fire(memo.runs, memo.balls, memo.out)
         ):
-            events.append(
-                ctx.event(
-                    "batsman_on_fire",
-                    subject,
-                    title=f"{name} is on fire",
-                    body=f"{name} {figures} · {where}",
-                    text=f"{name} on fire: {figures}",
-                    team_id=line.team_id,
-                    scoreboard=line.scoreboard,
-                    player_id=line.player_id,
-                    over=_overs_of(ctx, line.scoreboard),
-                )
+            continue
+        name = ctx.name(line.player_id)
+        figures = f"{line.runs} ({line.balls})"
+        events.append(
+            ctx.event(
+                EventType.BATSMAN_ON_FIRE,
+                f"{line.scoreboard}:{line.player_id}",
+                title=f"{name} is on fire",
+                body=f"{name} {figures} · {ctx.score_line(line.scoreboard)}",
+                text=f"{name} on fire: {figures}",
+                team_id=line.team_id,
+                scoreboard=line.scoreboard,
+                player_id=line.player_id,
+                over=_overs_of(ctx, line.scoreboard),
             )
+        )
     return events
 
 
@@ -430,7 +460,7 @@ def detect_bowler_on_fire(ctx: Context) -> list[KeyEvent]:
             )
             events.append(
                 ctx.event(
-                    "bowler_on_fire",
+                    EventType.BOWLER_ON_FIRE,
                     f"{line.scoreboard}:{line.player_id}:{count}",
                     title=f"{name} has {count} wickets",
                     body=f"{name} {line.figures} · {ctx.score_line(line.scoreboard)}",
@@ -494,7 +524,7 @@ def _wicket_event(
         text = f"WICKET! {score}"
         subject = f"{board}#{number}"
     return ctx.event(
-        "wicket",
+        EventType.WICKET,
         subject,
         title=f"WICKET! {score}",
         body=body,
@@ -619,8 +649,14 @@ def wicket_count(snap: MatchSnapshot, board: str) -> int:
     return max(inns.wickets if inns else 0, from_balls)
 
 
-def detect_new_batsmen(ctx: Context) -> tuple[list[KeyEvent], tuple[str, ...]]:
-    """New batters, and the updated set of batters seen at the crease ("S1:pid")."""
+def detect_new_batsmen(ctx: Context) -> list[KeyEvent]:
+    """Batters not seen before in their innings who came to the crease after its first wicket."""
+    return batters_met(ctx)[0]
+
+
+def batters_met(ctx: Context) -> tuple[list[KeyEvent], tuple[str, ...]]:
+    """New batters, and the updated set of batters seen at the crease ("S1:pid"), which the state keeps on
+    every tick (a first one too)."""
     seen = list(ctx.prev.seen_batters)
     known = set(seen)
     events: list[KeyEvent] = []
@@ -637,7 +673,7 @@ def detect_new_batsmen(ctx: Context) -> tuple[list[KeyEvent], tuple[str, ...]]:
         name = ctx.name(pid)
         events.append(
             ctx.event(
-                "new_batsman",
+                EventType.NEW_BATSMAN,
                 key,
                 title=f"New batter: {name}",
                 body=f"{name} comes in · {ctx.score_line(board)}",
@@ -700,14 +736,15 @@ def _figures(ctx: Context, ball: Ball) -> str:
     return f" {line.figures}" if line else ""
 
 
-def detect_boundaries(ctx: Context) -> list[KeyEvent]:
-    """A four or a six off a new ball."""
+def _boundaries(ctx: Context, type_: EventType) -> list[KeyEvent]:
+    """A four or a six (``type_``) off a new ball."""
     events = []
+    six = type_ is EventType.SIX
+    word = "SIX" if six else "FOUR"
     for ball, _ in _new_balls(ctx):
-        if not (ball.six or ball.four):
+        if not (ball.six if six else (ball.four and not ball.six)):
             continue
         board, batter, bowler = ball.scoreboard, ctx.name(ball.batsman_id), ctx.name(ball.bowler_id)
-        type_, word = ("six", "SIX") if ball.six else ("four", "FOUR")
         events.append(
             ctx.event(
                 type_,
@@ -721,6 +758,14 @@ def detect_boundaries(ctx: Context) -> list[KeyEvent]:
             )
         )
     return events
+
+
+def detect_sixes(ctx: Context) -> list[KeyEvent]:
+    return _boundaries(ctx, EventType.SIX)
+
+
+def detect_fours(ctx: Context) -> list[KeyEvent]:
+    return _boundaries(ctx, EventType.FOUR)
 
 
 def detect_consecutive_sixes(ctx: Context) -> list[KeyEvent]:
@@ -737,7 +782,7 @@ def detect_consecutive_sixes(ctx: Context) -> list[KeyEvent]:
         batter, bowler = ctx.name(ball.batsman_id), ctx.name(ball.bowler_id)
         events.append(
             ctx.event(
-                "consecutive_sixes",
+                EventType.CONSECUTIVE_SIXES,
                 f"{board}:{ball.batsman_id}:{run}",
                 title=f"{run} sixes in a row for {batter}!",
                 body=f"{batter} off {bowler} · {ctx.score_line(board)}",
@@ -767,7 +812,7 @@ def detect_maidens(ctx: Context) -> list[KeyEvent]:
         bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
         events.append(
             ctx.event(
-                "maiden",
+                EventType.MAIDEN,
                 f"{board}:{ball.bowler_id}:{ball.over_index + 1}",
                 title=f"Maiden over from {bowler}",
                 body=f"{bowler}{figures}",
@@ -780,46 +825,56 @@ def detect_maidens(ctx: Context) -> list[KeyEvent]:
     return events
 
 
-def detect_hattricks(ctx: Context) -> list[KeyEvent]:
-    """A bowler's wickets off consecutive deliveries (legal ones, or any that took a wicket): two in two is
-    ``on_hattrick``; three in three (and every third after) a ``hattrick``."""
-    events = []
+def _wicket_streaks(ctx: Context) -> Iterator[tuple[Ball, int]]:
+    """Each new ball that took a wicket for its bowler, with how many of his deliveries in a row, up to it,
+    did (wides and no-balls between are not deliveries unless they took one)."""
     for ball, history in _new_balls(ctx):
         if not ball.bowler_wicket:
             continue
-        board = ball.scoreboard
         deliveries = [
             b
             for b in history
-            if b.scoreboard == board and b.bowler_id == ball.bowler_id and (b.legal or b.is_wicket)
+            if b.scoreboard == ball.scoreboard and b.bowler_id == ball.bowler_id and (b.legal or b.is_wicket)
         ]
-        streak = _trailing(deliveries, lambda b: b.bowler_wicket)
-        bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
-        subject = f"{board}:{ball.bowler_id}"
+        yield ball, _trailing(deliveries, lambda b: b.bowler_wicket)
+
+
+def _bowler_event(ctx: Context, type_: EventType, ball: Ball, title: str, body: str, text: str) -> KeyEvent:
+    return ctx.event(
+        type_,
+        f"{ball.scoreboard}:{ball.bowler_id}",
+        title=title,
+        body=body,
+        text=text,
+        team_id=_fielding_team(ctx, ball),
+        ball=ball,
+        player_id=ball.bowler_id,
+    )
+
+
+def detect_hattricks(ctx: Context) -> list[KeyEvent]:
+    """A bowler's wickets off three consecutive deliveries of his (and every third after): a ``hattrick``."""
+    events = []
+    for ball, streak in _wicket_streaks(ctx):
         if streak >= 3 and streak % 3 == 0:
+            bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
+            body = f"{bowler}: three wickets in three balls{figures}"
             events.append(
-                ctx.event(
-                    "hattrick",
-                    subject,
-                    title=f"HAT-TRICK! {bowler}",
-                    body=f"{bowler}: three wickets in three balls{figures}",
-                    text=f"HAT-TRICK! {bowler}",
-                    team_id=_fielding_team(ctx, ball),
-                    ball=ball,
-                    player_id=ball.bowler_id,
+                _bowler_event(
+                    ctx, EventType.HATTRICK, ball, f"HAT-TRICK! {bowler}", body, f"HAT-TRICK! {bowler}"
                 )
             )
-        elif streak == 2:
+    return events
+
+
+def detect_on_hattricks(ctx: Context) -> list[KeyEvent]:
+    """Two wickets in two deliveries of a bowler's: ``on_hattrick``."""
+    events = []
+    for ball, streak in _wicket_streaks(ctx):
+        if streak == 2:
+            bowler, figures = ctx.name(ball.bowler_id), _figures(ctx, ball)
+            title, body = f"{bowler} is on a hat-trick", f"Two in two for {bowler}{figures}"
             events.append(
-                ctx.event(
-                    "on_hattrick",
-                    subject,
-                    title=f"{bowler} is on a hat-trick",
-                    body=f"Two in two for {bowler}{figures}",
-                    text=f"{bowler} on a hat-trick",
-                    team_id=_fielding_team(ctx, ball),
-                    ball=ball,
-                    player_id=ball.bowler_id,
-                )
+                _bowler_event(ctx, EventType.ON_HATTRICK, ball, title, body, f"{bowler} on a hat-trick")
             )
     return events

@@ -60,20 +60,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from daemon.cricket import confirm
+from daemon.cricket import confirm, registry
 from daemon.cricket.detectors import (
     BallDiff,
     Context,
     KeyEvent,
-    detect_batting_milestones,
-    detect_boundaries,
-    detect_bowler_on_fire,
-    detect_consecutive_sixes,
-    detect_hattricks,
-    detect_innings_end,
-    detect_maidens,
-    detect_match_end,
-    detect_new_batsmen,
+    batters_met,
     detect_wickets,
     diff_balls,
     ended_innings,
@@ -81,6 +73,7 @@ from daemon.cricket.detectors import (
     still_out,
 )
 from daemon.cricket.display import build_display
+from daemon.cricket.events import EventType
 from daemon.cricket.filters import (
     arm_cooldowns,
     cooldown_filter,
@@ -239,10 +232,18 @@ def _tick(
     diff = diff_balls(base, snap) if (snap.balls or base.last30_balls) else BallDiff((), (), (), ())
     ball_history = base.previous_ball_id is None and base.had_play
     detect_diff = BallDiff(diff.window, (), diff.corrected, diff.deleted) if ball_history else diff
-    ctx = Context(prev=base, snap=snap, diff=detect_diff, settings=settings, marquee=marquee)
+    ctx = Context(
+        prev=base,
+        snap=snap,
+        diff=detect_diff,
+        settings=settings,
+        marquee=marquee,
+        priorities=registry.PRIORITY,
+    )
 
+    # The state remembers every wicket and batter these two detectors see, a first tick's too, reported or not.
     wickets = detect_wickets(ctx)
-    new_batsmen, seen = detect_new_batsmen(ctx)
+    new_batsmen, seen = batters_met(ctx)
     if ball_history:
         # Batters at the crease in the newly arrived ball history are not news either.
         seen = tuple(
@@ -250,17 +251,11 @@ def _tick(
         )
     candidates: list[KeyEvent] = []
     if not first:
-        candidates += detect_match_end(ctx)
-        candidates += detect_innings_end(ctx)
-        candidates += wickets
-        candidates += detect_batting_milestones(ctx)
-        candidates += detect_bowler_on_fire(ctx)
-        candidates += new_batsmen
-        if marquee and snap.balls:
-            candidates += detect_boundaries(ctx)
-            candidates += detect_consecutive_sixes(ctx)
-            candidates += detect_maidens(ctx)
-            candidates += detect_hattricks(ctx)
+        candidates = registry.detect(
+            ctx,
+            ball_events=marquee and bool(snap.balls),
+            known={EventType.WICKET: wickets, EventType.NEW_BATSMAN: new_batsmen},
+        )
 
     fresh = staleness_filter(ordered(candidates), snap, diff.window, settings)
     events = tuple(cooldown_filter(fresh, base.cooldowns, clock))

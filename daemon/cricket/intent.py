@@ -30,12 +30,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.cricket.errors import EngineError
+
 INTENT_ATTRIBUTE = "alertIntent"
 HANDED_ATTRIBUTE = "alertHanded"
 KINDS = frozenset({"update", "end"})
 
 
-class IntentError(ValueError):
+class IntentError(EngineError):
     """A persisted intent that cannot be read back: named, never guessed at."""
 
 

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.cricket.detectors import KeyEvent
+from daemon.cricket.errors import EngineError
 
 MAX_PAYLOAD = 4096
 
 
-class PayloadTooLarge(ValueError):
+class PayloadTooLarge(EngineError):
     """A payload that no documented pruning step brings under 4096 bytes."""
 
 

@@ -1,68 +1,16 @@
 """Match engine settings (``[engine]``): cooldowns, staleness thresholds, definitions. Owned by the engine.
 
 Every number here is a product decision, so each has a default, a description and a reason. The engine reads
-them only through ``EngineSettings``; nothing else in the daemon depends on their values.
+them only through ``EngineSettings``; nothing else in the daemon depends on their values. The cooldowns and
+the alert-worthy types default to the event registry's (``daemon.cricket.registry``, which says why);
+the settings override them.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-EVENT_TYPES: tuple[str, ...] = (
-    "match_end",
-    "innings_end",
-    "hattrick",
-    "hundred",
-    "wicket",
-    "fifty",
-    "on_hattrick",
-    "consecutive_sixes",
-    "bowler_on_fire",
-    "batsman_on_fire",
-    "batsman_on_90s",
-    "six",
-    "four",
-    "new_batsman",
-    "maiden",
-)
-"""All fifteen key-event types, most important first (this order *is* the default priority, P1..P15)."""
-
-# Cooldown per event key ("type:subject"), in seconds of feed time. Keys are specific (a wicket is keyed by
-# its number in the innings, a maiden by its over), so a cooldown only ever suppresses a *repeat* of the same
-# event (a flip-flopping correction, a stale cache serving old data again), never a different event. The
-# boundary cooldowns are the exception on purpose: they are keyed by batter, so a batter hitting three fours
-# in an over headlines the first only (the over's balls still show every boundary).
-DEFAULT_COOLDOWNS: dict[str, float] = {
-    "match_end": 6 * 3600.0,
-    "innings_end": 3600.0,
-    "hattrick": 3600.0,
-    "hundred": 3600.0,
-    "wicket": 300.0,
-    "fifty": 3600.0,
-    "on_hattrick": 600.0,
-    "consecutive_sixes": 300.0,
-    "bowler_on_fire": 3600.0,
-    "batsman_on_fire": 900.0,
-    "batsman_on_90s": 3600.0,
-    "six": 60.0,
-    "four": 60.0,
-    "new_batsman": 3600.0,
-    "maiden": 600.0,
-}
-
-# Alert-worthy events go out at APNs priority 10 with an alert (title, body); Apple budgets priority 10
-# (about 15 an hour is the folklore figure), and a T20 has roughly 14 wickets, 2 innings ends and a few
-# milestones over 3.5 hours, which fits. Boundaries and the rest are routine (priority 5).
-DEFAULT_ALERT_WORTHY: tuple[str, ...] = (
-    "match_end",
-    "innings_end",
-    "hattrick",
-    "hundred",
-    "wicket",
-    "fifty",
-    "on_hattrick",
-)
-
+from daemon.cricket.registry import DEFAULT_ALERT_WORTHY, DEFAULT_COOLDOWNS, NAMES
 
 MAX_COOLDOWN_S = 7 * 24 * 3600.0
 """The longest cooldown accepted (a week: longer than any match); also refuses inf and nan."""
@@ -161,9 +109,9 @@ class EngineSettings(BaseModel):
     @field_validator("cooldowns_s")
     @classmethod
     def _known_cooldowns(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - set(EVENT_TYPES))
+        unknown = sorted(set(value) - set(NAMES))
         if unknown:
-            raise ValueError(f"unknown event type(s) {unknown}; known: {list(EVENT_TYPES)}")
+            raise ValueError(f"unknown event type(s) {unknown}; known: {list(NAMES)}")
         out_of_range = sorted(k for k, v in value.items() if not 0 <= v <= MAX_COOLDOWN_S)
         if out_of_range:
             raise ValueError(f"cooldown must be between 0 and {MAX_COOLDOWN_S:g} s for {out_of_range}")
@@ -172,13 +120,10 @@ class EngineSettings(BaseModel):
     @field_validator("alert_worthy")
     @classmethod
     def _known_alerts(cls, value: list[str]) -> list[str]:
-        unknown = sorted(set(value) - set(EVENT_TYPES))
+        unknown = sorted(set(value) - set(NAMES))
         if unknown:
-            raise ValueError(f"unknown event type(s) {unknown}; known: {list(EVENT_TYPES)}")
+            raise ValueError(f"unknown event type(s) {unknown}; known: {list(NAMES)}")
         return value
 
     def cooldown(self, event_type: str) -> float:
         return float(self.cooldowns_s.get(event_type, DEFAULT_COOLDOWNS.get(event_type, 0.0)))
-
-    def priority(self, event_type: str) -> int:
-        return EVENT_TYPES.index(event_type) + 1

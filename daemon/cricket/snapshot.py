@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from daemon.cricket.errors import EngineError
 from daemon.cricket.order import epoch, newest_instant, unwrap
 
 PHASES: tuple[str, ...] = ("pre", "live", "innings_break", "completed", "abandoned")
@@ -157,7 +158,7 @@ LIMITED_MAX_INNINGS = 6  # two innings and up to two super overs each side
 MULTI_DAY_MAX_INNINGS = 4
 
 
-class SnapshotError(ValueError):
+class SnapshotError(EngineError):
     """A SportMonks fixture the engine cannot read; ``field`` names the offending field."""
 
     def __init__(self, field_path: str, reason: str) -> None:

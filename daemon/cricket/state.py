@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from daemon.cricket.errors import EngineError
 from daemon.cricket.order import InningsMark, Stamp
 from daemon.cricket.snapshot import Ball
 
 LAST_BALLS = 30
 
 
-class StateError(ValueError):
+class StateError(EngineError):
     """An `active-matches` record the engine cannot read; the message names the field."""
 
 

@@ -29,7 +29,9 @@ import httpx
 import trio
 from pydantic import ValidationError
 
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
+from daemon.replay.errors import ReplayError
 from daemon.replay.tape import (
     TERMINAL_STATUSES,
     Tape,
@@ -53,7 +55,7 @@ RECORD_INCLUDE = (
 PRODUCTION_BASE_URL = "https://cricket.sportmonks.com/api/v2.0"
 
 
-class RecordError(RuntimeError):
+class RecordError(ReplayError, RuntimeError):
     """The recording cannot go on (bad token, unknown fixture, a tape for another fixture)."""
 
 
@@ -193,7 +195,8 @@ async def record(
             except _Transient as exc:
                 failures += 1
                 # exponential backoff from the cadence, capped at a minute; a 429 says how long itself
-                wait = exc.retry_after if exc.retry_after is not None else min(60.0, interval_s * 2**failures)
+                backoff = backoff_delay(failures + 1, base_s=interval_s, cap_s=60.0)
+                wait = exc.retry_after if exc.retry_after is not None else backoff
                 log.warning("record_poll_failed", fixture_id=fixture_id, reason=str(exc), retry_in_s=wait)
             else:
                 failures = 0
@@ -219,7 +222,7 @@ async def record(
     return RecordOutcome(polls, len(rec.entries), status, False)
 
 
-class _Transient(Exception):
+class _Transient(ReplayError):
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.retry_after = retry_after

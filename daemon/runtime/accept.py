@@ -1,10 +1,8 @@
-"""What the daemon's listeners (the admin socket, the metrics endpoint) do when ``accept()`` fails."""
+"""What the daemon's listeners (the admin socket, the metrics endpoint) do when ``accept()`` fails: the rule
+is ``daemon.descriptors``'s, shared with the API's listener."""
 
 from __future__ import annotations
 
-import errno
+from daemon.descriptors import ACCEPT_RETRY_S, ACCEPT_TRANSIENT
 
-# accept() failures that mean "out of file descriptors/memory right now": wait and retry rather than die
-# (trio's serve_listeners treats them the same way).
-ACCEPT_TRANSIENT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-ACCEPT_RETRY_S = 0.1
+__all__ = ["ACCEPT_RETRY_S", "ACCEPT_TRANSIENT"]

@@ -24,19 +24,20 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from actors.cache_reader import CacheReader
+from actors.cache_reader import CacheReader, LeaderSummary
 from actors.delivery import Delivery
 from actors.feed import FeedActor
-from actors.feed_leader import FeedLeadership, FencedFixtureCache, leader_view
+from actors.feed_leader import FeedLeadership, FeedLease, FencedFixtureCache, leader_view
 from actors.janitor import Janitor
 from actors.lease import RELEASE_S
 from actors.livework import LiveWork
 from actors.match import MatchActor
 from actors.orchestrator import Orchestrator
+from actors.ports import DescribedActor, RegionJob
 from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
 from actors.settings import with_routine_hold_capped
@@ -53,7 +54,12 @@ from daemon.store.dynamo import Dynamo
 from daemon.store.locks import owner_identity
 
 if TYPE_CHECKING:
+    from actors.channels import ChannelSweeper
+    from actors.jobs.lease import LeasedJob
+    from actors.jobs.prematch import PrematchNotifier
+    from daemon.api.server import ApiServer
     from daemon.config import Config
+    from daemon.runtime.sdnotify import SdNotifier
 
 log = get_logger("daemon")
 
@@ -72,7 +78,7 @@ class Daemon:
         config: Config,
         *,
         on_delivery: Callable[[Delivery], None] | None = None,
-        notifier: Any = None,
+        notifier: SdNotifier | None = None,
         with_jobs: bool = True,
         extra_handlers: Mapping[str, Handler] | None = None,
     ) -> None:
@@ -92,31 +98,46 @@ class Daemon:
         self.client = SportMonksClient(config.sportmonks)
         # One fleet per region: the feed polls only while this instance leads the region (the lease
         # feed:{region}); elsewhere the cache reader serves the match actors from cricket-fixture-cache.
-        self.region = str(getattr(config.instance, "region", "") or "default")
+        self.region = config.instance.region or "default"
+        # The feed's collaborators come first, so it is built whole: the lease its cache writes carry (the
+        # leadership renews the same one) and the leader's summary it answers livescores() from elsewhere.
         orch = config.orchestrator
-        self.feed = FeedActor(self.client, config.feed, leading=False)
-        self.leadership = FeedLeadership(
-            feed=self.feed,
-            repos=self.repos,
-            region=self.region,
-            instance_id=self.owner_id,
+        self.feed_lease = FeedLease(
+            self.repos.locks,
+            self.region,
+            self.owner_id,
             lease_s=orch.lease_s,
             renew_every_s=orch.renew_every_s,
             clock_skew_bound_s=orch.clock_skew_bound_s,
+        )
+        self.fixture_cache = FencedFixtureCache(self.feed_lease, self.repos)
+        self.leader_summary = LeaderSummary(
+            self.repos.fixture_cache, region=self.region, stale_after_s=2 * orch.lease_s
+        )
+        self.feed = FeedActor(
+            self.client,
+            config.feed,
+            fixture_cache=self.fixture_cache,
+            leader_summary=self.leader_summary,
+            leading=False,
+        )
+        self.leadership = FeedLeadership(
+            feed=self.feed,
+            lease=self.feed_lease,
+            repos=self.repos,
             marquee_leagues=config.feed.marquee_leagues,
         )
-        self.feed.use_cache(FencedFixtureCache(self.leadership, self.repos))
         self.cache_reader = CacheReader(
-            self.feed, self.repos, config.feed, region=self.region, stale_after_s=2 * orch.lease_s
+            self.feed, self.repos.fixture_cache, config.feed, region=self.region, summary=self.leader_summary
         )
-        self.feed.follower_livescores = self.cache_reader.livescores
         # roles: an "api"-only instance takes no match, polls nothing and pushes nothing (no APNs key needed);
         # the API runs where it is listed and [api].listen is set
         self.runs_engine = config.runs("engine")
         self.runs_api = config.runs("api") and bool(config.api.listen)
         self.janitor = Janitor(self.repos)
-        self.sender: ApnsSender = (
-            ApnsSender(config.apns, janitor=self.janitor.send_channel) if self.runs_engine else _NO_SENDER
+        # an instance without the engine role has no sender (nothing it runs pushes)
+        self.sender: ApnsSender | None = (
+            ApnsSender(config.apns, janitor=self.janitor.send_channel) if self.runs_engine else None
         )
         # match actors' fan-outs in progress and how many run: the prematch job gives way to them, and is
         # paced while any runs
@@ -131,16 +152,22 @@ class Daemon:
                 configured_s=config.match.routine_after_s,
                 used_s=self.match_settings.routine_after_s,
             )
-        self.api: Any = None
+        self.api: ApiServer | None = None
         self.supervisor: Supervisor | None = None
         self.orchestrator: Orchestrator | None = None
-        self.jobs: dict[str, Any] = {}
+        self.jobs: dict[str, DescribedActor] = {}
         self._shutdown = trio.Event()
         self.finished = trio.Event()
         self.exit_code = 0
         self.stopping = False
 
     # ------------------------------------------------------------------ assembly
+    @property
+    def engine_sender(self) -> ApnsSender:
+        """The sender, on an instance with the engine role (the only one whose parts push)."""
+        assert self.sender is not None, "only an instance with the engine role has a sender"
+        return self.sender
+
     def _match_actor(self, match_id: str, epoch: int, marquee: bool) -> MatchActor:
         return MatchActor(
             match_id,
@@ -148,8 +175,8 @@ class Daemon:
             epoch=epoch,
             repos=self.repos,
             feed=self.feed,
-            sender=self.sender,
-            channel_requests=self.sender.channels,
+            sender=self.engine_sender,
+            channel_requests=self.engine_sender.channels,
             topic=self.config.apns.topic,
             marquee=marquee,
             engine_settings=self.config.engine,
@@ -159,7 +186,7 @@ class Daemon:
             live=self.live,
         )
 
-    def _channel_sweeper(self) -> Any:
+    def _channel_sweeper(self) -> ChannelSweeper:
         """Deletes broadcast channels no active match records (see ``actors.channels.ChannelSweeper``)."""
         from actors.channels import ChannelSweeper
 
@@ -167,7 +194,7 @@ class Daemon:
             items = await self.repos.active_matches.get_all_active_matches()
             return [str(i["matchId"]) for i in items if i.get("status") != "ended"]
 
-        channels = self.sender.channels
+        channels = self.engine_sender.channels
         assert channels is not None, "the channel sweeper runs only where the sender manages channels"
         return ChannelSweeper(
             bundle=self.config.apns.topic.removesuffix(".push-type.liveactivity"),
@@ -177,16 +204,17 @@ class Daemon:
             interval_s=self.config.match.channel_sweep_s,
         )
 
-    def _build_jobs(self) -> dict[str, Any]:
+    def _build_jobs(self) -> dict[str, DescribedActor]:
         if not self._with_jobs:
             return {}
-        # prematch keeps its per-match lock (any instance works through a match's followers)
-        return {
-            name: job if name == "prematch" else self._leased(name, job, sportmonks=True)
-            for name, job in self._plain_jobs(self.config.jobs).items()
+        jobs: dict[str, DescribedActor] = {
+            name: self._leased(name, job, sportmonks=True) for name, job in self._region_jobs().items()
         }
+        # prematch keeps its per-match lock (any instance works through a match's followers)
+        jobs["prematch"] = self._prematch()
+        return jobs
 
-    def _leased(self, name: str, job: Any, *, sportmonks: bool) -> Any:
+    def _leased(self, name: str, job: RegionJob, *, sportmonks: bool) -> LeasedJob:
         """Once per region: the job runs under the lease job:{name}:{region}; a job that calls SportMonks
         runs only where the feed leader is, so the region's calls share one client and one budget."""
         from actors.jobs.lease import LeasedJob
@@ -204,11 +232,11 @@ class Daemon:
             may_run=(lambda: self.leadership.leading) if sportmonks else (lambda: True),
         )
 
-    def _plain_jobs(self, jobs_cfg: Any) -> dict[str, Any]:
+    def _region_jobs(self) -> dict[str, RegionJob]:
         from actors.jobs.fixture_sync import FixtureSyncJob
-        from actors.jobs.prematch import PrematchNotifier
         from actors.jobs.reference_sync import ReferenceSyncJob
 
+        jobs_cfg = self.config.jobs
         return {
             # the job reads /livescores through the feed (fresh within 30 s), so it costs that budget nothing
             "fixture-sync": FixtureSyncJob(
@@ -218,15 +246,19 @@ class Daemon:
                 livescores=lambda: self.feed.livescores(max_age_s=30),
             ),
             "reference-sync": ReferenceSyncJob(self.client, self.repos, jobs_cfg.reference_sync),
-            "prematch": PrematchNotifier(
-                self.repos,
-                self.sender,
-                jobs_cfg.prematch,
-                topic=self.config.apns.topic,
-                owner=self.owner_id,
-                live=self.live,
-            ),
         }
+
+    def _prematch(self) -> PrematchNotifier:
+        from actors.jobs.prematch import PrematchNotifier
+
+        return PrematchNotifier(
+            self.repos,
+            self.engine_sender,
+            self.config.jobs.prematch,
+            topic=self.config.apns.topic,
+            owner=self.owner_id,
+            live=self.live,
+        )
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         from daemon.runtime.admin.server import AdminServer
@@ -253,7 +285,7 @@ class Daemon:
                         quarantine_s=orch_cfg.quarantine_s,
                     )
                     await supervisor.start("janitor", lambda: self.janitor, kind="janitor")
-                    sender_guard = _FatalOnConfigError(self, self.sender)
+                    sender_guard = _FatalOnConfigError(self, self.engine_sender)
                     await supervisor.start("sender", lambda: sender_guard, kind="sender")
                     await supervisor.start("feed", lambda: self.feed, kind="feed")
                     await supervisor.start("feed-leader", lambda: self.leadership, kind="feed")
@@ -295,12 +327,12 @@ class Daemon:
                     )
                     self.jobs["reconciler"] = reconciler
                     await supervisor.start("reconciler", lambda: reconciler, kind="job")
-                    if self.config.match.broadcast_channels and self.sender.channels is not None:
+                    if self.config.match.broadcast_channels and self.engine_sender.channels is not None:
                         sweeper = self._leased("channel-sweep", self._channel_sweeper(), sportmonks=False)
                         self.jobs["channel-sweep"] = sweeper
                         await supervisor.start("channel-sweep", lambda: sweeper, kind="job")
                 nursery.start_soon(self._watchdog)
-                nursery.start_soon(self._loop_monitor)
+                nursery.start_soon(watch_event_loop, self.config.instance.stall_dump_s)
                 nursery.start_soon(self._readiness_monitor)
                 instance = self.config.instance
                 if instance.gc_sweep_s:
@@ -338,7 +370,7 @@ class Daemon:
         with trio.move_on_at(drained_by):
             if self.orchestrator is not None:
                 await self.orchestrator.drain()  # every match actor stopped, every lock released
-            if self.runs_engine:
+            if self.sender is not None:
                 await self.sender.drain(max(0.0, drained_by - trio.current_time()))
         if self.api is not None:
             with trio.move_on_at(drained_by):
@@ -360,29 +392,6 @@ class Daemon:
                 notifier.status(f"{owned} matches owned")
             await trio.sleep(period)
 
-    async def _loop_monitor(self, interval_s: float = 1.0) -> None:
-        """Measure how late the loop wakes a short sleep; past ``stall_dump_s``, faulthandler (armed before each
-        sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
-        dump_to = sys.__stderr__
-        dump_s = self.config.instance.stall_dump_s
-        try:
-            while True:
-                if dump_s and dump_to is not None:  # without a stderr there is nowhere to write the stacks
-                    try:
-                        faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
-                    except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
-                        log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
-                        dump_s = 0.0
-                started = trio.current_time()
-                await trio.sleep(interval_s)
-                lag = max(0.0, trio.current_time() - started - interval_s)
-                EVENT_LOOP_LAG.observe(lag)
-                if lag >= 1.0:
-                    log.warning("event_loop_stalled", seconds=round(lag, 2))
-        finally:
-            if dump_s:
-                faulthandler.cancel_dump_traceback_later()
-
     # ------------------------------------------------------------------ what the admin socket reads
     async def readiness(self) -> dict[str, Any]:
         """DynamoDB reachable; engine: APNs connected, SportMonks breaker not open; API: signing keys loaded;
@@ -395,7 +404,7 @@ class Daemon:
             checks["dynamodb"] = True
         except Exception as exc:
             checks["dynamodb"] = f"unreachable: {exc!r}"
-        if self.runs_engine:
+        if self.sender is not None:
             apns_ok, apns_why = self.sender.health()
             checks["apns"] = apns_ok or apns_why
             checks["feed"] = self._feed_fresh()
@@ -458,7 +467,7 @@ class Daemon:
         return self.orchestrator.actors() if self.orchestrator else {}
 
     def sender_stats(self) -> dict[str, Any] | None:
-        return self.sender.stats() if self.runs_engine else None
+        return self.sender.stats() if self.sender is not None else None
 
     async def feed_view(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.feed.stats())
@@ -475,15 +484,7 @@ class Daemon:
         return out
 
     def jobs_view(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, job in self.jobs.items():
-            if hasattr(job, "describe"):
-                out[name] = job.describe()
-            elif hasattr(job, "stats"):
-                out[name] = job.stats()
-            else:
-                out[name] = {}
-        return out
+        return {name: dict(job.describe()) for name, job in self.jobs.items()}
 
     def drain(self) -> dict[str, Any]:
         self.shutdown()
@@ -493,11 +494,34 @@ class Daemon:
         }
 
 
-_NO_SENDER: Any = None
-"""The sender of an instance without the engine role: never started, never called."""
+async def watch_event_loop(stall_dump_s: float, interval_s: float = 1.0) -> None:
+    """Measure how late the loop wakes a short sleep; past ``stall_dump_s`` (0: never), faulthandler (armed
+    before each sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
+    dump_to = sys.__stderr__
+    dump_s = stall_dump_s
+    try:
+        while True:
+            if dump_s and dump_to is not None:  # without a stderr there is nowhere to write the stacks
+                try:
+                    faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
+                except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
+                    log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
+                    dump_s = 0.0
+            started = trio.current_time()
+            await trio.sleep(interval_s)
+            lag = max(0.0, trio.current_time() - started - interval_s)
+            EVENT_LOOP_LAG.observe(lag)
+            if lag >= 1.0:
+                log.warning("event_loop_stalled", seconds=round(lag, 2))
+    finally:
+        if dump_s:
+            faulthandler.cancel_dump_traceback_later()
 
 
-def _same(actor: Any) -> Any:
+A = TypeVar("A")
+
+
+def _same(actor: A) -> A:
     """The supervisor's factory for an actor built once: every (re)start runs the same object."""
     return actor
 
@@ -510,7 +534,7 @@ class _FatalOnConfigError:
     restart policy (or the operator) takes it from there.
     """
 
-    def __init__(self, daemon: Daemon, sender: Any) -> None:
+    def __init__(self, daemon: Daemon, sender: ApnsSender) -> None:
         self._daemon = daemon
         self._sender = sender
 

@@ -98,7 +98,7 @@ class Supervisor:
             child.scope.cancel()
 
     async def _supervise(
-        self, child: Child, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self, child: Child, *, task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED
     ) -> None:
         first = True
         try:

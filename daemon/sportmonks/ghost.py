@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from daemon.backoff import backoff_delay
+
 FINAL_STATUSES = frozenset({"Finished", "Aban.", "Cancl.", "Postp."})
 NOT_STARTED = frozenset({"NS", ""})
 # The fields of a fixture without play that move when a real match moves towards its first ball.
@@ -163,7 +165,7 @@ def judge(
             f"listed in /livescores yet no play and no change on {watch.polls} looks over {blank_for:.0f} s, "
             f"{_far(look.starting_at, wall)}",
         )
-    retry = min(rule.backoff_s * 2 ** (watch.polls - 1), rule.backoff_max_s)
+    retry = backoff_delay(watch.polls, base_s=rule.backoff_s, cap_s=rule.backoff_max_s)
     return watch, Verdict("suspect", f"no play and unchanged on {watch.polls} looks", retry_in_s=retry)
 
 

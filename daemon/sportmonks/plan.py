@@ -26,11 +26,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.sportmonks.errors import SportMonksError
+
 WINDOW_S = 3600.0
 TOLERANCE_INTERVALS = 3.0  # calls an endpoint may run ahead of its pace by (a failover, a sync's page)
 
 
-class PlanError(ValueError):
+class PlanError(SportMonksError, ValueError):
     """A plan that cannot serve the live matches; the message names the settings and the figures."""
 
 

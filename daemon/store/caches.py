@@ -39,7 +39,7 @@ from botocore.exceptions import ClientError
 from daemon.logs import get_logger
 from daemon.store.base import Repository
 from daemon.store.codec import from_item, iso, to_item
-from daemon.store.dynamo import TRANSACT_MAX_ACTIONS, cancellation_codes
+from daemon.store.dynamo import TRANSACT_MAX_ACTIONS, StoreError, cancellation_codes
 from daemon.store.tables import DISPLAY_STATE_CACHE, FIXTURE_CACHE, FIXTURE_CACHE_BY_LEAGUE_INDEX
 
 log = get_logger("daemon.store")
@@ -169,7 +169,7 @@ class RegionStamps:
     polled_at: float | None = None  # the summary's fetchedAt: the leader's last /livescores poll
 
 
-class FenceLost(Exception):
+class FenceLost(StoreError):
     """A fenced write was refused: the lease it carried no longer holds (another leader, or run out)."""
 
 

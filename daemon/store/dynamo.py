@@ -51,7 +51,8 @@ CONDITIONAL_CHECK_FAILED = "ConditionalCheckFailedException"
 
 
 class StoreError(Exception):
-    """A data-layer failure that is not a botocore error (those propagate as they are)."""
+    """The store's error root: a data-layer failure that is not a botocore error (those propagate as they
+    are): a batch left incomplete, a fenced write refused, a registration that lost a race."""
 
 
 class BatchIncomplete(StoreError):

@@ -25,6 +25,7 @@ from typing import Any
 import trio
 from botocore.exceptions import ClientError
 
+from daemon.backoff import backoff_delay
 from daemon.logs import get_logger
 from daemon.store.dynamo import Dynamo
 
@@ -180,14 +181,14 @@ def _table_ready(table: dict[str, Any]) -> bool:
 
 
 async def _wait_active(dynamo: Dynamo, logical: str, timeout_s: float) -> None:
-    delay = 0.05
+    looks = 0
     with trio.fail_after(timeout_s):
         while True:
             table = await _describe(dynamo, logical)
             if table is not None and _table_ready(table):
                 return
-            await trio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            looks += 1
+            await trio.sleep(backoff_delay(looks, base_s=0.05, cap_s=2.0))
 
 
 async def create_tables(

@@ -18,19 +18,25 @@ from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.plan import PlanError
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
 from daemon.store.caches import CachePut
-from tests.sportmonks.fake_api import FakeSportMonks, Scripted, minimal_fixture
+from tests.doubles import FakeSportMonks, Scripted, minimal_fixture
 
 MARQUEE_LEAGUE = 5
 
 
 def make_feed(
-    fake: FakeSportMonks, *, feed: dict[str, Any] | None = None, cache: Any = None, **client_settings: Any
+    fake: FakeSportMonks,
+    *,
+    feed: dict[str, Any] | None = None,
+    cache: Any = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    **client_settings: Any,
 ) -> FeedActor:
+    """A feed on ``fake`` (through ``transport`` when given: the fake's with something in between)."""
     settings = SportMonksSettings(
         api_token="secret-token", base_url=fake.base_url, **({"max_retries": 0} | client_settings)
     )
     client = SportMonksClient(
-        settings, http=httpx.AsyncClient(transport=fake.transport()), rng=random.Random(3)
+        settings, http=httpx.AsyncClient(transport=transport or fake.transport()), rng=random.Random(3)
     )
     feed_settings = FeedSettings(**(ONE_ENDPOINT | (feed or {})))
     return FeedActor(client, feed_settings, fixture_cache=cache)
@@ -318,7 +324,7 @@ async def test_failed_call_gives_error_updates_and_the_breaker_stops_calls(
         errors = [u for u in collector.updates["11"] if u.error]
         assert errors and all(u.fixture is None for u in errors)
         assert "circuit breaker is open" in errors[-1].error  # type: ignore[operator]
-        fake._script.clear()
+        fake.forget_scripted()
         await trio.sleep(30)  # cooldown over: one trial, it succeeds, the feed resumes
         assert not feed.breaker_open
     assert collector.updates["11"][-1].fixture == minimal_fixture(11)
@@ -519,13 +525,11 @@ async def test_concurrent_livescores_requests_share_one_call(autojump_clock: tri
     fake.live = [minimal_fixture(11)]
     slow = fake.transport()
 
-    feed = make_feed(fake)
-
     async def delayed(request: httpx.Request) -> httpx.Response:
         await trio.sleep(1)
         return await slow.handle_async_request(request)
 
-    feed.client._http = httpx.AsyncClient(transport=httpx.MockTransport(delayed))
+    feed = make_feed(fake, transport=httpx.MockTransport(delayed))
     results: list[list[dict[str, Any]]] = []
 
     async def ask() -> None:

@@ -17,7 +17,7 @@ from actors.feed import FeedActor
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.settings import FeedSettings, SportMonksSettings
 from daemon.store.caches import CachePut
-from tests.sportmonks.fake_api import FakeSportMonks
+from tests.doubles import FakeSportMonks
 
 
 class RepositorySink:

@@ -15,7 +15,7 @@ import trio.testing
 from daemon.cricket.order import compare, stamp_of_fixture
 from daemon.sportmonks.client import LIVE_STATUSES
 from tests.actors.test_feed import TWO_ENDPOINTS, Collector, make_feed, running
-from tests.sportmonks.fake_api import FakeSportMonks, Scripted, Seen, minimal_fixture
+from tests.doubles import FakeSportMonks, Scripted, Seen, minimal_fixture
 
 
 def live_list(fake: FakeSportMonks) -> list[Seen]:

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from tests.actors.test_feed import Collector, make_feed, running
-from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
+from tests.doubles import FakeSportMonks, minimal_fixture
 
 
 def stamp(epoch: float) -> str:

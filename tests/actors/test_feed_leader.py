@@ -15,10 +15,11 @@ import httpx
 import pytest
 import trio
 
-from actors.cache_reader import CacheReader, WriteDelay, next_read_in, read_step
-from actors.feed import FeedActor, FeedUpdate
+from actors.cache_reader import CacheReader, LeaderSummary, WriteDelay, next_read_in, read_step
+from actors.feed import FeedActor, FeedUpdate, PollSummary
 from actors.feed_leader import (
     FeedLeadership,
+    FeedLease,
     FencedFixtureCache,
     leader_view,
     newer_budget,
@@ -27,7 +28,7 @@ from actors.feed_leader import (
     region_calls,
     wanted_matches,
 )
-from actors.jobs.lease import LeasedJob
+from actors.jobs.lease import LeasedJob, NoSchedule
 from actors.match import MatchActor
 from actors.orchestrator import Orchestrator
 from actors.settings import OrchestratorSettings
@@ -40,8 +41,7 @@ from daemon.store.caches import CachePut
 from daemon.store.dynamo import count_calls
 from daemon.store.locks import match_lock_key
 from tests.actors.match_helpers import make_match_actor
-from tests.doubles import SilencedLocks, WithLocks
-from tests.sportmonks.fake_api import FakeSportMonks, minimal_fixture
+from tests.doubles import FakeSportMonks, SilencedLocks, minimal_fixture
 
 LEASE_S = 1.5
 RENEW_S = 0.4
@@ -180,13 +180,14 @@ class Member:
     feed: FeedActor
     leadership: FeedLeadership
     reader: CacheReader
+    cache: FencedFixtureCache  # where its feed writes while it leads
     scope: trio.CancelScope
     silenced: SilencedLocks  # the lock table as its leadership reaches it
 
 
 def _member(
     name: str, repos: Any, live: list[dict[str, Any]], **feed_settings: Any
-) -> tuple[FakeSportMonks, FeedActor, FeedLeadership, CacheReader, SilencedLocks]:
+) -> tuple[FakeSportMonks, FeedActor, FeedLeadership, CacheReader, FencedFixtureCache, SilencedLocks]:
     fake = FakeSportMonks()
     fake.live = live  # the same list object: both fakes serve the same live matches
     client = SportMonksClient(
@@ -204,20 +205,15 @@ def _member(
             **feed_settings,
         }
     )
-    feed = FeedActor(client, settings, leading=False)
-    leadership = FeedLeadership(
-        feed=feed,
-        repos=WithLocks(repos, silenced := SilencedLocks(repos.locks)),
-        region="eu",
-        instance_id=name,
-        lease_s=LEASE_S,
-        renew_every_s=RENEW_S,
-        clock_skew_bound_s=SKEW_S,
-    )
-    feed.use_cache(FencedFixtureCache(leadership, repos))
-    reader = CacheReader(feed, repos, settings, region="eu", stale_after_s=2 * LEASE_S)
-    feed.follower_livescores = reader.livescores
-    return fake, feed, leadership, reader, silenced
+    # wired as the daemon wires them (daemon.runtime.assembly): the feed is built whole
+    silenced = SilencedLocks(repos.locks)
+    lease = FeedLease(silenced, "eu", name, lease_s=LEASE_S, renew_every_s=RENEW_S, clock_skew_bound_s=SKEW_S)
+    summary = LeaderSummary(repos.fixture_cache, region="eu", stale_after_s=2 * LEASE_S)
+    cache = FencedFixtureCache(lease, repos)
+    feed = FeedActor(client, settings, fixture_cache=cache, leader_summary=summary, leading=False)
+    leadership = FeedLeadership(feed=feed, lease=lease, repos=repos)
+    reader = CacheReader(feed, repos.fixture_cache, settings, region="eu", summary=summary)
+    return fake, feed, leadership, reader, cache, silenced
 
 
 @asynccontextmanager
@@ -232,7 +228,7 @@ async def member(
 ) -> AsyncIterator[Member]:
     """An instance: feed, leadership and cache reader (``reader_runs=False``: the test calls
     ``reader.read_once`` itself, one read at a time)."""
-    fake, feed, leadership, reader, silenced = _member(name, repos, live, **feed_settings)
+    fake, feed, leadership, reader, cache, silenced = _member(name, repos, live, **feed_settings)
     scope = trio.CancelScope()
 
     async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -245,7 +241,7 @@ async def member(
                 task_status.started()
 
     await nursery.start(run)
-    yield Member(name, fake, feed, leadership, reader, scope, silenced)
+    yield Member(name, fake, feed, leadership, reader, cache, scope, silenced)
     scope.cancel()
 
 
@@ -369,12 +365,11 @@ async def test_a_polls_fixtures_and_its_summary_are_one_transaction(repos: Any) 
         async with trio.open_nursery() as nursery:
             async with member(nursery, "a", repos, []) as a:
                 assert a.leadership.leading
-                cache = a.feed._cache
-                assert isinstance(cache, FencedFixtureCache)
+                cache = a.cache
                 ids = ("31", "32", "33")
                 puts = [CachePut(m, minimal_fixture(int(m), score=4), 600.0, 1000.0) for m in ids]
                 with count_calls() as calls:
-                    await cache.put_poll(puts, ([{"id": int(m)} for m in ids], 1000.0))
+                    await cache.put_poll(puts, PollSummary([{"id": int(m)} for m in ids], 1000.0, {}))
                 assert calls.n == 1
                 got = await repos.fixture_cache.batch_get_region_stamps(list(ids), "eu")
                 assert got.polled_at == 1000.0 and set(got.stamps) == set(ids)
@@ -385,21 +380,26 @@ async def test_a_polls_fixtures_and_its_summary_are_one_transaction(repos: Any) 
 
                 many = [CachePut(str(100 + i), minimal_fixture(100 + i), 600.0, 2000.0) for i in range(120)]
                 with count_calls() as calls:
-                    await cache.put_poll(many, ([], 2000.0))
+                    await cache.put_poll(many, PollSummary([], 2000.0, {}))
                 assert calls.n == 2
                 got = await repos.fixture_cache.batch_get_region_stamps([p.match_id for p in many], "eu")
                 assert got.polled_at == 2000.0 and len(got.stamps) == 120
                 nursery.cancel_scope.cancel()
 
 
-class CountingJob:
+class CountingJob(NoSchedule):
+    """A region job (``actors.ports.RegionJob``) that counts its starts and runs until cancelled."""
+
     def __init__(self) -> None:
         self.starts = 0
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         self.starts += 1
         await trio.sleep_forever()
+
+    def stats(self) -> dict[str, Any]:
+        return {"starts": self.starts}
 
 
 async def test_a_region_job_runs_on_one_instance_at_a_time_and_moves_when_its_holder_stops(

@@ -9,11 +9,11 @@ import pytest
 import trio
 
 from actors.livework import LiveWork, Pace
-from daemon import metrics
+from tests.doubles import sample
 
 
 def _gave_way(job: str) -> float:
-    return metrics.BACKGROUND_GAVE_WAY.labels(job)._value.get()
+    return sample("sightscreen_background_gave_way_seconds_total", {"job": job})
 
 
 async def _hold(live: LiveWork, seconds: float) -> None:

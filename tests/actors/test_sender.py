@@ -23,6 +23,7 @@ from daemon.apns.server import ApnsTestServer
 from daemon.apns.settings import ApnsSettings
 from daemon.apns.types import ApnsConfigurationError, Fence, Push, PushResult
 from tests.apns.conftest import BUNDLE_ID, TEAM_ID
+from tests.doubles import Clock, sample
 
 StartServer = Callable[..., Awaitable[ApnsTestServer]]
 
@@ -132,7 +133,7 @@ async def test_push_is_accepted_and_arrives_as_apns_expects(
 ) -> None:
     server = await start_apns_server()
     harness = await start_sender(server)
-    before = metrics.PUSHES.labels(kind="update", outcome="accepted")._value.get()
+    before = sample("sightscreen_pushes_total", {"kind": "update", "outcome": "accepted"})
     apns_id = "123e4567-e89b-12d3-a456-426614174000"
     result = await harness.sender.send_and_wait(
         la_push(1, collapse_id="c1", expiration=1_900_000_000, apns_id=apns_id)
@@ -141,7 +142,7 @@ async def test_push_is_accepted_and_arrives_as_apns_expects(
     assert result.apns_id == apns_id and result.push.context == 1 and result.latency_s >= 0
     (record,) = server.records
     assert record["token"] == f"{1:0160x}" and record["status"] == 200
-    assert metrics.PUSHES.labels(kind="update", outcome="accepted")._value.get() == before + 1
+    assert sample("sightscreen_pushes_total", {"kind": "update", "outcome": "accepted"}) == before + 1
     assert harness.sender.connected
 
 
@@ -501,21 +502,10 @@ async def test_token_churn_429_replaces_the_connection_and_delivers(
     start_apns_server: StartServer, start_sender: Callable[..., Awaitable[Harness]]
 ) -> None:
     server = await start_apns_server()
-
-    class JumpingClock:
-        def __init__(self) -> None:
-            import time
-
-            self.offset = 0.0
-            self._time = time.time
-
-        def __call__(self) -> float:
-            return self._time() + self.offset
-
-    clock = JumpingClock()
+    clock = Clock(running=time.time)  # real time, moved on below
     harness = await start_sender(server, clock=clock)
     await harness.send_all([la_push(0)])
-    clock.offset = 51 * 60  # our token ages out: the connection switches (allowed by our 20-minute rule)
+    clock.advance(51 * 60)  # our token ages out: the connection switches (allowed by our 20-minute rule)
     # ...but the server saw the first token only moments ago in real time: 429 TooManyProviderTokenUpdates.
     (result,) = await harness.send_all([la_push(1)])
     assert result.outcome == "accepted"
@@ -580,9 +570,9 @@ async def test_dead_token_metric_and_stats_count_what_happened(
     server = await start_apns_server()
     server.set_token_status(f"{5:0160x}", 410, "ExpiredToken")
     harness = await start_sender(server)
-    before = metrics.DEAD_TOKENS.labels(reason="ExpiredToken")._value.get()
+    before = sample("sightscreen_dead_tokens_total", {"reason": "ExpiredToken"})
     await harness.send_all([la_push(5), la_push(6)])
-    assert metrics.DEAD_TOKENS.labels(reason="ExpiredToken")._value.get() == before + 1
+    assert sample("sightscreen_dead_tokens_total", {"reason": "ExpiredToken"}) == before + 1
     stats = harness.sender.stats()
     assert stats["pushes"] == {"accepted": 1, "rejected": 1, "failed": 0}
     assert stats["dead_tokens"] == 1 and stats["connections"] == 1 and stats["streams_in_flight"] == 0

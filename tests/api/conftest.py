@@ -14,9 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from daemon.api.app import ApiState, build_app
+from daemon.api.app import build_app
 from daemon.api.auth import Authenticator, JwksKeys
 from daemon.api.settings import ApiSettings, AuthSettings
+from daemon.api.state import ApiState
 from daemon.demo.issuer import LocalIssuer
 
 

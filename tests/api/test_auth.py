@@ -10,15 +10,8 @@ import jwt
 import pytest
 import trio
 
-from daemon.api.auth import (
-    Authenticator,
-    AuthError,
-    JwksKeys,
-    Principal,
-    UnknownKid,
-    keys_from_jwks,
-    verify_token,
-)
+from daemon.api.auth import Authenticator, JwksKeys, Principal, keys_from_jwks, verify_token
+from daemon.api.errors import AuthError, UnknownKid
 from daemon.api.settings import AuthSettings
 from daemon.demo.issuer import LocalIssuer, new_key
 

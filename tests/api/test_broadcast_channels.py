@@ -13,13 +13,20 @@ UPD = "ef" * 32
 CHANNEL = "dHN1LMUT8eIXOOaqdvUt5HwhDrIJCxT7AAAAAAAAAAA="
 
 
+async def match_with_channel(api: Api, match_id: str = "1001") -> None:
+    """A fixture whose owner created its broadcast channel (the engine's part, seeded here: no product path
+    of the API makes one)."""
+    await seed_matches(api.repos, match_id)
+    assert await api.repos.fixtures.swap_broadcast_channels(match_id, None, {"neutral": CHANNEL})
+
+
 async def test_activity_on_a_channel_is_stored_with_its_channel_and_no_token(
     api: Api, client: httpx.AsyncClient
 ) -> None:
     h = api.headers(A)
-    await seed_matches(api.repos, "1001")
+    await match_with_channel(api)
     resp = await client.post(
-        "/user/activity/1001", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h
+        "/user/activity/1001/channel", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h
     )
     assert resp.status_code == 201 and resp.json()["channelId"] == CHANNEL
     session = await api.repos.live_activities.get_la_session("1001", A, "iphone-1")
@@ -32,22 +39,66 @@ async def test_activity_on_a_channel_is_stored_with_its_channel_and_no_token(
     assert ended.status_code == 200
 
 
-async def test_activity_needs_exactly_one_of_token_and_channel(api: Api, client: httpx.AsyncClient) -> None:
+async def test_a_token_activity_and_a_channel_activity_each_have_their_own_operation(
+    api: Api, client: httpx.AsyncClient
+) -> None:
     h = api.headers(A)
+    await match_with_channel(api)
     both = await client.post(
         "/user/activity/1001",
         headers=h,
         json={"deviceId": "iphone-1", "updateToken": UPD, "channelId": CHANNEL},
     )
+    channel_on_token_path = await client.post(
+        "/user/activity/1001", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h
+    )
     neither = await client.post("/user/activity/1001", json={"deviceId": "iphone-1"}, headers=h)
+    token_on_channel_path = await client.post(
+        "/user/activity/1001/channel", json={"deviceId": "iphone-1", "updateToken": UPD}, headers=h
+    )
     bad = await client.post(
-        "/user/activity/1001", json={"deviceId": "iphone-1", "channelId": "not base64!"}, headers=h
+        "/user/activity/1001/channel", json={"deviceId": "iphone-1", "channelId": "not base64!"}, headers=h
     )
     rotate = await client.patch(
         "/user/activity/1001", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h
     )
-    assert [r.status_code for r in (both, neither, bad, rotate)] == [422, 422, 422, 422]
+    answers = (both, channel_on_token_path, neither, token_on_channel_path, bad, rotate)
+    assert [r.status_code for r in answers] == [422] * 6
+    assert "/channel" in channel_on_token_path.json()["error"]["fields"][0]["reason"]
     assert await api.repos.live_activities.get_la_session("1001", A, "iphone-1") is None
+
+
+async def test_a_channel_the_match_does_not_have_is_refused(api: Api, client: httpx.AsyncClient) -> None:
+    h = api.headers(A)
+    await match_with_channel(api)
+    other = CHANNEL[::-1].lstrip("=") + "A="
+    resp = await client.post(
+        "/user/activity/1001/channel", json={"deviceId": "iphone-1", "channelId": other}, headers=h
+    )
+    assert resp.status_code == 422
+    assert resp.json()["error"]["fields"] == [
+        {"field": "body.channelId", "reason": "not a broadcast channel of this match"}
+    ]
+    await seed_matches(api.repos, "1002")  # a match without channels takes none
+    resp = await client.post(
+        "/user/activity/1002/channel", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h
+    )
+    assert resp.status_code == 422
+    assert await api.repos.live_activities.get_user_la_sessions(A) == []
+
+
+async def test_a_channel_session_cannot_be_given_an_update_token(api: Api, client: httpx.AsyncClient) -> None:
+    h = api.headers(A)
+    await match_with_channel(api)
+    await client.post(
+        "/user/activity/1001/channel", json={"deviceId": "iphone-1", "channelId": CHANNEL}, headers=h
+    )
+    resp = await client.patch(
+        "/user/activity/1001", json={"deviceId": "iphone-1", "updateToken": UPD}, headers=h
+    )
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "channel_session"
+    session = await api.repos.live_activities.get_la_session("1001", A, "iphone-1")
+    assert session["channelId"] == CHANNEL and "updateToken" not in session
 
 
 async def test_match_answers_its_broadcast_channels(api: Api, client: httpx.AsyncClient) -> None:

@@ -14,11 +14,12 @@ async def test_a_lone_write_goes_at_once_and_a_burst_leaves_in_batches(
 ) -> None:
     batches: list[list[int]] = []
 
-    async def write(items: list[int]) -> None:
+    async def write(items: list[int]) -> list[None]:
         await trio.sleep(0.01)
         batches.append(items)
+        return [None] * len(items)
 
-    c: Coalescer[int] = Coalescer(write, max_batch=25, parallel=2)
+    c: Coalescer[int, None] = Coalescer(write, max_batch=25, parallel=2)
     await c.submit(-1)
     assert batches == [[-1]]
     done: list[int] = []
@@ -42,14 +43,15 @@ async def test_a_failed_batch_fails_each_of_its_requests_and_the_next_batch_stil
 ) -> None:
     calls = 0
 
-    async def write(items: list[int]) -> None:
+    async def write(items: list[int]) -> list[None]:
         nonlocal calls
         calls += 1
         await trio.sleep(0.01)
         if calls == 2:
             raise RuntimeError("store down")
+        return [None] * len(items)
 
-    c: Coalescer[int] = Coalescer(write, max_batch=5, parallel=1)
+    c: Coalescer[int, None] = Coalescer(write, max_batch=5, parallel=1)
     outcomes: dict[int, str] = {}
 
     async def one(i: int) -> None:
@@ -70,11 +72,12 @@ async def test_a_failed_batch_fails_each_of_its_requests_and_the_next_batch_stil
 async def test_a_cancelled_request_still_has_its_item_written(autojump_clock: trio.testing.MockClock) -> None:
     written: list[int] = []
 
-    async def write(items: list[int]) -> None:
+    async def write(items: list[int]) -> list[None]:
         await trio.sleep(1.0)
         written.extend(items)
+        return [None] * len(items)
 
-    c: Coalescer[int] = Coalescer(write, max_batch=25, parallel=1)
+    c: Coalescer[int, None] = Coalescer(write, max_batch=25, parallel=1)
     async with trio.open_nursery() as n:
         n.start_soon(c.submit, 1)
         await trio.sleep(0.1)
@@ -83,9 +86,29 @@ async def test_a_cancelled_request_still_has_its_item_written(autojump_clock: tr
     assert sorted(written) == [1, 2]
 
 
+async def test_each_request_gets_the_writes_result_for_its_own_item(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def write(items: list[int]) -> list[str]:
+        await trio.sleep(0.01)
+        return [f"written {i}" for i in items]
+
+    c: Coalescer[int, str] = Coalescer(write, max_batch=4, parallel=1)
+    got: dict[int, str | None] = {}
+
+    async def one(i: int) -> None:
+        got[i] = await c.submit(i)
+
+    async with trio.open_nursery() as n:
+        for i in range(10):
+            n.start_soon(one, i)
+    assert got == {i: f"written {i}" for i in range(10)}
+    assert c.batches < 10  # they did leave together
+
+
 def test_bad_parameters_are_refused() -> None:
-    async def write(items: list[int]) -> None:
-        pass
+    async def write(items: list[int]) -> list[None]:
+        return []
 
     with pytest.raises(ValueError):
         Coalescer(write, max_batch=0)

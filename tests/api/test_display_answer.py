@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.api.app import DisplayAnswer, etag_matches
+from daemon.api.display import DisplayAnswer, etag_matches
 
 BODY = b'{"matchId":"1","team":"neutral","displayState":{"score":"1/0"}}'
 

@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 
-from daemon.api.gate import client_address
+from daemon.api.gate import address_key, client_address
 from daemon.api.middleware import AccessLog
+from daemon.demo.issuer import new_key
 from daemon.metrics import API_AUTH_FAILURES, API_REFUSED
 from tests.api.conftest import Api, MakeApi, seed_matches
 
@@ -32,12 +34,13 @@ async def test_a_deeply_nested_body_is_400_with_a_token_and_401_without(
     api: Api, client: httpx.AsyncClient
 ) -> None:
     nested = b"[" * 1000 + b"]" * 1000
+    json_type = {"Content-Type": "application/json"}
     for path in ("/user/device", "/user/activity/1001", "/no/such/path"):
-        resp = await client.post(path, content=nested, headers=api.headers(A))
+        resp = await client.post(path, content=nested, headers={**api.headers(A), **json_type})
         assert resp.status_code == 400, path
         assert resp.json()["error"]["code"] == "malformed_json"
         assert resp.json()["error"]["fields"] == [{"field": "body", "reason": "nested too deeply"}]
-        anonymous = await client.post(path, content=nested)
+        anonymous = await client.post(path, content=nested, headers=json_type)
         assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "invalid_token"
 
 
@@ -165,31 +168,38 @@ async def test_exp_must_be_a_number_within_a_day(
 # --- the limit on refused requests per client address ------------------------------------------------------
 
 
-async def test_refused_requests_are_limited_per_address_before_the_body_is_read(make_api: MakeApi) -> None:
+JSON_TYPE = {"Content-Type": "application/json"}
+
+
+async def test_an_address_out_of_refusals_is_refused_only_what_fails_its_signature(make_api: MakeApi) -> None:
+    """The limit throttles what fails, not who: while a neighbour's bad tokens have used up the address's
+    refusals, every token our issuer signed is answered as anywhere else (a user never verified on this
+    instance included), and only unsigned ones get 429, their bodies never read."""
     api: Api = await make_api(api={"refused_per_s": 0.01, "refused_burst": 3})
-    known = api.headers(A)
     async with api.client() as client:
-        assert (
-            await client.get("/user/activities", headers=known)
-        ).status_code == 200  # verified, remembered
         limited_before = count(API_REFUSED, "address_limited")
         bad = {"Authorization": "Bearer not.a.token"}
         codes = [(await client.get("/user/activities", headers=bad)).status_code for _ in range(3)]
         assert codes == [401, 401, 401]
-        # the address is out of refusals: a request that would need a signature check is refused at once,
-        # its body never read (not 400 for the broken JSON, not 401)
-        resp = await client.post("/user/device", content=b"{not json", headers=api.headers(B))
+        resp = await client.post("/user/device", content=b"{not json", headers={**bad, **JSON_TYPE})
         assert resp.status_code == 429 and resp.json()["error"]["code"] == "too_many_refused"
         assert int(resp.headers["retry-after"]) >= 1
         assert count(API_REFUSED, "address_limited") == limited_before + 1
-        # a token verified before still passes: users behind one NAT are not locked out by a neighbour
-        assert (await client.get("/user/activities", headers=known)).status_code == 200
+        # a fresh sign-in (a token this instance never verified): admitted
+        assert (await client.get("/user/activities", headers=api.headers(B))).status_code == 200
+        # the hourly refresh: an expired token of our issuer is a 401 (refresh it), not a 429
+        expired = {"Authorization": f"Bearer {api.issuer.mint(B, now=time.time() - 7200)}"}
+        resp = await client.get("/user/activities", headers=expired)
+        assert resp.status_code == 401 and resp.json()["error"]["code"] == "invalid_token"
+        # a token signed by someone else is unsigned for us: 429 while the address is out of refusals
+        forged = {"Authorization": f"Bearer {api.issuer.mint(B, key=new_key(api.issuer.keys[0].kid))}"}
+        assert (await client.get("/user/activities", headers=forged)).status_code == 429
         # another address is not touched
         other = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=api.app, client=("198.51.100.7", 5000)), base_url="http://a"
         )
         async with other:
-            assert (await other.get("/user/activities", headers=api.headers(B))).status_code == 200
+            assert (await other.get("/user/activities", headers=bad)).status_code == 401
     assert await api.repos.devices.get_devices_for_user(B) == []
 
 
@@ -198,11 +208,68 @@ async def test_malformed_bodies_count_against_the_address_too(make_api: MakeApi)
     async with api.client() as client:
         before = count(API_REFUSED, "malformed_json")
         for _ in range(2):
-            resp = await client.post("/user/device", content=b"{", headers=api.headers(A))
+            resp = await client.post("/user/device", content=b"{", headers={**api.headers(A), **JSON_TYPE})
             assert resp.status_code == 400
         assert count(API_REFUSED, "malformed_json") == before + 2
-        fresh = api.headers(B)  # never verified: the address has no refusals left for it
-        assert (await client.get("/user/activities", headers=fresh)).status_code == 429
+        bad = {"Authorization": "Bearer not.a.token"}
+        assert (await client.get("/user/activities", headers=bad)).status_code == 429
+
+
+async def test_ipv6_clients_are_one_client_per_64(make_api: MakeApi) -> None:
+    api: Api = await make_api(api={"refused_per_s": 0.01, "refused_burst": 2})
+    bad = {"Authorization": "Bearer not.a.token"}
+
+    def at(address: str) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app=api.app, client=(address, 5000))
+        return httpx.AsyncClient(transport=transport, base_url="http://a")
+
+    for host in ("2001:db8:1:2::1", "2001:db8:1:2:ffff::9"):  # one /64: the refusals add up
+        async with at(host) as client:
+            assert (await client.get("/user/activities", headers=bad)).status_code == 401
+    async with at("2001:db8:1:2:abcd::7") as client:  # a third address in the same /64: limited
+        assert (await client.get("/user/activities", headers=bad)).status_code == 429
+    async with at("2001:db8:1:3::1") as client:  # the next /64 is another client
+        assert (await client.get("/user/activities", headers=bad)).status_code == 401
+    assert address_key("2001:db8:1:2:abcd::7") == "2001:db8:1:2::/64"
+    assert address_key("::ffff:203.0.113.9") == "203.0.113.9" and address_key("203.0.113.9") == "203.0.113.9"
+
+
+async def test_public_paths_are_inside_the_address_limits(make_api: MakeApi) -> None:
+    api: Api = await make_api(
+        api={"refused_per_s": 0.01, "refused_burst": 2, "rate_per_s": 0.01, "rate_burst": 3}
+    )
+    async with api.client() as client:
+        # anonymous requests take from their address's bucket: the per-user rate, keyed by the address
+        codes = [(await client.get("/healthz")).status_code for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        assert (await client.get("/openapi.json")).json()["error"]["code"] == "rate_limited"
+    api = await make_api(api={"refused_per_s": 0.01, "refused_burst": 2})
+    async with api.client() as client:
+        bad = {"Authorization": "Bearer not.a.token"}
+        for _ in range(2):
+            await client.get("/user/activities", headers=bad)
+        resp = await client.get("/readyz")  # an address out of refusals is refused the public paths too
+        assert resp.status_code == 429 and resp.json()["error"]["code"] == "too_many_refused"
+
+
+async def test_readiness_is_checked_at_most_once_a_second(
+    api: Api, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probes = 0
+    real = api.repos.locks.get
+
+    async def counted(key: str) -> Any:
+        nonlocal probes
+        probes += 1
+        return await real(key)
+
+    monkeypatch.setattr(api.repos.locks, "get", counted)
+    for _ in range(10):
+        assert (await client.get("/readyz")).status_code == 200
+    assert probes == 1
+    await trio.sleep(1.1)
+    assert (await client.get("/readyz")).status_code == 200
+    assert probes == 2
 
 
 def test_the_client_address_is_the_peer_or_the_one_the_trusted_proxy_saw() -> None:
@@ -220,7 +287,7 @@ async def test_an_exception_in_any_layer_is_the_json_500(api: Api) -> None:
     async def broken(scope: Any, receive: Any, send: Any) -> None:
         raise RecursionError("a bug")
 
-    app = AccessLog(broken, api.state)
+    app = AccessLog(broken, api.state.in_flight, api.state.refusals, 0)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as client:
         resp = await client.get("/anything")
     assert resp.status_code == 500 and resp.json()["error"]["code"] == "internal_error"
@@ -273,13 +340,33 @@ async def test_the_openapi_document_states_security_statuses_and_one_of_rules(
         or "MethodNotAllowed" in doc["components"]["responses"]
     )
     schemas = doc["components"]["schemas"]
-    assert schemas["ActivityIn"]["oneOf"] == [{"required": ["updateToken"]}, {"required": ["channelId"]}]
+    assert (
+        schemas["ActivityIn"]["required"] == ["deviceId", "updateToken"]
+        and "oneOf" not in schemas["ActivityIn"]
+    )
+    assert schemas["ChannelActivityIn"]["required"] == ["deviceId", "channelId"]
     assert schemas["TeamPatch"]["minProperties"] == 1
     get_follow = paths["/user/follow/{matchId}"]["get"]["responses"]["200"]["content"]["application/json"]
     assert get_follow["schema"] == {"$ref": "#/components/schemas/FollowStatus"}
     end = paths["/user/activity/{matchId}"]["delete"]["responses"]["200"]["content"]["application/json"]
     assert end["schema"] == {"$ref": "#/components/schemas/ActivityEnded"}
-    assert "either `ids`, or `league` with" in doc["info"]["description"]
+    assert "Every combination of `GET /matches`" in doc["info"]["description"]
+    assert "neither `ids` nor `league`" in paths["/matches"]["get"]["description"]
+    ids = {op["operationId"] for item in paths.values() for op in item.values()}
+    assert {
+        "registerDevice",
+        "follow",
+        "registerActivity",
+        "registerChannelActivity",
+        "listActivities",
+    } <= ids
+    assert all("__" not in i and "_" not in i for i in ids)  # named, not the framework's path-derived ids
+    for path, item in paths.items():
+        for method, op in item.items():
+            if "requestBody" in op:
+                assert "415" in op["responses"], (method, path)
+                schema = op["requestBody"]["content"]["application/json"]["schema"]
+                assert set(schema) == {"$ref"}, (method, path, schema)  # a typed body, no anyOf with null
 
 
 async def test_a_registration_that_keeps_losing_its_token_is_409_not_500(
@@ -290,7 +377,7 @@ async def test_a_registration_that_keeps_losing_its_token_is_409_not_500(
     async def always_moved(*args: Any, **kwargs: Any) -> Any:
         raise DeviceRegistrationConflict("the claim moved under every attempt")
 
-    monkeypatch.setattr(api.repos.devices, "register_device", always_moved)
+    monkeypatch.setattr(api.repos.devices, "claim_device", always_moved)
     body = {"deviceToken": PHONE, "osVersion": "18.2", "appVersion": "3.1"}
     resp = await client.post("/user/device", json=body, headers=api.headers(A))
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "conflict"

@@ -145,7 +145,7 @@ async def test_a_client_generated_from_the_document_drives_a_phones_whole_flow(
         assert accepted(rig, push_to_start)[0]["payload"]["aps"]["event"] == "start"
 
         activity = await op("activities", "register_activity").asyncio_detailed(
-            match_id, client=client, body={"deviceId": "iphone-gen", "updateToken": update}
+            match_id, client=client, body=models.ActivityIn(device_id="iphone-gen", update_token=update)
         )
         assert activity.status_code == 201 and activity.parsed.status == "active"
         await rig.wait_for(lambda: bool(accepted(rig, update)), 90, "an update to the registered activity")

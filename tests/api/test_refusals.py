@@ -120,7 +120,7 @@ BAD_BODIES: list[tuple[str, str, Any, int, str]] = [
     ),
     ("PUT", "/user/device/push-to-start", {"pushToStartToken": 12}, 422, "body.pushToStartToken"),
     ("POST", "/user/follow/1001", {"teamId": 10}, 422, "body.teamId"),
-    ("POST", "/user/activity/1001", {"deviceId": "d1"}, 422, "body"),  # neither updateToken nor channelId
+    ("POST", "/user/activity/1001", {"deviceId": "d1"}, 422, "body.updateToken"),
     ("POST", "/user/activity/1001", {"deviceId": "a#b", "updateToken": "ab" * 32}, 422, "body.deviceId"),
     ("POST", "/user/activity/1001", {"deviceId": "d1", "updateToken": "abc"}, 422, "body.updateToken"),
     (
@@ -156,7 +156,8 @@ async def test_bad_input_names_the_field_and_writes_nothing(api: Api, client: ht
 
 async def test_a_body_over_the_limit_is_413_and_writes_nothing(api: Api, client: httpx.AsyncClient) -> None:
     body = json.dumps({"deviceId": "d1", "updateToken": "ab" * 32, "pad": "x" * 17000}).encode()
-    resp = await client.post("/user/activity/1001", content=body, headers=api.headers(U))
+    json_type = {"Content-Type": "application/json"}
+    resp = await client.post("/user/activity/1001", content=body, headers={**api.headers(U), **json_type})
     assert resp.status_code == 413
     assert resp.json()["error"]["code"] == "body_too_large"
 
@@ -164,9 +165,27 @@ async def test_a_body_over_the_limit_is_413_and_writes_nothing(api: Api, client:
         for _ in range(20):
             yield b" " * 1024  # no Content-Length: the limit counts what arrives
 
-    resp = await client.post("/user/activity/1001", content=chunks(), headers=api.headers(U))
+    resp = await client.post("/user/activity/1001", content=chunks(), headers={**api.headers(U), **json_type})
     assert resp.status_code == 413
     assert await api.repos.live_activities.get_user_la_sessions(U) == []
+
+
+async def test_a_body_that_is_not_json_by_its_content_type_is_415_and_writes_nothing(
+    api: Api, client: httpx.AsyncClient
+) -> None:
+    await seed_matches(api.repos, "1001")
+    body = json.dumps({"deviceId": "d1", "updateToken": "ab" * 32}).encode()
+    for content_type in (None, "text/plain", "application/x-www-form-urlencoded", "application/jsonx"):
+        headers = {**api.headers(U), **({"Content-Type": content_type} if content_type else {})}
+        resp = await client.post("/user/activity/1001", content=body, headers=headers)
+        assert resp.status_code == 415, content_type
+        assert resp.json()["error"]["code"] == "unsupported_media_type"
+    assert await api.repos.live_activities.get_user_la_sessions(U) == []
+    for content_type in ("application/json", "application/json; charset=utf-8", "Application/JSON"):
+        resp = await client.post(
+            "/user/activity/1001", content=body, headers={**api.headers(U), "Content-Type": content_type}
+        )
+        assert resp.status_code == 201, content_type
 
 
 async def test_the_rate_limit_answers_429_with_retry_after_per_user(make_api: Any) -> None:

@@ -9,7 +9,8 @@ import httpx
 import pytest
 import trio
 
-from daemon.api.server import ApiConfigError, ApiServer
+from daemon.api.errors import ApiConfigError
+from daemon.api.server import ApiServer
 from daemon.api.settings import ApiSettings, AuthSettings
 from daemon.config import Config
 from daemon.demo.issuer import LocalIssuer

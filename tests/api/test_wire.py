@@ -17,9 +17,9 @@ import trio
 
 from daemon.api.server import ApiServer
 from daemon.api.settings import ApiSettings, AuthSettings
-from daemon.api.transport import ConnectionClock, parser_refusal
+from daemon.api.transport import ConnectionClock, ConnectionLimits, parser_refusal
 from daemon.demo.issuer import LocalIssuer
-from daemon.metrics import API_CONNECTIONS_CUT, API_REFUSED
+from daemon.metrics import API_CONNECTIONS_CUT, API_CONNECTIONS_OPEN, API_CONNECTIONS_REFUSED, API_REFUSED
 from tests.api.conftest import seed_matches
 
 LONG = 60.0
@@ -181,14 +181,25 @@ async def test_content_length_with_transfer_encoding_is_refused_and_closed(
 async def test_a_client_that_does_not_take_its_answers_is_cut(repos: Any, issuer: LocalIssuer) -> None:
     cut = counter(API_CONNECTIONS_CUT, "send_timeout")
     before = cut()
-    async with served(repos, issuer, send_timeout_s=0.5, keep_alive_s=LONG, header_timeout_s=LONG) as server:
+    async with served(
+        repos,
+        issuer,
+        send_timeout_s=0.5,
+        keep_alive_s=LONG,
+        header_timeout_s=LONG,
+        rate_per_s=10_000,  # the anonymous requests' own limit would answer 429s, small ones
+        rate_burst=100_000,
+    ) as server:
         stream = await connect(server)
         stream.socket.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
         # pipelined requests for the largest public answer, never read: the server's writes back up
         request = b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n"
         with trio.move_on_after(LONG / 2):
             for _ in range(2000):
-                await stream.send_all(request)
+                try:
+                    await stream.send_all(request)
+                except trio.BrokenResourceError:
+                    break  # the server cut it already (and reset what it had not read)
                 if cut() > before:
                     break
                 await trio.lowlevel.checkpoint()
@@ -200,9 +211,11 @@ async def test_a_client_that_does_not_take_its_answers_is_cut(repos: Any, issuer
     assert cut() == before + 1
 
 
-def test_the_connection_clock_bounds_idle_then_head_then_nothing_while_busy() -> None:
+def test_the_connection_clock_bounds_new_then_head_then_nothing_while_busy_then_idle() -> None:
     clock = ConnectionClock(keep_alive_s=75.0, header_timeout_s=10.0, now=100.0)
-    assert clock.deadline() == (175.0, "idle")
+    assert clock.deadline() == (110.0, "header_timeout")  # a new connection: its first head, soon
+    clock.on_idle(now=105.0)
+    assert clock.deadline() == (180.0, "idle")
     clock.on_data(b"GET / HT", now=120.0)
     assert clock.deadline() == (130.0, "header_timeout")
     clock.on_data(b"TP/1.1\r\n", now=125.0)  # more of the same head: its bound does not move
@@ -215,7 +228,7 @@ def test_the_connection_clock_bounds_idle_then_head_then_nothing_while_busy() ->
     assert clock.deadline() == (225.0, "idle")
     h2 = ConnectionClock(keep_alive_s=75.0, header_timeout_s=10.0, now=0.0)
     h2.on_data(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", now=1.0)
-    assert h2.deadline() == (75.0, "idle")
+    assert h2.deadline() == (76.0, "idle")
 
 
 def test_only_an_empty_error_head_is_taken_for_the_parsers() -> None:
@@ -228,3 +241,146 @@ def test_only_an_empty_error_head_is_taken_for_the_parsers() -> None:
     assert parser_refusal(b"HTTP/1.1 404 \r\ncontent-length: 80\r\n\r\n") is None
     assert parser_refusal(b"HTTP/1.1 200 \r\ncontent-length: 0\r\n\r\n") is None
     assert parser_refusal(b'{"error": 1}') is None
+
+
+# --- connections: the client's end of file, the caps, the head's size ---------------------------------------
+
+
+def gauge(metric: Any) -> Callable[[], float]:
+    return lambda: float(metric._value.get())
+
+
+async def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    with trio.fail_after(LONG / 2):  # a guard only: no other bound could have acted before it
+        while not predicate():
+            await trio.sleep(0.02)
+
+
+async def test_a_connection_the_client_closed_is_closed_at_once(repos: Any, issuer: LocalIssuer) -> None:
+    """Connect and close without a byte, or after an answer: the server's end closes then, not when a
+    timeout (here a minute) runs out; the connection's slot is free again."""
+    open_now = gauge(API_CONNECTIONS_OPEN)
+    async with served(repos, issuer, keep_alive_s=LONG, header_timeout_s=LONG) as server:
+        for _ in range(20):
+            stream = await connect(server)
+            await stream.aclose()
+        stream = await connect(server)
+        await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await read_answer(stream))[0] == 200
+        await stream.aclose()
+        await wait_until(lambda: open_now() == 0, "every connection closed")
+        # a client that half-closes after its request still gets its answer, then the close
+        stream = await connect(server)
+        await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await stream.send_eof()
+        assert (await read_answer(stream))[0] == 200
+        assert await closed(stream)
+        await wait_until(lambda: open_now() == 0, "the half-closed connection closed")
+
+
+async def test_a_new_connection_that_sends_nothing_is_cut_at_the_header_timeout(
+    repos: Any, issuer: LocalIssuer
+) -> None:
+    cut = counter(API_CONNECTIONS_CUT, "header_timeout")
+    before = cut()
+    async with served(repos, issuer, header_timeout_s=0.5, keep_alive_s=LONG) as server:
+        stream = await connect(server)
+        with trio.fail_after(LONG / 2):  # the keep-alive bound could not have cut it
+            assert await closed(stream)
+    assert cut() == before + 1
+
+
+async def test_a_head_past_the_limit_is_431_however_it_arrives(repos: Any, issuer: LocalIssuer) -> None:
+    """A whole 40 KiB head in one write (the parser alone only bounds an incomplete one): 431 at 16 KiB."""
+    async with served(repos, issuer) as server:
+        stream = await connect(server)
+        head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n"
+        await stream.send_all(head)
+        status, _, body = await read_answer(stream)
+        assert status == 431 and error_of(body)["code"] == "headers_too_large"
+        assert await closed(stream)
+        stream = await connect(server)  # just under the limit passes
+        await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 15_000 + b"\r\n\r\n")
+        assert (await read_answer(stream))[0] == 200
+
+
+async def test_an_unknown_transfer_encoding_is_501_in_the_error_shape(
+    repos: Any, issuer: LocalIssuer
+) -> None:
+    async with served(repos, issuer) as server:
+        stream = await connect(server)
+        await stream.send_all(b"POST /user/device HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nxxxx")
+        status, headers, body = await read_answer(stream)
+        assert status == 501 and headers["content-type"] == "application/json"
+        assert error_of(body)["code"] == "not_implemented"
+
+
+def test_the_connection_limits_count_per_address_and_in_all() -> None:
+    limits = ConnectionLimits(total=3, per_address=2)
+    assert [limits.admit("a"), limits.admit("a"), limits.admit("a")] == [None, None, "per_address"]
+    assert limits.admit("b") is None and limits.full() and limits.admit("c") == "total"
+    limits.release("a")
+    assert not limits.full() and limits.admit("a") is None and limits.held("a") == 2
+    no_cap = ConnectionLimits(total=10, per_address=None)
+    assert all(no_cap.admit("lb") is None for _ in range(10)) and no_cap.admit("lb") == "total"
+
+
+def test_the_cap_is_sized_from_the_descriptor_limit() -> None:
+    settings = ApiSettings()
+    assert settings.connection_cap(1024) == 1024 - 256  # the reserve stays for the engine
+    assert settings.connection_cap(65536) == 65536 - 256
+    assert settings.connection_cap(256) == 64  # a reserve that would leave nothing: a quarter
+    assert ApiSettings(max_connections=100).connection_cap(65536) == 100
+    assert ApiSettings(max_connections=5000).connection_cap(1024) == 768  # never past the limit's room
+
+
+async def test_an_address_holding_its_share_of_connections_is_refused_more(
+    repos: Any, issuer: LocalIssuer
+) -> None:
+    refused = counter(API_CONNECTIONS_REFUSED, "per_address")
+    open_now = gauge(API_CONNECTIONS_OPEN)
+    before = refused()
+    async with served(
+        repos, issuer, max_connections_per_address=3, keep_alive_s=LONG, header_timeout_s=LONG
+    ) as server:
+        held = [await connect(server) for _ in range(3)]
+        extra = await connect(server)
+        assert await closed(extra)  # closed at accept, before a byte
+        assert refused() == before + 1
+        # another address (another loopback one) is served
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        sock = trio.socket.socket()
+        await sock.bind(("127.0.0.2", 0))
+        await sock.connect((host, int(port)))
+        other = trio.SocketStream(sock)
+        await other.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await read_answer(other))[0] == 200
+        await held[0].aclose()
+        await wait_until(lambda: open_now() <= 3, "the closed connection's slot freed")
+        again = await connect(server)
+        await again.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await read_answer(again))[0] == 200
+
+
+async def test_past_the_cap_in_all_newcomers_wait_for_a_free_slot(repos: Any, issuer: LocalIssuer) -> None:
+    async with served(repos, issuer, max_connections=2, keep_alive_s=LONG, header_timeout_s=LONG) as server:
+        held = [await connect(server) for _ in range(2)]
+        waiting = await connect(server)  # the kernel completes it; the server does not accept it yet
+        await waiting.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        with trio.move_on_after(0.5) as waited:
+            await waiting.receive_some(1)
+        assert waited.cancelled_caught  # no answer while both slots are held
+        await held[0].aclose()  # a slot frees: the newcomer is accepted and answered
+        assert (await read_answer(waiting))[0] == 200
+
+
+async def test_a_connection_cut_on_a_timeout_frees_its_slot_at_once(repos: Any, issuer: LocalIssuer) -> None:
+    """With one slot, a silent connection cut at the header timeout lets the next one in then, not when
+    hypercorn's own idle timer (a minute here) would end its task."""
+    async with served(repos, issuer, max_connections=1, header_timeout_s=0.5, keep_alive_s=LONG) as server:
+        silent = await connect(server)
+        waiting = await connect(server)
+        await waiting.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        with trio.fail_after(LONG / 2):
+            assert await closed(silent)
+            assert (await read_answer(waiting))[0] == 200

@@ -72,22 +72,22 @@ class H2TestClient:
         self.goaway_event = trio.Event()
         self.protocol_error: Exception | None = None
         self.responses: dict[int, H2Response] = {}
-        self._done: dict[int, trio.Event] = {}
-        self._changed = trio.Event()
+        self.done: dict[int, trio.Event] = {}
+        self.changed = trio.Event()
         self._lock = trio.StrictFIFOLock()
 
     @property
     def max_streams(self) -> int:
         return self.h2.remote_settings.max_concurrent_streams
 
-    async def _flush(self) -> None:
+    async def flush(self) -> None:
         async with self._lock:
             data = self.h2.data_to_send()
             if data:
                 await self.stream.send_all(data)
 
     def _poke(self) -> None:
-        event, self._changed = self._changed, trio.Event()
+        event, self.changed = self.changed, trio.Event()
         event.set()
 
     async def reader(self) -> None:
@@ -107,13 +107,13 @@ class H2TestClient:
                 for event in events:
                     self._handle(event)
                 try:
-                    await self._flush()
+                    await self.flush()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return
                 self._poke()
         finally:
             self.closed.set()
-            for event in self._done.values():
+            for event in self.done.values():
                 event.set()
             self._poke()
 
@@ -131,11 +131,11 @@ class H2TestClient:
             self.responses[event.stream_id].body += event.data
             self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
         elif isinstance(event, h2.events.StreamEnded):
-            self._done[event.stream_id].set()
+            self.done[event.stream_id].set()
         elif isinstance(event, h2.events.StreamReset):
             if event.stream_id in self.responses:
                 self.responses[event.stream_id].reset_code = event.error_code
-                self._done[event.stream_id].set()
+                self.done[event.stream_id].set()
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.goaway = event
             self.goaway_event.set()
@@ -148,7 +148,7 @@ class H2TestClient:
         while self.h2.open_outbound_streams >= self.max_streams:
             if self.closed.is_set():
                 raise ConnectionError("connection closed")
-            await self._changed.wait()
+            await self.changed.wait()
         sid = self.h2.get_next_available_stream_id()
         all_headers = [
             (":method", method),
@@ -158,20 +158,20 @@ class H2TestClient:
         ]
         all_headers += list((headers or {}).items())
         self.responses[sid] = H2Response(sid)
-        self._done[sid] = trio.Event()
+        self.done[sid] = trio.Event()
         self.h2.send_headers(sid, all_headers, end_stream=not body)
-        await self._flush()
+        await self.flush()
         view = memoryview(body)
         while view:
             room = min(self.h2.local_flow_control_window(sid), self.h2.max_outbound_frame_size, len(view))
             if room <= 0:
                 if self.closed.is_set():
                     raise ConnectionError("connection closed while waiting for window")
-                await self._changed.wait()
+                await self.changed.wait()
                 continue
             chunk, view = view[:room], view[room:]
             self.h2.send_data(sid, bytes(chunk), end_stream=not view)
-            await self._flush()
+            await self.flush()
         return sid
 
     async def start_batch(self, requests: list[tuple[str, dict[str, str], bytes]]) -> list[int]:
@@ -187,16 +187,16 @@ class H2TestClient:
                 (":authority", "localhost"),
             ]
             self.responses[sid] = H2Response(sid)
-            self._done[sid] = trio.Event()
+            self.done[sid] = trio.Event()
             self.h2.send_headers(sid, all_headers + list(headers.items()), end_stream=not body)
             if body:
                 self.h2.send_data(sid, body, end_stream=True)
             sids.append(sid)
-        await self._flush()
+        await self.flush()
         return sids
 
     async def response(self, sid: int) -> H2Response:
-        await self._done[sid].wait()
+        await self.done[sid].wait()
         return self.responses[sid]
 
     async def request(
@@ -221,7 +221,7 @@ async def open_h2_client(
     assert tls.selected_alpn_protocol() == "h2"
     client = H2TestClient(tls)
     client.h2.initiate_connection()
-    await client._flush()
+    await client.flush()
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(client.reader)

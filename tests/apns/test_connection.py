@@ -72,7 +72,7 @@ def test_answers_are_matched_to_their_stream_and_closed_streams_are_forgotten() 
     assert set(got) == {f"push{i}" for i in range(50)}
     assert got["push3"].status == 200
     assert got["push3"].apns_id is None  # an accepted answer's id is not decoded (the sender reports ours)
-    assert conn.in_flight == 0 and conn._h2.streams == {}
+    assert conn.in_flight == 0 and conn.h2_streams == 0
 
 
 def test_error_answer_carries_reason_and_410_timestamp() -> None:

@@ -67,7 +67,7 @@ async def test_stream_limit_is_one_until_first_accepted_request_then_the_configu
         assert resp.status == 200
         with trio.fail_after(5):
             while client.max_streams != 1000:
-                await client._changed.wait()
+                await client.changed.wait()
         assert client.max_streams_seen == [1, 1000]
 
 

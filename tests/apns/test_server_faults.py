@@ -34,7 +34,7 @@ async def open_up(client: H2TestClient, provider_token: str) -> None:
     assert resp.status == 200
     with trio.fail_after(5):
         while client.max_streams == 1:
-            await client._changed.wait()
+            await client.changed.wait()
 
 
 async def test_scripted_410_carries_reason_and_millisecond_timestamp(
@@ -88,12 +88,12 @@ async def test_stream_limit_drops_to_one_after_a_rejection_and_recovers_after_an
         assert (await push(client, provider_token, OTHER)).status == 400
         with trio.fail_after(5):
             while client.max_streams != 1:
-                await client._changed.wait()
+                await client.changed.wait()
         # A 410 is not an error for APNs: it does not cut the limit.
         assert (await push(client, provider_token, TOKEN)).status == 200
         with trio.fail_after(5):
             while client.max_streams != 50:
-                await client._changed.wait()
+                await client.changed.wait()
     assert client.max_streams_seen == [1, 50, 1, 50]
 
 
@@ -141,7 +141,7 @@ async def test_graceful_goaway_now_waits_for_held_answers_then_sends_goaway(
         await open_up(client, provider_token)
         apns_server.delay(0.3, count=1)
         held = await client.start_request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
-        while not any(c.unanswered for c in apns_server._connections.values()):
+        while not apns_server.answers_held():
             await trio.sleep(0.01)
         apns_server.goaway("Shutdown")
         with trio.fail_after(5):
@@ -158,7 +158,7 @@ async def test_non_graceful_goaway_is_sent_before_held_answers(apns_server, open
         await open_up(client, provider_token)
         apns_server.delay(0.3, count=1)
         held = await client.start_request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
-        while not any(c.unanswered for c in apns_server._connections.values()):
+        while not apns_server.answers_held():
             await trio.sleep(0.01)
         apns_server.goaway("Shutdown", graceful=False)
         with trio.fail_after(5):
@@ -238,8 +238,8 @@ async def test_client_that_overruns_the_window_gets_flow_control_error(
             ],
         )
         client.responses[sid] = H2Response(sid)
-        client._done[sid] = trio.Event()
-        await client._flush()
+        client.done[sid] = trio.Event()
+        await client.flush()
         frame = DataFrame(sid, data=b"x" * 2000, flags=["END_STREAM"])  # twice the window, bypassing h2
         await client.stream.send_all(frame.serialize())
         with trio.fail_after(5):
@@ -366,7 +366,7 @@ async def test_freeze_leaves_open_connections_open_and_silent_while_new_ones_are
         apns_server.freeze_connections()
         sid = await frozen.start_request(f"/3/device/{TOKEN}", push_headers(provider_token), la_payload())
         frozen.h2.ping(b"anyoneth")
-        await frozen._flush()
+        await frozen.flush()
         async with open_client(apns_server) as fresh:  # a new connection is served as usual
             assert (await push(fresh, provider_token)).status == 200
         await trio.sleep(0.5)

@@ -11,19 +11,9 @@ from daemon.apns.token import (
     generate_signing_key,
     load_signing_key,
 )
+from tests.doubles import Clock
 
 TEAM, KID = "TEAM123456", "KEY1234567"
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +21,14 @@ def keypair() -> tuple[str, str]:
     return generate_signing_key()
 
 
-def make_tokens(keypair: tuple[str, str], clock: FakeClock) -> ProviderTokens:
+def make_tokens(keypair: tuple[str, str], clock: Clock) -> ProviderTokens:
     return ProviderTokens(load_signing_key(keypair[0]), team_id=TEAM, key_id=KID, clock=clock)
 
 
 def test_token_is_es256_with_kid_iss_and_iat_and_verifies_with_the_public_key(
     keypair: tuple[str, str],
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_700_000_000.0)
     token = make_tokens(keypair, clock).current()
     header = jwt.get_unverified_header(token.jwt)
     assert header["alg"] == "ES256" and header["kid"] == KID
@@ -48,7 +38,7 @@ def test_token_is_es256_with_kid_iss_and_iat_and_verifies_with_the_public_key(
 
 
 def test_one_token_is_reused_until_fifty_minutes_then_refreshed(keypair: tuple[str, str]) -> None:
-    clock = FakeClock()
+    clock = Clock(1_700_000_000.0)
     tokens = make_tokens(keypair, clock)
     first = tokens.current()
     clock.advance(49 * 60)
@@ -62,7 +52,7 @@ def test_one_token_is_reused_until_fifty_minutes_then_refreshed(keypair: tuple[s
 def test_connection_keeps_its_token_within_twenty_minutes_of_its_last_switch(
     keypair: tuple[str, str],
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_700_000_000.0)
     tokens = make_tokens(keypair, clock)
     adopted = tokens.for_connection(None, None)
     assert adopted.switched
@@ -77,7 +67,7 @@ def test_connection_keeps_its_token_within_twenty_minutes_of_its_last_switch(
 def test_connection_switches_once_twenty_minutes_passed_and_a_newer_token_exists(
     keypair: tuple[str, str],
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_700_000_000.0)
     tokens = make_tokens(keypair, clock)
     first = tokens.for_connection(None, None)
     switched_at = clock.now
@@ -91,7 +81,7 @@ def test_connection_switches_once_twenty_minutes_passed_and_a_newer_token_exists
 def test_new_connection_never_adopts_a_token_that_could_expire_before_it_may_switch(
     keypair: tuple[str, str],
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_700_000_000.0)
     tokens = make_tokens(keypair, clock)
     old = tokens.current()
     clock.advance(45 * 60)  # old is 45 min old: held 20 more minutes it would pass the hour
@@ -102,7 +92,7 @@ def test_new_connection_never_adopts_a_token_that_could_expire_before_it_may_swi
 def test_every_token_on_a_connection_stays_under_an_hour_old_over_a_day(keypair: tuple[str, str]) -> None:
     # A connection polling once a minute for 24 hours: its token is never >= 60 min old, and it never
     # switches within 20 minutes of its previous switch.
-    clock = FakeClock()
+    clock = Clock(1_700_000_000.0)
     tokens = make_tokens(keypair, clock)
     policy = ProviderTokenPolicy()
     held, switched_at, switches = None, None, []
@@ -119,7 +109,7 @@ def test_every_token_on_a_connection_stays_under_an_hour_old_over_a_day(keypair:
 
 
 def test_invalidated_token_is_replaced_on_next_use(keypair: tuple[str, str]) -> None:
-    clock = FakeClock()
+    clock = Clock(1_700_000_000.0)
     tokens = make_tokens(keypair, clock)
     first = tokens.current()
     tokens.invalidate(first)
@@ -128,7 +118,7 @@ def test_invalidated_token_is_replaced_on_next_use(keypair: tuple[str, str]) -> 
 
 
 def test_tokens_minted_in_the_same_second_still_differ(keypair: tuple[str, str]) -> None:
-    clock = FakeClock()
+    clock = Clock(1_700_000_000.0)
     tokens = make_tokens(keypair, clock)
     first = tokens.current()
     tokens.invalidate(first)

@@ -49,6 +49,20 @@ def _selectors(expr: str) -> set[str]:
     return set(re.findall(r"\b((?:sightscreen|process)_[a-z0-9_]+)\b", expr))
 
 
+def _alarm_sections() -> set[str]:
+    """The runbook sections the AWS template's CloudWatch alarms name in their descriptions."""
+    from tests.harness.aws_stack import load_template
+
+    sections: set[str] = set()
+    for logical, resource in load_template()["Resources"].items():
+        if resource["Type"] == "AWS::CloudWatch::Alarm":
+            description = json.dumps(resource["Properties"]["AlarmDescription"])  # a string or a !Sub
+            (anchor,) = re.findall(r"Runbook: docs/runbook\.md#([a-z0-9-]+)", description) or [None]
+            assert anchor is not None, f"{logical} names no runbook section"
+            sections.add(anchor)
+    return sections
+
+
 def test_every_alert_has_a_severity_a_summary_and_a_runbook_section() -> None:
     runbook = RUNBOOK.read_text()
     headings = {h.strip().lower() for h in re.findall(r"^## (.+)$", runbook, flags=re.M)}
@@ -59,18 +73,24 @@ def test_every_alert_has_a_severity_a_summary_and_a_runbook_section() -> None:
         assert notes["summary"] and notes["description"], name
         assert notes["runbook_url"] == f"docs/runbook.md#{name.lower()}", name
         assert name.lower() in headings, f"docs/runbook.md has no section for {name}"
-    section_names = {a["alert"].lower() for a in _alerts()}
-    assert headings == section_names, "the runbook has a section for each alert and no other"
+    section_names = {a["alert"].lower() for a in _alerts()} | _alarm_sections()
+    assert headings == section_names, "the runbook has a section for each alert and each alarm, and no other"
 
 
 def test_every_runbook_section_says_what_users_see_how_to_confirm_and_what_to_do() -> None:
+    alarms = _alarm_sections()
     sections = re.split(r"^## ", RUNBOOK.read_text(), flags=re.M)[1:]
     for section in sections:
         title = section.splitlines()[0]
         assert "**Users:**" in section, title
         assert "**Confirm" in section, title
         assert "**Do" in section or "Confirm and do" in section, title
-        assert "sightscreen ctl" in section or "systemctl" in section, f"{title}: no command to confirm it"
+        if title.strip().lower() in alarms:  # an AWS alarm: confirmed with the AWS CLI
+            assert "`aws " in section, f"{title}: no command to confirm it"
+        else:
+            assert "sightscreen ctl" in section or "systemctl" in section, (
+                f"{title}: no command to confirm it"
+            )
 
 
 def test_every_alert_is_unit_tested_firing_and_staying_quiet() -> None:

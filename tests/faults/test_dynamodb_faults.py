@@ -16,6 +16,7 @@ import trio
 
 from daemon import metrics
 from daemon.store.locks import instance_of
+from tests.doubles import sample
 from tests.faults.checks import SHORT_OVERS, ask, assert_nothing_lost, first_updates
 from tests.harness.dynamo_throttle import DynamoThrottle
 from tests.harness.fault_rig import KEY_ID, SECOND_KEY_ID, FaultRig, aps
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 def _restarts() -> float:
-    return metrics.ACTOR_RESTARTS.labels("match")._value.get()
+    return sample("sightscreen_actor_restarts_total", {"actor": "match"})
 
 
 @pytest.mark.parametrize("code", ["ProvisionedThroughputExceededException", "ThrottlingException"])
@@ -89,7 +90,7 @@ async def test_seconds_of_dynamodb_latency_keep_ownership_with_a_ten_second_leas
         await rig.wait_for(first_updates(rig, 4), 60, "the match under way")
         before = await rig.match_item()
         assert before is not None
-        losses = metrics.LOCK_LOSSES._value.get()
+        losses = sample("sightscreen_lock_losses_total")
         rig.proxies["dynamodb"].set(latency_s=1.0)
         await trio.sleep(25.0)  # two and a half leases
         rig.proxies["dynamodb"].clear()
@@ -97,7 +98,7 @@ async def test_seconds_of_dynamodb_latency_keep_ownership_with_a_ten_second_leas
         after = await rig.match_item()
         assert after is not None and after["ownerEpoch"] == before["ownerEpoch"], "ownership never moved"
         assert after["instanceId"] == before["instanceId"]
-        assert metrics.LOCK_LOSSES._value.get() == losses, "no lease was lost on the way"
+        assert sample("sightscreen_lock_losses_total") == losses, "no lease was lost on the way"
 
 
 async def test_dynamodb_unreachable_past_a_lease_the_owner_stops_and_another_instance_resumes(

@@ -132,7 +132,7 @@ async def test_a_leader_that_steps_down_after_a_wickets_fixture_went_out_alerts_
     async with make_rig(seed=1, followers=6, lease_s=3.0) as rig:
         daemon = rig.daemon
         wicket, before = await _hold_before_a_wicket(rig)
-        cache = daemon.feed._cache  # the leader's fenced cache sink
+        cache = daemon.fixture_cache  # the leader's fenced cache sink
         real_put = cache.put_poll
         stolen = trio.Event()
 
@@ -165,7 +165,7 @@ async def test_a_successor_served_an_older_fixture_than_its_predecessors_state_a
     async with make_rig(seed=1, followers=6, lease_s=3.0) as rig:
         wicket, before = await _hold_before_a_wicket(rig)
         owner = rig.daemon.owner_id
-        cache = rig.daemon.feed._cache
+        cache = rig.daemon.fixture_cache
         real_put = cache.put_poll
         held = trio.Event()
 

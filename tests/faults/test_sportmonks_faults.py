@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import trio
 
-from daemon import metrics
+from tests.doubles import sample
 from tests.faults.checks import SHORT_OVERS, assert_nothing_lost, first_updates
 
 pytestmark = pytest.mark.slow
 
 
 def _restarts() -> float:
-    return metrics.ACTOR_RESTARTS.labels("match")._value.get()
+    return sample("sightscreen_actor_restarts_total", {"actor": "match"})
 
 
 async def test_a_5xx_storm_opens_the_breaker_then_everything_missed_is_delivered(make_rig: Any) -> None:

@@ -89,15 +89,39 @@ class Recorder:
                 out.write(json.dumps(line) + "\n")
 
 
-class Meter:
-    """WSGI layer: one JSON line per DynamoDB request of a service role, with the request units DynamoDB's
-    on-demand mode would bill it (``bench/aws_cost.py`` adds them up).
+@dataclass
+class _Write:
+    """One item a write request writes (or checks): its table, key, kind (Put, Update, Delete, ConditionCheck),
+    the item a Put sends, its unit factor (2 in a transaction) and the stored item before and after it, each as
+    (size in bytes, the item's scalar attributes) or None where there is none."""
 
-    Units follow DynamoDB's rules on item sizes as moto computes them: a write is one unit per KB of the
-    item (started KB; an UpdateItem or DeleteItem is measured on the stored item after or before it, a
-    PutItem on the item sent), twice that in a transaction; a read is one unit per 4 KB read (summed over a
-    Query's or Scan's page, per item otherwise), half that when eventually consistent, twice in a
-    transaction. A refused conditional write still costs its units, as on DynamoDB."""
+    table: str
+    key: dict[str, Any]
+    kind: str
+    sent: dict[str, Any] | None
+    factor: int
+    before: tuple[int, dict[str, Any]] | None = None
+    after: tuple[int, dict[str, Any]] | None = None
+
+
+class Meter:
+    """WSGI layer: one JSON line per DynamoDB request of a service role and table, and one per global secondary
+    index the request wrote, with the request units DynamoDB's on-demand mode would bill it
+    (``bench/aws_cost.py`` adds them up).
+
+    Units follow DynamoDB's rules on item sizes as moto computes them:
+
+    - a write is one unit per KB (started) of the larger of the item before and after it: a PutItem's stored
+      item and the item sent, an UpdateItem's stored item before and after, a DeleteItem's (and a transaction's
+      ConditionCheck's) stored item; twice that in a transaction. A refused conditional write still costs its
+      units, as on DynamoDB.
+    - a write that succeeds also writes each global secondary index whose key attributes the item carries,
+      before or after (every index here projects ALL, so an index entry is the item's size): one write of the
+      larger of before and after while the index key stays, a delete of the old entry and a put of the new one
+      when the index key changes, one put when the item gains the keys and one delete when it loses them; twice
+      that in a transaction. Each index's units are their own line (``index``).
+    - a read is one unit per 4 KB read (summed over a Query's or Scan's page, per item otherwise), half that
+      when eventually consistent, twice in a transaction."""
 
     WRITES = ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems")
 
@@ -120,16 +144,32 @@ class Meter:
         # the credential scope names the region: Credential=KEY/DATE/REGION/dynamodb/aws4_request
         scope = str(environ.get("HTTP_AUTHORIZATION", "")).split("Credential=", 1)[-1].split("/")
         region = scope[2] if len(scope) > 2 else "us-east-1"
-        before = self._stored_sizes(request, region) if operation == "DeleteItem" else {}
+        writes = self._writes(operation, request, region)
+        for write in writes:
+            write.before = self._stored(region, write.table, write.key)
         answer = b"".join(self.app(environ, start_response))
         try:
             response = json.loads(answer or b"{}")
         except ValueError:
             response = {}
-        units = self._units(operation, request, response, before, region)
+        done = "__type" not in response  # refused (a condition, a cancelled transaction): nothing was written
+        for write in writes:
+            if not done or write.kind == "ConditionCheck":
+                write.after = write.before
+            elif write.kind == "Put":
+                write.after = (self._size(write.sent or {}), self._scalars(write.sent or {}))
+            elif write.kind == "Update":
+                write.after = self._stored(region, write.table, write.key)
+        units = self._units(operation, request, response, writes, done, region)
         with self.lock, self.path.open("a") as out:
-            for physical, (rru, wru) in units.items():
-                line = {"role": role, "op": operation, "table": logical_table(physical) or physical}
+            for (physical, index), (rru, wru) in units.items():
+                line: dict[str, Any] = {
+                    "role": role,
+                    "op": operation,
+                    "table": logical_table(physical) or physical,
+                }
+                if index is not None:
+                    line["index"] = index
                 out.write(json.dumps({**line, "rru": rru, "wru": wru}) + "\n")
         return [answer]
 
@@ -141,34 +181,89 @@ class Meter:
         return sum(bytesize(name) + DynamoType(value).size() for name, value in item.items())
 
     @staticmethod
-    def _stored_sizes(request: dict[str, Any], region: str) -> dict[str, int]:
-        """The size of the stored item a single-item write names (0 where there is none)."""
+    def _scalars(item: dict[str, Any]) -> dict[str, Any]:
+        """An item's (DynamoDB JSON) string, number and binary attributes: what an index key can be."""
+        return {
+            name: (kind, value)
+            for name, typed in item.items()
+            for kind, value in typed.items()
+            if kind in ("S", "N", "B")
+        }
+
+    @staticmethod
+    def _table(region: str, name: str) -> Any:
         from moto.core import DEFAULT_ACCOUNT_ID
         from moto.dynamodb.models import dynamodb_backends
 
         try:
-            backend = dynamodb_backends[DEFAULT_ACCOUNT_ID][region]
-            item = backend.get_item(request["TableName"], request["Key"])
+            return dynamodb_backends[DEFAULT_ACCOUNT_ID][region].get_table(name)
+        except Exception:  # noqa: BLE001 - no such table: nothing to meter
+            return None
+
+    def _stored(self, region: str, table: str, key: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """The stored item under ``key`` as (size, scalar attributes), or None."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+
+        try:
+            item = dynamodb_backends[DEFAULT_ACCOUNT_ID][region].get_item(table, key)
         except Exception:  # noqa: BLE001 - no such table or key: nothing stored
-            return {}
-        return {request["TableName"]: item.size() if item is not None else 0}
+            return None
+        if item is None:
+            return None
+        scalars = {n: (v.type, v.value) for n, v in item.attrs.items() if v.type in ("S", "N", "B")}
+        return item.size(), scalars
+
+    def _writes(self, operation: str, request: dict[str, Any], region: str) -> list[_Write]:
+        """The items a write request writes or checks, each with its key."""
+
+        def keyed(table: str, item: dict[str, Any]) -> dict[str, Any]:
+            found = self._table(region, table)
+            names = [found.hash_key_attr, found.range_key_attr] if found is not None else []
+            return {n: item[n] for n in names if n and n in item}
+
+        if operation == "PutItem":
+            item = request.get("Item") or {}
+            return [_Write(request["TableName"], keyed(request["TableName"], item), "Put", item, 1)]
+        if operation in ("UpdateItem", "DeleteItem"):
+            return [_Write(request["TableName"], request["Key"], operation[:-4], None, 1)]
+        out: list[_Write] = []
+        if operation == "BatchWriteItem":
+            for table, writes in (request.get("RequestItems") or {}).items():
+                for w in writes:
+                    if "PutRequest" in w:
+                        item = w["PutRequest"]["Item"]
+                        out.append(_Write(table, keyed(table, item), "Put", item, 1))
+                    else:
+                        out.append(_Write(table, w["DeleteRequest"]["Key"], "Delete", None, 1))
+        elif operation == "TransactWriteItems":
+            for entry in request.get("TransactItems") or []:
+                for kind, r in entry.items():
+                    if kind == "Put":
+                        out.append(
+                            _Write(r["TableName"], keyed(r["TableName"], r["Item"]), "Put", r["Item"], 2)
+                        )
+                    else:
+                        out.append(_Write(r["TableName"], r["Key"], kind, None, 2))
+        return out
 
     def _units(
         self,
         operation: str,
         request: dict[str, Any],
         response: dict[str, Any],
-        before: dict[str, int],
+        writes: list[_Write],
+        done: bool,
         region: str,
-    ) -> dict[str, tuple[float, float]]:
+    ) -> dict[tuple[str, str | None], tuple[float, float]]:
         import math
 
         read = 0.5 if not request.get("ConsistentRead") else 1.0
-        out: dict[str, tuple[float, float]] = {}
+        out: dict[tuple[str, str | None], tuple[float, float]] = {}
 
-        def add(table: str, rru: float = 0.0, wru: float = 0.0) -> None:
-            r, w = out.get(table, (0.0, 0.0))
-            out[table] = (r + rru, w + wru)
+        def add(table: str, rru: float = 0.0, wru: float = 0.0, index: str | None = None) -> None:
+            r, w = out.get((table, index), (0.0, 0.0))
+            out[(table, index)] = (r + rru, w + wru)
 
         def kb(size: int) -> int:
             return max(1, math.ceil(size / 1024))
@@ -182,27 +277,57 @@ class Meter:
             total = sum(self._size(i) for i in response.get("Items") or [])
             add(request["TableName"], rru=read * max(1, math.ceil(total / 4096)))
         elif operation == "BatchGetItem":
-            for table, items in (response.get("Responses") or {}).items():
-                add(table, rru=sum(0.5 * max(1, math.ceil(self._size(i) / 4096)) for i in items))
-        elif operation == "PutItem":
-            add(request["TableName"], wru=kb(self._size(request.get("Item") or {})))
-        elif operation == "UpdateItem":
-            after = self._stored_sizes(request, region).get(request["TableName"], 0)
-            add(request["TableName"], wru=kb(after))
-        elif operation == "DeleteItem":
-            add(request["TableName"], wru=kb(before.get(request["TableName"], 0)))
-        elif operation == "BatchWriteItem":
-            for table, writes in (request.get("RequestItems") or {}).items():
-                for w in writes:
-                    item = (w.get("PutRequest") or {}).get("Item") or {}
-                    add(table, wru=kb(self._size(item)))
-        elif operation == "TransactWriteItems":
-            for entry in request.get("TransactItems") or []:
-                for kind, r in entry.items():
-                    size = self._size(r.get("Item") or {}) if kind == "Put" else 1024
-                    add(r["TableName"], wru=2 * kb(size))
+            # Each key read is billed as its own GetItem: a key with no item still costs the minimum, and
+            # the table's ConsistentRead doubles it; keys left unprocessed were not read.
+            found = response.get("Responses") or {}
+            unprocessed = response.get("UnprocessedKeys") or {}
+            for table, asked in (request.get("RequestItems") or {}).items():
+                per = 1.0 if asked.get("ConsistentRead") else 0.5
+                items = found.get(table) or []
+                read_keys = len(asked.get("Keys") or []) - len(
+                    (unprocessed.get(table) or {}).get("Keys") or []
+                )
+                units = sum(per * max(1, math.ceil(self._size(i) / 4096)) for i in items)
+                add(table, rru=units + per * max(0, read_keys - len(items)))
+        elif writes:
+            for write in writes:
+                sizes = [s[0] for s in (write.before, write.after) if s is not None]
+                if write.kind == "Put":
+                    sizes.append(self._size(write.sent or {}))  # billed on the item sent, refused or not
+                add(write.table, wru=write.factor * kb(max(sizes, default=0)))
+                if done and write.kind != "ConditionCheck":
+                    for index, units in self._index_writes(region, write):
+                        add(write.table, wru=write.factor * units, index=index)
         elif "TableName" in request:
             add(request["TableName"])
+        return out
+
+    def _index_writes(self, region: str, write: _Write) -> list[tuple[str, int]]:
+        """The write units of each global secondary index a successful write changed (see the class)."""
+        import math
+
+        def kb(size: int) -> int:
+            return max(1, math.ceil(size / 1024))
+
+        def entry(state: tuple[int, dict[str, Any]] | None, names: list[str]) -> tuple[Any, ...] | None:
+            if state is None or any(n not in state[1] for n in names):
+                return None  # no item, or the item lacks the index's key: not in the index
+            return tuple(state[1][n] for n in names)
+
+        table = self._table(region, write.table)
+        out: list[tuple[str, int]] = []
+        for index in getattr(table, "global_indexes", None) or []:
+            names = [k["AttributeName"] for k in index.schema]
+            old, new = entry(write.before, names), entry(write.after, names)
+            if old is None and new is None:
+                continue
+            before = write.before[0] if write.before is not None else 0
+            after = write.after[0] if write.after is not None else 0
+            if old is not None and new is not None:
+                units = kb(max(before, after)) if old == new else kb(before) + kb(after)
+            else:
+                units = kb(before) if new is None else kb(after)
+            out.append((index.name, units))
         return out
 
 
@@ -225,6 +350,9 @@ def complete_cloudformation() -> None:
         **kw: Any,
     ) -> Any:
         props = cloudformation_json["Properties"]
+        protected = props.get("DeletionProtectionEnabled")
+        if isinstance(protected, str):  # a parameter's "true"/"false": CloudFormation reads it as the Boolean
+            props["DeletionProtectionEnabled"] = protected.lower() == "true"
         sse = props.get("SSESpecification")
         if sse is not None:  # CloudFormation says SSEEnabled where CreateTable (and moto) says Enabled
             props["SSESpecification"] = {
@@ -331,8 +459,224 @@ def complete_cloudformation() -> None:
     from moto.cloudformation import parsing
 
     # moto finds models as CloudFormationModel's subclasses, which it holds weakly: keep ours alive
-    _MODELS.extend([Secret, Workspace])
+    _MODELS.extend([Secret, Workspace, *_operations_models()])
     parsing.get_model_map.cache_clear()
+
+
+def _operations_models() -> list[type]:
+    """The region template's operations resources moto's CloudFormation does not know, made in moto's own
+    backends with the ``Ref`` values AWS documents: ``AWS::CloudWatch::Alarm`` (the alarm's name),
+    ``AWS::ApplicationAutoScaling::ScalableTarget`` and ``ScalingPolicy``, ``AWS::SecretsManager::ResourcePolicy``
+    (the secret's ARN); and the target group's ``TargetGroupFullName`` attribute (what CloudWatch's dimensions
+    and the scaling policy's resource label name it by), the load balancer's ``LoadBalancerFullName``, which moto
+    leaves unimplemented, and its ``LoadBalancerAttributes``, which moto's CloudFormation leaves out."""
+    from moto.applicationautoscaling.models import applicationautoscaling_backends
+    from moto.cloudwatch.models import Dimension, Metric, MetricDataQuery, MetricStat, cloudwatch_backends
+    from moto.core.common_models import CloudFormationModel
+    from moto.elbv2.models import FakeLoadBalancer, FakeTargetGroup, elbv2_backends
+    from moto.secretsmanager.models import secretsmanager_backends
+
+    def target_group_attribute(self: Any, attribute_name: str) -> Any:
+        if attribute_name == "TargetGroupFullName":  # targetgroup/<name>/<id>, the ARN's resource part
+            return str(self.arn).split(":", 5)[5]
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        raise UnformattedGetAttTemplateException()
+
+    FakeTargetGroup.has_cfn_attr = classmethod(lambda cls, attr: attr == "TargetGroupFullName")  # type: ignore[assignment]
+    FakeTargetGroup.get_cfn_attribute = target_group_attribute  # type: ignore[attr-defined]
+
+    def load_balancer_attribute(self: Any, attribute_name: str) -> Any:
+        if attribute_name == "LoadBalancerFullName":  # app/<name>/<id>, the ARN's resource part
+            return str(self.arn).split(":loadbalancer/", 1)[1]
+        return load_balancer_attributes(self, attribute_name)
+
+    load_balancer_attributes = FakeLoadBalancer.get_cfn_attribute
+    FakeLoadBalancer.get_cfn_attribute = load_balancer_attribute  # type: ignore[method-assign]
+
+    create_load_balancer = FakeLoadBalancer.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def create_load_balancer_as_aws(
+        cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+    ) -> Any:
+        # moto leaves LoadBalancerAttributes out; CloudFormation sets them (ModifyLoadBalancerAttributes)
+        balancer = create_load_balancer(
+            cls, resource_name, cloudformation_json, account_id, region_name, **kw
+        )
+        attributes = cloudformation_json["Properties"].get("LoadBalancerAttributes") or []
+        elbv2_backends[account_id][region_name].modify_load_balancer_attributes(
+            balancer.arn, {a["Key"]: a["Value"] for a in attributes if a}
+        )
+        return balancer
+
+    FakeLoadBalancer.create_from_cloudformation_json = classmethod(create_load_balancer_as_aws)  # type: ignore[method-assign,assignment]
+
+    class Alarm(CloudFormationModel):
+        __module__ = "moto.cloudwatch.models"
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::CloudWatch::Alarm"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "AlarmName"
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.name  # Ref: the alarm's name
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> Alarm:
+            props = cloudformation_json["Properties"]
+            queries = []
+            for query in props.get("Metrics") or []:
+                stat = query.get("MetricStat")
+                metric_stat = None
+                if stat is not None:
+                    metric = stat["Metric"]
+                    dimensions = [Dimension(d["Name"], d["Value"]) for d in metric.get("Dimensions") or []]
+                    metric_stat = MetricStat(
+                        Metric(metric["MetricName"], metric["Namespace"], dimensions),
+                        stat["Period"],
+                        stat["Stat"],
+                        stat.get("Unit"),
+                    )
+                queries.append(
+                    MetricDataQuery(
+                        query["Id"],
+                        query.get("Label"),
+                        query.get("Period"),
+                        query.get("ReturnData", True),
+                        query.get("Expression"),
+                        metric_stat,
+                    )
+                )
+            name = props.get("AlarmName") or resource_name
+            cloudwatch_backends[account_id][region_name].put_metric_alarm(
+                name=name,
+                namespace=props.get("Namespace"),
+                metric_name=props.get("MetricName"),
+                comparison_operator=props["ComparisonOperator"],
+                evaluation_periods=int(props["EvaluationPeriods"]),
+                period=props.get("Period"),
+                threshold=float(props["Threshold"]),
+                statistic=props.get("Statistic"),
+                description=props.get("AlarmDescription"),
+                dimensions=props.get("Dimensions") or [],
+                alarm_actions=props.get("AlarmActions") or [],
+                metric_data_queries=queries or None,
+                datapoints_to_alarm=props.get("DatapointsToAlarm"),
+                ok_actions=props.get("OKActions") or [],
+                treat_missing_data=props.get("TreatMissingData"),
+            )
+            return cls(name)
+
+    class ScalableTarget(CloudFormationModel):
+        __module__ = "moto.applicationautoscaling.models"
+
+        def __init__(self, target_id: str) -> None:
+            self.target_id = target_id
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::ApplicationAutoScaling::ScalableTarget"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return ""
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.target_id  # Ref: resource id|scalable dimension|service namespace
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> ScalableTarget:
+            props = cloudformation_json["Properties"]
+            applicationautoscaling_backends[account_id][region_name].register_scalable_target(
+                props["ServiceNamespace"],
+                props["ResourceId"],
+                props["ScalableDimension"],
+                int(props["MinCapacity"]),
+                int(props["MaxCapacity"]),
+                props.get("RoleARN", ""),
+                props.get("SuspendedState", {}),
+            )
+            return cls("|".join([props["ResourceId"], props["ScalableDimension"], props["ServiceNamespace"]]))
+
+    class ScalingPolicy(CloudFormationModel):
+        __module__ = "moto.applicationautoscaling.models"
+
+        def __init__(self, arn: str) -> None:
+            self.arn = arn
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::ApplicationAutoScaling::ScalingPolicy"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "PolicyName"
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.arn  # Ref: the policy's ARN
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> ScalingPolicy:
+            props = cloudformation_json["Properties"]
+            resource_id, dimension, namespace = str(props["ScalingTargetId"]).split("|")
+            policy = applicationautoscaling_backends[account_id][region_name].put_scaling_policy(
+                policy_name=props["PolicyName"],
+                service_namespace=namespace,
+                resource_id=resource_id,
+                scalable_dimension=dimension,
+                policy_body=props.get("TargetTrackingScalingPolicyConfiguration")
+                or props.get("StepScalingPolicyConfiguration")
+                or {},
+                policy_type=props["PolicyType"],
+            )
+            return cls(policy.policy_arn)
+
+    class SecretResourcePolicy(CloudFormationModel):
+        __module__ = "moto.secretsmanager.models"
+
+        def __init__(self, secret_arn: str) -> None:
+            self.secret_arn = secret_arn
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::SecretsManager::ResourcePolicy"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return ""
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.secret_arn  # Ref: the secret's ARN
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kw: Any
+        ) -> SecretResourcePolicy:
+            props = cloudformation_json["Properties"]
+            policy = props["ResourcePolicy"]
+            arn, _ = secretsmanager_backends[account_id][region_name].put_resource_policy(
+                props["SecretId"], policy if isinstance(policy, str) else json.dumps(policy)
+            )
+            return cls(arn)
+
+    return [Alarm, ScalableTarget, ScalingPolicy, SecretResourcePolicy]
 
 
 def main() -> None:

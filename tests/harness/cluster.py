@@ -11,8 +11,10 @@ Nothing here is imported by production code.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -25,10 +27,10 @@ from typing import Any
 
 import trio
 
-from daemon.demo.seed import SeededMatch, seed_match
 from daemon.store.local import die_with_parent
 from tests.harness.dynamodb_iam import role_credentials
 from tests.harness.records import aps, event_ids, record_kid, standing_wickets
+from tests.harness.seed import SeededMatch, seed_match
 
 TEAM_ID = "CLUSTER001"
 TOPIC = "app.sightscreen.cluster"
@@ -101,6 +103,8 @@ class Cluster:
         stagger_wall_s: float = 0.0,
         ios18_share: float = 0.0,
         prematch_settled: bool = False,
+        nofile: int | None = None,
+        dynamodb_role: str | None = "engine",
     ) -> None:
         self.workdir = workdir
         self.moto_url = moto_url
@@ -132,6 +136,10 @@ class Cluster:
         # session, they are started by the daemons' push-to-start on a broadcast channel (``start_phones``)
         self.ios18_share = ios18_share
         self.prematch_settled = prematch_settled  # followers seeded as notified by prematch already
+        self.nofile = nofile  # each instance's RLIMIT_NOFILE (soft and hard), as LimitNOFILE sets it
+        # the role the test DynamoDB records the instances' calls under (the AWS policy gate judges them by
+        # its policy); None for instances that run several roles, whose calls no one policy answers for
+        self.dynamodb_role = dynamodb_role
         self.channel_phones: dict[str, tuple[str, Any]] = {}  # push-to-start token -> (match id, follower)
         self.channel_started: dict[
             str, float
@@ -240,6 +248,8 @@ class Cluster:
 
     async def seed(self) -> None:
         """Each tape's match, starting at its offset, with ``followers_per_match`` running sessions."""
+        # Seeded (tests/harness/seed.py): sessions running from the first ball, by the thousand for the soak,
+        # which no product path makes quickly; a region filled through its own doors is region.py's.
         for i, tape in enumerate(self.tapes):
             starts_at = time.time() + self._start_offset_s(i)
             seeded = await seed_match(
@@ -268,8 +278,8 @@ class Cluster:
         the phone listens to it; their follows carry the job's settled marker."""
         import secrets
 
-        from daemon.demo.seed import FOLLOW_TTL_S, prematch_marker
         from daemon.store.codec import iso
+        from tests.harness.seed import FOLLOW_TTL_S, prematch_marker
 
         channels: dict[str, str] = {}
         if self.prematch_settled:
@@ -430,8 +440,16 @@ class Cluster:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             # the engine's own credentials: the test DynamoDB records what the role calls (tests/deploy)
-            env=dict(os.environ, PYTHONUNBUFFERED="1", **role_credentials("engine")),
-            preexec_fn=die_with_parent,
+            env=dict(
+                os.environ,
+                PYTHONUNBUFFERED="1",
+                **(
+                    role_credentials(self.dynamodb_role)
+                    if self.dynamodb_role
+                    else {"AWS_ACCESS_KEY_ID": "several-roles", "AWS_SECRET_ACCESS_KEY": "several-roles"}
+                ),
+            ),
+            preexec_fn=functools.partial(_preexec, self.nofile),
         )
         log.close()
         inst = Instance(slot, gen, instance_id, kid, proc, log_path, config_path)
@@ -506,6 +524,13 @@ class Cluster:
             if record.get("status") == 200:
                 out[record["token"]].append(record)
         return out
+
+
+def _preexec(nofile: int | None) -> None:
+    """In the child before exec: die with the parent; the descriptor limit, when one is given."""
+    die_with_parent()
+    if nofile is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
 
 def _ca_bundle(path: Path, *ca_files: str) -> str:

@@ -1,4 +1,4 @@
-"""Fixtures of the jobs' tests: a fake SportMonks server on loopback and the real client pointed at it."""
+"""Fixtures of the jobs' tests: the shared SportMonks fake on loopback and the real client pointed at it."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import trio
 
-from tests.jobs.fake_sportmonks import FakeSportMonks
+from tests.doubles import FakeSportMonks
 from tests.jobs.prematch_world import ApnsWorld, start_apns_world
+from tests.jobs.sportmonks_data import LEAGUES
 
 
 @pytest.fixture
 async def sportmonks(nursery: trio.Nursery) -> FakeSportMonks:
-    fake = FakeSportMonks()
+    """The shared fake on loopback with SportMonks' page size and the three leagues of the jobs' data."""
+    fake = FakeSportMonks(token="test-token", per_page=100, leagues=LEAGUES)
     await nursery.start(fake.serve)
     return fake
 

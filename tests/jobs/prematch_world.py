@@ -20,8 +20,8 @@ import trio
 
 from actors.jobs.convert import fixture_item
 from daemon.apns.types import Push
-from daemon.demo import seed
-from tests.jobs.fake_sportmonks import make_fixture
+from tests.harness import seed
+from tests.jobs.sportmonks_data import make_fixture
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 MINUTE = 60.0
@@ -32,14 +32,6 @@ def token(user: str, kind: str = "alert") -> str:
     """A 64-hex-digit token per user and kind, as APNs tokens look."""
     seed = f"{kind}:{user}".encode().hex()
     return (seed * 4)[:64]
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def seed_reference(repos: Any) -> None:

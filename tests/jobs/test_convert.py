@@ -18,7 +18,7 @@ from actors.jobs.convert import (
     team_item,
     team_season_items,
 )
-from tests.jobs.fake_sportmonks import LEAGUES, make_fixture, make_team
+from tests.jobs.sportmonks_data import LEAGUES, make_fixture, make_team
 
 
 def test_real_fixture_becomes_an_item_with_string_ids_and_sortable_start(real_fixture_path: Path) -> None:

@@ -16,7 +16,8 @@ from actors.jobs.fixture_sync import FixtureSyncJob, SyncIncomplete, plan_full_s
 from actors.jobs.settings import FixtureSyncSettings
 from daemon.metrics import REGISTRY
 from daemon.store.dynamo import count_calls
-from tests.jobs.fake_sportmonks import FakeSportMonks, make_fixture
+from tests.doubles import Clock, FakeSportMonks
+from tests.jobs.sportmonks_data import make_fixture
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 HOUR = 3600.0
@@ -27,14 +28,6 @@ def dynamo_calls(operation: str, table: str = "cricket-fixtures") -> float:
         "sightscreen_dynamodb_calls_total", {"table": table, "operation": operation}
     )
     return value or 0.0
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def schedule(
@@ -51,15 +44,15 @@ async def test_first_near_sync_creates_every_fixture_in_batches_of_25_following_
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
     sportmonks.per_page = 20
-    sportmonks.fixtures = schedule(60) + [make_fixture(9000, T0 + 5 * 24 * HOUR)]  # the last is outside 48 h
-    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(include_livescores=False), clock=Clock())
+    sportmonks.schedule = schedule(60) + [make_fixture(9000, T0 + 5 * 24 * HOUR)]  # the last is outside 48 h
+    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(include_livescores=False), clock=Clock(T0))
     batches_before = dynamo_calls("BatchWriteItem")
 
     report = await job.sync_near_window()
 
     assert (report.created, report.updated, report.unchanged, report.invalid) == (60, 0, 0, 0)
     assert dynamo_calls("BatchWriteItem") - batches_before == 3  # 25 + 25 + 10
-    pages = sportmonks.calls("/fixtures")
+    pages = [s.query for s in sportmonks.calls("/fixtures")]
     assert [q.get("page", "1") for q in pages] == ["1", "2", "3"]
     # links.next carries only page=N; the filters and includes must have been re-added to every page
     assert all(q["filter[starts_between]"] == "2027-01-14T20:00:00,2027-01-17T08:00:00" for q in pages)
@@ -78,16 +71,16 @@ async def test_first_near_sync_creates_every_fixture_in_batches_of_25_following_
 async def test_second_sync_writes_exactly_the_changed_fixtures(
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
-    sportmonks.fixtures = schedule(40)
-    clock = Clock()
+    sportmonks.schedule = schedule(40)
+    clock = Clock(T0)
     settings = FixtureSyncSettings(include_livescores=False)
     await FixtureSyncJob(sm_client, repos, settings, clock=clock).sync_near_window()
     # Another writer's attribute on a fixture that will change: an update must keep it.
     assert await repos.fixtures.update_fixture_fields("1003", {"displayState": {"score": "0/0"}})
 
-    sportmonks.fixtures[3] = make_fixture(1003, T0 + HOUR + 3 * HOUR / 2, status="Delayed", note="Rain")
-    sportmonks.fixtures[7] = make_fixture(1007, T0 + 20 * HOUR)  # rescheduled
-    sportmonks.fixtures.append(make_fixture(2000, T0 + 30 * HOUR))  # new
+    sportmonks.schedule[3] = make_fixture(1003, T0 + HOUR + 3 * HOUR / 2, status="Delayed", note="Rain")
+    sportmonks.schedule[7] = make_fixture(1007, T0 + 20 * HOUR)  # rescheduled
+    sportmonks.schedule.append(make_fixture(2000, T0 + 30 * HOUR))  # new
     clock.now = T0 + 60
     updates, batches = dynamo_calls("UpdateItem"), dynamo_calls("BatchWriteItem")
 
@@ -108,14 +101,14 @@ async def test_second_sync_writes_exactly_the_changed_fixtures(
 async def test_unchanged_near_window_costs_no_dynamodb_call_once_hashes_are_in_memory(
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
-    sportmonks.fixtures = schedule(30)
-    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(include_livescores=False), clock=Clock())
+    sportmonks.schedule = schedule(30)
+    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(include_livescores=False), clock=Clock(T0))
     await job.sync_near_window()
     with count_calls() as calls:
         report = await job.sync_near_window()
     assert calls.n == 0
     assert (report.created, report.updated, report.unchanged) == (0, 0, 30)
-    sportmonks.fixtures[0] = make_fixture(1000, T0 + HOUR, status="1st Innings")
+    sportmonks.schedule[0] = make_fixture(1000, T0 + HOUR, status="1st Innings")
     with count_calls() as calls:
         report = await job.sync_near_window()
     assert report.updated == 1 and calls.n == 2  # one BatchGetItem for the changed one, one UpdateItem
@@ -124,19 +117,19 @@ async def test_unchanged_near_window_costs_no_dynamodb_call_once_hashes_are_in_m
 async def test_livescores_copy_wins_and_a_livescores_error_keeps_the_rest(
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
-    sportmonks.fixtures = schedule(5)
+    sportmonks.schedule = schedule(5)
     sportmonks.live = [
         make_fixture(1000, T0 + HOUR, status="1st Innings"),
         make_fixture(77, T0 - 30 * HOUR, status="Stump Day 2"),
     ]
-    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(), clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(), clock=Clock(T0))
     report = await job.sync_near_window()
     assert report.created == 6
     items = await stored(repos, ["1000", "77"])
     assert items["1000"]["status"] == "1st Innings"  # fresher than the schedule's NS
     assert items["77"]["status"] == "Stump Day 2"  # a Test that started days ago, only in /livescores
 
-    sportmonks.fixtures[1] = make_fixture(1001, T0 + 1.5 * HOUR, status="Delayed")
+    sportmonks.schedule[1] = make_fixture(1001, T0 + 1.5 * HOUR, status="Delayed")
     sportmonks.fail(path="/livescores", status=503)
     with pytest.raises(SyncIncomplete, match="livescores"):
         await job.sync_near_window()
@@ -146,7 +139,7 @@ async def test_livescores_copy_wins_and_a_livescores_error_keeps_the_rest(
 async def test_bad_fixture_is_skipped_with_its_field_named_and_the_rest_written(
     repos: Any, sm_client: Any
 ) -> None:
-    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(), clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(), clock=Clock(T0))
     bad = dict(make_fixture(5, T0), starting_at="soon")
     report = await job.write_fixtures([bad, make_fixture(6, T0)], what="near")
     assert report.created == 1 and report.invalid == 1
@@ -160,7 +153,7 @@ async def test_league_code_comes_from_cricket_leagues_when_the_include_is_missin
     await repos.leagues.put_league(
         {"leagueId": "5", "name": "Big Bash League", "code": "BBL", "active": True}
     )
-    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(), clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(), clock=Clock(T0))
     await job.write_fixtures([make_fixture(8, T0, league_id=5)])
     assert (await stored(repos, ["8"]))["8"]["leagueCode"] == "BBL"
 
@@ -181,9 +174,9 @@ async def test_full_sync_resumes_at_the_failed_page_chunk_without_refetching_don
     sportmonks.per_page = 5
     day = 24 * HOUR
     # 12 fixtures a week for three weeks, starting today (T0 is 08:00 UTC).
-    sportmonks.fixtures = [make_fixture(100 + i, T0 + i * (21 * day - 9 * HOUR) / 36) for i in range(36)]
+    sportmonks.schedule = [make_fixture(100 + i, T0 + i * (21 * day - 9 * HOUR) / 36) for i in range(36)]
     settings = FixtureSyncSettings(full_behind_days=0, full_ahead_days=20, full_chunk_days=7)
-    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock(T0))
     plan = plan_full_sync(T0, settings)
     assert len(plan.chunks) == 3
     second = plan.chunks[1].filters()["starts_between"]
@@ -198,7 +191,7 @@ async def test_full_sync_resumes_at_the_failed_page_chunk_without_refetching_don
     assert job.last_full is not None and job.last_full.created == 36
 
     per_chunk: dict[str, list[str]] = {}
-    for q in sportmonks.calls("/fixtures"):
+    for q in (s.query for s in sportmonks.calls("/fixtures")):
         per_chunk.setdefault(q["filter[starts_between]"], []).append(q.get("page", "1"))
     first, third = plan.chunks[0].filters()["starts_between"], plan.chunks[2].filters()["starts_between"]
     assert per_chunk[first] == ["1", "2", "3"]  # fetched once, never again after the failure
@@ -210,9 +203,9 @@ async def test_full_sync_resumes_at_the_failed_page_chunk_without_refetching_don
 async def test_full_sync_reads_stored_hashes_and_repairs_what_memory_would_hide(
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
-    sportmonks.fixtures = schedule(3)
+    sportmonks.schedule = schedule(3)
     settings = FixtureSyncSettings(include_livescores=False, full_behind_days=0, full_ahead_days=3)
-    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock(T0))
     await job.sync_near_window()
     # Someone deletes a fixture behind the job's back; the near sync (memory says unchanged) would not notice.
     await repos.dynamo.call("cricket-fixtures", "delete_item", Key={"matchId": {"S": "1001"}})
@@ -224,7 +217,7 @@ async def test_full_sync_reads_stored_hashes_and_repairs_what_memory_would_hide(
 async def test_actor_survives_a_sportmonks_outage_and_syncs_once_it_ends(
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
-    sportmonks.fixtures = schedule(4)
+    sportmonks.schedule = schedule(4)
     outage = sportmonks.fail(path="/fixtures", status=500, times=None)
     settings = FixtureSyncSettings(
         include_livescores=False,
@@ -234,7 +227,7 @@ async def test_actor_survives_a_sportmonks_outage_and_syncs_once_it_ends(
         full_behind_days=0,
         full_ahead_days=1,
     )
-    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock(T0))
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(job.run)
@@ -289,11 +282,11 @@ async def test_a_chunk_that_keeps_failing_is_skipped_so_the_rest_of_the_full_syn
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
     day = 24 * HOUR
-    sportmonks.fixtures = [make_fixture(100 + i, T0 + i * day) for i in range(21)]
+    sportmonks.schedule = [make_fixture(100 + i, T0 + i * day) for i in range(21)]
     settings = FixtureSyncSettings(
         full_behind_days=0, full_ahead_days=20, full_chunk_days=7, max_chunk_failures=2
     )
-    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock(T0))
     second = plan_full_sync(T0, settings).chunks[1].filters()["starts_between"]
     sportmonks.fail(path="/fixtures", status=500, times=None, **{"filter[starts_between]": second})
 
@@ -308,7 +301,7 @@ async def test_a_chunk_that_keeps_failing_is_skipped_so_the_rest_of_the_full_syn
 async def test_actor_keeps_going_when_the_last_chunk_is_skipped(
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
-    sportmonks.fixtures = schedule(2)
+    sportmonks.schedule = schedule(2)
     settings = FixtureSyncSettings(
         include_livescores=False,
         near_interval_s=0.05,
@@ -320,7 +313,7 @@ async def test_actor_keeps_going_when_the_last_chunk_is_skipped(
     )
     only = plan_full_sync(T0, settings).chunks[-1].filters()["starts_between"]
     sportmonks.fail(path="/fixtures", status=500, times=None, **{"filter[starts_between]": only})
-    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock(T0))
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(job.run)
@@ -338,14 +331,19 @@ async def test_own_livescores_call_is_skipped_when_the_feeds_budget_is_short(
     from daemon.sportmonks.client import SportMonksClient
     from daemon.sportmonks.settings import SportMonksSettings
 
-    sportmonks.fixtures = schedule(2)
+    sportmonks.schedule = schedule(2)
     sportmonks.live = [make_fixture(77, T0 - HOUR, status="1st Innings")]
     settings = SportMonksSettings(
-        base_url=sportmonks.base_url, api_token="t", max_retries=0, endpoint_budgets={"livescores": 100}
+        base_url=sportmonks.base_url,
+        api_token="test-token",
+        max_retries=0,
+        endpoint_budgets={"livescores": 100},
     )
     client = SportMonksClient(settings)
     try:
-        job = FixtureSyncJob(client, repos, FixtureSyncSettings(livescores_budget_reserve=300), clock=Clock())
+        job = FixtureSyncJob(
+            client, repos, FixtureSyncSettings(livescores_budget_reserve=300), clock=Clock(T0)
+        )
         report = await job.sync_near_window()
     finally:
         await client.aclose()
@@ -356,13 +354,13 @@ async def test_a_livescores_provider_replaces_the_call(
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
     """The daemon can hand in the feed's cached /livescores view, so the job costs that endpoint nothing."""
-    sportmonks.fixtures = schedule(1)
+    sportmonks.schedule = schedule(1)
     cached = [make_fixture(77, T0 - 30 * HOUR, status="Stump Day 2")]
 
     async def from_feed() -> list[dict[str, Any]]:
         return cached
 
-    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(), livescores=from_feed, clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, FixtureSyncSettings(), livescores=from_feed, clock=Clock(T0))
     await repos.leagues.put_league({"leagueId": "3", "name": "T20I", "code": "T20I", "active": True})
     report = await job.sync_near_window()
     assert report.created == 2 and sportmonks.calls("/livescores") == []
@@ -376,9 +374,9 @@ async def test_a_restarted_run_resumes_the_full_sync_schedule_instead_of_startin
 ) -> None:
     # a region-wide job is stopped and run again as its lease comes and goes: the full sync (many calls)
     # must not start over each time
-    sportmonks.fixtures = schedule(3)
+    sportmonks.schedule = schedule(3)
     settings = FixtureSyncSettings(include_livescores=False, near_interval_s=3600.0)
-    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock())
+    job = FixtureSyncJob(sm_client, repos, settings, clock=Clock(T0))
     for _ in range(3):
         with trio.move_on_after(3.0):
             await job.run()

@@ -25,18 +25,16 @@ from actors.jobs.prematch import (
 )
 from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork
-from daemon import metrics
 from daemon.apns.types import Push
-from daemon.demo import seed
 from daemon.store.locks import prematch_lock_key
 from daemon.store.tables import DEVICES, LOCKS, MATCH_FOLLOWS
 from tests.actors.match_helpers import live, make_match_actor, take_lease
-from tests.doubles import DyingClaims, FakeSender, WithLocks
+from tests.doubles import Clock, DyingClaims, FakeSender, WithLocks, sample
+from tests.harness import seed
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
     TOPIC,
-    Clock,
     follow,
     put_fixture,
     register,
@@ -166,7 +164,7 @@ async def test_followers_get_one_alert_and_push_to_start_where_they_have_a_token
     await register(repos, "u1")
     await register(repos, "u2", push_to_start=False)  # u3 has no device at all
     sender = FakeSender()
-    clock = Clock()
+    clock = Clock(T0)
     notifier = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=clock)
 
     report = await notifier.run_cycle()
@@ -221,8 +219,8 @@ async def _match_7_followed_by(repos: Any, n: int) -> list[str]:
 async def test_two_instances_at_once_notify_each_follower_exactly_once(repos: Any) -> None:
     users = await _match_7_followed_by(repos, 12)
     sender = FakeSender()
-    a = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
-    b = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
+    a = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0))
+    b = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(a.run_cycle)
         nursery.start_soon(b.run_cycle)
@@ -241,7 +239,7 @@ async def test_a_match_whose_prematch_lock_another_instance_holds_is_skipped_unt
     await _match_7_followed_by(repos, 2)
     assert await repos.locks.acquire(prematch_lock_key("7"), "other-instance", 60.0)
     sender = FakeSender()
-    notifier = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(), owner="me")
+    notifier = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0), owner="me")
     report = await notifier.run_cycle()
     assert (report.matches_locked, report.follower_reads, report.claimed) == (1, 0, 0)
     assert sender.pushes == []
@@ -268,8 +266,8 @@ async def test_a_settled_match_is_read_once_for_the_fleet_until_its_hold_runs_ou
     await _match_7_followed_by(repos, 3)
     sender = FakeSender()
     settings = PrematchSettings(settled_recheck_s=0.5)  # START is 20 min away: the hold is the 0.5 s
-    a = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(), owner="a")
-    b = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(), owner="b")
+    a = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(T0), owner="a")
+    b = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(T0), owner="b")
     assert (await a.run_cycle()).claimed == 3
     assert await repos.locks.get(prematch_lock_key("7")) is None, "released: it had work to do"
     assert (await a.run_cycle()).matches_settled == 1
@@ -291,8 +289,8 @@ async def test_a_settled_match_is_read_once_for_the_fleet_until_its_hold_runs_ou
 async def test_without_a_hold_a_settled_match_is_released_for_the_next_instance(repos: Any) -> None:
     await _match_7_followed_by(repos, 2)
     settings = PrematchSettings(settled_recheck_s=0)
-    a = PrematchNotifier(repos, FakeSender(), settings, topic=TOPIC, clock=Clock(), owner="a")
-    b = PrematchNotifier(repos, FakeSender(), settings, topic=TOPIC, clock=Clock(), owner="b")
+    a = PrematchNotifier(repos, FakeSender(), settings, topic=TOPIC, clock=Clock(T0), owner="a")
+    b = PrematchNotifier(repos, FakeSender(), settings, topic=TOPIC, clock=Clock(T0), owner="b")
     await a.run_cycle()
     assert (await a.run_cycle()).matches_settled == 1
     report = await b.run_cycle()
@@ -314,7 +312,7 @@ async def test_a_prematch_lock_taken_over_mid_match_stops_this_instance_after_it
 
     sender = StealingSender()
     settings = PrematchSettings(batch_size=2, send_concurrency=1)
-    notifier = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(), owner="me")
+    notifier = PrematchNotifier(repos, sender, settings, topic=TOPIC, clock=Clock(T0), owner="me")
     report = await notifier.run_cycle()
     assert report.claimed == 2 and report.matches_locked == 1, "one batch, then it let the match go"
     assert len({p.token for p in sender.pushes if p.kind == "alert"}) == 2
@@ -329,7 +327,7 @@ async def test_failed_alert_is_resent_after_the_lease_under_the_same_collapse_id
     await follow(repos, 7, "u1", start=START)
     await register(repos, "u1")
     sender = FakeSender(failing={token("u1")})
-    clock = Clock()
+    clock = Clock(T0)
     notifier = PrematchNotifier(repos, sender, PrematchSettings(claim_lease_s=120), topic=TOPIC, clock=clock)
 
     assert (await notifier.run_cycle()).failed == 1
@@ -351,7 +349,7 @@ async def test_small_start_time_moves_do_not_renotify_but_a_big_move_does(repos:
     await follow(repos, 7, "u1", start=START)
     await register(repos, "u1", push_to_start=False)
     sender = FakeSender()
-    clock = Clock()
+    clock = Clock(T0)
     notifier = PrematchNotifier(
         repos, sender, PrematchSettings(restart_notify_threshold_s=900), topic=TOPIC, clock=clock
     )
@@ -383,11 +381,11 @@ async def test_watches_only_the_configured_or_active_leagues(repos: Any) -> None
         await follow(repos, mid, "u1", start=START)
     await register(repos, "u1", push_to_start=False)
     sender = FakeSender()
-    await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0)).run_cycle()
     assert [json.loads(p.payload)["matchId"] for p in sender.pushes] == ["7"]
     sender2 = FakeSender()
     await PrematchNotifier(
-        repos, sender2, PrematchSettings(league_codes=["BBL"]), topic=TOPIC, clock=Clock()
+        repos, sender2, PrematchSettings(league_codes=["BBL"]), topic=TOPIC, clock=Clock(T0)
     ).run_cycle()
     assert [json.loads(p.payload)["matchId"] for p in sender2.pushes] == ["8"]
 
@@ -421,7 +419,7 @@ async def test_actor_survives_failing_cycles_and_notifies_once_they_pass(repos: 
     sender = FakeSender()
     flaky = ReposView(repos, fixtures=FlakyFixtures(repos.fixtures, 3))
     settings = PrematchSettings(interval_s=0.05, backoff_base_s=0.01, backoff_max_s=0.02)
-    notifier = PrematchNotifier(flaky, sender, settings, topic=TOPIC, clock=Clock())
+    notifier = PrematchNotifier(flaky, sender, settings, topic=TOPIC, clock=Clock(T0))
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(notifier.run)
@@ -438,7 +436,7 @@ async def test_a_sender_that_never_answers_stops_the_batch_with_every_claim_left
     users = await _match_7_followed_by(repos, 20)
     settings = PrematchSettings(send_concurrency=4, result_timeout_s=0.5)
     silent = FakeSender(unanswered=lambda push: True)
-    clock = Clock()
+    clock = Clock(T0)
     with trio.fail_after(30):
         report = await PrematchNotifier(repos, silent, settings, topic=TOPIC, clock=clock).run_cycle()
     # four claims went out and got no answer; the other sixteen were never sent: none is confirmed, so none
@@ -477,8 +475,8 @@ async def test_a_claim_without_a_stamp_is_taken_over_once(repos: Any) -> None:
         },
     )
     sender = FakeSender()
-    a = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
-    b = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock())
+    a = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0))
+    b = PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(a.run_cycle)
         nursery.start_soon(b.run_cycle)
@@ -492,7 +490,7 @@ async def test_followers_wait_while_a_live_fan_out_is_in_progress_and_go_on_once
     sender = FakeSender()
     live = LiveWork()
     notifier = PrematchNotifier(
-        repos, sender, PrematchSettings(give_way_s=60.0), topic=TOPIC, clock=Clock(), live=live
+        repos, sender, PrematchSettings(give_way_s=60.0), topic=TOPIC, clock=Clock(T0), live=live
     )
     finished = trio.Event()
 
@@ -519,7 +517,7 @@ async def test_under_continuous_live_load_followers_wait_at_most_give_way_s_each
     await _match_7_followed_by(repos, 3)
     live = LiveWork()
     notifier = PrematchNotifier(
-        repos, FakeSender(), PrematchSettings(give_way_s=0.2), topic=TOPIC, clock=Clock(), live=live
+        repos, FakeSender(), PrematchSettings(give_way_s=0.2), topic=TOPIC, clock=Clock(T0), live=live
     )
     with live.fanout():  # never ends while the cycle runs
         report = await notifier.run_cycle()
@@ -534,7 +532,7 @@ async def test_beside_live_matches_the_followers_are_paced_and_with_none_they_ar
     settings = PrematchSettings(live_followers_per_s=20.0)
     started = trio.current_time()
     report = await PrematchNotifier(
-        repos, FakeSender(), settings, topic=TOPIC, clock=Clock(), live=live
+        repos, FakeSender(), settings, topic=TOPIC, clock=Clock(T0), live=live
     ).run_cycle()
     assert report.claimed == 20 and report.paced_s > 0
     assert trio.current_time() - started >= 19 / 20, "20 claims at 20 a second span at least 0.95 s"
@@ -545,7 +543,7 @@ async def test_beside_live_matches_the_followers_are_paced_and_with_none_they_ar
         await register(repos, user)
     matches_live[0] = 0  # nothing live on this instance: full speed
     report = await PrematchNotifier(
-        repos, FakeSender(), settings, topic=TOPIC, clock=Clock(), live=live
+        repos, FakeSender(), settings, topic=TOPIC, clock=Clock(T0), live=live
     ).run_cycle()
     assert report.claimed == 3 and report.paced_s == 0.0
 
@@ -592,7 +590,7 @@ async def test_the_pending_read_returns_exactly_the_followers_decide_does_not_ca
 
 
 def _calls(table: str, operation: str) -> float:
-    return metrics.DYNAMODB_CALLS.labels(table=table, operation=operation)._value.get()
+    return sample("sightscreen_dynamodb_calls_total", {"table": table, "operation": operation})
 
 
 async def test_a_batch_reads_its_devices_and_takes_its_start_claims_in_a_few_calls(repos: Any) -> None:
@@ -623,7 +621,9 @@ async def test_a_batch_reads_its_devices_and_takes_its_start_claims_in_a_few_cal
     ops += [(LOCKS, "TransactWriteItems"), (MATCH_FOLLOWS, "UpdateItem")]
     before = {op: _calls(*op) for op in ops}
     sender = FakeSender()
-    report = await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    report = await PrematchNotifier(
+        repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0)
+    ).run_cycle()
     calls = {op: _calls(*op) - before[op] for op in ops}
     assert (report.claimed, report.accepted, report.push_to_start, report.confirmed) == (250, 250, 250, 250)
     assert sender.to(token("u0-new"), "alert") and not sender.to(token("u0"), "alert")
@@ -649,7 +649,7 @@ async def test_a_follower_nothing_can_reach_costs_a_look_up_and_one_write(repos:
     await register(repos, "u1")  # u2 and u3 have no device
     writes, lookups = _calls(MATCH_FOLLOWS, "UpdateItem"), _calls(DEVICES, "Query")
     report = await PrematchNotifier(
-        repos, FakeSender(), PrematchSettings(), topic=TOPIC, clock=Clock()
+        repos, FakeSender(), PrematchSettings(), topic=TOPIC, clock=Clock(T0)
     ).run_cycle()
     assert (report.claimed, report.accepted, report.no_device) == (1, 1, 2)
     assert _calls(DEVICES, "Query") - lookups == 3, "one device look-up per follower"
@@ -681,7 +681,7 @@ async def test_a_start_claim_the_prematch_job_took_and_never_sent_runs_out_with_
     claim's lease has run out, not at the match's start plus the hold."""
     await _match_7_followed_by(repos, 1)
     died = trio.CancelScope()
-    clock = Clock()
+    clock = Clock(T0)
     settings = PrematchSettings(claim_lease_s=120.0)
     sender = FakeSender()
     dying = WithLocks(repos, DyingClaims(repos.locks, died))
@@ -694,7 +694,7 @@ async def test_a_start_claim_the_prematch_job_took_and_never_sent_runs_out_with_
 
 async def test_a_start_the_prematch_job_delivered_is_not_repeated_by_the_owner(repos: Any) -> None:
     await _match_7_followed_by(repos, 1)
-    clock = Clock()
+    clock = Clock(T0)
     sender = FakeSender()
     report = await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=clock).run_cycle()
     assert report.push_to_start == 1
@@ -715,7 +715,7 @@ async def test_a_start_the_prematch_job_handed_over_before_dying_is_not_repeated
                 await trio.sleep_forever()
             await super().send(push)
 
-    clock = Clock()
+    clock = Clock(T0)
     with died:
         await PrematchNotifier(repos, DyingSender(), PrematchSettings(), topic=TOPIC, clock=clock).run_cycle()
     assert died.cancelled_caught

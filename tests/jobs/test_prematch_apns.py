@@ -17,12 +17,12 @@ import trio
 from actors.janitor import Janitor
 from actors.jobs.prematch import PrematchNotifier
 from actors.jobs.settings import PrematchSettings
+from tests.doubles import Clock
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
     TOPIC,
     ApnsWorld,
-    Clock,
     alerts_shown,
     follow,
     put_fixture,
@@ -59,7 +59,7 @@ async def test_alerts_and_push_to_start_reach_apns_and_dead_tokens_are_cleaned(
     apns.server.set_token_status(token("u2"), 410, "Unregistered")
     apns.server.set_token_status(token("u3", "start"), 400, "BadDeviceToken")
 
-    report = await notifier(repos, apns.sender, Clock()).run_cycle()
+    report = await notifier(repos, apns.sender, Clock(T0)).run_cycle()
 
     assert (report.claimed, report.accepted, report.rejected, report.tokens_removed) == (3, 2, 1, 2)
     by_token = {(r["token"], r["headers"]["apns-push-type"]): r for r in apns.server.records}
@@ -91,7 +91,7 @@ async def test_late_follower_through_the_real_sender(repos: Any, apns: ApnsWorld
     await put_fixture(repos, 7, START)
     await follow(repos, 7, "u1", start=START)
     await register(repos, "u1", push_to_start=False)
-    clock = Clock()
+    clock = Clock(T0)
     job = notifier(repos, apns.sender, clock)
     await job.run_cycle()
     await follow(repos, 7, "late", start=START)

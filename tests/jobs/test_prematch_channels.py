@@ -9,12 +9,11 @@ from typing import Any
 
 from actors.jobs.prematch import PrematchNotifier
 from actors.jobs.settings import PrematchSettings
-from tests.doubles import FakeSender
+from tests.doubles import Clock, FakeSender
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
     TOPIC,
-    Clock,
     follow,
     put_fixture,
     seed_reference,
@@ -46,7 +45,7 @@ async def test_ios18_followers_start_on_the_recorded_channel_older_ones_on_a_tok
     await _device(repos, "u2", "18.0")
     await _device(repos, "u3", "17.6")
     sender = FakeSender()
-    await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0)).run_cycle()
     aps = {u: json.loads(sender.to(token(u, "start"))[0].payload)["aps"] for u in ("u1", "u2", "u3")}
     assert aps["u1"]["input-push-channel"] == CHANNELS["39"]
     assert aps["u2"]["input-push-channel"] == CHANNELS["neutral"]
@@ -63,7 +62,7 @@ async def test_without_recorded_channels_ios18_followers_wait_for_the_owner_unle
     await _device(repos, "u1", "18.1")
     await _device(repos, "u2", "17.6")
     sender = FakeSender()
-    await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0)).run_cycle()
     assert sender.to(token("u1", "start")) == []  # the owner starts it on a channel when it takes the match
     assert sender.to(token("u1"), "alert")  # the prematch alert still goes
     assert json.loads(sender.to(token("u2", "start"))[0].payload)["aps"]["input-push-token"] == 1
@@ -74,7 +73,7 @@ async def test_without_recorded_channels_ios18_followers_wait_for_the_owner_unle
     await _device(repos, "u3", "18.1")
     eager = FakeSender()
     settings = PrematchSettings(ios18_waits_for_channels=False)
-    await PrematchNotifier(repos, eager, settings, topic=TOPIC, clock=Clock()).run_cycle()
+    await PrematchNotifier(repos, eager, settings, topic=TOPIC, clock=Clock(T0)).run_cycle()
     aps = json.loads(eager.to(token("u3", "start"))[0].payload)["aps"]
     assert aps["input-push-token"] == 1 and "input-push-channel" not in aps
 
@@ -91,7 +90,9 @@ async def test_the_job_and_the_matchs_owner_never_both_start_a_follower(repos: A
     await _device(repos, "u2", "17.6")
     assert await repos.locks.claim_push_to_starts("9", ["u2"], owner="owner", hold_s=600, now=T0) == ["u2"]
     sender = FakeSender()
-    report = await PrematchNotifier(repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock()).run_cycle()
+    report = await PrematchNotifier(
+        repos, sender, PrematchSettings(), topic=TOPIC, clock=Clock(T0)
+    ).run_cycle()
     assert len(sender.to(token("u1", "start"))) == 1
     assert sender.to(token("u2", "start")) == []
     assert sender.to(token("u2"), "alert")  # the alert still goes

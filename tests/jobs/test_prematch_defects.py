@@ -29,12 +29,12 @@ from actors.jobs.settings import PrematchSettings
 from daemon.apns.types import Push, PushResult
 from daemon.cricket.payloads import alert_payload, start_payload
 from daemon.metrics import REGISTRY
+from tests.doubles import Clock
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
     TOPIC,
     ApnsWorld,
-    Clock,
     SendWatch,
     activities_started,
     alerts_shown,
@@ -174,12 +174,12 @@ async def test_defect1_rejected_tokens_are_cleaned_up(
         world.server.set_token_status(token("u2", "start"), 400, "BadDeviceToken")
     legacy_apns, our_apns = two_apns
 
-    await LegacyPrematchFlow(repos, legacy_apns.sender, clock=Clock()).tick()
+    await LegacyPrematchFlow(repos, legacy_apns.sender, clock=Clock(T0)).tick()
     assert await repos.devices.get_device_for_user("u1") is not None  # legacy: the dead token stays
     legacy_u2 = await repos.devices.get_device_for_user("u2")
     assert legacy_u2 is not None and legacy_u2.get("pushToStartToken") == token("u2", "start")
 
-    report = await ours(repos, our_apns.sender, Clock()).run_cycle()
+    report = await ours(repos, our_apns.sender, Clock(T0)).run_cycle()
 
     assert report.rejected == 1 and report.tokens_removed == 2
     assert await repos.devices.get_device_for_user("u1") is None  # the device record, as the data model says
@@ -198,7 +198,7 @@ async def test_defect2_crash_after_sending_shows_one_alert_and_starts_one_activi
     await one_follower_world(repos)
     legacy_apns, our_apns = two_apns
     legacy_store: dict[str, float] = {}
-    clock = Clock()
+    clock = Clock(T0)
     for world in two_apns:
         world.server.delay(1.5, count=2)  # APNs answers slowly, so the process dies before it hears back
 
@@ -233,7 +233,7 @@ async def test_defect2_crash_after_claiming_before_sending_loses_nothing(
     apns = await start_apns()
     watch = SendWatch(apns.sender)
     watch.block = True
-    clock = Clock()
+    clock = Clock(T0)
     await crash_when(ours(repos, watch, clock).run_cycle, watch.blocked.is_set)
     assert apns.server.records == []
     follows = await repos.follows.get_followers_for_match("7")
@@ -277,7 +277,7 @@ async def test_defect4_a_late_follower_is_notified_on_the_next_cycle(
 ) -> None:
     await one_follower_world(repos)
     legacy_apns, our_apns = two_apns
-    clock = Clock()
+    clock = Clock(T0)
     legacy = LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock)
     notifier = ours(repos, our_apns.sender, clock)
     await legacy.tick()
@@ -303,7 +303,7 @@ async def test_defect5_a_match_nobody_follows_is_read_with_backoff_not_every_cyc
     await seed_reference(repos)
     await put_fixture(repos, 7, T0 + 29 * MINUTE)  # in the window for the next 29 cycles
     legacy_apns, our_apns = two_apns
-    clock = Clock()
+    clock = Clock(T0)
 
     async def queries_over(cycles: int, tick: Callable[[], Awaitable[Any]]) -> float:
         clock.now = T0
@@ -330,7 +330,7 @@ async def test_defect5_fix_still_notifies_a_follower_of_a_match_nobody_followed_
     await seed_reference(repos)
     await put_fixture(repos, 7, START)
     _, our_apns = two_apns
-    clock = Clock()
+    clock = Clock(T0)
     notifier = ours(repos, our_apns.sender, clock, unfollowed_recheck_s=300)
     await notifier.run_cycle()  # nobody follows it yet
     await follow(repos, 7, "late", start=START)
@@ -352,7 +352,7 @@ async def test_defect6_the_sent_marker_expires_soon_after_the_window(
 ) -> None:
     await one_follower_world(repos)
     legacy_apns, our_apns = two_apns
-    clock = Clock()
+    clock = Clock(T0)
     legacy = LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock)
     await legacy.tick()
     await ours(repos, our_apns.sender, clock).run_cycle()
@@ -375,7 +375,7 @@ async def test_rescheduled_match_notifies_its_followers_again(
 ) -> None:
     await one_follower_world(repos)
     legacy_apns, our_apns = two_apns
-    clock = Clock()
+    clock = Clock(T0)
     legacy = LegacyPrematchFlow(repos, legacy_apns.sender, clock=clock)
     notifier = ours(repos, our_apns.sender, clock)
     await legacy.tick()

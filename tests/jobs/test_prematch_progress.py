@@ -11,12 +11,11 @@ import trio
 from actors.jobs.prematch import PrematchNotifier, UnfollowedMemo
 from actors.jobs.settings import PrematchSettings
 from daemon.apns.types import Push
-from tests.doubles import FakeSender
+from tests.doubles import Clock, FakeSender
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,
     TOPIC,
-    Clock,
     follow,
     put_fixture,
     register,
@@ -87,7 +86,7 @@ async def test_a_crash_mid_batch_repeats_only_the_alerts_in_flight(repos: Any) -
         await follow(repos, 7, user, start=START)
         await register(repos, user)
     settings = PrematchSettings()
-    clock = Clock()
+    clock = Clock(T0)
     crashing = CrashingSender(crash_at=45)
     first = PrematchNotifier(repos, crashing, settings, topic=TOPIC, clock=clock, owner="first")
     with trio.fail_after(60):
@@ -131,7 +130,7 @@ async def test_the_cycles_progress_is_visible_while_it_runs(repos: Any) -> None:
             seen.append(notifier.stats()["progress"])
             await super().send(push)
 
-    notifier = PrematchNotifier(repos, Watching(), PrematchSettings(), topic=TOPIC, clock=Clock())
+    notifier = PrematchNotifier(repos, Watching(), PrematchSettings(), topic=TOPIC, clock=Clock(T0))
     assert notifier.stats()["progress"] is None
     await notifier.run_cycle()
     assert seen and all(p is not None and p["claims"] >= 1 for p in seen)

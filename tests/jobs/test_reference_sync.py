@@ -9,7 +9,8 @@ import trio
 from actors.jobs.reference_sync import LeagueDirectory, ReferenceSyncJob
 from actors.jobs.settings import ReferenceSyncSettings
 from daemon.store.dynamo import count_calls
-from tests.jobs.fake_sportmonks import FakeSportMonks, make_team
+from tests.doubles import FakeSportMonks
+from tests.jobs.sportmonks_data import make_team
 
 T0 = 1_800_000_000.0
 
@@ -50,9 +51,9 @@ async def test_first_sync_creates_leagues_teams_and_the_team_seasons_of_active_l
     assert {k: v["active"] for k, v in leagues.items()} == {"3": True, "5": True, "10": False}
     assert leagues["3"]["code"] == "T20I" and leagues["3"]["currentSeasonId"] == "1715"
     assert len(await repos.teams.get_all_teams()) == 30
-    assert [q.get("page", "1") for q in sportmonks.calls("/teams")] == ["1", "2", "3"]
+    assert [s.query.get("page", "1") for s in sportmonks.calls("/teams")] == ["1", "2", "3"]
     # Only the active leagues' current seasons were asked for.
-    assert sorted(p for p, _, _ in sportmonks.requests if p.startswith("/seasons/")) == [
+    assert sorted(s.path for s in sportmonks.calls("/seasons/")) == [
         "/seasons/1715",
         "/seasons/1800",
     ]
@@ -137,7 +138,7 @@ async def test_actor_backs_off_through_errors_and_completes_its_cycle(
             while job.cycles_completed < 1:
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
-    assert [status for p, _, status in sportmonks.requests if p == "/teams"][:4] == [503, 503, 503, 200]
+    assert [s.status for s in sportmonks.calls("/teams")][:4] == [503, 503, 503, 200]
     assert len(await repos.teams.get_all_teams()) == 30
 
 

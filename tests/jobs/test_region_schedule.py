@@ -8,13 +8,15 @@ import json
 import time
 from typing import Any
 
+import pytest
 import trio
 
 from actors.jobs.fixture_sync import FixtureSyncJob, plan_full_sync
 from actors.jobs.lease import LeasedJob
 from actors.jobs.reference_sync import ReferenceSyncJob
 from actors.jobs.settings import FixtureSyncSettings, ReferenceSyncSettings
-from tests.jobs.fake_sportmonks import FakeSportMonks, make_fixture
+from tests.doubles import FakeSportMonks
+from tests.jobs.sportmonks_data import make_fixture
 
 SETTINGS = FixtureSyncSettings(include_livescores=False, full_behind_days=0, full_ahead_days=14)
 LEASE_S, RENEW_S, SKEW_S = 1.5, 0.3, 0.2
@@ -22,15 +24,19 @@ LEASE_S, RENEW_S, SKEW_S = 1.5, 0.3, 0.2
 
 def test_a_fixture_sync_schedule_round_trips_through_wall_clock_time() -> None:
     async def main() -> None:
+        now = time.time()
         a = FixtureSyncJob(None, _Repos(), SETTINGS)  # type: ignore[arg-type]
-        a._next_near, a._next_full = trio.current_time() + 30, trio.current_time() + 6 * 3600
-        a._plan_at = time.time()
-        a.plan = plan_full_sync(a._plan_at, SETTINGS).advanced()
+        a.adopt_schedule({"nearAt": now + 30, "fullAt": now + 6 * 3600, "plan": {"at": now, "done": 1}})
+        assert a.plan is not None and a.plan.done == 1
         state = json.loads(json.dumps(a.schedule_state()))
+        assert state["nearAt"] == pytest.approx(now + 30, abs=0.5)
+        assert state["fullAt"] == pytest.approx(now + 6 * 3600, abs=0.5)
         b = FixtureSyncJob(None, _Repos(), SETTINGS)  # type: ignore[arg-type]
         b.adopt_schedule(state)
         assert b.plan is not None and b.plan.done == 1 and b.plan.chunks == a.plan.chunks
-        assert abs(b._next_near - a._next_near) < 0.5 and abs(b._next_full - a._next_full) < 0.5  # type: ignore[operator]
+        again = b.schedule_state()
+        assert again["nearAt"] == pytest.approx(state["nearAt"], abs=0.5)
+        assert again["fullAt"] == pytest.approx(state["fullAt"], abs=0.5)
         # a finished plan is not handed on; the holder that had begun one drops it
         a.plan = None
         b.adopt_schedule(json.loads(json.dumps(a.schedule_state())))
@@ -42,13 +48,12 @@ def test_a_fixture_sync_schedule_round_trips_through_wall_clock_time() -> None:
 def test_a_reference_sync_schedule_round_trips_with_the_cycle_in_progress() -> None:
     async def main() -> None:
         a = ReferenceSyncJob(None, _Repos(), ReferenceSyncSettings())  # type: ignore[arg-type]
-        a.start_cycle()
-        a._pending.popleft()
-        a._next_cycle_at = trio.current_time() + 86400
+        day = time.time() + 86400
+        a.adopt_schedule({"cycleAt": day, "pending": [["teams", ""], ["seasons", ""]]})  # leagues done
         b = ReferenceSyncJob(None, _Repos(), ReferenceSyncSettings())  # type: ignore[arg-type]
         b.adopt_schedule(json.loads(json.dumps(a.schedule_state())))
         assert b.pending == [("teams", ""), ("seasons", "")]
-        assert abs(b._next_cycle_at - a._next_cycle_at) < 0.5  # type: ignore[operator]
+        assert b.schedule_state()["cycleAt"] == pytest.approx(day, abs=0.5)
 
     trio.run(main)
 
@@ -65,7 +70,7 @@ async def _job_state(repos: Any) -> dict[str, Any] | None:
 async def test_the_next_holder_of_the_fixture_sync_does_not_sync_everything_again(
     repos: Any, sm_client: Any, sportmonks: FakeSportMonks
 ) -> None:
-    sportmonks.fixtures = [make_fixture(7000 + i, time.time() + 3600 * (i + 1)) for i in range(5)]
+    sportmonks.schedule = [make_fixture(7000 + i, time.time() + 3600 * (i + 1)) for i in range(5)]
     jobs = {name: FixtureSyncJob(sm_client, repos, SETTINGS) for name in ("a", "b")}
     leased = {
         name: LeasedJob(

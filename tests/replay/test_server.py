@@ -17,16 +17,9 @@ import trio
 from daemon.replay.server import ReplayServer
 from daemon.replay.synth import synthesise
 from daemon.replay.tape import Tape, builtin_tape_path, iso, load_tape, tape_from_fixture
+from tests.doubles import Clock
 
 MPB = 1000.0  # one entry per second of (fake) wall time at speed 1
-
-
-class FakeClock:
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def evenly_paced(tape: Tape) -> Tape:
@@ -52,10 +45,10 @@ async def start(
 
 
 async def test_livescores_serves_the_balls_the_clock_has_reached(nursery: trio.Nursery, demo: Tape) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     async with http:
-        clock.t += 12.5
+        clock.now += 12.5
         body = (await http.get("/livescores", params={"include": "runs,balls.score"})).json()
         (fx,) = body["data"]
         assert fx["id"] == int(demo.fixture_id) and fx["status"] == "1st Innings"
@@ -72,10 +65,10 @@ async def test_livescores_serves_the_balls_the_clock_has_reached(nursery: trio.N
 
 
 async def test_ball_updated_at_is_when_the_entry_became_visible(nursery: trio.Nursery, demo: Tape) -> None:
-    clock = FakeClock(1_700_000_000.0)
+    clock = Clock(1_700_000_000.0)
     server, http = await start(nursery, [demo], clock=clock, speed=2.0)
     async with http:
-        clock.t += 3.0  # 6 s of match time: entries 0..5 due at 0.5 s, 1.0 s, ... after the start
+        clock.now += 3.0  # 6 s of match time: entries 0..5 due at 0.5 s, 1.0 s, ... after the start
         fx = (await http.get(f"/fixtures/{demo.fixture_id}", params={"include": "balls"})).json()["data"]
         stamps = [b["updated_at"] for b in fx["balls"]]
         first = iso(datetime.fromtimestamp(1_700_000_000.5, UTC))
@@ -87,23 +80,23 @@ async def test_ball_updated_at_is_when_the_entry_became_visible(nursery: trio.Nu
 async def test_a_balls_first_poll_is_when_a_request_first_got_it_not_when_it_became_due(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock(1_700_000_000.0)
+    clock = Clock(1_700_000_000.0)
     server, http = await start(nursery, [demo], clock=clock, speed=2.0)
     async with http:
-        clock.t += 3.0  # entries 0..5 due 0.5 s apart from the start; nobody asks yet
+        clock.now += 3.0  # entries 0..5 due 0.5 s apart from the start; nobody asks yet
         assert server.ball_polled_at(demo.fixture_id, 0) is None
         assert server.ball_served_at(demo.fixture_id, 0) == pytest.approx(1_700_000_000.5)
-        clock.t += 1.0  # the first poll comes 4 s in: entries 0..7 are got now
+        clock.now += 1.0  # the first poll comes 4 s in: entries 0..7 are got now
         await http.get("/livescores", params={"include": "balls"})
         assert server.ball_polled_at(demo.fixture_id, 0) == pytest.approx(1_700_000_004.0)
         assert server.ball_polled_at(demo.fixture_id, 7) == pytest.approx(1_700_000_004.0)
         assert server.ball_polled_at(demo.fixture_id, 8) is None
-        clock.t += 1.0  # the next poll gets 8 and 9 only; the earlier stamps stay
+        clock.now += 1.0  # the next poll gets 8 and 9 only; the earlier stamps stay
         await http.get(f"/fixtures/{demo.fixture_id}", params={"include": "balls"})
         assert server.ball_polled_at(demo.fixture_id, 0) == pytest.approx(1_700_000_004.0)
         assert server.ball_polled_at(demo.fixture_id, 9) == pytest.approx(1_700_000_005.0)
         server.status()  # the harness looking does not count as a poll
-        clock.t += 1.0
+        clock.now += 1.0
         server.status()
         assert server.ball_polled_at(demo.fixture_id, 10) is None
 
@@ -111,7 +104,7 @@ async def test_a_balls_first_poll_is_when_a_request_first_got_it_not_when_it_bec
 async def test_not_started_fixture_is_ns_and_absent_from_livescores(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock, start_delay_s=60.0, speed=2.0)
     async with http:
         assert (await http.get("/livescores")).json() == {"data": []}
@@ -119,26 +112,26 @@ async def test_not_started_fixture_is_ns_and_absent_from_livescores(
             "data"
         ]
         assert fx["status"] == "NS" and fx["balls"] == [] and len(fx["lineup"]) == 22
-        clock.t += 30.0  # 60 s of match time at 2x
+        clock.now += 30.0  # 60 s of match time at 2x
         assert len((await http.get("/livescores")).json()["data"]) == 1
 
 
 async def test_innings_break_holds_the_cursor_then_the_chase_starts(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock, innings_break_s=30.0)
     brk = demo.innings_break_index()
     assert brk is not None
     async with http:
-        clock.t += brk + 1
+        clock.now += brk + 1
         fx = (await http.get("/livescores", params={"include": "runs"})).json()["data"][0]
         assert fx["status"] == "Innings Break" and len(fx["runs"]) == 1
         assert fx["note"] == f"Target {fx['runs'][0]['score'] + 1} runs"
         assert server.status()[demo.fixture_id]["innings_break"]
-        clock.t += 29  # still inside the 30 s break
+        clock.now += 29  # still inside the 30 s break
         assert server.status()[demo.fixture_id]["cursor"] == brk
-        clock.t += 1
+        clock.now += 1
         fx = (await http.get("/livescores", params={"include": "runs"})).json()["data"][0]
         assert fx["status"] == "2nd Innings" and len(fx["runs"]) == 2
 
@@ -146,10 +139,10 @@ async def test_innings_break_holds_the_cursor_then_the_chase_starts(
 async def test_finished_match_leaves_livescores_and_fixture_shows_the_result(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock, innings_break_s=0.0)
     async with http:
-        clock.t += len(demo) + 5
+        clock.now += len(demo) + 5
         assert (await http.get("/livescores")).json() == {"data": []}
         fx = (await http.get(f"/fixtures/{demo.fixture_id}", params={"include": "winnerteam,runs"})).json()[
             "data"
@@ -161,14 +154,14 @@ async def test_finished_match_leaves_livescores_and_fixture_shows_the_result(
 
 
 async def test_pause_seek_and_speed_over_http(nursery: trio.Nursery, demo: Tape) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     fid = demo.fixture_id
     async with http:
-        clock.t += 5
+        clock.now += 5
         r = await http.post("/replay/pause", params={"fixture_id": fid})
         assert r.status_code == 200 and r.json()["fixtures"][fid]["paused"]
-        clock.t += 100
+        clock.now += 100
         assert (await http.get("/replay/status")).json()["fixtures"][fid]["cursor"] == 5
         r = await http.post("/replay/seek", params={"fixture_id": fid, "entry": "40"})
         assert r.json()["fixtures"][fid]["cursor"] == 40
@@ -176,7 +169,7 @@ async def test_pause_seek_and_speed_over_http(nursery: trio.Nursery, demo: Tape)
         assert len(fx["balls"]) == len(demo.fixture_at(40)["balls"])
         await http.post("/replay/play")
         await http.post("/replay/speed", params={"x": "10"})
-        clock.t += 1
+        clock.now += 1
         status = server.status()[fid]
         assert status["cursor"] == 50 and status["speed"] == 10.0 and not status["paused"]
         ball_id = demo.entries[demo.ball_entry_indices()[3]].target_id
@@ -185,7 +178,7 @@ async def test_pause_seek_and_speed_over_http(nursery: trio.Nursery, demo: Tape)
 
 
 async def test_bad_control_requests_get_a_4xx_naming_the_problem(nursery: trio.Nursery, demo: Tape) -> None:
-    server, http = await start(nursery, [demo], clock=FakeClock())
+    server, http = await start(nursery, [demo], clock=Clock(1_000_000.0))
     async with http:
         r = await http.post("/replay/seek", params={"fixture_id": demo.fixture_id, "entry": "99999"})
         assert r.status_code == 400 and "entry" in r.json()["message"]
@@ -207,7 +200,7 @@ async def test_bad_control_requests_get_a_4xx_naming_the_problem(nursery: trio.N
 
 
 async def test_api_token_is_checked_when_the_server_has_one(nursery: trio.Nursery, demo: Tape) -> None:
-    server, http = await start(nursery, [demo], clock=FakeClock(), api_token="s3cret")
+    server, http = await start(nursery, [demo], clock=Clock(1_000_000.0), api_token="s3cret")
     async with http:
         assert (await http.get("/livescores")).status_code == 401
         assert (await http.get("/livescores", params={"api_token": "nope"})).status_code == 401
@@ -217,7 +210,7 @@ async def test_api_token_is_checked_when_the_server_has_one(nursery: trio.Nurser
 
 async def test_fixtures_list_is_paginated_like_laravel_and_filters(nursery: trio.Nursery, demo: Tape) -> None:
     other = synthesise("T10", 3)
-    server, http = await start(nursery, [demo, other], clock=FakeClock(), page_size=1)
+    server, http = await start(nursery, [demo, other], clock=Clock(1_000_000.0), page_size=1)
     async with http:
         first = (await http.get("/fixtures", params={"sort": "id", "include": "localteam"})).json()
         assert [f["id"] for f in first["data"]] == [int(demo.fixture_id)]
@@ -240,7 +233,7 @@ async def test_fixtures_list_is_paginated_like_laravel_and_filters(nursery: trio
 
 
 async def test_5xx_fault_for_n_requests_on_one_endpoint(nursery: trio.Nursery, demo: Tape) -> None:
-    server, http = await start(nursery, [demo], clock=FakeClock())
+    server, http = await start(nursery, [demo], clock=Clock(1_000_000.0))
     async with http:
         r = await http.post(
             "/replay/faults", json={"mode": "5xx", "endpoint": "livescores", "count": 2, "status": 503}
@@ -253,22 +246,22 @@ async def test_5xx_fault_for_n_requests_on_one_endpoint(nursery: trio.Nursery, d
 async def test_429_fault_carries_retry_after_and_expires_after_its_duration(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     async with http:
         server.inject("429", duration_s=10, retry_after=7)
         r = await http.get("/fixtures")
         assert r.status_code == 429 and r.headers["retry-after"] == "7"
-        clock.t += 10
+        clock.now += 10
         assert (await http.get("/fixtures")).status_code == 200
         assert server.faults() == []
 
 
 async def test_body_faults_break_the_json_the_way_they_say(nursery: trio.Nursery, demo: Tape) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     async with http:
-        clock.t += 10
+        clock.now += 10
         server.inject("truncated", count=1)
         with pytest.raises(json.JSONDecodeError):
             json.loads((await http.get("/livescores")).text)
@@ -290,7 +283,7 @@ async def test_body_faults_break_the_json_the_way_they_say(nursery: trio.Nursery
 async def test_timeout_fault_holds_the_response_and_disconnect_drops_it(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    server, http = await start(nursery, [demo], clock=FakeClock())
+    server, http = await start(nursery, [demo], clock=Clock(1_000_000.0))
     async with http:
         server.inject("timeout", hold_s=2.0, count=1)
         with pytest.raises(httpx.ReadTimeout):
@@ -304,11 +297,11 @@ async def test_timeout_fault_holds_the_response_and_disconnect_drops_it(
 async def test_a_served_ball_can_be_corrected_or_deleted_afterwards(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     fid = demo.fixture_id
     async with http:
-        clock.t += 20
+        clock.now += 20
         before = (await http.get(f"/fixtures/{fid}", params={"include": "balls,runs"})).json()["data"]
         last = before["balls"][-1]
         r = await http.post(
@@ -323,7 +316,7 @@ async def test_a_served_ball_can_be_corrected_or_deleted_afterwards(
         gone = (await http.get(f"/fixtures/{fid}", params={"include": "balls"})).json()["data"]
         assert last["id"] not in {b["id"] for b in gone["balls"]}
         # the clock still moves on: later balls keep coming
-        clock.t += 3
+        clock.now += 3
         later = (await http.get(f"/fixtures/{fid}", params={"include": "balls"})).json()["data"]
         assert len(later["balls"]) > len(gone["balls"])
         r = await http.post("/replay/faults", json={"mode": "delete_ball", "fixture_id": fid, "ball_id": 1})
@@ -331,7 +324,7 @@ async def test_a_served_ball_can_be_corrected_or_deleted_afterwards(
 
 
 async def test_connections_are_kept_alive_and_garbage_gets_a_400(nursery: trio.Nursery, demo: Tape) -> None:
-    server, http = await start(nursery, [demo], clock=FakeClock())
+    server, http = await start(nursery, [demo], clock=Clock(1_000_000.0))
     async with http:
         for _ in range(3):
             assert (await http.get("/replay/status")).status_code == 200
@@ -370,7 +363,7 @@ async def test_connections_are_kept_alive_and_garbage_gets_a_400(nursery: trio.N
 
 
 async def test_stop_over_http_ends_serve(demo: Tape) -> None:
-    server = ReplayServer([demo], clock=FakeClock())
+    server = ReplayServer([demo], clock=Clock(1_000_000.0))
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.serve)
@@ -385,10 +378,10 @@ async def test_real_fixture_served_over_http_matches_its_own_scorecard(
 ) -> None:
     real = json.loads(await trio.Path(real_fixture_path).read_text())["data"]
     tape = tape_from_fixture(real)
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [tape], clock=clock, innings_break_s=0.0)
     async with http:
-        clock.t += len(tape) + 1
+        clock.now += len(tape) + 1
         fx = (
             await http.get(f"/fixtures/{tape.fixture_id}", params={"include": "runs,batting,bowling"})
         ).json()["data"]
@@ -402,19 +395,19 @@ async def test_real_fixture_served_over_http_matches_its_own_scorecard(
 async def test_stall_freezes_the_feed_then_it_catches_up_in_one_burst(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock(1_700_000_000.0)
+    clock = Clock(1_700_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     fid = demo.fixture_id
     async with http:
-        clock.t += 5
+        clock.now += 5
         r = await http.post("/replay/faults", json={"mode": "stall", "duration_s": 10})
         assert r.status_code == 200
-        clock.t += 6
+        clock.now += 6
         assert server.status()[fid]["cursor"] == 5
         assert len(
             (await http.get(f"/fixtures/{fid}", params={"include": "balls"})).json()["data"]["balls"]
         ) == len(demo.fixture_at(5)["balls"])
-        clock.t += 4  # the stall ends: ten entries at once, all stamped with the catch-up time
+        clock.now += 4  # the stall ends: ten entries at once, all stamped with the catch-up time
         fx = (await http.get(f"/fixtures/{fid}", params={"include": "balls"})).json()["data"]
         assert server.status()[fid]["cursor"] == 15
         stamps = {b["updated_at"] for b in fx["balls"][len(demo.fixture_at(5)["balls"]) :]}

@@ -17,7 +17,8 @@ from daemon.replay.tape import Tape
 from daemon.sportmonks.client import LIVE_FIELDS, LIVE_STATUSES, SportMonksClient
 from daemon.sportmonks.errors import SportMonksHTTPError
 from daemon.sportmonks.settings import SportMonksSettings
-from tests.replay.test_server import FakeClock, evenly_paced, start
+from tests.doubles import Clock
+from tests.replay.test_server import evenly_paced, start
 
 LIVE = {"filter[status]": ",".join(LIVE_STATUSES), "include": "runs,balls.score,balls.batsman"}
 
@@ -30,11 +31,11 @@ def tapes() -> list[Tape]:
 async def test_the_live_list_through_fixtures_is_what_livescores_lists(
     nursery: trio.Nursery, tapes: list[Tape]
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, tapes, clock=clock, start_delay_s=0)
     server.add_tape(evenly_paced(synthesise("T10", seed=3, overs=3)), start_delay_s=3600)  # not started: NS
     async with http:
-        clock.t += 20
+        clock.now += 20
         listed = (await http.get("/fixtures", params=LIVE)).json()
         live = (await http.get("/livescores", params={"include": LIVE["include"]})).json()
         assert listed["data"] == live["data"] and len(live["data"]) == 2
@@ -45,10 +46,10 @@ async def test_the_live_list_through_fixtures_is_what_livescores_lists(
 async def test_sparse_fieldsets_cut_each_resource_and_keep_its_relations(
     nursery: trio.Nursery, tapes: list[Tape]
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     _, http = await start(nursery, tapes, clock=clock)
     async with http:
-        clock.t += 20
+        clock.now += 20
         params = {
             "include": "runs,balls.score,balls.batsman,localteam",
             "fields[fixtures]": "id,status",
@@ -71,13 +72,13 @@ async def test_sparse_fieldsets_cut_each_resource_and_keep_its_relations(
 async def test_past_the_plans_hourly_calls_an_entity_is_answered_429_until_its_window_resets(
     nursery: trio.Nursery, tapes: list[Tape]
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(
         nursery, tapes, clock=clock, hourly_budget=3, endpoint_budgets={"livescores": 2}
     )
     fid = tapes[0].fixture_id
     async with http:
-        clock.t += 20
+        clock.now += 20
         assert [(await http.get("/livescores")).status_code for _ in range(3)] == [200, 200, 429]
         # /fixtures/{id} and /fixtures are one entity, as SportMonks counts them
         codes = [(await http.get(f"/fixtures/{fid}")).status_code, (await http.get("/fixtures")).status_code]
@@ -98,7 +99,7 @@ async def test_past_the_plans_hourly_calls_an_entity_is_answered_429_until_its_w
         )
         assert calls["by_endpoint"] == {"livescores": 2, "fixture": 1, "fixtures": 2}
         assert (await http.get("/replay/status")).json()["calls"] == server.calls()
-        clock.t += 3600  # a new window
+        clock.now += 3600  # a new window
         assert (await http.get("/livescores")).status_code == 200
     with pytest.raises(ValueError, match="hourly_budget"):
         ReplayServer(tapes, hourly_budget=-1)
@@ -107,7 +108,7 @@ async def test_past_the_plans_hourly_calls_an_entity_is_answered_429_until_its_w
 async def test_an_endpoint_that_lags_answers_what_was_true_lag_s_ago(
     nursery: trio.Nursery, tapes: list[Tape]
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, tapes, clock=clock, start_delay_s=0)
     fid = tapes[0].fixture_id
 
@@ -117,12 +118,12 @@ async def test_an_endpoint_that_lags_answers_what_was_true_lag_s_ago(
         return len(fixture["balls"])
 
     async with http:
-        clock.t += 8
+        clock.now += 8
         r = await http.post(
             "/replay/faults", json={"mode": "lag", "endpoint": "livescores", "lag_s": 5, "duration_s": 10}
         )
         assert r.status_code == 200
-        clock.t += 6
+        clock.now += 6
         now, lagging = (
             await balls("/fixtures", **{"filter[status]": LIVE["filter[status]"]}),
             await balls("/livescores"),
@@ -130,7 +131,7 @@ async def test_an_endpoint_that_lags_answers_what_was_true_lag_s_ago(
         assert now == len(tapes[0].fixture_at(14)["balls"])
         assert lagging == len(tapes[0].fixture_at(9)["balls"]) < now
         assert await balls(f"/fixtures/{fid}") == now  # the other endpoints as they are
-        clock.t += 5  # the fault is over
+        clock.now += 5  # the fault is over
         assert await balls("/livescores") == await balls(f"/fixtures/{fid}")
         bad = await http.post("/replay/faults", json={"mode": "lag", "lag_s": 5})
         assert bad.status_code == 400 and "endpoint" in bad.json()["message"]
@@ -140,10 +141,10 @@ async def test_an_endpoint_that_lags_answers_what_was_true_lag_s_ago(
 async def test_the_client_reads_the_live_list_through_fixtures_page_by_page_sparse(
     nursery: trio.Nursery, tapes: list[Tape]
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, tapes, clock=clock, start_delay_s=0, page_size=1)
     await http.aclose()
-    clock.t += 20
+    clock.now += 20
     client = SportMonksClient(SportMonksSettings(base_url=f"http://127.0.0.1:{server.port}", api_token="t"))
     async with client:
         result = await client.live_list("fixtures", fields=LIVE_FIELDS)
@@ -164,11 +165,11 @@ async def test_the_client_reads_the_live_list_through_fixtures_page_by_page_spar
 async def test_a_ball_from_the_future_and_a_fixture_left_out_of_one_live_list(
     nursery: trio.Nursery, tapes: list[Tape]
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, tapes, clock=clock, start_delay_s=0)
     fid = tapes[0].fixture_id
     async with http:
-        clock.t += 8
+        clock.now += 8
         r = await http.post(
             "/replay/faults", json={"mode": "future_ball", "fixture_id": fid, "duration_s": 5}
         )
@@ -180,7 +181,7 @@ async def test_a_ball_from_the_future_and_a_fixture_left_out_of_one_live_list(
         assert fake["score"]["is_wicket"] and fake["batsmanout_id"] == newest["batsman_id"]
         other = (await http.get(f"/fixtures/{tapes[1].fixture_id}", params={"include": "balls"})).json()
         assert all(b["id"] < fake["id"] - 100_000 for b in other["data"]["balls"])  # only the fixture named
-        clock.t += 6
+        clock.now += 6
         fx = (await http.get(f"/fixtures/{fid}", params={"include": "balls.score"})).json()["data"]
         assert fake["id"] not in {b["id"] for b in fx["balls"]}  # the fault is over
         r = await http.post(

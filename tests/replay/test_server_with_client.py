@@ -18,14 +18,7 @@ from daemon.replay.tape import Tape, builtin_tape_path, load_tape
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.errors import MalformedPayload, SportMonksError
 from daemon.sportmonks.settings import SportMonksSettings
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.doubles import Clock
 
 
 async def _client(
@@ -47,10 +40,10 @@ async def _client(
 async def test_every_endpoint_the_daemon_uses_is_accepted_by_the_client(nursery: trio.Nursery) -> None:
     demo = load_tape(builtin_tape_path())
     other = synthesise("ODI", 2)
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, client = await _client(nursery, [demo, other], clock=clock, page_size=1)
     try:
-        clock.t += 40
+        clock.now += 40
         live = await client.livescores()
         assert {f["id"] for f in live} == {int(demo.fixture_id), int(other.fixture_id)}
         one = await client.fixture(demo.fixture_id)
@@ -69,10 +62,10 @@ async def test_every_endpoint_the_daemon_uses_is_accepted_by_the_client(nursery:
 
 async def test_faults_look_like_real_failures_to_the_client(nursery: trio.Nursery) -> None:
     demo = load_tape(builtin_tape_path())
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, client = await _client(nursery, [demo], clock=clock)
     try:
-        clock.t += 10
+        clock.now += 10
         server.inject("5xx", endpoint="livescores", count=1)
         assert len(await client.livescores()) == 1  # retried past one 500
         server.inject("429", endpoint="livescores", count=1, retry_after=0)

@@ -17,7 +17,8 @@ from daemon.replay.tape import Tape, builtin_tape_path, load_tape
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.errors import ResponseTooLarge
 from daemon.sportmonks.settings import SportMonksSettings
-from tests.replay.test_server import FakeClock, start
+from tests.doubles import Clock
+from tests.replay.test_server import start
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def demo() -> Tape:
 async def test_a_speed_that_would_overflow_the_clock_is_refused_and_the_feed_keeps_answering(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     async with http:
         for x in ("1e308", "inf", "nan", "0", "-1", str(MAX_SPEED * 10)):
@@ -38,7 +39,7 @@ async def test_a_speed_that_would_overflow_the_clock_is_refused_and_the_feed_kee
         r = await http.post("/replay/play", params={"speed": "1e308"})
         assert r.status_code == 400 and "at most" in r.text
         assert (await http.post("/replay/speed", params={"x": str(MAX_SPEED)})).status_code == 200
-        clock.t += 3600
+        clock.now += 3600
         assert (await http.get("/livescores")).status_code == 200
     with pytest.raises(ValueError, match="at most"):
         ReplayServer([demo], speed=1e308)
@@ -50,16 +51,16 @@ async def test_a_speed_that_would_overflow_the_clock_is_refused_and_the_feed_kee
 async def test_wrong_status_changed_id_and_implausible_totals_apply_for_their_time(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     fid = demo.fixture_id
     async with http:
-        clock.t += 20
+        clock.now += 20
         r = await http.post("/replay/faults", json={"mode": "wrong_status", "duration_s": 4})
         assert r.status_code == 200
         assert (await http.get("/livescores")).json()["data"][0]["status"] == "Finished"
         assert (await http.get(f"/fixtures/{fid}")).json()["data"]["status"] == "Finished"
-        clock.t += 5
+        clock.now += 5
         assert (await http.get("/livescores")).json()["data"][0]["status"] == "1st Innings"
 
         await http.post("/replay/faults", json={"mode": "changed_id", "endpoint": "livescores", "count": 1})
@@ -81,10 +82,10 @@ async def test_wrong_status_changed_id_and_implausible_totals_apply_for_their_ti
 async def test_the_client_stops_reading_an_enormous_body_with_a_clear_error(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     async with http:
-        clock.t += 20
+        clock.now += 20
         await http.post("/replay/faults", json={"mode": "huge_body", "size_bytes": 8 * 1024 * 1024})
         base_url = str(http.base_url)
     settings = SportMonksSettings(api_token="t", base_url=base_url, max_retries=2, max_body_bytes=1024 * 1024)
@@ -104,11 +105,11 @@ async def test_the_client_stops_reading_an_enormous_body_with_a_clear_error(
 async def test_a_ghost_is_listed_for_its_time_and_answers_by_id_until_the_faults_are_cleared(
     nursery: trio.Nursery, demo: Tape
 ) -> None:
-    clock = FakeClock()
+    clock = Clock(1_000_000.0)
     server, http = await start(nursery, [demo], clock=clock)
     fid = demo.fixture_id
     async with http:
-        clock.t += 20
+        clock.now += 20
         for bad in ({"fixture_id": fid}, {"fixture_id": "abc"}, {}):
             r = await http.post("/replay/faults", json={"mode": "ghost", "count": 1, **bad})
             assert r.status_code == 400 and "ghost needs a numeric id" in r.text
@@ -125,10 +126,10 @@ async def test_a_ghost_is_listed_for_its_time_and_answers_by_id_until_the_faults
         )
         assert ghost["balls"] == ghost["runs"] == ghost["batting"] == ghost["bowling"] == []
         days_before = (
-            clock.t - datetime.fromisoformat(ghost["starting_at"].replace("Z", "+00:00")).timestamp()
+            clock.now - datetime.fromisoformat(ghost["starting_at"].replace("Z", "+00:00")).timestamp()
         ) / 86400
         assert round(days_before) == 30
-        clock.t += 11
+        clock.now += 11
         assert [f["id"] for f in (await http.get("/livescores")).json()["data"]] == [int(fid)]
         by_id = (await http.get("/fixtures/4242", params=include)).json()["data"]
         assert by_id == ghost  # still answering, unchanged: no play, ever

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import io
 import time
-from types import SimpleNamespace
 
 import pytest
 import trio
 
 from daemon.metrics import REGISTRY
-from daemon.runtime.assembly import Daemon
+from daemon.runtime.assembly import watch_event_loop
 from tests.conftest import log_lines
 
 
@@ -26,10 +25,9 @@ def _hog_the_loop(seconds: float) -> None:
 async def test_a_stall_is_logged_measured_and_its_stack_written(
     log_stream: io.StringIO, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    owner = SimpleNamespace(config=SimpleNamespace(instance=SimpleNamespace(stall_dump_s=0.3)))
     before = _lag_count()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(Daemon._loop_monitor, owner, 0.05)
+        nursery.start_soon(watch_event_loop, 0.3, 0.05)
         await trio.sleep(0.2)
         _hog_the_loop(1.2)
         await trio.sleep(0.2)
@@ -44,9 +42,8 @@ async def test_a_stall_is_logged_measured_and_its_stack_written(
 async def test_without_a_stall_nothing_is_logged_or_dumped(
     log_stream: io.StringIO, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    owner = SimpleNamespace(config=SimpleNamespace(instance=SimpleNamespace(stall_dump_s=0.5)))
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(Daemon._loop_monitor, owner, 0.05)
+        nursery.start_soon(watch_event_loop, 0.5, 0.05)
         await trio.sleep(0.8)
         nursery.cancel_scope.cancel()
     await trio.sleep(0.8)  # past the last armed dump: it was cancelled when the monitor stopped

@@ -6,18 +6,11 @@ import pytest
 
 from daemon.sportmonks.breaker import CircuitBreaker
 from daemon.sportmonks.errors import BreakerOpen
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.doubles import Clock
 
 
 def make(threshold: int = 3, cooldown: float = 30.0) -> tuple[CircuitBreaker, Clock, list[str]]:
-    clock = Clock()
+    clock = Clock(1000.0)
     changes: list[str] = []
     breaker = CircuitBreaker(
         failure_threshold=threshold, cooldown_s=cooldown, clock=clock, on_change=changes.append

@@ -10,14 +10,7 @@ from hypothesis import strategies as st
 
 from daemon.sportmonks.budget import CallBudget
 from daemon.sportmonks.errors import BudgetExhausted
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.doubles import Clock
 
 
 def test_counts_per_endpoint_and_refuses_past_the_limit() -> None:

@@ -29,7 +29,7 @@ from daemon.sportmonks.errors import (
     SportMonksUnavailable,
 )
 from daemon.sportmonks.settings import SportMonksSettings
-from tests.sportmonks.fake_api import PROD, FakeSportMonks, Scripted, minimal_fixture
+from tests.doubles import PROD, FakeSportMonks, Scripted, minimal_fixture
 
 TOKEN = "secret-token"
 

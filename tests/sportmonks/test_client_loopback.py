@@ -10,7 +10,7 @@ import trio
 from daemon.sportmonks.client import SportMonksClient
 from daemon.sportmonks.errors import SportMonksHTTPError, SportMonksUnavailable
 from daemon.sportmonks.settings import SportMonksSettings
-from tests.sportmonks.fake_api import FakeSportMonks, Scripted, minimal_fixture
+from tests.doubles import FakeSportMonks, Scripted, minimal_fixture
 
 
 async def test_real_http_round_trip_pagination_and_errors(real_fixture: dict[str, Any]) -> None:

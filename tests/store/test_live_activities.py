@@ -47,9 +47,9 @@ async def test_register_then_read_by_match_and_by_user(repos: Repositories):
 
 async def test_update_token_only_for_an_existing_session(repos: Repositories):
     la = repos.live_activities
-    assert await la.update_token("m1", "u1", "iphone", "new") is False
+    assert await la.update_token("m1", "u1", "iphone", "new") == "missing"
     await la.register_la_session("m1", "u1", "iphone", "old")
-    assert await la.update_token("m1", "u1", "iphone", "new") is True
+    assert await la.update_token("m1", "u1", "iphone", "new") == "updated"
     assert (await la.get_la_session("m1", "u1", "iphone"))["updateToken"] == "new"
     assert await la.get_all_la_sessions_for_match("m1") != []
 

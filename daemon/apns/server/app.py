@@ -302,6 +302,10 @@ class ApnsTestServer:
             await event.wait()
         return self.records
 
+    def answers_held(self) -> bool:
+        """Whether any open connection holds a request it has not answered yet (a delayed answer)."""
+        return any(c.unanswered for c in self._connections.values())
+
     def stats(self) -> dict[str, Any]:
         return {
             **self._stats,

@@ -531,7 +531,11 @@ class ReplayServer:
     # ------------------------------------------------------------------------------------------ listener
 
     async def serve(
-        self, host: str = "127.0.0.1", port: int = 0, *, task_status: Any = trio.TASK_STATUS_IGNORED
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Listen on (host, port) until ``stop()``; ``task_status.started(port)`` with the bound port."""
         listeners = await trio.open_tcp_listeners(port, host=host)

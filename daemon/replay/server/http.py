@@ -16,6 +16,8 @@ from typing import Any
 import h11
 import trio
 
+from daemon.replay.errors import ReplayError
+
 # A request head larger than this is refused (h11 answers 431-style); 16 KiB is what nginx allows per
 # header buffer by default and far above any SportMonks query this daemon sends.
 MAX_HEAD_BYTES = 16 * 1024
@@ -23,7 +25,7 @@ MAX_BODY_BYTES = 64 * 1024  # only fault specs arrive with a body
 IDLE_TIMEOUT_S = 60.0
 
 
-class ReplayRequestError(ValueError):
+class ReplayRequestError(ReplayError, ValueError):
     """A bad control or data request; becomes a 4xx with this message."""
 
     def __init__(self, message: str, status: int = 400) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from daemon.replay.errors import ReplayError
+
 # Real key order of a fixture's includes (spec §5); snapshots emit them in this order.
 FIXTURE_INCLUDES: tuple[str, ...] = (
     "league",
@@ -36,7 +38,7 @@ STATUS_NOT_STARTED = "NS"
 TERMINAL_STATUSES = frozenset({"Finished", "Aban.", "Cancl.", "Postp."})
 
 
-class TapeError(ValueError):
+class TapeError(ReplayError, ValueError):
     """A tape that cannot be loaded or is inconsistent; the message names the field or entry."""
 
 

@@ -8,13 +8,15 @@ import json
 import socket
 from typing import Any
 
+from daemon.runtime.errors import DaemonRuntimeError
+
 DEFAULT_SOCKET = "/run/sightscreen/admin.sock"
 SOCKET_ENV = "SIGHTSCREEN_ADMIN_SOCKET"
 EXIT_OK, EXIT_ERROR_ANSWER, EXIT_UNREACHABLE = 0, 1, 2
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024  # metrics of a busy daemon are big, but never this big
 
 
-class Unreachable(Exception):
+class Unreachable(DaemonRuntimeError):
     """The daemon could not be asked (no socket, refused, timed out, garbled answer)."""
 
 

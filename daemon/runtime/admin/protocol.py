@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from daemon.runtime.errors import DaemonRuntimeError
+
 Handler = Callable[[list[str]], Awaitable[Any]]
 """A command: takes the request's args, returns a JSON-able result; raises ``AdminError`` for a user error."""
 
@@ -26,7 +28,7 @@ _CMD_MAX = 64
 _ARGS_MAX = 32
 
 
-class AdminError(Exception):
+class AdminError(DaemonRuntimeError):
     """A user error: the message is sent to the client as ``{"ok": false, "error": message}``."""
 
 

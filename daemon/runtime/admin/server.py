@@ -32,6 +32,7 @@ import trio
 from daemon.logs import get_logger
 from daemon.runtime.accept import ACCEPT_RETRY_S, ACCEPT_TRANSIENT
 from daemon.runtime.admin.protocol import AdminError, Handler, encode_answer, expect_args, parse_request
+from daemon.runtime.errors import DaemonRuntimeError
 
 log = get_logger("admin")
 
@@ -39,7 +40,7 @@ log = get_logger("admin")
 _REJECT_SEND_S = 0.5
 
 
-class AdminSocketError(RuntimeError):
+class AdminSocketError(DaemonRuntimeError, RuntimeError):
     """The socket cannot be set up (path in use by a live server, not a socket, too long...)."""
 
 
@@ -48,7 +49,7 @@ def _summary(handler: Callable[..., Any]) -> str:
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
-class _LineTooLong(Exception):
+class _LineTooLong(DaemonRuntimeError):
     pass
 
 

@@ -1,7 +1,8 @@
-"""What ``check-config`` checks beyond the models: every part ``run`` builds, built here without the network.
+"""What ``check-config`` checks beyond the models: the engine's credentials and the files they come from
+(the APNs key, Apple's ids, the topic, the CA bundle, the SportMonks address and token), without the network.
 
 A file the models accept can still fail at start-up: an empty file has no APNs key, a key file may not be a
-PEM P-256 key, a CA bundle may not be certificates. ``preflight`` finds those (each as a ``ConfigProblem``
+PEM P-256 key, a CA bundle may not be certificates. ``credential_problems`` finds those (each as a ``ConfigProblem``
 naming the key, and the file's path where there is one); ``check-config`` then builds the daemon exactly as
 ``run`` does (``daemon.commands.check_config``), so that OK from ``check-config`` means ``run`` starts. What it cannot know without the network (credentials accepted by AWS,
 APNs or SportMonks) is left to ``run``.
@@ -25,7 +26,7 @@ _APPLE_ID_RE = re.compile(r"[A-Z0-9]{10}")
 PRODUCTION_SPORTMONKS = "https://cricket.sportmonks.com"
 
 
-def preflight(config: Config, env: Mapping[str, str] = os.environ) -> list[ConfigProblem]:
+def credential_problems(config: Config, env: Mapping[str, str] = os.environ) -> list[ConfigProblem]:
     """Every problem that would stop ``run`` from starting; empty when it would start."""
     problems: list[ConfigProblem] = []
     if config.runs("engine"):

@@ -36,7 +36,7 @@ def port_problem(where: str, listen: str) -> ConfigProblem | None:
     return None
 
 
-async def local_problems(config: Config) -> list[ConfigProblem]:
+async def binding_problems(config: Config) -> list[ConfigProblem]:
     """Every local resource ``run`` would fail to take, worded for the operator."""
     problems: list[ConfigProblem] = []
     if config.admin.socket_path:
