@@ -70,13 +70,13 @@ from daemon.apns.settings import ApnsSettings  # noqa: E402
 from daemon.apns.token import generate_signing_key  # noqa: E402
 from daemon.config import InstanceSettings  # noqa: E402
 from daemon.cricket.settings import EngineSettings  # noqa: E402
-from daemon.demo.seed import make_followers  # noqa: E402
 from daemon.logs import configure  # noqa: E402
 from daemon.replay.synth import synthesise  # noqa: E402
 from daemon.runtime import gctune  # noqa: E402
 from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables  # noqa: E402
 from daemon.store.local import MotoServer  # noqa: E402
 from tests.harness.nginx_apns import NginxApns  # noqa: E402
+from tests.harness.seed import make_followers  # noqa: E402
 
 TOPIC = "com.sightscreen.app"
 OWNER = "bench#1"
