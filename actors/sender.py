@@ -477,10 +477,11 @@ class ApnsSender:
         apns_id: str | None,
         *,
         report_dead: bool = False,
+        now: float | None = None,
     ) -> None:
-        """Give ``exchange`` its one result."""
+        """Give ``exchange`` its one result (``now``: the answer's time when the caller has it, else the clock's)."""
         push = exchange.push
-        latency = trio.current_time() - exchange.enqueued_at
+        latency = (trio.current_time() if now is None else now) - exchange.enqueued_at
         result = PushResult(push, outcome, status, reason, apns_id, exchange.attempts, latency)
         self._counts[outcome] += 1
         self._latencies.append(latency)
@@ -591,12 +592,13 @@ class ApnsSender:
                 log.warning("apns_result_dropped_at_stop", token=short_token(result.push.token))
 
     # -- outcomes -----------------------------------------------------------------------------------------
-    def _handle(self, link: Link, outcome: Outcome) -> None:
+    def _handle(self, link: Link, outcome: Outcome, now: float) -> None:
         exchange: _Exchange = outcome.exchange
         if type(outcome) is Answered:
             if outcome.status == 200:  # the hot path
                 # An accepted answer's apns-id is not decoded (see ResponseHeaderDecoder): report ours.
-                self._settle(exchange, "accepted", 200, None, outcome.apns_id or exchange.push.apns_id)
+                apns_id = outcome.apns_id or exchange.push.apns_id
+                self._settle(exchange, "accepted", 200, None, apns_id, now=now)
                 return
             verdict = classify(outcome.status, outcome.reason)
             metrics.APNS_ERRORS.labels(verdict.action.value).inc()
@@ -748,8 +750,9 @@ class ApnsSender:
         """A connection ended: its requests still unanswered go round again (unless the sender is stopping:
         ``_fail_everything`` answers them)."""
         if not self._stopped:
+            now = trio.current_time()
             for orphan in orphans:
-                self._handle(link, orphan)
+                self._handle(link, orphan, now)
             self._update_stream_gauge()
 
     def _update_stream_gauge(self) -> None:

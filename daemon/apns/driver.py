@@ -155,13 +155,14 @@ class Traffic:
     """The callables a pool's connections use, handed in by whoever owns the requests.
 
     ``pending()``: work is waiting. ``fill(link, conn, now)``: start requests on ``conn`` while
-    ``conn.can_send()``; returns how many. ``settle(link, outcome)``: one request's answer, or its
-    ``Unanswered`` (refused, reset, deadline). ``closed(link, orphans)``: the connection ended; ``orphans`` are
+    ``conn.can_send()``; returns how many. ``settle(link, outcome, now)``: one request's answer, or its
+    ``Unanswered`` (refused, reset, deadline), at ``now`` (the time of the read that brought it, or of the
+    watchdog's look: one clock reading for a whole read's answers). ``closed(link, orphans)``: the connection ended; ``orphans`` are
     its requests still unanswered (they may have been processed)."""
 
     pending: Callable[[], bool]
     fill: Callable[[Link, ApnsConnection, float], int]
-    settle: Callable[[Link, Outcome], None]
+    settle: Callable[[Link, Outcome, float], None]
     closed: Callable[[Link, list[Unanswered]], None]
 
 
@@ -469,15 +470,16 @@ class ConnectionPool:
                     log.info("apns_connection_eof", pool=self.name, slot=link.index, in_flight=conn.in_flight)
                     return
                 data = drain_decrypted(stream, data, READ_SIZE)
+                now = trio.current_time()
                 try:
-                    outcomes = conn.receive_data(data, trio.current_time())
+                    outcomes = conn.receive_data(data, now)
                 except h2.exceptions.ProtocolError as exc:
                     log.warning("apns_protocol_error", pool=self.name, slot=link.index, error=str(exc))
                     return
                 if conn.settings_received and not settings_seen.is_set():
                     settings_seen.set()
                 for outcome in outcomes:
-                    settle(link, outcome)
+                    settle(link, outcome, now)
                 if outcomes and not conn.in_flight:
                     link.watch.set()  # idle from now: the watchdog's next look is the idle PING's
                 if self._was_usable is False:
@@ -553,7 +555,7 @@ class ConnectionPool:
             if expired:
                 log.info("apns_request_timeout", pool=self.name, slot=link.index, requests=len(expired))
                 for outcome in expired:
-                    settle(link, outcome)
+                    settle(link, outcome, now)
                 link.wake.set()  # RST_STREAMs to send, stream slots free
             judgement = conn.check(now, rules)
             if judgement.action == "ping":

@@ -77,7 +77,7 @@ class Pushes:
             sent += 1
         return sent
 
-    def settle(self, link: Link, outcome: Outcome) -> None:
+    def settle(self, link: Link, outcome: Outcome, now: float = 0.0) -> None:
         if isinstance(outcome, Answered) and (outcome.status == 200 or self.any_status):
             self.accepted.append((trio.current_time(), link.index, outcome.exchange))
         else:
