@@ -109,7 +109,9 @@ class RequestHeaderEncoder:
         self._size = 0
         self._max = _DEFAULT_TABLE_SIZE
         self._pending_sizes: list[int] = []
-        self._generation = 0  # bumps on any table change: cached encodings are valid for one generation
+        # bumped by every change of the table, and by every size update owed to the decoder: an encoding made
+        # from the table holds for one generation, and while it holds no size update is owed
+        self.generation = 0
         self._cache: dict[tuple[tuple[bytes, bytes], ...], tuple[int, bytes]] = {}
 
     @property
@@ -126,7 +128,7 @@ class RequestHeaderEncoder:
         self._max = new_max
         self._pending_sizes.append(new_max)
         self._evict(0)
-        self._generation += 1
+        self.generation += 1
 
     def _evict(self, room: int) -> None:
         while self._entries and self._size + room > self._max:
@@ -165,12 +167,7 @@ class RequestHeaderEncoder:
         self._where[field] = self._inserted
         self._inserted += 1
         self._size += size
-        self._generation += 1
-
-    @property
-    def generation(self) -> int:
-        """Bumped by every change of the table: an encoding made from it holds for one generation."""
-        return self._generation
+        self.generation += 1
 
     @property
     def owes_size_update(self) -> bool:
@@ -191,7 +188,7 @@ class RequestHeaderEncoder:
     def encode_constant(self, fields: tuple[tuple[bytes, bytes], ...], out: bytearray) -> None:
         """Append ``fields``, indexed in the table (inserting them the first time)."""
         cached = self._cache.get(fields)
-        if cached is not None and cached[0] == self._generation:
+        if cached is not None and cached[0] == self.generation:
             out += cached[1]
             return
         for field in fields:
@@ -201,7 +198,7 @@ class RequestHeaderEncoder:
             return  # some field cannot live in the table: no steady-state encoding to cache
         if len(self._cache) > 64:
             self._cache.clear()  # old tokens' entries; bounded
-        self._cache[fields] = (self._generation, steady)
+        self._cache[fields] = (self.generation, steady)
 
     def start_block(self, out: bytearray) -> None:
         """Dynamic table size updates owed to the decoder go first in a header block (RFC 7541 §4.2)."""
@@ -218,6 +215,20 @@ class RequestHeaderEncoder:
 
 
 _PATH_HEADS: dict[int, bytes] = {}
+_SHARED_LITERALS: dict[tuple[bytes, str], bytes] = {}
+_SHARED_LITERALS_KEPT: Final = 1024
+
+
+def _shared_literal(name: bytes, value: str) -> bytes:
+    """``_literal_not_indexed`` of a value a whole fan-out shares (an alert's collapse id, an expiry), encoded
+    once per value (the most recent ones, bounded)."""
+    key = (name, value)
+    literal = _SHARED_LITERALS.get(key)
+    if literal is None:
+        if len(_SHARED_LITERALS) >= _SHARED_LITERALS_KEPT:
+            _SHARED_LITERALS.clear()
+        literal = _SHARED_LITERALS[key] = _literal_not_indexed(name, value.encode())
+    return literal
 
 
 def _path_head(token_length: int) -> bytes:
@@ -241,6 +252,21 @@ _WANTED_RESPONSE_FIELDS: Final = frozenset({b":status", b"apns-id", b"content-le
 # a rejected push's is decoded for the logs.
 _WANTED_AFTER_200: Final = frozenset({b"content-length", b"apns-channel-id"})
 _STATUS_200: Final = (b":status", b"200")
+
+
+_HUFFMAN_NAMES: dict[bytes, bytes] = {}
+_HUFFMAN_NAMES_KEPT: Final = 256
+
+
+def _huffman_name(raw: bytes) -> bytes:
+    """A Huffman-coded literal field name, decoded once: a server names the same few fields in every answer
+    (APNs's ``apns-id``), and hpack's decoder is pure Python (the most recent names, bounded)."""
+    name = _HUFFMAN_NAMES.get(raw)
+    if name is None:
+        if len(_HUFFMAN_NAMES) >= _HUFFMAN_NAMES_KEPT:
+            _HUFFMAN_NAMES.clear()
+        name = _HUFFMAN_NAMES[raw] = decode_huffman(raw)
+    return name
 
 
 class ResponseHeaderDecoder:
@@ -303,7 +329,7 @@ class ResponseHeaderDecoder:
                         length, pos = read_hpack_int(block, pos - 1, 7)
                     raw = block[pos : pos + length]
                     pos += length
-                    name = decode_huffman(raw) if octet & 0x80 else bytes(raw)
+                    name = _huffman_name(raw) if octet & 0x80 else bytes(raw)
                 octet = block[pos]
                 length = octet & 0x7F
                 pos += 1
@@ -606,11 +632,15 @@ class ApnsConnection:
         encoder: RequestHeaderEncoder = self._h2.encoder
         channel_id = push.channel_id
         cached = self._blocks.get((push.topic, push.push_type, push.priority, channel_id is not None))
-        if cached is None or cached[0] != encoder.generation or encoder.owes_size_update:
+        # (a size update owed to the decoder bumped the generation: a block cached before it does not hold)
+        if cached is None or cached[0] != encoder.generation:
             return self.encode_block(push)
         if channel_id is None:
             token = push.token.encode("ascii")
-            parts = [cached[1], _path_head(len(token)), token, cached[2]]
+            head = _PATH_HEADS.get(len(token)) or _path_head(len(token))
+            if push.expiration is None and push.collapse_id is None and push.apns_id is None:
+                return b"".join((cached[1], head, token, cached[2]))  # a routine update's block
+            parts = [cached[1], head, token, cached[2]]
         else:
             parts = [
                 cached[1],
@@ -619,9 +649,9 @@ class ApnsConnection:
                 _literal_not_indexed(b"apns-channel-id", channel_id.encode("ascii")),
             ]
         if push.expiration is not None:
-            parts.append(_literal_not_indexed(b"apns-expiration", str(push.expiration).encode()))
+            parts.append(_shared_literal(b"apns-expiration", str(push.expiration)))
         if push.collapse_id is not None:
-            parts.append(_literal_not_indexed(b"apns-collapse-id", push.collapse_id.encode()))
+            parts.append(_shared_literal(b"apns-collapse-id", push.collapse_id))
         if push.apns_id is not None:
             parts.append(_literal_not_indexed(b"apns-id", push.apns_id.encode()))
         return b"".join(parts)
@@ -642,9 +672,9 @@ class ApnsConnection:
             block += _path_head(len(token)) + token
             encoder.encode_constant(self._constant(push), block)
         if push.expiration is not None:
-            block += _literal_not_indexed(b"apns-expiration", str(push.expiration).encode())
+            block += _shared_literal(b"apns-expiration", str(push.expiration))
         if push.collapse_id is not None:
-            block += _literal_not_indexed(b"apns-collapse-id", push.collapse_id.encode())
+            block += _shared_literal(b"apns-collapse-id", push.collapse_id)
         if push.apns_id is not None:
             block += _literal_not_indexed(b"apns-id", push.apns_id.encode())
         head = encoder.steady(self._pseudo)
@@ -1043,9 +1073,13 @@ class ApnsConnection:
             # server keeps counting the stream against its limit (RFC 9113 §8.1).
             self._h2.send_reset(stream_id, ErrorCodes.NO_ERROR)
             self._note_reset(stream_id, "sent")
-        self._settle(stream_id, stream)
+        stream.done = True  # ``_settle``, inline: this runs per answer
+        self._finished.append(stream_id)
         self.answers_received += 1
-        outcomes.append(self._answered(stream))
+        if stream.data is None and stream.apns_id is None and stream.channel_id is None:
+            outcomes.append(Answered(stream.exchange, stream.status or 0, None, None, None))  # a bare answer
+        else:
+            outcomes.append(self._answered(stream))
 
     def _window_setting_changed(self, initial_window: int) -> None:
         """The server's SETTINGS_INITIAL_WINDOW_SIZE moves every open stream's send window by the change

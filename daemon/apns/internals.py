@@ -39,6 +39,7 @@ from daemon.apns.wire import (
     DATA,
     END_HEADERS,
     END_STREAM,
+    FRAME_HEADER,
     HEADERS,
     PADDED,
     PRIORITY,
@@ -170,8 +171,24 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
         out = self._data_to_send
         frame_max = self.max_outbound_frame_size
         end_flag = 0 if body else END_STREAM
-        if len(block) <= frame_max:
-            out += frame_header(len(block), HEADERS, END_HEADERS | end_flag, stream_id)
+        size = len(block)
+        if size <= frame_max:
+            size_body = len(body)
+            if (
+                size_body
+                and size_body <= frame_max
+                and size_body <= window
+                and size_body <= self.outbound_flow_control_window
+            ):
+                # the usual request: one HEADERS frame and the whole body in one DATA frame ending the stream
+                self.outbound_flow_control_window -= size_body
+                pack = FRAME_HEADER.pack
+                out += pack(size >> 8, size & 0xFF, HEADERS, END_HEADERS, stream_id)
+                out += block
+                out += pack(size_body >> 8, size_body & 0xFF, DATA, END_STREAM, stream_id)
+                out += body
+                return size_body
+            out += frame_header(size, HEADERS, END_HEADERS | end_flag, stream_id)
             out += block
         else:
             chunks = [block[i : i + frame_max] for i in range(0, len(block), frame_max)]
