@@ -377,14 +377,14 @@ class ApnsSender:
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 return  # drained (or every producer is gone)
             now = trio.current_time()
-            self._accept(push, now)
+            self._accept(push, now, queue)
             # Take whatever else is already waiting without yielding per push.
             while len(queue) < cap:
                 try:
                     push = recv.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
-                self._accept(push, now)
+                self._accept(push, now, queue)
             wake_writers()
             if now - last_batch < window and not self._draining:
                 # Pushes are arriving in a stream: let them gather in the inbox for a moment rather than
@@ -395,8 +395,9 @@ class ApnsSender:
                 await trio.sleep(window)
             last_batch = now
 
-    def _accept(self, push: Push, now: float) -> None:
-        """Take ``push`` from its inbox (at ``now``, the intake's time for the batch it came in)."""
+    def _accept(self, push: Push, now: float, queue: deque[_Exchange] | None = None) -> None:
+        """Take ``push`` from its inbox (at ``now``, the intake's time for the batch it came in) into ``queue``,
+        its lane's (the intake knows it; else it is looked up)."""
         exchange = _Exchange(push, now)
         self._outstanding += 1
         dead_reason = self._dead.get(push.token)
@@ -415,7 +416,7 @@ class ApnsSender:
             )
             self._settle(exchange, "failed", None, problem, None)
             return
-        self._lane(push).queue.append(exchange)
+        (self._lane(push).queue if queue is None else queue).append(exchange)
 
     def _take_inboxes(self) -> Iterator[Push]:
         """Whatever producers have handed over and the intakes have not taken yet, urgent first."""

@@ -922,9 +922,12 @@ class ApnsConnection:
                     else:
                         self._on_headers(stream_id, stream, payload, flags & END_STREAM, outcomes)
                 elif frame_type == DATA:
-                    h2c.data_received(flow)  # counted against the connection's window, open stream or not
+                    if flow:  # counted against the connection's window, open stream or not
+                        h2c.data_received(flow)
                     if stream is None:
                         self._on_closed_stream(stream_id, "DATA")
+                    elif not flow and flags & END_STREAM and stream.status is not None:
+                        self._answer(stream_id, stream, outcomes)  # an empty DATA ending an answer
                     else:
                         self._on_data(stream_id, stream, payload, flow, flags & END_STREAM, outcomes)
                 elif frame_type == WINDOW_UPDATE:

@@ -101,6 +101,9 @@ included); RST_STREAM, WINDOW_UPDATE and PRIORITY as received (length 0 for all 
 _STREAM_FRAME_TYPES: Final = frozenset({DATA, HEADERS, RST_STREAM, PRIORITY, WINDOW_UPDATE, CONTINUATION})
 _FIXED_LENGTH: Final = {RST_STREAM: 4, WINDOW_UPDATE: 4, PRIORITY: 5}
 _FRAME_HEAD: Final = struct.Struct(">HBBBL")  # 24-bit length as (high 16, low 8), type, flags, stream id
+# A HEADERS frame whose flags masked by this are END_HEADERS alone is a whole header block without padding or
+# priority fields: its payload is the block as it came.
+_HEADERS_AS_IS: Final = PADDED | PRIORITY_FLAG | END_HEADERS
 
 
 class ApnsClientH2Connection(h2.connection.H2Connection):
@@ -302,7 +305,20 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
                     slow_from = -1
                     fast = self.is_open and not frame_buffer._headers_buffer
                     max_size = self.max_inbound_frame_size
-                self._stream_frame(buffer, pos + 9, frame_end, frame_type, flags, stream_id, items)
+                # The usual frames are handed on as they came (``_stream_frame`` does the same for them, and
+                # strips padding and priority fields and gathers a header block's CONTINUATIONs for the rest).
+                if frame_type == DATA:
+                    if flags & PADDED:
+                        self._stream_frame(buffer, pos + 9, frame_end, frame_type, flags, stream_id, items)
+                    else:
+                        items.append((DATA, flags, stream_id, bytes(buffer[pos + 9 : frame_end]), length))
+                elif frame_type == HEADERS:
+                    if flags & _HEADERS_AS_IS == END_HEADERS:
+                        items.append((HEADERS, flags, stream_id, bytes(buffer[pos + 9 : frame_end]), 0))
+                    else:
+                        self._stream_frame(buffer, pos + 9, frame_end, frame_type, flags, stream_id, items)
+                else:  # RST_STREAM, WINDOW_UPDATE, PRIORITY: fixed lengths, checked above
+                    items.append((frame_type, flags, stream_id, bytes(buffer[pos + 9 : frame_end]), 0))
             elif (
                 fast
                 and frame_type == WINDOW_UPDATE
