@@ -78,3 +78,9 @@ def test_bench_runs_h2load_with_the_same_request_on_the_same_nginx() -> None:
     result = run_bench("--spawn-server", "nginx", "-n", "300", "--h2load")
     assert result["failed"] == 0 and result["vs_h2load"] > 0
     assert result["h2load_cpu_us_per_request"] > 0 and result["client_cpu_us_per_push"] > 0
+
+
+def test_bench_hands_pushes_over_as_the_fan_out_does() -> None:
+    # 2,500: more than two send_many batches, the last one short
+    result = run_bench("--spawn-server", "apns", "-n", "2500", "--hand-over", "many")
+    assert result["pushes"] == 2500 and result["failed"] == 0
