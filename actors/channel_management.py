@@ -214,7 +214,7 @@ class ChannelManagement:
             sent += 1
         return sent
 
-    def _settle(self, link: Link, outcome: Outcome) -> None:
+    def _settle(self, link: Link, outcome: Outcome, now: float = 0.0) -> None:
         pending: _Pending = outcome.exchange
         pending.outcome = outcome
         pending.done.set()

@@ -66,6 +66,9 @@ log = get_logger("apns.sender")
 
 _MAX_DEAD_TOKENS: Final = 1_000_000
 _LATENCY_SAMPLES: Final = 20_000
+# sightscreen_pushes is moved once per this many settled pushes (and whenever the sender falls idle or is
+# looked at), not once per push
+_COUNTS_BATCH: Final = 256
 
 
 @dataclass(slots=True, eq=False)
@@ -197,6 +200,8 @@ class ApnsSender:
             for kind in ("start", "update", "end", "alert")
             for outcome in ("accepted", "rejected", "failed")
         }
+        self._unreported: dict[tuple[str, str], int] = {}  # settled, not yet in sightscreen_pushes
+        self._unreported_total = 0
         # Every error series exists from the start at 0, so the first configuration error shows as an
         # increase to the alert rules rather than as a new series Prometheus has no earlier sample of.
         for action in Action:
@@ -263,6 +268,7 @@ class ApnsSender:
         return (not problems, "; ".join(problems))
 
     def stats(self) -> dict[str, Any]:
+        self._report_counts()
         samples = sorted(self._latencies)
 
         def pct(p: float) -> float | None:
@@ -302,8 +308,9 @@ class ApnsSender:
         self._draining = True
         # Take what producers already handed over, then close the inboxes: later sends raise
         # BrokenResourceError at the producer instead of waiting in a queue nobody reads.
+        now = trio.current_time()
         for push in self._take_inboxes():
-            self._accept(push)
+            self._accept(push, now)
         for route in self._routes:
             for lane in route.lanes:
                 lane.recv.close()
@@ -340,6 +347,7 @@ class ApnsSender:
             self._stopped = True
             reason = self._fatal.reason if self._fatal is not None else "ShuttingDown"
             self._fail_everything(reason)
+            self._report_counts()
             for route in self._routes:
                 for lane in route.lanes:
                     lane.recv.close()
@@ -368,16 +376,16 @@ class ApnsSender:
                 push = await recv.receive()
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 return  # drained (or every producer is gone)
-            self._accept(push)
+            now = trio.current_time()
+            self._accept(push, now, queue)
             # Take whatever else is already waiting without yielding per push.
             while len(queue) < cap:
                 try:
                     push = recv.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
-                self._accept(push)
+                self._accept(push, now, queue)
             wake_writers()
-            now = trio.current_time()
             if now - last_batch < window and not self._draining:
                 # Pushes are arriving in a stream: let them gather in the inbox for a moment rather than
                 # waking this task and a writer for every few pushes. A lone push still goes out at once;
@@ -387,8 +395,9 @@ class ApnsSender:
                 await trio.sleep(window)
             last_batch = now
 
-    def _accept(self, push: Push) -> None:
-        now = trio.current_time()
+    def _accept(self, push: Push, now: float, queue: deque[_Exchange] | None = None) -> None:
+        """Take ``push`` from its inbox (at ``now``, the intake's time for the batch it came in) into ``queue``,
+        its lane's (the intake knows it; else it is looked up)."""
         exchange = _Exchange(push, now)
         self._outstanding += 1
         dead_reason = self._dead.get(push.token)
@@ -407,7 +416,7 @@ class ApnsSender:
             )
             self._settle(exchange, "failed", None, problem, None)
             return
-        self._lane(push).queue.append(exchange)
+        (self._lane(push).queue if queue is None else queue).append(exchange)
 
     def _take_inboxes(self) -> Iterator[Push]:
         """Whatever producers have handed over and the intakes have not taken yet, urgent first."""
@@ -469,20 +478,23 @@ class ApnsSender:
         apns_id: str | None,
         *,
         report_dead: bool = False,
+        now: float | None = None,
     ) -> None:
-        """Give ``exchange`` its one result."""
+        """Give ``exchange`` its one result (``now``: the answer's time when the caller has it, else the clock's)."""
         push = exchange.push
-        latency = trio.current_time() - exchange.enqueued_at
+        latency = (trio.current_time() if now is None else now) - exchange.enqueued_at
         result = PushResult(push, outcome, status, reason, apns_id, exchange.attempts, latency)
         self._counts[outcome] += 1
         self._latencies.append(latency)
         if push.channel_id is not None:
             metrics.BROADCASTS.labels(kind=push.kind, outcome=outcome).inc()
         else:
-            counter = self._pushes_metric.get((push.kind, outcome))
-            if counter is None:
-                counter = metrics.PUSHES.labels(kind=push.kind, outcome=outcome)
-            counter.inc()
+            key = (push.kind, outcome)
+            unreported = self._unreported
+            unreported[key] = unreported.get(key, 0) + 1
+            self._unreported_total += 1
+            if self._unreported_total >= _COUNTS_BATCH:
+                self._report_counts()
         metrics.PUSH_LATENCY.observe(latency)
         if push.reply_to is not None:
             self._deliver(push.reply_to, result)
@@ -490,7 +502,20 @@ class ApnsSender:
             self._deliver(self._janitor, result)
         self._outstanding -= 1
         if self._outstanding == 0:
+            self._report_counts()
             self._idle_wake.set()
+
+    def _report_counts(self) -> None:
+        """Add the pushes settled since the last report to sightscreen_pushes."""
+        if not self._unreported_total:
+            return
+        for (kind, outcome), n in self._unreported.items():
+            counter = self._pushes_metric.get((kind, outcome))
+            if counter is None:
+                counter = metrics.PUSHES.labels(kind=kind, outcome=outcome)
+            counter.inc(n)
+        self._unreported.clear()
+        self._unreported_total = 0
 
     def _deliver(self, channel: trio.MemorySendChannel[PushResult], result: PushResult) -> None:
         if self._undelivered:
@@ -568,12 +593,13 @@ class ApnsSender:
                 log.warning("apns_result_dropped_at_stop", token=short_token(result.push.token))
 
     # -- outcomes -----------------------------------------------------------------------------------------
-    def _handle(self, link: Link, outcome: Outcome) -> None:
+    def _handle(self, link: Link, outcome: Outcome, now: float) -> None:
         exchange: _Exchange = outcome.exchange
         if type(outcome) is Answered:
             if outcome.status == 200:  # the hot path
                 # An accepted answer's apns-id is not decoded (see ResponseHeaderDecoder): report ours.
-                self._settle(exchange, "accepted", 200, None, outcome.apns_id or exchange.push.apns_id)
+                apns_id = outcome.apns_id or exchange.push.apns_id
+                self._settle(exchange, "accepted", 200, None, apns_id, now=now)
                 return
             verdict = classify(outcome.status, outcome.reason)
             metrics.APNS_ERRORS.labels(verdict.action.value).inc()
@@ -725,8 +751,9 @@ class ApnsSender:
         """A connection ended: its requests still unanswered go round again (unless the sender is stopping:
         ``_fail_everything`` answers them)."""
         if not self._stopped:
+            now = trio.current_time()
             for orphan in orphans:
-                self._handle(link, orphan)
+                self._handle(link, orphan, now)
             self._update_stream_gauge()
 
     def _update_stream_gauge(self) -> None:

@@ -150,17 +150,28 @@ async def run_sightscreen(args: argparse.Namespace, creds: dict[str, str]) -> di
             for _ in range(args.connections):
                 await sender.send_and_wait(template)
 
+        def push(i: int) -> Push:
+            return Push(f"{i:0160x}", "liveactivity", args.topic, payload, 5, "update", reply_to=reply_send)
+
         async def produce() -> None:
+            if args.hand_over == "many":  # as the match engine's fan-out hands a tick over
+                for first in range(0, n, _MANY):
+                    await sender.send_many([push(i) for i in range(first, min(first + _MANY, n))])
+                return
             for i in range(n):
-                await sender.send(
-                    Push(f"{i:0160x}", "liveactivity", args.topic, payload, 5, "update", reply_to=reply_send)
-                )
+                await sender.send(push(i))
 
         start = trio.current_time()
         cpu_start = time.process_time()
         nursery.start_soon(produce)
         for _ in range(n):
-            result = await reply_recv.receive()
+            if args.hand_over == "many":  # take what is buffered; wait only when nothing is
+                try:
+                    result = reply_recv.receive_nowait()
+                except trio.WouldBlock:
+                    result = await reply_recv.receive()
+            else:
+                result = await reply_recv.receive()
             latencies.append(result.latency_s)
             if result.outcome != "accepted":
                 failed += 1
@@ -170,6 +181,7 @@ async def run_sightscreen(args: argparse.Namespace, creds: dict[str, str]) -> di
         nursery.cancel_scope.cancel()
     out = summary("sightscreen", args.connections, n, seconds, latencies, failed)
     out["client_cpu_s"] = round(cpu, 3)
+    out["client_cpu_us_per_push"] = round(cpu / n * 1e6, 1)
     out["connects"] = stats["connects"]
     return out
 
@@ -236,6 +248,92 @@ async def run_aioapns(args: argparse.Namespace, creds: dict[str, str]) -> dict[s
     return out
 
 
+_MANY = 1_000  # --hand-over many: pushes per send_many
+
+
+# -- h2load ---------------------------------------------------------------------------------------------
+
+H2LOAD_TOPIC_SUFFIX = ".push-type.liveactivity"
+_H2LOAD_PER_CONNECTION = 10_000  # nginx's keepalive_requests (tests/harness/nginx_apns.py): then its GOAWAY
+
+
+def run_h2load(
+    url: str,
+    *,
+    ca_file: str | None,
+    n: int,
+    body: bytes,
+    token: str,
+    topic: str,
+    priority: int,
+    authorization: str,
+    streams: int,
+    connections: int = 1,
+) -> dict[str, Any]:
+    """h2load (nghttp2's C client) against ``url`` with the sender's request: POST /3/device/<token>, the same
+    headers (a provider token of the same length), a body of the same size, one connection with ``streams``
+    concurrent streams on each of ``connections``. h2load does not reconnect after a GOAWAY, so it runs once per
+    10,000 requests a connection (nginx's ``keepalive_requests``), as the sender reconnects. Its CPU is its own (``wait4`` resource usage)."""
+    import os
+    import shutil
+
+    h2load = shutil.which("h2load")
+    if h2load is None:
+        raise SystemExit("--h2load needs h2load (Debian: apt-get install nghttp2-client)")
+    del ca_file  # h2load does not verify the server's certificate
+    with tempfile.NamedTemporaryFile(prefix="h2load-body-", suffix=".json") as f:
+        f.write(body)
+        f.flush()
+        cmd = [
+            h2load,
+            "-c",
+            str(connections),
+            "-m",
+            str(streams),
+            "-d",
+            f.name,
+            "-H",
+            "apns-push-type: liveactivity",
+            "-H",
+            f"apns-topic: {topic}",
+            "-H",
+            f"apns-priority: {priority}",
+            "-H",
+            f"authorization: {authorization}",
+        ]
+        done = succeeded = 0
+        seconds = cpu = 0.0
+        while done < n:
+            batch = min(_H2LOAD_PER_CONNECTION * connections, n - done)
+            start = time.perf_counter()
+            proc = subprocess.Popen(
+                [*cmd, "-n", str(batch), f"{url}/3/device/{token}"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            assert proc.stdout is not None
+            output = proc.stdout.read()
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            seconds += time.perf_counter() - start
+            cpu += usage.ru_utime + usage.ru_stime
+            for line in output.splitlines():
+                if line.startswith("requests:"):
+                    succeeded += int(line.split(" succeeded")[0].rsplit(" ", 1)[-1])
+            done += batch
+    return {
+        "client": "h2load",
+        "requests": n,
+        "succeeded": succeeded,
+        "body_bytes": len(body),
+        "seconds": round(seconds, 3),
+        "requests_per_s": round(n / seconds, 1) if seconds > 0 else None,
+        "cpu_s": round(cpu, 3),
+        "cpu_us_per_request": round(cpu / n * 1e6, 1) if n else None,
+    }
+
+
 # -- server and credentials -----------------------------------------------------------------------------
 
 
@@ -280,6 +378,19 @@ def spawn_nginx() -> tuple[Any, dict[str, Any]]:
     }
 
 
+def provider_authorization(creds: dict[str, str]) -> str:
+    """The ``authorization`` header the sender's connections carry with these credentials."""
+    from daemon.apns.token import ProviderTokenPolicy, ProviderTokens, load_signing_key
+
+    tokens = ProviderTokens(
+        load_signing_key(creds["private_pem"]),
+        team_id=creds["team_id"],
+        key_id=creds["key_id"],
+        policy=ProviderTokenPolicy(),
+    )
+    return tokens.for_connection(None, None).token.authorization.decode("ascii")
+
+
 def credentials(args: argparse.Namespace) -> dict[str, str]:
     if args.key_file:
         private_pem = Path(args.key_file).read_text()
@@ -315,6 +426,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", default="com.sightscreen.app", help="bundle id")
     p.add_argument("--connect-timeout", type=float, default=30.0)
     p.add_argument("--profile", metavar="FILE", help="cProfile the sightscreen client into FILE")
+    p.add_argument(
+        "--hand-over",
+        choices=["each", "many"],
+        default="each",
+        help="how the producer hands pushes to the sender: one await of send() and of the result each (default), "
+        f"or as the match engine's fan-out does: send_many() of {_MANY:,} at a time, results taken as buffered",
+    )
+    p.add_argument(
+        "--h2load",
+        action="store_true",
+        help="after the sightscreen run, run h2load (nghttp2) with the same request on the same server and add "
+        "vs_h2load (pushes/s over h2load's requests/s) and its CPU per request",
+    )
     return p
 
 
@@ -352,6 +476,23 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(other))
             if other["pushes_per_s"]:
                 result["vs_aioapns"] = round(result["pushes_per_s"] / other["pushes_per_s"], 2)
+        if args.h2load:
+            h2 = run_h2load(
+                args.url,
+                ca_file=args.ca_file,
+                n=args.n,
+                body=live_activity_update(0),
+                token="0" * 160,
+                topic=args.topic + H2LOAD_TOPIC_SUFFIX,
+                priority=5,
+                authorization=provider_authorization(creds),
+                streams=ApnsSettings().max_streams_per_connection,
+                connections=args.connections,
+            )
+            print(json.dumps(h2))
+            if h2["requests_per_s"]:
+                result["vs_h2load"] = round(result["pushes_per_s"] / h2["requests_per_s"], 3)
+            result["h2load_cpu_us_per_request"] = h2["cpu_us_per_request"]
     finally:
         if isinstance(proc, NginxApns):
             proc.stop()

@@ -7,12 +7,54 @@ Label values are bounded: match ids (5-20 live at once), table and operation nam
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 # process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds, process_start_time_seconds:
 # memory growth, CPU saturation and restart loops are read from these (Linux /proc; absent elsewhere).
 ProcessCollector(registry=REGISTRY)
+
+
+class EventLoopHistogram:
+    """A histogram without labels that is observed from the event loop's thread only, exported as a Prometheus
+    histogram (cumulative ``le`` buckets, ``_sum``, ``_count``) when the registry is collected.
+
+    ``prometheus_client.Histogram.observe`` takes a lock and walks the buckets for every observation, more
+    than a microsecond each: the sender observes one per push. Here an observation is a bisect and two
+    additions; collecting (a scrape, in the same thread) adds the buckets up. A value counts in every bucket
+    whose bound is at least the value, as Prometheus defines ``le``."""
+
+    def __init__(
+        self, name: str, documentation: str, *, buckets: Sequence[float], registry: CollectorRegistry
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._bounds = tuple(sorted(float(b) for b in buckets))
+        self._counts = [0] * (len(self._bounds) + 1)  # the last one: above every bound (+Inf only)
+        self._sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def collect(self) -> Iterator[Metric]:
+        cumulative: list[tuple[str, float]] = []
+        total = 0
+        for bound, count in zip(self._bounds, self._counts, strict=False):
+            total += count
+            cumulative.append((floatToGoString(bound), total))  # type: ignore[no-untyped-call]
+        cumulative.append(("+Inf", total + self._counts[-1]))
+        yield HistogramMetricFamily(self._name, self._documentation, buckets=cumulative, sum_value=self._sum)
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self._name, self._documentation)
+
 
 # --- Readiness ------------------------------------------------------------------------------------------
 READY = Gauge(
@@ -35,7 +77,7 @@ PUSHES = Counter(
     ["kind", "outcome"],
     registry=REGISTRY,
 )
-PUSH_LATENCY = Histogram(
+PUSH_LATENCY = EventLoopHistogram(
     "sightscreen_push_latency_seconds",
     "From a push entering the sender's inbox to APNs's answer",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),

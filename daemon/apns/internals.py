@@ -1,15 +1,16 @@
 """Every place the APNs client and test server reach into h2's, hpack's or trio's private internals.
 
-The sender's request path and both sides' receive fast paths drive h2's own connection and stream state
-machines directly instead of going through its frame objects (see ``daemon.apns.connection`` for what that
-saves). Those internals are not h2's API, so they sit here, behind one check made at import:
+The sender's request streams bypass h2's per-stream machinery (``ApnsClientH2Connection``: h2 keeps the
+connection, ``daemon.apns.connection`` the streams), and the test server's receive path skips h2's per-frame
+logging (see ``daemon.apns.connection`` for what that saves). Those internals are not h2's API, so they sit
+here, behind one check made at import:
 
 - ``H2_FAST_PATHS`` is true when h2 is 4.x and every private attribute used below exists on a probe
-  connection and stream. When it is false: the test server runs stock h2 (its ``_receive_frame`` override
-  is dropped), answers still use the HPACK shortcut (public hpack API only), hpack's Huffman decoding stays
-  uncached, and the sender's connection refuses to start with an error naming what is missing (its request
-  path has no stock-h2 equivalent). pyproject.toml pins h2 to 4.x for this reason; the tests drive both
-  sides against h2's own peer and hpack's own coder to catch drift.
+  connection. When it is false: the test server runs stock h2 (its ``_receive_frame`` override is dropped),
+  answers still use the HPACK shortcut (public hpack API only), hpack's Huffman decoding stays uncached, and
+  the sender's connection refuses to start with an error naming what is missing (its request path has no
+  stock-h2 equivalent). pyproject.toml pins h2 to 4.x for this reason; the tests drive both sides against
+  h2's own peer and hpack's own coder to catch drift.
 - trio: ``drain_decrypted`` reads an ``SSLStream``'s private buffers and falls back to one TLS record per
   read when they are absent.
 """
@@ -17,8 +18,9 @@ saves). Those internals are not h2's API, so they sit here, behind one check mad
 from __future__ import annotations
 
 import ssl
+import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import h2.config
 import h2.connection
@@ -27,9 +29,8 @@ import h2.events
 import h2.exceptions
 import hpack.hpack
 import trio
-from h2.connection import AllowedStreamIDs, ConnectionInputs, ConnectionState
+from h2.connection import ConnectionInputs, ConnectionState
 from h2.errors import _error_code_from_int
-from h2.stream import StreamInputs
 from h2.utilities import guard_increment_window
 from hyperframe.frame import Frame, RstStreamFrame
 
@@ -38,18 +39,18 @@ from daemon.apns.wire import (
     DATA,
     END_HEADERS,
     END_STREAM,
+    FRAME_HEADER,
     HEADERS,
     PADDED,
+    PRIORITY,
     PRIORITY_FLAG,
     RST_STREAM,
     WINDOW_UPDATE,
     frame_header,
 )
 
-# Private attributes of an h2 4.x connection and stream that the code below uses.
+# Private attributes of an h2 4.x connection that the code below uses (the client's and the test server's).
 _CONNECTION_INTERNALS = (
-    "_begin_new_stream",
-    "_closed_streams",
     "_data_to_send",
     "_frame_dispatch_table",
     "_inbound_flow_control_window_manager",
@@ -63,7 +64,6 @@ _CONNECTION_INTERNALS = (
     "state_machine",
     "incoming_buffer",
 )
-_STREAM_INTERNALS = ("_initialize_content_length", "state_machine", "receive_window_update", "receive_data")
 
 
 def _missing_h2_internals() -> list[str]:
@@ -75,11 +75,14 @@ def _missing_h2_internals() -> list[str]:
     missing = [name for name in _CONNECTION_INTERNALS if not hasattr(probe, name)]
     if not hasattr(getattr(probe, "incoming_buffer", None), "_headers_buffer"):
         missing.append("incoming_buffer._headers_buffer")
-    try:
-        stream = probe._begin_new_stream(1, AllowedStreamIDs.ODD)
-    except Exception:  # noqa: BLE001 - any failure means the internals differ
-        return [*missing, "_begin_new_stream()"]
-    missing += [f"H2Stream.{name}" for name in _STREAM_INTERNALS if not hasattr(stream, name)]
+    manager = getattr(probe, "_inbound_flow_control_window_manager", None)
+    missing += [
+        f"_inbound_flow_control_window_manager.{name}"
+        for name in ("window_consumed", "process_bytes")
+        if not hasattr(manager, name)
+    ]
+    if not isinstance(getattr(probe, "_data_to_send", None), bytearray):
+        missing.append("_data_to_send as a bytearray")
     return missing
 
 
@@ -89,15 +92,34 @@ H2_FAST_PATHS: bool = not MISSING_H2_INTERNALS
 
 # --- the APNs client's connection ------------------------------------------------------------------------
 
+StreamFrame = tuple[int, int, int, bytes, int]
+"""A frame on one of our request streams, as ``ApnsClientH2Connection.receive_frames`` hands it on: (type, flags,
+stream id, payload, flow-controlled length). HEADERS come whole (CONTINUATION frames joined, END_HEADERS set),
+unpadded and without their priority fields; DATA unpadded, with its flow-controlled length (padding
+included); RST_STREAM, WINDOW_UPDATE and PRIORITY as received (length 0 for all but DATA)."""
+
+_STREAM_FRAME_TYPES: Final = frozenset({DATA, HEADERS, RST_STREAM, PRIORITY, WINDOW_UPDATE, CONTINUATION})
+_FIXED_LENGTH: Final = {RST_STREAM: 4, WINDOW_UPDATE: 4, PRIORITY: 5}
+_FRAME_HEAD: Final = struct.Struct(">HBBBL")  # 24-bit length as (high 16, low 8), type, flags, stream id
+# A HEADERS frame whose flags masked by this are END_HEADERS alone is a whole header block without padding or
+# priority fields: its payload is the block as it came.
+_HEADERS_AS_IS: Final = PADDED | PRIORITY_FLAG | END_HEADERS
+
 
 class ApnsClientH2Connection(h2.connection.H2Connection):
-    """h2's client connection with O(1) stream counting, a direct request path and graceful GOAWAY.
+    """h2's client connection for what belongs to the connection; the request streams are ``ApnsConnection``'s.
 
-    ``encoder`` builds request header blocks (h2 never encodes for this connection: ``send_request`` takes
-    the block); ``response_decoder`` decodes answers on the fast path.
+    h2 keeps the connection itself: its state machine, SETTINGS both ways, PING, GOAWAY, the connection-level
+    flow-control windows, and every frame that is not on a stream we opened. The request streams are lean
+    records kept by ``ApnsConnection`` (their states, windows and answers): h2's per-stream objects, state
+    machines and events cost more CPU than the rest of a push. This class opens them without an h2 stream (h2
+    only learns the highest stream id, so that it treats frames on other ids as it should), writes their frames
+    straight into h2's output buffer, charges what arrives on them to h2's connection window, and splits what
+    arrives: frames on our streams go back as ``StreamFrame``s, every other frame through h2's own receive path,
+    all in wire order. ``encoder`` is the request HPACK encoder (h2 tells it the server's table size).
     """
 
-    def __init__(self, config: h2.config.H2Configuration, *, encoder: Any, response_decoder: Any) -> None:
+    def __init__(self, config: h2.config.H2Configuration, *, encoder: Any) -> None:
         if not H2_FAST_PATHS:
             raise RuntimeError(
                 f"h2 {h2.__version__} lacks the internals the APNs request path drives "
@@ -107,7 +129,8 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
         self.encoder: Any = encoder
         self.open_requests = 0
         self._pending_bytes = bytearray()  # a partial frame, until the rest arrives
-        self.response_decoder = response_decoder
+        # our HEADERS whose block continues in CONTINUATION frames: (stream id, HEADERS flags, block so far)
+        self._block: tuple[int, int, bytearray] | None = None
         # the server's SETTINGS_MAX_CONCURRENT_STREAMS, kept by ``settings_changed`` (h2's Settings mapping
         # costs a lookup chain per read, and this is read per request)
         self.stream_limit: int = self.remote_settings.max_concurrent_streams
@@ -118,178 +141,251 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
 
     @property
     def open_outbound_streams(self) -> int:
-        # Stock h2 recounts (and garbage-collects) every stream here, on every send_headers: O(n) per
-        # request. ApnsConnection counts its own streams exactly and forgets closed ones as they close.
+        # h2 counts the streams in its own table; ours are not there. ApnsConnection counts them exactly.
         return self.open_requests
 
-    def _connection_input(self, input_: ConnectionInputs) -> None:
-        # In CLIENT_OPEN, h2's connection state machine maps SEND/RECV of HEADERS, DATA and RST_STREAM back to
-        # CLIENT_OPEN with no side effect; only other states need the machine (and its ProtocolError).
+    @property
+    def is_open(self) -> bool:
+        """The connection is open both ways (h2's state machine): our streams' frames are ours to handle."""
+        return self.state_machine.state is ConnectionState.CLIENT_OPEN
+
+    def protocol_error(self, error_code: h2.errors.ErrorCodes, message: str) -> h2.exceptions.ProtocolError:
+        """End the connection with GOAWAY ``error_code`` (a stream error on our streams is treated as a
+        connection error, as RFC 9113 §5.4.1 allows); returns the exception for the caller to raise."""
+        self._terminate_connection(error_code)
+        exc = h2.exceptions.ProtocolError(message)
+        exc.error_code = error_code
+        return exc
+
+    # -- our streams, outbound ----------------------------------------------------------------------------
+    def send_request(self, stream_id: int, block: bytes, body: bytes, window: int) -> int:
+        """Open ``stream_id`` with the HPACK ``block`` as its request headers, and send as much of ``body`` as
+        the connection's window and the stream's ``window`` allow; returns the bytes of body sent. END_STREAM
+        comes with the last byte of the body, or with the headers when there is no body (GET, DELETE)."""
+        if self.open_requests >= self.stream_limit:
+            raise h2.exceptions.TooManyStreamsError("APNs stream limit reached")  # guarded by ApnsConnection
         machine = self.state_machine
         if machine.state is not ConnectionState.CLIENT_OPEN:
-            machine.process_input(input_)
+            machine.process_input(ConnectionInputs.SEND_HEADERS)  # raises in a state that sends nothing
+        if stream_id <= self.highest_outbound_stream_id or not stream_id & 1:
+            raise h2.exceptions.StreamIDTooLowError(stream_id, self.highest_outbound_stream_id)
+        self.highest_outbound_stream_id = stream_id
+        self.open_requests += 1
+        out = self._data_to_send
+        frame_max = self.max_outbound_frame_size
+        end_flag = 0 if body else END_STREAM
+        size = len(block)
+        if size <= frame_max:
+            size_body = len(body)
+            if (
+                size_body
+                and size_body <= frame_max
+                and size_body <= window
+                and size_body <= self.outbound_flow_control_window
+            ):
+                # the usual request: one HEADERS frame and the whole body in one DATA frame ending the stream
+                self.outbound_flow_control_window -= size_body
+                pack = FRAME_HEADER.pack
+                out += pack(size >> 8, size & 0xFF, HEADERS, END_HEADERS, stream_id)
+                out += block
+                out += pack(size_body >> 8, size_body & 0xFF, DATA, END_STREAM, stream_id)
+                out += body
+                return size_body
+            out += frame_header(size, HEADERS, END_HEADERS | end_flag, stream_id)
+            out += block
+        else:
+            chunks = [block[i : i + frame_max] for i in range(0, len(block), frame_max)]
+            for i, chunk in enumerate(chunks):
+                flags = END_HEADERS if i == len(chunks) - 1 else 0
+                if i == 0:
+                    flags |= end_flag
+                out += frame_header(len(chunk), HEADERS if i == 0 else CONTINUATION, flags, stream_id)
+                out += chunk
+        return self.send_body(stream_id, body, 0, window) if body else 0
 
-    def forget_stream(self, stream_id: int) -> None:
-        """Drop a closed stream the way h2's recount would (late frames on it are still recognised)."""
-        stream = self.streams.pop(stream_id, None)
-        if stream is not None:
-            self._closed_streams[stream_id] = stream.closed_by
-            self.open_requests -= 1
+    def send_body(self, stream_id: int, body: bytes, offset: int, window: int) -> int:
+        """Send ``body[offset:]`` as far as the connection's window and the stream's ``window`` allow, in frames
+        of at most the server's frame size, END_STREAM on the last byte; returns the new offset (the caller
+        takes what went out from the stream's window; the connection's is taken here)."""
+        allowed = min(self.outbound_flow_control_window, window, len(body) - offset)
+        if allowed <= 0:
+            return offset
+        machine = self.state_machine
+        if machine.state is not ConnectionState.CLIENT_OPEN:
+            machine.process_input(ConnectionInputs.SEND_DATA)
+        self.outbound_flow_control_window -= allowed
+        out = self._data_to_send
+        frame_max = self.max_outbound_frame_size
+        total = len(body)
+        while allowed > 0:
+            size = min(allowed, frame_max)
+            stop = offset + size
+            out += frame_header(size, DATA, END_STREAM if stop == total else 0, stream_id)
+            out += body[offset:stop]
+            offset = stop
+            allowed -= size
+        return offset
 
-    def receive_frames(self, data: bytes | bytearray) -> list[h2.events.Event]:
-        """``receive_data`` with a direct path for the frame APNs sends most: a response's HEADERS.
+    def send_reset(self, stream_id: int, error_code: int) -> None:
+        """RST_STREAM ``error_code`` on one of our streams (the caller forgets it)."""
+        machine = self.state_machine
+        if machine.state is not ConnectionState.CLIENT_OPEN:
+            machine.process_input(ConnectionInputs.SEND_RST_STREAM)
+        self._data_to_send += frame_header(4, RST_STREAM, 0, stream_id) + int(error_code).to_bytes(4, "big")
 
-        Stock h2 turns every frame into a hyperframe object, logs its repr and dispatches it; for a
-        one-frame response that is most of the receive cost. Complete frames are split here; a HEADERS
-        frame that carries a whole header block (END_HEADERS, no padding or priority) on a stream we opened
-        is decoded by ``ResponseHeaderDecoder`` and driven through h2's own connection and stream state
-        machines, producing the same events h2 would; so is an unpadded DATA frame on such a stream (error
-        bodies, empty END_STREAM frames). Every other frame (SETTINGS, WINDOW_UPDATE,
-        RST_STREAM, GOAWAY, PING, CONTINUATION, anything odd) goes through h2 unchanged.
-        """
+    def stream_closed(self) -> None:
+        """One of our streams is closed and forgotten: it no longer counts against the server's limit."""
+        self.open_requests -= 1
+
+    # -- our streams, inbound -----------------------------------------------------------------------------
+    def data_received(self, flow_controlled_length: int) -> None:
+        """DATA arrived on one of our streams (open or closed): charge it to the connection's window, and hand
+        it straight back (we keep nothing buffered), with a WINDOW_UPDATE once h2's window manager says so."""
+        if not flow_controlled_length:
+            return
+        manager = self._inbound_flow_control_window_manager
+        try:
+            manager.window_consumed(flow_controlled_length)
+        except h2.exceptions.ProtocolError as exc:  # the server overran our window
+            self._terminate_connection(exc.error_code)
+            raise
+        increment = manager.process_bytes(flow_controlled_length)
+        if increment:
+            self._data_to_send += frame_header(4, WINDOW_UPDATE, 0, 0) + increment.to_bytes(4, "big")
+
+    def receive_frames(self, data: bytes | bytearray) -> list[h2.events.Event | StreamFrame]:
+        """Split what arrived into whole frames: those on our streams come back as ``StreamFrame``s; every
+        other frame goes through h2's ``receive_data`` (SETTINGS, PING, GOAWAY, anything odd) and its events
+        come back in their place, in wire order. A connection-level WINDOW_UPDATE (nginx sends many) credits
+        the connection's window directly, as h2 would. Frames on our streams that are malformed (a length
+        their type does not allow, over our SETTINGS_MAX_FRAME_SIZE), and everything while the connection is
+        not open both ways or while h2 holds part of another header block, take h2's path and its errors.
+        h2 protocol errors propagate, after GOAWAY is queued."""
         buffer = self._pending_bytes
         buffer += data
-        events: list[h2.events.Event] = []
+        items: list[h2.events.Event | StreamFrame] = []
         pos = 0
         end = len(buffer)
         slow_from = -1  # start of a run of frames for h2's own parser
-        streams = self.streams
+        unpack = _FRAME_HEAD.unpack_from
         frame_buffer = self.incoming_buffer
+        highest = self.highest_outbound_stream_id
+        fast = self.is_open and not frame_buffer._headers_buffer
+        max_size = self.max_inbound_frame_size
         while end - pos >= 9:
-            length = (buffer[pos] << 16) | (buffer[pos + 1] << 8) | buffer[pos + 2]
+            high, low, frame_type, flags, stream_id = unpack(buffer, pos)
+            length = (high << 8) | low
             frame_end = pos + 9 + length
             if frame_end > end:
                 break
-            frame_type = buffer[pos + 3]
-            flags = buffer[pos + 4]
-            stream_id = int.from_bytes(buffer[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-            # the fast path: a whole HEADERS block or a DATA frame, unpadded, on a stream we opened
-            if (
-                (frame_type == DATA or (frame_type == HEADERS and flags & END_HEADERS))
-                and not flags & (PADDED | PRIORITY_FLAG)
-                and length <= self.max_inbound_frame_size
-                and stream_id in streams
-                and not frame_buffer._headers_buffer
+            stream_id &= 0x7FFFFFFF
+            block = self._block
+            if block is not None:  # our header block is open: nothing but its CONTINUATION may come
+                if frame_type != CONTINUATION or stream_id != block[0] or length > max_size:
+                    raise self.protocol_error(
+                        h2.errors.ErrorCodes.PROTOCOL_ERROR,
+                        f"expected a CONTINUATION of stream {block[0]}, got frame type {frame_type} "
+                        f"on stream {stream_id}",
+                    )
+                block[2].extend(buffer[pos + 9 : frame_end])
+                if flags & END_HEADERS:
+                    self._block = None
+                    items.append((HEADERS, block[1] | END_HEADERS, stream_id, bytes(block[2]), 0))
+            elif (
+                fast
+                and stream_id & 1
+                and stream_id <= highest
+                and length <= max_size
+                and frame_type in _STREAM_FRAME_TYPES
+                and _FIXED_LENGTH.get(frame_type, length) == length
+                and frame_type != CONTINUATION
             ):
                 if slow_from >= 0:
-                    events += self.receive_data(bytes(buffer[slow_from:pos]))
+                    items += self._slow(buffer, slow_from, pos)
                     slow_from = -1
-                handler = self._fast_data if frame_type == DATA else self._fast_headers
-                events += handler(
-                    streams[stream_id], bytes(buffer[pos + 9 : frame_end]), bool(flags & END_STREAM)
-                )
+                    fast = self.is_open and not frame_buffer._headers_buffer
+                    max_size = self.max_inbound_frame_size
+                # The usual frames are handed on as they came (``_stream_frame`` does the same for them, and
+                # strips padding and priority fields and gathers a header block's CONTINUATIONs for the rest).
+                if frame_type == DATA:
+                    if flags & PADDED:
+                        self._stream_frame(buffer, pos + 9, frame_end, frame_type, flags, stream_id, items)
+                    else:
+                        items.append((DATA, flags, stream_id, bytes(buffer[pos + 9 : frame_end]), length))
+                elif frame_type == HEADERS:
+                    if flags & _HEADERS_AS_IS == END_HEADERS:
+                        items.append((HEADERS, flags, stream_id, bytes(buffer[pos + 9 : frame_end]), 0))
+                    else:
+                        self._stream_frame(buffer, pos + 9, frame_end, frame_type, flags, stream_id, items)
+                else:  # RST_STREAM, WINDOW_UPDATE, PRIORITY: fixed lengths, checked above
+                    items.append((frame_type, flags, stream_id, bytes(buffer[pos + 9 : frame_end]), 0))
             elif (
-                frame_type == RST_STREAM
-                and length == 4
-                and stream_id not in streams
-                and 0 < stream_id <= self.highest_outbound_stream_id
-            ):
-                # A reset of a stream we already closed (nginx sends one after every answer): h2 would only
-                # look the stream up, find it closed and ignore the frame.
-                if slow_from >= 0:
-                    events += self.receive_data(bytes(buffer[slow_from:pos]))
-                    slow_from = -1
-                self._connection_input(ConnectionInputs.RECV_RST_STREAM)
-            elif (
-                frame_type == WINDOW_UPDATE
+                fast
+                and frame_type == WINDOW_UPDATE
+                and stream_id == 0
                 and length == 4
                 and (increment := int.from_bytes(buffer[pos + 9 : frame_end], "big") & 0x7FFFFFFF)
-                and (stream_id == 0 or stream_id in streams or self._closed_by_us(stream_id))
-                and not frame_buffer._headers_buffer
             ):
-                # Flow-control credit (nginx returns some after every request body): h2 would build a frame
-                # object for it and dispatch it. A zero increment (a protocol error) takes h2's path.
+                # Connection credit: what h2's _receive_window_update_frame does for stream 0 (its event is not
+                # needed: ApnsConnection moves waiting bodies on after every read). A zero increment takes
+                # h2's path and its error.
                 if slow_from >= 0:
-                    events += self.receive_data(bytes(buffer[slow_from:pos]))
+                    items += self._slow(buffer, slow_from, pos)
                     slow_from = -1
-                events += self._fast_window_update(stream_id, increment)
+                    fast = self.is_open and not frame_buffer._headers_buffer
+                    max_size = self.max_inbound_frame_size
+                try:
+                    self.outbound_flow_control_window = guard_increment_window(
+                        self.outbound_flow_control_window, increment
+                    )
+                except h2.exceptions.ProtocolError as exc:
+                    self._terminate_connection(exc.error_code)
+                    raise
             elif slow_from < 0:
                 slow_from = pos
             pos = frame_end
         if slow_from >= 0:
-            events += self.receive_data(bytes(buffer[slow_from:pos]))
+            items += self._slow(buffer, slow_from, pos)
         del buffer[:pos]
-        return events
+        return items
 
-    def _closed_by_us(self, stream_id: int) -> bool:
-        """A stream we opened and have since closed and forgotten (odd, at or below the last one we opened)."""
-        return (
-            stream_id & 1 == 1
-            and stream_id <= self.highest_outbound_stream_id
-            and stream_id not in self.streams
-        )
+    def _slow(self, buffer: bytearray, start: int, stop: int) -> list[h2.events.Event]:
+        return self.receive_data(bytes(buffer[start:stop]))
 
-    def _fast_window_update(self, stream_id: int, increment: int) -> list[h2.events.Event]:
-        """What ``_receive_window_update_frame`` does: credit the connection or an open stream; a closed
-        stream's credit is ignored, as h2 ignores it."""
-        try:
-            self._connection_input(ConnectionInputs.RECV_WINDOW_UPDATE)
-            if stream_id == 0:
-                self.outbound_flow_control_window = guard_increment_window(
-                    self.outbound_flow_control_window, increment
-                )
-                return [h2.events.WindowUpdated(stream_id=0, delta=increment)]
-            stream = self.streams.get(stream_id)
-            if stream is None:
-                return []
-            frames, events = stream.receive_window_update(increment)
-            if frames:
-                self._prepare_for_sending(frames)
-            return events
-        except h2.exceptions.StreamClosedError:
-            return []
-        except h2.exceptions.ProtocolError as exc:
-            self._terminate_connection(exc.error_code)
-            raise
-
-    def _fast_headers(self, stream: Any, block: bytes, end_stream: bool) -> list[h2.events.Event]:
-        """What ``_receive_headers_frame`` + ``H2Stream.receive_headers`` do for a response (no validation)."""
-        try:
-            self._connection_input(ConnectionInputs.RECV_HEADERS)
-            headers = self.response_decoder.decode(block)
-            if self.decoder.header_table_size:
-                # h2's own decoder still gets the odd HEADERS (a late answer on a stream we reset, a
-                # CONTINUATION): it must know the peer's table is empty, which the size update in the first
-                # block we decoded here told us and not it.
-                self.decoder.header_table_size = 0
-            status = headers[0][1] if headers and headers[0][0] == b":status" else b""
-            informational = status[:1] == b"1"
-            if informational and end_stream:
-                raise h2.exceptions.ProtocolError("Cannot set END_STREAM on informational responses")
-            events = stream.state_machine.process_input(
-                StreamInputs.RECV_INFORMATIONAL_HEADERS if informational else StreamInputs.RECV_HEADERS
-            )
-            first = events[0]
-            if end_stream:
-                ended = stream.state_machine.process_input(StreamInputs.RECV_END_STREAM)
-                first.stream_ended = ended[0]
-                events += ended
-                if stream.closed:
-                    # Forget it now, so a RST_STREAM right behind it in this read (nginx sends one) takes
-                    # the closed-stream path instead of h2's.
-                    self.forget_stream(stream.stream_id)
-            elif type(first) is h2.events.TrailersReceived:
-                raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set")
-            stream._initialize_content_length(headers)
-            first.headers = headers
-            return events  # type: ignore[no-any-return]
-        except h2.exceptions.ProtocolError as exc:
-            self._terminate_connection(exc.error_code)
-            raise
-
-    def _fast_data(self, stream: Any, data: bytes, end_stream: bool) -> list[h2.events.Event]:
-        """What ``_receive_data_frame`` does for an unpadded DATA frame on an open stream (an error body, or
-        the empty END_STREAM frame some servers send after a body-less response)."""
-        try:
-            self._connection_input(ConnectionInputs.RECV_DATA)
-            self._inbound_flow_control_window_manager.window_consumed(len(data))
-            _, events = stream.receive_data(data, end_stream, len(data))
-            if end_stream and stream.closed:
-                self.forget_stream(stream.stream_id)
-            return events  # type: ignore[no-any-return]
-        except h2.exceptions.ProtocolError as exc:
-            self._terminate_connection(exc.error_code)
-            raise
+    def _stream_frame(
+        self,
+        buffer: bytearray,
+        start: int,
+        stop: int,
+        frame_type: int,
+        flags: int,
+        stream_id: int,
+        items: list[h2.events.Event | StreamFrame],
+    ) -> None:
+        """One frame on our streams, unpadded (HEADERS without their priority fields), into ``items``."""
+        length = stop - start
+        if frame_type == DATA or frame_type == HEADERS:
+            if flags & PADDED:
+                pad = buffer[start] if length else 0
+                start += 1
+                if not length or pad > stop - start:
+                    raise self.protocol_error(
+                        h2.errors.ErrorCodes.PROTOCOL_ERROR, "Received frame with invalid padding."
+                    )
+                stop -= pad
+            if frame_type == HEADERS and flags & PRIORITY_FLAG:
+                start += 5
+                if start > stop:
+                    raise self.protocol_error(
+                        h2.errors.ErrorCodes.FRAME_SIZE_ERROR, "HEADERS too short for its priority fields"
+                    )
+            payload = bytes(buffer[start:stop])
+            if frame_type == HEADERS and not flags & END_HEADERS:
+                self._block = (stream_id, flags, bytearray(payload))
+                return
+            items.append((frame_type, flags, stream_id, payload, length if frame_type == DATA else 0))
+            return
+        items.append((frame_type, flags, stream_id, bytes(buffer[start:stop]), 0))
 
     def _receive_goaway_frame(self, frame: Any) -> tuple[list[Any], list[h2.events.Event]]:
         # Stock h2 closes its state machine on GOAWAY, so the answers the server still owes for streams
@@ -300,59 +396,6 @@ class ApnsClientH2Connection(h2.connection.H2Connection):
         event.last_stream_id = frame.last_stream_id
         event.additional_data = frame.additional_data or None
         return [], [event]
-
-    def send_request(
-        self, stream_id: int, block: bytes, *, end_stream: bool = False, method: bytes = b"POST"
-    ) -> None:
-        """Open ``stream_id`` with the HPACK ``block`` as its request headers. END_STREAM comes with the body,
-        or with the headers when ``end_stream`` (a request without a body: GET, DELETE)."""
-        if self.open_requests + 1 > self.stream_limit:
-            raise h2.exceptions.TooManyStreamsError("APNs stream limit reached")  # guarded by ApnsConnection
-        self._connection_input(ConnectionInputs.SEND_HEADERS)
-        stream = self._begin_new_stream(stream_id, AllowedStreamIDs.ODD)
-        stream.state_machine.process_input(StreamInputs.SEND_HEADERS)
-        stream.request_method = method
-        if end_stream:
-            stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
-        self.open_requests += 1
-        out = self._data_to_send
-        frame_max = self.max_outbound_frame_size
-        end_flag = END_STREAM if end_stream else 0
-        if len(block) <= frame_max:
-            out += frame_header(len(block), HEADERS, END_HEADERS | end_flag, stream_id)
-            out += block
-            return
-        chunks = [block[i : i + frame_max] for i in range(0, len(block), frame_max)]
-        for i, chunk in enumerate(chunks):
-            frame_type = HEADERS if i == 0 else CONTINUATION
-            flags = END_HEADERS if i == len(chunks) - 1 else 0
-            if i == 0:
-                flags |= end_flag
-            out += frame_header(len(chunk), frame_type, flags, stream_id)
-            out += chunk
-
-    def send_body(self, stream_id: int, body: bytes, offset: int) -> int:
-        """Send as much of ``body[offset:]`` as the windows allow, END_STREAM on the last byte; new offset."""
-        stream = self.streams[stream_id]
-        allowed = min(
-            self.outbound_flow_control_window, stream.outbound_flow_control_window, len(body) - offset
-        )
-        frame_max = self.max_outbound_frame_size
-        out = self._data_to_send
-        while allowed > 0:
-            size = min(allowed, frame_max)
-            end = offset + size == len(body)
-            self._connection_input(ConnectionInputs.SEND_DATA)
-            stream.state_machine.process_input(StreamInputs.SEND_DATA)
-            if end:
-                stream.state_machine.process_input(StreamInputs.SEND_END_STREAM)
-            out += frame_header(size, DATA, END_STREAM if end else 0, stream_id)
-            out += body[offset : offset + size]
-            offset += size
-            allowed -= size
-            stream.outbound_flow_control_window -= size
-            self.outbound_flow_control_window -= size
-        return offset
 
 
 # --- the test server's connection ------------------------------------------------------------------------

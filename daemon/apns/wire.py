@@ -22,12 +22,14 @@ END_HEADERS: Final = 0x4
 PADDED: Final = 0x8
 PRIORITY_FLAG: Final = 0x20
 
-_FRAME_HEADER = struct.Struct(">HBBBL")  # 24-bit length as (high 16, low 8), type, flags, stream id
+# A frame header (RFC 9113 §4.1): its 24-bit length as (high 16, low 8), type, flags, stream id. Hot paths pack it
+# themselves (``FRAME_HEADER.pack(length >> 8, length & 0xFF, ...)``); the rest call ``frame_header``.
+FRAME_HEADER: Final = struct.Struct(">HBBBL")
 
 
 def frame_header(length: int, frame_type: int, flags: int, stream_id: int) -> bytes:
     """The 9-byte header of a frame whose payload is ``length`` bytes."""
-    return _FRAME_HEADER.pack(length >> 8, length & 0xFF, frame_type, flags, stream_id)
+    return FRAME_HEADER.pack(length >> 8, length & 0xFF, frame_type, flags, stream_id)
 
 
 def frame(frame_type: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:

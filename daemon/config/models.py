@@ -96,13 +96,15 @@ class InstanceSettings(BaseModel):
         "over 1 s is logged as event_loop_stalled",
     )
     gc_young_threshold: int = Field(
-        default=100_000,
+        default=1_000_000,
         ge=0,
         le=10_000_000,
         description="net allocations of container objects between two collections of the youngest generation "
-        "(CPython's default is 700). A 10,000-push fan-out keeps ~100,000 objects alive for a second or two; "
-        "at 700 the collector walks them hundreds of times, promotes them and soon walks the whole heap "
-        "(bench/gc_fanout.py measures what that costs). 0 keeps CPython's default",
+        "(CPython's default is 700). A fan-out keeps a few objects alive per push until it is answered (a "
+        "hot match's 100,000 pushes: more than 100,000); a collection meanwhile walks them all and "
+        "promotes them, so the threshold sits above what one fan-out keeps (at 700 the collector walks them "
+        "hundreds of times and soon walks the whole heap: bench/gc_fanout.py; at 100,000 a 100,000-push "
+        "fan-out cost 3-4 us a push more: bench/fanout_cpu.py). 0 keeps CPython's default",
     )
     gc_sweep_s: float = Field(
         default=10.0,

@@ -6,7 +6,10 @@ live until the fan-out is answered, a second or two: so every one of those colle
 promotes them, and after a few fan-outs the promoted objects trigger a full collection that walks the
 whole heap (every session of every owned match, every loaded module). On a model of an instance owning 7
 matches of 10,000 sessions (``python bench/gc_fanout.py``) that is most of the process's time; with a
-young-generation threshold of 100,000 and the start-up heap frozen, the collector's share is negligible.
+young-generation threshold of 100,000 and the start-up heap frozen, the collector's share is negligible. A hot
+match's 100,000-push fan-out keeps more than 100,000 objects alive: at 100,000 it still met a few
+collections per fan-out, each walking and promoting them (3-4 µs a push in ``bench/fanout_cpu.py``), so the
+default is 1,000,000.
 
 So the daemon raises that threshold (``instance.gc_young_threshold``: most of a fan-out's objects are
 freed by reference counting before a collection ever sees them; cycles still get collected, a little

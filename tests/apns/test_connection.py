@@ -3,8 +3,6 @@ validates our frames and headers, so a drift in our direct request path shows up
 
 from __future__ import annotations
 
-import json
-
 import h2.config
 import h2.connection
 import h2.events
@@ -26,90 +24,7 @@ from daemon.apns.connection import (
     ResponseHeaderDecoder,
     Unanswered,
 )
-from daemon.apns.token import ProviderToken
-from daemon.apns.types import Push
-
-TOKEN = ProviderToken(team_id="TEAM123456", key_id="KEY1234567", issued_at=1000, jwt="eyJhbGciOi.x.y")
-TOKEN2 = ProviderToken(team_id="TEAM123456", key_id="KEY1234567", issued_at=2000, jwt="eyJhbGciOi.z.w")
-
-
-def make_push(i: int = 0, **kw: object) -> Push:
-    base: dict[str, object] = {
-        "token": f"{i:064x}",
-        "push_type": "liveactivity",
-        "topic": "com.example.app",
-        "payload": b'{"aps":{"event":"update"}}',
-        "priority": 5,
-    }
-    base.update(kw)
-    return Push(**base)  # type: ignore[arg-type]
-
-
-class ServerPeer:
-    """h2's server connection with inbound validation on; records what it got."""
-
-    def __init__(self, settings: dict[int, int] | None = None) -> None:
-        self.h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
-        )
-        self.h2.initiate_connection()
-        if settings:
-            self.h2.update_settings(settings)
-        self.requests: dict[int, dict[str, str]] = {}
-        self.bodies: dict[int, bytes] = {}
-        self.complete: list[int] = []
-        self.resets: list[int] = []
-        self.pings = 0
-
-    def feed(self, data: bytes) -> None:
-        for event in self.h2.receive_data(data):
-            if isinstance(event, h2.events.RequestReceived):
-                self.requests[event.stream_id] = dict(event.headers)
-                self.bodies[event.stream_id] = b""
-            elif isinstance(event, h2.events.DataReceived):
-                self.bodies[event.stream_id] += event.data
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            elif isinstance(event, h2.events.StreamEnded):
-                self.complete.append(event.stream_id)
-            elif isinstance(event, h2.events.StreamReset):
-                self.resets.append(event.stream_id)
-            elif isinstance(event, h2.events.PingReceived):
-                self.pings += 1
-
-    def answer(self, stream_id: int, status: int = 200, body: dict[str, object] | None = None) -> None:
-        headers = [(":status", str(status)), ("apns-id", f"00000000-0000-0000-0000-{stream_id:012d}")]
-        if body is None:
-            self.h2.send_headers(stream_id, headers, end_stream=True)
-        else:
-            self.h2.send_headers(stream_id, headers)
-            self.h2.send_data(stream_id, json.dumps(body).encode(), end_stream=True)
-
-    def out(self) -> bytes:
-        return self.h2.data_to_send()
-
-
-def connect(settings: dict[int, int] | None = None, **kw: object) -> tuple[ApnsConnection, ServerPeer]:
-    conn = ApnsConnection("api.example.test:443", **kw)  # type: ignore[arg-type]
-    conn.initiate(0.0)
-    conn.use_token(TOKEN)
-    server = ServerPeer(settings)
-    server.feed(conn.data_to_send())
-    return conn, server
-
-
-def exchange(conn: ApnsConnection, server: ServerPeer, now: float = 0.0) -> list[object]:
-    """Shuttle bytes both ways until quiet; returns the client's outcomes."""
-    outcomes: list[object] = []
-    for _ in range(20):
-        to_server = conn.data_to_send()
-        if to_server:
-            server.feed(to_server)
-        to_client = server.out()
-        if to_client:
-            outcomes.extend(conn.receive_data(to_client, now))
-        if not to_server and not to_client:
-            break
-    return outcomes
+from tests.apns.memory_peer import TOKEN, TOKEN2, ServerPeer, connect, exchange, make_push
 
 
 def test_no_request_before_the_servers_settings_arrive() -> None:
@@ -478,13 +393,22 @@ def test_encoder_stays_in_step_with_an_independent_hpack_decoder(ops: list[tuple
 
 WANTED = {b":status", b"apns-id", b"content-length"}
 header_names = st.sampled_from(
-    [b":status", b"apns-id", b"apns-unique-id", b"content-length", b"server", b"date", b"x-custom"]
+    [
+        b":status",
+        b"apns-id",
+        b"apns-unique-id",
+        b"content-length",
+        b"server",
+        b"date",
+        b"x-custom",
+        b"x-" + b"n" * 150,
+    ]
 )
 
 
 @settings(max_examples=80, deadline=None)
 @given(
-    st.lists(st.lists(st.tuples(header_names, st.binary(min_size=0, max_size=40)), max_size=6), max_size=10),
+    st.lists(st.lists(st.tuples(header_names, st.binary(min_size=0, max_size=300)), max_size=6), max_size=10),
     st.booleans(),
 )
 def test_response_decoder_agrees_with_hpack_on_the_fields_it_reads(
@@ -585,3 +509,35 @@ def test_a_window_increment_of_only_the_reserved_bit_is_a_protocol_error_too() -
     exchange(conn, server)
     with pytest.raises(h2.exceptions.ProtocolError):
         conn.receive_data(_window_update(0, 0x80000000), 0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(0.0, 1e6, allow_nan=False),
+    st.floats(0.001, 10.0, allow_nan=False),
+    st.sampled_from(["ping", "busy", "idle", "draining"]),
+)
+def test_a_look_at_the_moment_check_named_finds_that_moment_come(
+    start: float, step: float, case: str
+) -> None:
+    # check() names when to look again; looking exactly then must move on (a PING sent, a retirement, or a
+    # later moment), or a watchdog under a virtual clock looks again and again without time passing. In
+    # floating point ``a + b - a`` can fall short of ``b`` (a PING sent at 3.005 s: 8.005 - 3.005 < 5).
+    rules = Liveness(idle_s=60.0 * step, silence_s=3.0 * step, ping_timeout_s=5.0 * step)
+    conn, server = connect()
+    exchange(conn, server, now=start)
+    if case != "idle":
+        conn.send(make_push(1), "a", start)
+    if case == "ping":
+        conn.send_ping(start + step)
+    if case == "draining":
+        conn.start_draining()
+    now = start + step / 3
+    for _ in range(4):
+        judged = conn.check(now, rules)
+        if judged.action != "ok":
+            return
+        assert judged.next_check > now
+        now = judged.next_check
+        again = conn.check(now, rules)
+        assert again.action != "ok" or again.next_check > now

@@ -67,3 +67,20 @@ def test_bench_without_a_server_says_what_to_give() -> None:
         [sys.executable, str(BENCH), "-n", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and "--url or --spawn-server" in proc.stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("h2load") is None
+    or (shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists()),
+    reason="h2load (nghttp2-client) or nginx absent",
+)
+def test_bench_runs_h2load_with_the_same_request_on_the_same_nginx() -> None:
+    result = run_bench("--spawn-server", "nginx", "-n", "300", "--h2load")
+    assert result["failed"] == 0 and result["vs_h2load"] > 0
+    assert result["h2load_cpu_us_per_request"] > 0 and result["client_cpu_us_per_push"] > 0
+
+
+def test_bench_hands_pushes_over_as_the_fan_out_does() -> None:
+    # 2,500: more than two send_many batches, the last one short
+    result = run_bench("--spawn-server", "apns", "-n", "2500", "--hand-over", "many")
+    assert result["pushes"] == 2500 and result["failed"] == 0

@@ -108,7 +108,7 @@ def test_freezing_the_startup_heap_hides_it_from_later_collections(restore_gc: N
 
 
 def test_the_threshold_is_checked_like_every_other_key(tmp_path: Path) -> None:
-    assert InstanceSettings().gc_young_threshold == 100_000
+    assert InstanceSettings().gc_young_threshold == 1_000_000
     assert InstanceSettings().gc_freeze_at_ready is True
     path = tmp_path / "bad.toml"
     path.write_text("[instance]\ngc_young_threshold = -1\n")
