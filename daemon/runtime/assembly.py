@@ -47,6 +47,7 @@ from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, REGISTRY
 from daemon.runtime import gctune
 from daemon.runtime.admin.handlers import daemon_handlers
 from daemon.runtime.admin.protocol import Handler
+from daemon.runtime.admin.runtime import runtime_handlers
 from daemon.runtime.supervisor import Supervisor
 from daemon.sportmonks.client import SportMonksClient
 from daemon.store import Repositories
@@ -293,7 +294,11 @@ class Daemon:
                 if self.config.admin.socket_path:
                     admin = AdminServer(
                         self.config.admin.socket_path,
-                        {**daemon_handlers(self, self.repos.active_matches), **self._extra_handlers},
+                        {
+                            **daemon_handlers(self, self.repos.active_matches),
+                            **runtime_handlers(self),
+                            **self._extra_handlers,
+                        },
                         mode=self.config.admin.mode,
                         max_line_bytes=self.config.admin.max_line_bytes,
                         client_timeout_s=self.config.admin.client_timeout_s,
@@ -468,6 +473,29 @@ class Daemon:
 
     def sender_stats(self) -> dict[str, Any] | None:
         return self.sender.stats() if self.sender is not None else None
+
+    def apns_connections(self) -> dict[str, int] | None:
+        """Open APNs connections per pool (push; broadcast when it has its own host; management once used)."""
+        if self.sender is None:
+            return None
+        stats = self.sender.stats()
+        out = {"push": int(stats["connections"])}
+        if "broadcast_pool" in stats:
+            out["broadcast"] = int(stats["broadcast_pool"]["connections"])
+        if self.sender.channels is not None:
+            management = self.sender.channels.stats()["connections"]
+            out["management"] = management if isinstance(management, int) else 0
+        return out
+
+    def backlogs(self) -> dict[str, int]:
+        """What waits in this process's memory channels and queues (see ``daemon.runtime.admin.runtime``)."""
+        out = {"janitor_inbox": self.janitor.send_channel.statistics().current_buffer_used}
+        if self.sender is not None:
+            stats = self.sender.stats()
+            out.update({f"sender_inbox_{lane}": int(n) for lane, n in stats["inbox"].items()})
+            out.update({f"sender_queued_{lane}": int(n) for lane, n in stats["queued"].items()})
+        out.update(self.feed.backlog())
+        return out
 
     async def feed_view(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.feed.stats())
