@@ -11,6 +11,11 @@ Record lines (``record_path``): ``{"t": <epoch s, ms>, "s": <status>, "u": "/3/d
 pushes that carry something a benchmark looks at: a ``start`` (an iOS 18 phone learns its channel from it),
 an ``end``, or an update whose ``events`` list is not empty (``"events":[]`` is how ``daemon.cricket.payloads`` encodes "no event this tick").
 
+Tokens can be made dead (``set_dead``): a push to one is answered 410 ``{"reason": "Unregistered"}``, as APNs
+answers an uninstalled app's token, from a map file nginx reads at start and on ``reload``. ``reload`` (SIGHUP)
+also starts fresh workers and lets the old ones close their connections gracefully: over HTTP/2 that is a
+GOAWAY to every connected client, which then reconnects, as after Apple's own GOAWAY.
+
 Needs Debian's ``nginx-light`` (or any nginx with HTTP/2 and SSL); the body is read with the echo module
 (``libnginx-mod-http-echo``) when present, else through a proxy hop to a second local server block.
 """
@@ -51,13 +56,17 @@ http {{
     map $request_body $interesting {{ "~\\"event\\":\\"end\\"" 1; "~\\"event\\":\\"start\\"" 1; "~\\"events\\":\\[\\]" 0; default 1; }}
     map $interesting $logged_body {{ 1 $request_body; default ""; }}
     map $request_body $kind {{ "~\\"event\\":\\"end\\"" end; "~\\"event\\":\\"start\\"" start; default update; }}
+    map $request_uri $apns_dead {{ default 0; include {dir}/dead.map; }}
     log_format rec escape=json '{{"t":$msec,"s":$status,"u":"$request_uri","k":"$kind","b":"$logged_body"}}';
     {access_log}
     server {{
         listen 127.0.0.1:{port} ssl http2;
         ssl_certificate {dir}/cert.pem;
         ssl_certificate_key {dir}/key.pem;
-        location / {{ {answer} }}
+        location / {{
+            if ($apns_dead) {{ return 410 '{{"reason":"Unregistered"}}'; }}
+            {answer}
+        }}
     }}
     {backend}
 }}
@@ -84,6 +93,7 @@ class NginxApns:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="sightscreen-nginx-"))
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self.dead: set[str] = set()
 
     @property
     def url(self) -> str:
@@ -127,6 +137,7 @@ class NginxApns:
             answer=answer,
             backend=backend,
         )
+        self._write_dead()
         (d / "nginx.conf").write_text(conf)
         self.proc = subprocess.Popen(
             [nginx, "-p", str(d), "-c", str(d / "nginx.conf"), "-g", "daemon off;"],
@@ -145,6 +156,29 @@ class NginxApns:
                     raise RuntimeError(f"nginx did not start; see {d}/error.log") from None
                 time.sleep(0.05)
 
+    def set_dead(self, tokens: set[str] | frozenset[str]) -> None:
+        """Answer pushes to ``tokens`` (and to those already dead) with 410 Unregistered from now on: written
+        before ``start``, or applied at once by a ``reload`` while nginx runs."""
+        if not set(tokens) - self.dead:
+            return
+        self.dead |= set(tokens)
+        self._write_dead()
+        if self.proc is not None:
+            self.reload()
+
+    def reload(self) -> None:
+        """SIGHUP: nginx reads its configuration (the dead tokens) again with fresh workers; the old workers
+        send GOAWAY on their HTTP/2 connections and close them once their streams are answered."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGHUP)
+
+    def _write_dead(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        lines = "".join(f'"/3/device/{token}" 1;\n' for token in sorted(self.dead))
+        tmp = self.workdir / "dead.map.tmp"
+        tmp.write_text(lines)
+        tmp.replace(self.workdir / "dead.map")
+
     def stop(self) -> None:
         """Graceful stop (SIGQUIT): nginx flushes its buffered record lines before it exits."""
         stop_child(self.proc, signal.SIGQUIT, timeout=15)
@@ -160,6 +194,18 @@ class NginxApns:
                 record = _record(line)
                 if record is not None:
                     yield record
+
+    def records_since(self, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """The records written from byte ``offset`` on (complete lines only: nginx flushes its buffer at least
+        once a second while running), and the offset to read from next time."""
+        if self.record_path is None or not self.record_path.exists():
+            return [], offset
+        with self.record_path.open("rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1
+        records = [record for line in chunk[:end].splitlines() if (record := _record(line)) is not None]
+        return records, offset + end
 
     def starts_since(self, offset: int) -> tuple[list[dict[str, Any]], int, float | None]:
         """The push-to-starts recorded from byte ``offset`` on (complete lines only: nginx flushes its buffer

@@ -72,6 +72,52 @@ async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_car
 
 
 @pytest.mark.usefixtures("nginx_installed")
+async def test_nginx_answers_a_dead_token_410_and_a_reload_sends_goaway_to_its_connections(
+    tmp_path: Path,
+) -> None:
+    import h2.connection
+    import h2.events
+    import trio
+
+    server = NginxApns(record_path=tmp_path / "records.jsonl", workdir=tmp_path / "nginx")
+    server.set_dead({"dead0"})  # before the start: in the map nginx reads at start
+    server.start()
+    try:
+        context = ssl.create_default_context(cafile=server.ca_file)
+        async with httpx.AsyncClient(http2=True, verify=context, base_url=server.url) as client:
+            assert (await client.post("/3/device/dead0", content=_body("update", []))).status_code == 410
+            assert (await client.post("/3/device/dead1", content=_body("update", []))).status_code == 200
+            server.set_dead({"dead1"})  # while running: applied by a reload
+            deadline = time.monotonic() + 10
+            while (await client.post("/3/device/dead1", content=_body("update", []))).status_code != 410:
+                assert time.monotonic() < deadline, "the reload did not apply the new dead token"
+                await trio.sleep(0.1)
+            answer = await client.post("/3/device/dead1", content=_body("update", []))
+            assert answer.json() == {"reason": "Unregistered"}
+        # a connection open across a reload is told to go away
+        raw = socket.create_connection(("127.0.0.1", server.port))
+        context.set_alpn_protocols(["h2"])
+        tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+        conn = h2.connection.H2Connection()
+        conn.initiate_connection()
+        tls.sendall(conn.data_to_send())
+        tls.settimeout(10)
+        conn.receive_data(tls.recv(65536))  # the server's SETTINGS
+        tls.sendall(conn.data_to_send())
+        server.reload()
+        events: list[Any] = []
+        while not any(isinstance(e, h2.events.ConnectionTerminated) for e in events):
+            data = tls.recv(65536)
+            assert data, "closed without a GOAWAY"
+            events.extend(conn.receive_data(data))
+        tls.close()
+    finally:
+        server.stop()
+    statuses = [(r["token"], r["status"]) for r in server.records()]
+    assert ("dead0", 410) in statuses and ("dead1", 200) in statuses and ("dead1", 410) in statuses
+
+
+@pytest.mark.usefixtures("nginx_installed")
 def test_nginx_records_skip_a_body_cut_short_by_a_client_that_went_away(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     path.write_text(
