@@ -53,6 +53,10 @@ http {{
     keepalive_timeout 600s;
     http2_max_concurrent_streams 1000;
     client_body_buffer_size 16k;
+    # the dead map's keys are APNs paths ("/3/device/" and 64 hex digits): longer than the default bucket
+    # (set before the first map: nginx takes the sizes from there)
+    map_hash_bucket_size 128;
+    map_hash_max_size 262144;
     map $request_body $interesting {{ "~\\"event\\":\\"end\\"" 1; "~\\"event\\":\\"start\\"" 1; "~\\"events\\":\\[\\]" 0; default 1; }}
     map $interesting $logged_body {{ 1 $request_body; default ""; }}
     map $request_body $kind {{ "~\\"event\\":\\"end\\"" end; "~\\"event\\":\\"start\\"" start; default update; }}
