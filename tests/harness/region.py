@@ -46,8 +46,9 @@ project's server the broadcasts and channel management, as ``bench/soak.py`` pai
 
 For fault runs (``tests/harness/nemesis.py``): with ``links`` every engine reaches DynamoDB through a fault
 proxy and a throttle proxy of its own, and APNs (push and broadcast hosts) through fault proxies of its own
-(``proxies[slot]``); with ``clock_offsets`` every engine runs under libfaketime with its wall clock offset
-read from a file the rig writes (``set_clock_offset``), its monotonic clock untouched. The rig's ``runtime``
+(``proxies[slot]``); with ``clock_offsets`` every engine's wall clock (``time.time``) is offset by the seconds
+in a file the rig writes (``set_clock_offset``; ``tests/harness/skewed_clock``), its monotonic clock
+untouched. The rig's ``runtime``
 reads an engine's or the API's ``ctl runtime`` (memory, descriptors, tasks, APNs connections, backlogs) and
 ``table_items`` counts each table's items, live and expired by its TTL attribute.
 
@@ -77,6 +78,7 @@ from tests.harness.dynamodb_iam import role_credentials
 from tests.harness.records import Ledger, alert_of, alerts_shown_twice, event_ids, standing_wickets
 
 TEAM_ID = "REGION0001"
+SKEWED_CLOCK = Path(__file__).resolve().parent / "skewed_clock"  # a sitecustomize offsetting time.time
 TOPIC = "app.sightscreen.region"
 
 # What APNs may answer 410 to, per phone: its device (alert) token, its push-to-start token, the update
@@ -248,7 +250,6 @@ class Region:
         self._dynamo: Any = None
         self._keys: dict[str, Any] = {}
         self._peer_offset = 0  # how far the peer's record file has been read
-        self._faketime: str | None = None
         self.management_port = 0
 
     # ------------------------------------------------------------------ start and stop
@@ -289,14 +290,6 @@ class Region:
         self.replay_port = await nursery.start(self.replay.serve)
         if self.links:
             await self._start_links(nursery)
-        if self.clock_offsets:
-            from tests.harness.tools import libfaketime
-
-            self._faketime = libfaketime()
-            if self._faketime is None:
-                raise RuntimeError(
-                    "clock offsets need libfaketime (Debian: apt-get install libfaketime, as root)"
-                )
         self.issuer = LocalIssuer().serve()
         self.api = ApiProcess(
             self.workdir,
@@ -453,7 +446,7 @@ class Region:
 
     def set_clock_offset(self, slot: int, seconds: float) -> None:
         """The wall clock of the engine of ``slot`` runs ``seconds`` ahead (or behind, negative) from within
-        a second (libfaketime reads the file at most once a second); 0 puts it right again."""
+        a second (the engine reads the file at most once a second); 0 puts it right again."""
         if not self.clock_offsets:
             raise RuntimeError("the region was started without clock_offsets")
         path = self.clock_file(slot)
@@ -470,14 +463,13 @@ class Region:
         config_path.write_text(toml_dumps(config))
         log_path = self.workdir / f"{instance_id}.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1", **role_credentials("engine"))
-        if self._faketime is not None:
+        if self.clock_offsets:
             if not self.clock_file(slot).exists():
                 self.set_clock_offset(slot, 0.0)
+            path = os.environ.get("PYTHONPATH")
             env.update(
-                LD_PRELOAD=self._faketime,
-                FAKETIME_TIMESTAMP_FILE=str(self.clock_file(slot)),
-                FAKETIME_DONT_FAKE_MONOTONIC="1",
-                FAKETIME_CACHE_DURATION="1",
+                PYTHONPATH=os.pathsep.join(p for p in (str(SKEWED_CLOCK), path) if p),
+                SIGHTSCREEN_CLOCK_OFFSET_FILE=str(self.clock_file(slot)),
             )
         with log_path.open("ab") as log:
             proc = subprocess.Popen(

@@ -82,28 +82,6 @@ def nginx() -> str | None:
     return debian_tool("nginx", "nginx-light", "libnginx-mod-http-echo")
 
 
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
-
-
-def libfaketime() -> str | None:
-    """libfaketime's multi-threaded library (a wall clock offset for a process it is preloaded into, read
-    from ``FAKETIME_TIMESTAMP_FILE``), installed first if needed; None where it cannot be."""
-    found = Path(LIBFAKETIME)
-    if found.exists():
-        return str(found)
-    if not _can_install():
-        return None
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with LOCK.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not found.exists():
-            try:
-                _apt_install("libfaketime")
-            except (OSError, subprocess.SubprocessError):
-                return None
-    return str(found) if found.exists() else None
-
-
 def systemd_analyze() -> str | None:
     return debian_tool("systemd-analyze", "systemd")
 
