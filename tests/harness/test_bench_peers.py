@@ -134,14 +134,22 @@ async def test_nginx_answers_410_to_dead_tokens_of_apns_length_set_before_the_st
     try:
         context = ssl.create_default_context(cafile=server.ca_file)
         async with httpx.AsyncClient(http2=True, verify=context, base_url=server.url) as client:
-            assert (await client.post(f"/3/device/{tokens[0]}", content=_body("update", []))).status_code == 410
-            assert (await client.post(f"/3/device/{tokens[1]}", content=_body("update", []))).status_code == 200
+            assert (
+                await client.post(f"/3/device/{tokens[0]}", content=_body("update", []))
+            ).status_code == 410
+            assert (
+                await client.post(f"/3/device/{tokens[1]}", content=_body("update", []))
+            ).status_code == 200
             server.set_dead({tokens[1], tokens[2]})
             deadline = time.monotonic() + 10
-            while (await client.post(f"/3/device/{tokens[2]}", content=_body("update", []))).status_code != 410:
+            while (
+                await client.post(f"/3/device/{tokens[2]}", content=_body("update", []))
+            ).status_code != 410:
                 assert time.monotonic() < deadline, "the reload did not apply the new dead tokens"
                 await trio.sleep(0.1)
-            assert (await client.post(f"/3/device/{tokens[1]}", content=_body("update", []))).status_code == 410
+            assert (
+                await client.post(f"/3/device/{tokens[1]}", content=_body("update", []))
+            ).status_code == 410
     finally:
         server.stop()
 
