@@ -140,6 +140,8 @@ def idle_view(runtime: dict[str, Any] | None, peers: dict[str, int] | None = Non
         return {"tasks": None, "fds": None, "apns": None}
     apns = runtime.get("apns") or {}
     return {
+        "objects": runtime.get("objects"),
+        "objects_by_type": runtime.get("objects_by_type"),
         "tcp_peers": peers or {},
         "tasks": runtime.get("tasks"),
         "fds": (runtime.get("fds") or {}).get("total"),
@@ -226,6 +228,13 @@ def back_to_idle(
     return problems
 
 
+def objects_grown(start: dict[str, Any], end: dict[str, Any], top: int = 10) -> dict[str, int]:
+    """The types whose objects grew most from the idle start to the idle end (of the most common types)."""
+    a, b = start.get("objects_by_type") or {}, end.get("objects_by_type") or {}
+    grown = {kind: n - int(a.get(kind, 0)) for kind, n in b.items() if n > int(a.get(kind, 0))}
+    return dict(sorted(grown.items(), key=lambda kv: -kv[1])[:top])
+
+
 def _by_peer(peers: dict[str, int]) -> dict[str, int]:
     out: Counter[str] = Counter()
     for key, n in peers.items():
@@ -271,6 +280,7 @@ class Season:
         )
         self.match_ids = [str(t.fixture_id) for t in tapes]
         self.rss_after: dict[str, list[tuple[int, float]]] = {}
+        self.objects_after: dict[str, list[int]] = {}  # per slot: the heap's objects after each match
         self.finished: list[str] = []
         self.samples_path = workdir / "samples.jsonl"
         self.idle_start: dict[str, dict[str, Any]] = {}
@@ -284,11 +294,12 @@ class Season:
     def slot_name(self, slot: int) -> str:
         return f"engine-{slot}"
 
-    async def runtimes(self) -> dict[str, dict[str, Any] | None]:
+    async def runtimes(self, *, objects: bool = False) -> dict[str, dict[str, Any] | None]:
         out: dict[str, dict[str, Any] | None] = {}
         for slot, engine in sorted(self.region.engines.items()):
-            out[self.slot_name(slot)] = await self.region.runtime(engine) if engine.alive else None
-        out["api"] = await self.region.runtime(None)
+            alive = engine.alive
+            out[self.slot_name(slot)] = await self.region.runtime(engine, objects=objects) if alive else None
+        out["api"] = await self.region.runtime(None, objects=objects)
         return out
 
     def peer_names(self) -> dict[int, str]:
@@ -312,7 +323,7 @@ class Season:
     async def idle(self) -> dict[str, dict[str, Any]]:
         names = self.peer_names()
         out = {}
-        for name, runtime in (await self.runtimes()).items():
+        for name, runtime in (await self.runtimes(objects=True)).items():
             peers = tcp_peers(int(runtime["pid"]), names) if runtime is not None else None
             out[name] = idle_view(runtime, peers)
         return out
@@ -371,11 +382,11 @@ class Season:
             slots.release()
         self.finished.append(match_id)
         for slot, engine in sorted(region.engines.items()):
-            runtime = await region.runtime(engine) if engine.alive else None
+            runtime = await region.runtime(engine, objects=True) if engine.alive else None
             if runtime is not None:
-                self.rss_after.setdefault(self.slot_name(slot), []).append(
-                    (int(runtime["pid"]), float(runtime["rss_mb"]))
-                )
+                name = self.slot_name(slot)
+                self.rss_after.setdefault(name, []).append((int(runtime["pid"]), float(runtime["rss_mb"])))
+                self.objects_after.setdefault(name, []).append(int(runtime["objects"]))
 
     async def run(self) -> dict[str, Any]:
         args = self.args
@@ -490,6 +501,10 @@ class Season:
             "token_problems": token_problems[:10],
             "exit_codes": codes,
             "faults": faults,
+            "objects_after_match": self.objects_after,
+            "objects_grown": {
+                n: objects_grown(self.idle_start.get(n, {}), self.idle_end.get(n, {})) for n in engines
+            },
             "not_back_to_idle": idle,
             "idle_detail": {"start": self.idle_start, "end": self.idle_end},
             "criteria": criteria,

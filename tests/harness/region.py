@@ -505,10 +505,13 @@ class Region:
                 await trio.sleep(0.05)
         return engine.proc.poll()
 
-    async def runtime(self, engine: Instance | None = None) -> dict[str, Any] | None:
-        """An engine's ``ctl runtime`` (the API's without one); None while it does not answer."""
+    async def runtime(
+        self, engine: Instance | None = None, *, objects: bool = False
+    ) -> dict[str, Any] | None:
+        """An engine's ``ctl runtime`` (the API's without one; ``objects``: with the heap's objects by type);
+        None while it does not answer."""
         path = str(self.sock_dir / "api.sock") if engine is None else self.admin_socket(engine)
-        answer = await admin_request(path, "runtime")
+        answer = await admin_request(path, "runtime", ["objects"] if objects else [])
         return answer if isinstance(answer, dict) else None
 
     async def ready(self, engine: Instance) -> dict[str, Any] | None:

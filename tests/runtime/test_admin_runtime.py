@@ -10,7 +10,14 @@ from typing import Any
 import trio
 
 from daemon.runtime.admin.protocol import AdminError
-from daemon.runtime.admin.runtime import fd_kind, open_fds, proc_status, runtime_handlers, task_names
+from daemon.runtime.admin.runtime import (
+    fd_kind,
+    object_types,
+    open_fds,
+    proc_status,
+    runtime_handlers,
+    task_names,
+)
 
 
 class View:
@@ -71,6 +78,22 @@ async def test_tasks_are_walked_through_every_nursery_and_counted_by_name() -> N
     assert task_names() == before  # gone once their nursery closed
 
 
+async def test_runtime_objects_counts_the_heap_by_type_only_when_asked() -> None:
+    runtime = runtime_handlers(View())["runtime"]
+    assert "objects" not in await runtime([])
+    kept = [View() for _ in range(200_000)]  # more than any other type: it leads the list
+    answer = await runtime(["objects"])
+    assert answer["objects"] >= sum(answer["objects_by_type"].values())
+    assert answer["objects_by_type"][f"{View.__module__}.{View.__qualname__}"] >= len(kept)
+    assert object_types([1, 2, "a"], top=1) == (3, {"builtins.int": 2})
+    try:
+        await runtime(["everything"])
+    except AdminError as exc:
+        assert "usage: runtime [objects]" in str(exc)
+    else:
+        raise AssertionError("runtime took an unknown argument")
+
+
 async def test_the_runtime_command_answers_with_every_figure_and_refuses_arguments() -> None:
     runtime = runtime_handlers(View())["runtime"]
     answer = await runtime([])
@@ -81,7 +104,7 @@ async def test_the_runtime_command_answers_with_every_figure_and_refuses_argumen
     assert answer["apns"] == {"push": 1, "broadcast": 1}
     assert answer["backlogs"] == {"janitor_inbox": 0}
     try:
-        await runtime(["now"])
+        await runtime(["now", "later"])
     except AdminError as exc:
         assert "usage: runtime" in str(exc)
     else:
