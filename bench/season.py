@@ -331,6 +331,7 @@ class Season:
     async def sample(self) -> dict[str, Any]:
         at = round(time.monotonic() - self.t0, 1)
         processes = await self.runtimes()
+        tables: dict[str, Any]
         try:
             tables = await self.region.table_items()
         except Exception as exc:  # noqa: BLE001 - a DynamoDB cut by the nemesis: the next sample reads them

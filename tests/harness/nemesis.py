@@ -273,13 +273,14 @@ class Nemesis:
             finally:
                 links["throttle"].clear()
         elif kind.startswith("sportmonks_"):
-            mode = {
+            modes: dict[str, tuple[str, dict[str, Any]]] = {
                 "sportmonks_5xx": ("5xx", {}),
                 "sportmonks_429": ("429", {"retry_after": 1}),
                 "sportmonks_lag": ("lag", {"endpoint": "livescores", "lag_s": 5.0}),
                 "sportmonks_bad_body": ("malformed", {}),
                 "sportmonks_wrong_status": ("wrong_status", {}),
-            }[kind]
+            }
+            mode = modes[kind]
             region.replay.inject(mode[0], duration_s=d, **mode[1])
             await trio.sleep(d)
         elif kind == "clock_skew":
