@@ -19,8 +19,9 @@ that nothing is lost: docs/testing.md, "The fault matrix"; the multi-instance ro
   0, and a fresh engine takes the slot);
 - APNs: ``apns_dead`` (every open connection frozen at the server: open, silent, no FIN), ``apns_blackhole``,
   ``apns_slow`` (500 ms each way) and ``apns_reset`` (RST of every connection) on the engine's link,
-  ``apns_goaway`` (every connection told to go away), ``apns_429`` and ``apns_500`` (bursts answered to every
-  request for the span);
+  ``apns_goaway`` (every connection told to go away), ``apns_429`` and ``apns_500`` (every per-token push
+  answered so for the span at nginx, which then reloads: a GOAWAY too; a 500 storm at the project's server
+  for its broadcasts; without nginx a 429 is answered per token, as APNs answers a token pushed too often);
 - DynamoDB, on the engine's link: ``dynamodb_latency`` (300 ms each way), ``dynamodb_throttle`` (half the
   requests throttled), ``dynamodb_cut`` (connections reset and new ones refused for the span);
 - SportMonks, at the replay server for every engine: ``sportmonks_5xx``, ``sportmonks_429``,
@@ -220,6 +221,27 @@ class Nemesis:
             await trio.sleep(0.25)
         return None
 
+    async def _apns_burst(self, status: int, seconds: float) -> None:
+        """Every push answered ``status`` for ``seconds``: at nginx when it takes the per-token pushes; at the
+        project's server, a 500 storm (its broadcasts and channel management too), and a 429 per token (APNs
+        answers TooManyRequests to a device token pushed too often) to the tokens its phones have."""
+        region = self.region
+        if region.apns_peer is not None:
+            region.apns_peer.storm(status)
+        if status == 500:
+            region.apns.storm(500, duration_s=seconds)
+        elif region.apns_peer is None:
+            for crowd in region.crowds.values():
+                for phone in crowd.iphones.phones:
+                    for token in (phone.device_token, phone.update_token):
+                        if token:
+                            region.apns.set_token_status(token, 429, "TooManyRequests", count=2)
+        try:
+            await trio.sleep(seconds)
+        finally:
+            if region.apns_peer is not None:
+                region.apns_peer.storm(None)
+
     async def _inflict(self, fault: Fault, outcome: Outcome) -> None:
         region = self.region
         kind, d = fault.kind, fault.duration_s
@@ -249,8 +271,7 @@ class Nemesis:
             if region.apns_peer is not None:
                 region.apns_peer.reload()
         elif kind in ("apns_429", "apns_500"):
-            region.apns.storm(int(kind[-3:]), duration_s=d)
-            await trio.sleep(d)
+            await self._apns_burst(int(kind[-3:]), d)
         elif kind == "apns_reset":
             outcome.notes.append(f"{links['apns'].reset()} connections reset")
         elif kind in ("apns_blackhole", "apns_slow", "dynamodb_latency", "dynamodb_cut"):

@@ -61,6 +61,7 @@ http {{
     map $interesting $logged_body {{ 1 $request_body; default ""; }}
     map $request_body $kind {{ "~\\"event\\":\\"end\\"" end; "~\\"event\\":\\"start\\"" start; default update; }}
     map $request_uri $apns_dead {{ default 0; include {dir}/dead.map; }}
+    map $request_uri $apns_storm {{ default 0; include {dir}/storm.map; }}
     log_format rec escape=json '{{"t":$msec,"s":$status,"u":"$request_uri","k":"$kind","b":"$logged_body"}}';
     {access_log}
     server {{
@@ -68,6 +69,8 @@ http {{
         ssl_certificate {dir}/cert.pem;
         ssl_certificate_key {dir}/key.pem;
         location / {{
+            if ($apns_storm = 429) {{ return 429 '{{"reason":"TooManyRequests"}}'; }}
+            if ($apns_storm = 500) {{ return 500 '{{"reason":"InternalServerError"}}'; }}
             if ($apns_dead) {{ return 410 '{{"reason":"Unregistered"}}'; }}
             {answer}
         }}
@@ -98,6 +101,7 @@ class NginxApns:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.dead: set[str] = set()
+        self._storm: int | None = None
 
     @property
     def url(self) -> str:
@@ -170,6 +174,16 @@ class NginxApns:
         if self.proc is not None:
             self.reload()
 
+    def storm(self, status: int | None) -> None:
+        """Answer every push ``status`` (429 TooManyRequests or 500 InternalServerError) from now on, or as
+        usual again with None: applied by a ``reload`` while nginx runs (its connections get a GOAWAY)."""
+        if status not in (None, 429, 500):
+            raise ValueError(f"storm: 429, 500 or None, got {status!r}")
+        self._storm = status
+        self._write_dead()
+        if self.proc is not None:
+            self.reload()
+
     def reload(self) -> None:
         """SIGHUP: nginx reads its configuration (the dead tokens) again with fresh workers; the old workers
         send GOAWAY on their HTTP/2 connections and close them once their streams are answered."""
@@ -182,6 +196,10 @@ class NginxApns:
         tmp = self.workdir / "dead.map.tmp"
         tmp.write_text(lines)
         tmp.replace(self.workdir / "dead.map")
+        storm = "" if self._storm is None else f'"~." {self._storm};\n'  # a regex: every path
+        tmp = self.workdir / "storm.map.tmp"
+        tmp.write_text(storm)
+        tmp.replace(self.workdir / "storm.map")
 
     def stop(self) -> None:
         """Graceful stop (SIGQUIT): nginx flushes its buffered record lines before it exits."""

@@ -155,6 +155,35 @@ async def test_nginx_answers_410_to_dead_tokens_of_apns_length_set_before_the_st
 
 
 @pytest.mark.usefixtures("nginx_installed")
+async def test_nginx_answers_every_push_with_a_storms_status_until_it_is_lifted(tmp_path: Path) -> None:
+    import trio
+
+    server = NginxApns(record_path=tmp_path / "records.jsonl", workdir=tmp_path / "nginx")
+    server.start()
+    try:
+        context = ssl.create_default_context(cafile=server.ca_file)
+        async with httpx.AsyncClient(http2=True, verify=context, base_url=server.url) as client:
+
+            async def status_becomes(want: int) -> None:
+                deadline = time.monotonic() + 10
+                while (await client.post("/3/device/aa", content=_body("update", []))).status_code != want:
+                    assert time.monotonic() < deadline, f"never answered {want}"
+                    await trio.sleep(0.1)
+
+            for status in (429, 500):
+                server.storm(status)
+                await status_becomes(status)
+                server.storm(None)
+                await status_becomes(200)
+        with pytest.raises(ValueError, match="storm"):
+            server.storm(503)
+    finally:
+        server.stop()
+    statuses = {r["status"] for r in server.records()}
+    assert {200, 429, 500} <= statuses
+
+
+@pytest.mark.usefixtures("nginx_installed")
 def test_nginx_records_skip_a_body_cut_short_by_a_client_that_went_away(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     path.write_text(
