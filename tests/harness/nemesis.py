@@ -96,6 +96,7 @@ class Outcome:
     healthy_after_s: float | None = None
     health_bound_s: float = 0.0
     exit_code: int | None = None
+    offset_s: float = 0.0  # a clock skew's offset
     lost: int = 0
     tested_alone_in: str = ""
     notes: list[str] = field(default_factory=list)
@@ -191,6 +192,7 @@ class Nemesis:
             fault.slot,
             fault.duration_s,
             health_bound_s=self.health_bound(fault),
+            offset_s=fault.offset_s,
             tested_alone_in=KINDS[fault.kind][2],
         )
         async with trio.open_nursery() as watch:
