@@ -17,7 +17,6 @@ grace period, ``STOPPING=1``, exit 0. SIGHUP stops the same way (there is no rel
 
 from __future__ import annotations
 
-import faulthandler
 import functools
 import io
 import signal
@@ -48,6 +47,7 @@ from daemon.runtime import gctune
 from daemon.runtime.admin.handlers import daemon_handlers
 from daemon.runtime.admin.protocol import Handler
 from daemon.runtime.admin.runtime import runtime_handlers
+from daemon.runtime.stalls import StallWatchdog
 from daemon.runtime.supervisor import Supervisor
 from daemon.sportmonks.client import SportMonksClient
 from daemon.store import Repositories
@@ -523,18 +523,19 @@ class Daemon:
 
 
 async def watch_event_loop(stall_dump_s: float, interval_s: float = 1.0) -> None:
-    """Measure how late the loop wakes a short sleep; past ``stall_dump_s`` (0: never), faulthandler (armed
-    before each sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
-    dump_to = sys.__stderr__
-    dump_s = stall_dump_s
+    """Measure how late the loop wakes a short sleep; past ``stall_dump_s`` (0: never) without a turn of the
+    loop, a watchdog thread writes every thread's stack (``daemon.runtime.stalls``), so a stall shows what
+    held the loop."""
+    watchdog: StallWatchdog | None = None
+    if stall_dump_s and sys.__stderr__ is not None:  # without a stderr there is nowhere to write the stacks
+        try:
+            watchdog = StallWatchdog(stall_dump_s + interval_s, sys.__stderr__).start()
+        except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
+            log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
     try:
         while True:
-            if dump_s and dump_to is not None:  # without a stderr there is nowhere to write the stacks
-                try:
-                    faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
-                except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
-                    log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
-                    dump_s = 0.0
+            if watchdog is not None:
+                watchdog.beat()
             started = trio.current_time()
             await trio.sleep(interval_s)
             lag = max(0.0, trio.current_time() - started - interval_s)
@@ -542,8 +543,8 @@ async def watch_event_loop(stall_dump_s: float, interval_s: float = 1.0) -> None
             if lag >= 1.0:
                 log.warning("event_loop_stalled", seconds=round(lag, 2))
     finally:
-        if dump_s:
-            faulthandler.cancel_dump_traceback_later()
+        if watchdog is not None:
+            watchdog.stop()
 
 
 A = TypeVar("A")
