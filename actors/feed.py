@@ -457,6 +457,18 @@ class FeedActor:
     def is_marquee_league(self, league_id: int | None) -> bool:
         return league_id is not None and league_id in self._marquee_leagues
 
+    def backlog(self) -> dict[str, int]:
+        """For the admin socket's ``runtime``: the subscriptions held (local and remote), the updates waiting in
+        the local subscribers' channels and mailboxes, and the fixtures waiting to be written to the cache."""
+        local = [sub for sub in self._subs.values() if not sub.remote]
+        return {
+            "feed_subscriptions": len(self._subs),
+            "feed_subscriber_updates": sum(
+                sub.receive.statistics().current_buffer_used + (sub.pending is not None) for sub in local
+            ),
+            "feed_cache_pending": len(self._cache_pending),
+        }
+
     def stats(self) -> dict[str, Any]:
         """For the admin socket: calls, budget, breaker, cache and one line per subscriber."""
         now = trio.current_time()

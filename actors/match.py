@@ -246,7 +246,9 @@ class MatchActor:
             return
         self.state = MatchState.from_item(item) if item.get("matchPhase") else None
         self.latest.phase = self.state.match_phase if self.state else None
-        if self.latest.phase in TERMINAL_PHASES:  # reopened after a wrong end, its sessions all ended
+        if self.state is not None and self.latest.phase in TERMINAL_PHASES:
+            # reopened after a wrong end: its sessions all ended, its stamp at the end's progress
+            self.state = self.state.reopened()
             self.starts.restart_all()
         intent = AlertIntent.from_record(item)
         self._ending = intent is not None and intent.kind == "end"

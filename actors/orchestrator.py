@@ -26,7 +26,7 @@ from actors.match import MatchActor
 from actors.ports import LiveFeed, OrchestratorStore, Supervision
 from actors.settings import OrchestratorSettings
 from daemon.logs import get_logger
-from daemon.metrics import MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS
+from daemon.metrics import MATCH_OWNER_EPOCH, MATCH_WANTED, OWNED_MATCHES, TAKEOVERS, forget_match
 from daemon.store.locks import match_lock_key
 
 log = get_logger("orchestrator")
@@ -279,7 +279,7 @@ class Orchestrator:
         match_id = name.split(":", 1)[1]
         self.owned.discard(match_id)
         OWNED_MATCHES.set(len(self.owned))
-        _forget_owned(match_id)
+        forget_match(match_id)  # its epoch, ticks, channels and sessions series go with it
         # Whatever ended the actor (match end, lost lease, give-up, shutdown), a lock still ours is released so
         # another instance can take over at once (``HeldLease.release``: bounded, and conditional on the owner
         # and epoch taken, so it is harmless when the lock has moved on). An actor restarted after its lease
@@ -331,13 +331,6 @@ def _export_wanted(candidates: Collection[str]) -> None:
     MATCH_WANTED.clear()
     for match_id in candidates:
         MATCH_WANTED.labels(match_id).set(1)
-
-
-def _forget_owned(match_id: str) -> None:
-    try:
-        MATCH_OWNER_EPOCH.remove(match_id)
-    except KeyError:  # never exported (the actor failed to start) or already removed
-        pass
 
 
 def _epoch(text: str) -> float:

@@ -174,6 +174,28 @@ MATCH_WANTED = Gauge(
     ["match_id"],
     registry=REGISTRY,
 )
+# Every series an owned match adds (the metric and the labels beside its id): removed when its actor exits
+# (``forget_match``), so a process that carries a season of matches keeps the series of those it runs only.
+PER_MATCH_SERIES: tuple[tuple[Counter | Gauge | Histogram, tuple[str, ...]], ...] = (
+    (TICKS, ()),
+    (TICK_DURATION, ()),
+    (CHANNELS, ()),
+    (SESSIONS_BY_PATH, ("token",)),
+    (SESSIONS_BY_PATH, ("channel",)),
+    (MATCH_OWNER_EPOCH, ()),
+)
+
+
+def forget_match(match_id: str) -> None:
+    """Remove every series of ``match_id`` (its actor exited: the match ended, moved to another instance or
+    was let go); a series never exported is skipped."""
+    for metric, rest in PER_MATCH_SERIES:
+        try:
+            metric.remove(match_id, *rest)
+        except KeyError:
+            pass
+
+
 TAKEOVERS = Counter(
     "sightscreen_takeovers",
     "Matches this instance claimed from another owner (dead, drained or paused past its lease)",

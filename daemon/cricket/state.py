@@ -14,12 +14,12 @@ back as ``Decimal``); a present field of the wrong shape raises ``StateError`` n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 from daemon.cricket.errors import EngineError
-from daemon.cricket.order import InningsMark, Stamp
+from daemon.cricket.order import FINAL_PROGRESS, InningsMark, Stamp, progress_of
 from daemon.cricket.snapshot import Ball
 
 LAST_BALLS = 30
@@ -114,6 +114,17 @@ class MatchState:
     ball_doubt: Doubt | None = field(default=None, compare=False)  # a ball held back (``confirm.hold_jumps``)
 
     # ---- lookups --------------------------------------------------------------------------------------
+    def reopened(self) -> MatchState:
+        """This state for a match taken back after a wrong end (the feed shows it going on): its content stamp
+        no longer at the end's progress. A final status the fixture did not corroborate (a glitch before the
+        first ball, or over a stalled feed) changed nothing else the stamp holds, so with the end's progress
+        kept every later fixture at the same content reads as older and is skipped: the match stays ended to
+        its owner until a new ball comes, however long it is live."""
+        if self.stamp is None or self.stamp.progress < FINAL_PROGRESS:
+            return self
+        innings = [mark.inning for mark in self.stamp.innings]
+        return replace(self, stamp=replace(self.stamp, progress=progress_of("", innings, None)))
+
     @property
     def had_play(self) -> bool:
         """The scores this state remembers show play (a ball, a run or a wicket in some innings)."""

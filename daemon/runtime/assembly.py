@@ -17,7 +17,6 @@ grace period, ``STOPPING=1``, exit 0. SIGHUP stops the same way (there is no rel
 
 from __future__ import annotations
 
-import faulthandler
 import functools
 import io
 import signal
@@ -47,6 +46,8 @@ from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, REGISTRY
 from daemon.runtime import gctune
 from daemon.runtime.admin.handlers import daemon_handlers
 from daemon.runtime.admin.protocol import Handler
+from daemon.runtime.admin.runtime import runtime_handlers
+from daemon.runtime.stalls import StallWatchdog
 from daemon.runtime.supervisor import Supervisor
 from daemon.sportmonks.client import SportMonksClient
 from daemon.store import Repositories
@@ -293,7 +294,11 @@ class Daemon:
                 if self.config.admin.socket_path:
                     admin = AdminServer(
                         self.config.admin.socket_path,
-                        {**daemon_handlers(self, self.repos.active_matches), **self._extra_handlers},
+                        {
+                            **daemon_handlers(self, self.repos.active_matches),
+                            **runtime_handlers(self),
+                            **self._extra_handlers,
+                        },
                         mode=self.config.admin.mode,
                         max_line_bytes=self.config.admin.max_line_bytes,
                         client_timeout_s=self.config.admin.client_timeout_s,
@@ -469,6 +474,29 @@ class Daemon:
     def sender_stats(self) -> dict[str, Any] | None:
         return self.sender.stats() if self.sender is not None else None
 
+    def apns_connections(self) -> dict[str, int] | None:
+        """Open APNs connections per pool (push; broadcast when it has its own host; management once used)."""
+        if self.sender is None:
+            return None
+        stats = self.sender.stats()
+        out = {"push": int(stats["connections"])}
+        if "broadcast_pool" in stats:
+            out["broadcast"] = int(stats["broadcast_pool"]["connections"])
+        if self.sender.channels is not None:
+            management = self.sender.channels.stats()["connections"]
+            out["management"] = management if isinstance(management, int) else 0
+        return out
+
+    def backlogs(self) -> dict[str, int]:
+        """What waits in this process's memory channels and queues (see ``daemon.runtime.admin.runtime``)."""
+        out = {"janitor_inbox": self.janitor.send_channel.statistics().current_buffer_used}
+        if self.sender is not None:
+            stats = self.sender.stats()
+            out.update({f"sender_inbox_{lane}": int(n) for lane, n in stats["inbox"].items()})
+            out.update({f"sender_queued_{lane}": int(n) for lane, n in stats["queued"].items()})
+        out.update(self.feed.backlog())
+        return out
+
     async def feed_view(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.feed.stats())
         try:
@@ -495,18 +523,19 @@ class Daemon:
 
 
 async def watch_event_loop(stall_dump_s: float, interval_s: float = 1.0) -> None:
-    """Measure how late the loop wakes a short sleep; past ``stall_dump_s`` (0: never), faulthandler (armed
-    before each sleep, from its own thread) writes every thread's stack, so a stall shows what held the loop."""
-    dump_to = sys.__stderr__
-    dump_s = stall_dump_s
+    """Measure how late the loop wakes a short sleep; past ``stall_dump_s`` (0: never) without a turn of the
+    loop, a watchdog thread writes every thread's stack (``daemon.runtime.stalls``), so a stall shows what
+    held the loop."""
+    watchdog: StallWatchdog | None = None
+    if stall_dump_s and sys.__stderr__ is not None:  # without a stderr there is nowhere to write the stacks
+        try:
+            watchdog = StallWatchdog(stall_dump_s + interval_s, sys.__stderr__).start()
+        except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
+            log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
     try:
         while True:
-            if dump_s and dump_to is not None:  # without a stderr there is nowhere to write the stacks
-                try:
-                    faulthandler.dump_traceback_later(dump_s + interval_s, file=dump_to)
-                except (ValueError, OSError, AttributeError, io.UnsupportedOperation) as exc:
-                    log.warning("stall_dump_unavailable", error=repr(exc))  # no stderr file descriptor
-                    dump_s = 0.0
+            if watchdog is not None:
+                watchdog.beat()
             started = trio.current_time()
             await trio.sleep(interval_s)
             lag = max(0.0, trio.current_time() - started - interval_s)
@@ -514,8 +543,8 @@ async def watch_event_loop(stall_dump_s: float, interval_s: float = 1.0) -> None
             if lag >= 1.0:
                 log.warning("event_loop_stalled", seconds=round(lag, 2))
     finally:
-        if dump_s:
-            faulthandler.cancel_dump_traceback_later()
+        if watchdog is not None:
+            watchdog.stop()
 
 
 A = TypeVar("A")

@@ -27,13 +27,23 @@ the oldest generation, which CPython collects only once it has grown by a quarte
 collections that is seldom, and RSS keeps growing. So every
 ``instance.gc_full_every_s`` (60 s) the sweep is a full collection: a walk of the heap start-up did not
 leave frozen (the sessions and followers of the owned matches), tens of milliseconds a minute.
+
+Freeing is not returning: what Python frees outside its own small-object arenas (fixture bodies, JSON,
+HTTP responses: anything over 512 bytes) goes back to the C allocator, which keeps the pages, so a process
+that carries match after match keeps the RSS of its busiest moment for good. After each full collection the
+sweep asks glibc to hand its free pages back to the system (``malloc_trim(0)``, every thread's arena; a
+millisecond or two), so RSS follows what the process holds, and a leak shows as one. Where the C library has
+no ``malloc_trim`` (not glibc) nothing is asked.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -109,9 +119,31 @@ async def sweep(every_s: float, full_every_s: float = 0.0) -> None:
         await trio.sleep(every_s)
         if trio.current_time() >= next_full:
             gc.collect()
+            release_free_memory()
             next_full = trio.current_time() + full_every_s
         else:
             gc.collect(1)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # no C library to load, or not glibc
+        return None
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+def release_free_memory() -> bool:
+    """Hand the C allocator's free pages back to the system (glibc's ``malloc_trim(0)``); False where the C
+    library has none. See the module doc."""
+    if _TRIM is None:
+        return False
+    _TRIM(0)
+    return True
 
 
 def snapshot() -> dict[str, Any] | None:

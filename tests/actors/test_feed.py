@@ -799,3 +799,21 @@ async def test_a_sink_that_takes_a_poll_gets_its_changed_fixtures_and_summary_in
     assert cache.calls[0] == (["11", "12"], True)
     assert (["11"], True) in cache.calls[1:]  # the poll where only 11 changed
     assert all(summary for _, summary in cache.calls)  # every poll's summary rides with its fixtures
+
+
+async def test_the_backlog_counts_subscriptions_and_updates_no_one_took_yet(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeSportMonks()
+    fake.live = [minimal_fixture(11, score=5)]
+    feed = make_feed(fake)
+    assert feed.backlog() == {"feed_subscriptions": 0, "feed_subscriber_updates": 0, "feed_cache_pending": 0}
+    async with running(feed):
+        updates = feed.subscribe("11", marquee=False)  # nobody reads it: the update waits
+        await trio.sleep(1)
+        assert feed.backlog()["feed_subscriptions"] == 1
+        assert feed.backlog()["feed_subscriber_updates"] == 1
+        await updates.receive()
+        assert feed.backlog()["feed_subscriber_updates"] == 0
+        feed.unsubscribe("11")
+        assert feed.backlog()["feed_subscriptions"] == 0

@@ -263,3 +263,29 @@ def test_a_lagging_source_never_withdraws_a_ball_repeats_a_wicket_or_flips_a_sta
     standing = ticks[-1][2]
     assert standing is not None and set(standing.reported_wickets) <= set(counts)
     assert len([r for r in results if r.ended]) == 1
+
+
+def test_a_match_taken_back_after_a_wrong_end_before_its_first_ball_reads_the_live_fixture_as_news() -> None:
+    """A final status the fixture did not corroborate, before the first ball (the feed said "Finished" for a
+    match waiting to start), ended the match; the feed then shows it live at the same content. Taken back,
+    the state must not hold the end's progress: every live fixture before the next ball would read as older
+    and be skipped, the match ended to its owner however long it is live."""
+    pre = fixture(5, None, 0)
+    assert not pre.get("balls")
+    wrong = dict(pre, status="Finished")
+    state: MatchState | None = None
+    for i in range(6):  # the end confirmed over several polls, as a glitch that lasts is
+        result = process_tick(
+            state, snapshot_from_fixture(wrong), now=NOW + 10 * i, marquee=True, settings=SETTINGS
+        )
+        state = carried(result)
+    assert state is not None and state.stamp is not None and state.stamp.progress == 1_000
+    assert state.match_phase == "completed", "the glitch was not taken as the end"
+    live = snapshot_from_fixture(dict(pre, status="1st Innings"))
+    # as the state was carried before: the live fixture skipped as older than the (wrong) end
+    assert process_tick(state, live, now=NOW + 100, marquee=True, settings=SETTINGS).behind is not None
+    taken_back = process_tick(state.reopened(), live, now=NOW + 100, marquee=True, settings=SETTINGS)
+    assert taken_back.behind is None
+    assert taken_back.phase not in ("completed", "abandoned")
+    # a state that never reached the end is left as it is
+    assert taken_back.state.reopened() == taken_back.state

@@ -98,3 +98,53 @@ async def test_wanted_is_exactly_the_last_full_cycles_set(repos: Any) -> None:
         assert wanted == {"880002"}, "still active in active-matches, so still wanted"
         await supervisor.stop_and_wait("match:880002")
         nursery.cancel_scope.cancel()
+
+
+class _TickingActor:
+    """Exports what a running match actor exports: its ticks, tick durations, channels, sessions by path."""
+
+    def __init__(self, match_id: str) -> None:
+        self.match_id = match_id
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        metrics.TICKS.labels(self.match_id).inc()
+        metrics.TICK_DURATION.labels(self.match_id).observe(0.01)
+        metrics.CHANNELS.labels(self.match_id).set(3)
+        metrics.SESSIONS_BY_PATH.labels(self.match_id, "token").set(5)
+        metrics.SESSIONS_BY_PATH.labels(self.match_id, "channel").set(4)
+        task_status.started()
+        await trio.sleep_forever()
+
+
+def _series_of(match_id: str) -> list[str]:
+    return sorted(
+        s.name for m in metrics.REGISTRY.collect() for s in m.samples if s.labels.get("match_id") == match_id
+    )
+
+
+async def test_a_match_that_leaves_the_instance_leaves_none_of_its_series_behind(repos: Any) -> None:
+    """A process carries a season of matches: each one's per-match series go when its actor exits, or the
+    registry (and every scrape) grows by a dozen series a match for as long as the process runs."""
+    match_id = "880009"
+    feed = LiveFeedDouble([{"id": int(match_id), "status": "1st Innings", "league_id": 5}])
+    from actors.orchestrator import Orchestrator
+
+    async with trio.open_nursery() as nursery:
+        supervisor = Supervisor(nursery, max_restarts=3, window_s=60.0, backoff_s=0.01)
+        orch = Orchestrator(
+            instance_id="instance-d",
+            repos=repos,
+            feed=feed,
+            supervisor=supervisor,
+            actor_factory=lambda m, epoch, marquee: _TickingActor(m),  # type: ignore[arg-type,return-value]
+            settings=OrchestratorSettings(lease_s=10.0),
+        )
+        await orch.cycle(full=True)
+        assert orch.owned == {match_id}
+        assert "sightscreen_ticks_total" in _series_of(match_id)
+        assert "sightscreen_sessions_by_path" in _series_of(match_id)
+        await supervisor.stop_and_wait(f"match:{match_id}")
+        # wanted follows the feed (refilled by every full cycle), not the actor
+        left = [name for name in _series_of(match_id) if name != "sightscreen_match_wanted"]
+        assert left == [], left
+        nursery.cancel_scope.cancel()

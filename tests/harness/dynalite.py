@@ -126,9 +126,19 @@ function failedCondition (answer) {
   return answer.status === 400 && /#ConditionalCheckFailedException$/.test(answer.data.__type || '')
 }
 
-function expressionParts (action) {
+// The entries of an expression map (names or values) that `expression` names: DynamoDB refuses a call whose
+// maps hold entries its expressions do not use, and an Update's maps also serve its UpdateExpression
+function referenced (expression, map) {
   var out = {}
-  if (action.ExpressionAttributeValues) out.ExpressionAttributeValues = action.ExpressionAttributeValues
+  for (var k of Object.keys(map || {}))
+    if (new RegExp(k.replace(/[^A-Za-z0-9_]/g, '\\$&') + '(?![A-Za-z0-9_])').test(expression)) out[k] = map[k]
+  return out
+}
+
+function expressionParts (action, condition) {
+  var out = {}
+  var values = referenced(condition, action.ExpressionAttributeValues)
+  if (Object.keys(values).length) out.ExpressionAttributeValues = values
   return out
 }
 
@@ -138,7 +148,7 @@ function expressionParts (action) {
 // on the item NOT existing (deleting a missing item deletes nothing) tells whether the condition holds on
 // a missing item. Answers {holds: bool} or {error: answer}.
 async function conditionHolds (headers, action, key, condition) {
-  var names = Object.assign({}, action.ExpressionAttributeNames || {})
+  var names = referenced(condition, action.ExpressionAttributeNames)
   names[KEY_NAME] = Object.keys(key)[0]
   var onItem = Object.assign({
     TableName: action.TableName,
@@ -146,7 +156,7 @@ async function conditionHolds (headers, action, key, condition) {
     ConditionExpression: '(' + condition + ') AND attribute_exists(' + KEY_NAME + ')',
     UpdateExpression: 'REMOVE ' + NOOP_NAME,
     ExpressionAttributeNames: Object.assign({}, names, {[NOOP_NAME]: NOOP_ATTRIBUTE}),
-  }, expressionParts(action))
+  }, expressionParts(action, condition))
   var answer = await call(headers, 'UpdateItem', onItem)
   if (answer.status === 200) return {holds: true}
   if (!failedCondition(answer)) return {error: answer}
@@ -155,7 +165,7 @@ async function conditionHolds (headers, action, key, condition) {
     Key: key,
     ConditionExpression: '(' + condition + ') AND attribute_not_exists(' + KEY_NAME + ')',
     ExpressionAttributeNames: names,
-  }, expressionParts(action))
+  }, expressionParts(action, condition))
   answer = await call(headers, 'DeleteItem', onMissing)
   if (answer.status === 200) return {holds: true}
   if (!failedCondition(answer)) return {error: answer}

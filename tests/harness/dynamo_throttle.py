@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 THROTTLING_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException"})
 
@@ -111,5 +111,7 @@ class DynamoThrottle:
                 "message": "Rate of requests exceeds the allowed throughput.",
             }
         ).encode()
-        headers = {"Content-Type": "application/x-amz-json-1.0", "x-amzn-RequestId": "fault-throttle"}
+        headers = HTTPHeaders()
+        headers["Content-Type"] = "application/x-amz-json-1.0"
+        headers["x-amzn-RequestId"] = "fault-throttle"
         return AWSResponse(request.url, 400, headers, _Body(body))

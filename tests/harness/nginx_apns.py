@@ -11,6 +11,11 @@ Record lines (``record_path``): ``{"t": <epoch s, ms>, "s": <status>, "u": "/3/d
 pushes that carry something a benchmark looks at: a ``start`` (an iOS 18 phone learns its channel from it),
 an ``end``, or an update whose ``events`` list is not empty (``"events":[]`` is how ``daemon.cricket.payloads`` encodes "no event this tick").
 
+Tokens can be made dead (``set_dead``): a push to one is answered 410 ``{"reason": "Unregistered"}``, as APNs
+answers an uninstalled app's token, from a map file nginx reads at start and on ``reload``. ``reload`` (SIGHUP)
+also starts fresh workers and lets the old ones close their connections gracefully: over HTTP/2 that is a
+GOAWAY to every connected client, which then reconnects, as after Apple's own GOAWAY.
+
 Needs Debian's ``nginx-light`` (or any nginx with HTTP/2 and SSL); the body is read with the echo module
 (``libnginx-mod-http-echo``) when present, else through a proxy hop to a second local server block.
 """
@@ -48,16 +53,27 @@ http {{
     keepalive_timeout 600s;
     http2_max_concurrent_streams 1000;
     client_body_buffer_size 16k;
+    # the dead map's keys are APNs paths ("/3/device/" and 64 hex digits): longer than the default bucket
+    # (set before the first map: nginx takes the sizes from there)
+    map_hash_bucket_size 128;
+    map_hash_max_size 262144;
     map $request_body $interesting {{ "~\\"event\\":\\"end\\"" 1; "~\\"event\\":\\"start\\"" 1; "~\\"events\\":\\[\\]" 0; default 1; }}
     map $interesting $logged_body {{ 1 $request_body; default ""; }}
     map $request_body $kind {{ "~\\"event\\":\\"end\\"" end; "~\\"event\\":\\"start\\"" start; default update; }}
+    map $request_uri $apns_dead {{ default 0; include {dir}/dead.map; }}
+    map $request_uri $apns_storm {{ default 0; include {dir}/storm.map; }}
     log_format rec escape=json '{{"t":$msec,"s":$status,"u":"$request_uri","k":"$kind","b":"$logged_body"}}';
     {access_log}
     server {{
         listen 127.0.0.1:{port} ssl http2;
         ssl_certificate {dir}/cert.pem;
         ssl_certificate_key {dir}/key.pem;
-        location / {{ {answer} }}
+        location / {{
+            if ($apns_storm = 429) {{ return 429 '{{"reason":"TooManyRequests"}}'; }}
+            if ($apns_storm = 500) {{ return 500 '{{"reason":"InternalServerError"}}'; }}
+            if ($apns_dead) {{ return 410 '{{"reason":"Unregistered"}}'; }}
+            {answer}
+        }}
     }}
     {backend}
 }}
@@ -84,6 +100,8 @@ class NginxApns:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="sightscreen-nginx-"))
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self.dead: set[str] = set()
+        self._storm: int | None = None
 
     @property
     def url(self) -> str:
@@ -127,6 +145,7 @@ class NginxApns:
             answer=answer,
             backend=backend,
         )
+        self._write_dead()
         (d / "nginx.conf").write_text(conf)
         self.proc = subprocess.Popen(
             [nginx, "-p", str(d), "-c", str(d / "nginx.conf"), "-g", "daemon off;"],
@@ -145,6 +164,43 @@ class NginxApns:
                     raise RuntimeError(f"nginx did not start; see {d}/error.log") from None
                 time.sleep(0.05)
 
+    def set_dead(self, tokens: set[str] | frozenset[str]) -> None:
+        """Answer pushes to ``tokens`` (and to those already dead) with 410 Unregistered from now on: written
+        before ``start``, or applied at once by a ``reload`` while nginx runs."""
+        if not set(tokens) - self.dead:
+            return
+        self.dead |= set(tokens)
+        self._write_dead()
+        if self.proc is not None:
+            self.reload()
+
+    def storm(self, status: int | None) -> None:
+        """Answer every push ``status`` (429 TooManyRequests or 500 InternalServerError) from now on, or as
+        usual again with None: applied by a ``reload`` while nginx runs (its connections get a GOAWAY)."""
+        if status not in (None, 429, 500):
+            raise ValueError(f"storm: 429, 500 or None, got {status!r}")
+        self._storm = status
+        self._write_dead()
+        if self.proc is not None:
+            self.reload()
+
+    def reload(self) -> None:
+        """SIGHUP: nginx reads its configuration (the dead tokens) again with fresh workers; the old workers
+        send GOAWAY on their HTTP/2 connections and close them once their streams are answered."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGHUP)
+
+    def _write_dead(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        lines = "".join(f'"/3/device/{token}" 1;\n' for token in sorted(self.dead))
+        tmp = self.workdir / "dead.map.tmp"
+        tmp.write_text(lines)
+        tmp.replace(self.workdir / "dead.map")
+        storm = "" if self._storm is None else f'"~." {self._storm};\n'  # a regex: every path
+        tmp = self.workdir / "storm.map.tmp"
+        tmp.write_text(storm)
+        tmp.replace(self.workdir / "storm.map")
+
     def stop(self) -> None:
         """Graceful stop (SIGQUIT): nginx flushes its buffered record lines before it exits."""
         stop_child(self.proc, signal.SIGQUIT, timeout=15)
@@ -160,6 +216,18 @@ class NginxApns:
                 record = _record(line)
                 if record is not None:
                     yield record
+
+    def records_since(self, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """The records written from byte ``offset`` on (complete lines only: nginx flushes its buffer at least
+        once a second while running), and the offset to read from next time."""
+        if self.record_path is None or not self.record_path.exists():
+            return [], offset
+        with self.record_path.open("rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1
+        records = [record for line in chunk[:end].splitlines() if (record := _record(line)) is not None]
+        return records, offset + end
 
     def starts_since(self, offset: int) -> tuple[list[dict[str, Any]], int, float | None]:
         """The push-to-starts recorded from byte ``offset`` on (complete lines only: nginx flushes its buffer

@@ -3,6 +3,7 @@ match must deliver. Shared by the fault rig, the cluster and the tests that judg
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -114,3 +115,78 @@ class ShownOrder:
             if now < (innings, rank):  # "live, innings_break, live" goes on; "completed, live" goes back
                 self.flipped.add(phone)
             self.step[phone] = (*now, phase)
+
+
+# ------------------------------------------------------------------ what each token was answered, kept small
+
+
+def alert_of(payload_aps: dict[str, Any]) -> Alert | None:
+    """The alert an accepted update shows, named by its headline event (type, subject, ball, the push's
+    ``timestamp``); None for an update without an alert, a start or an end."""
+    if not payload_aps.get("alert") or payload_aps.get("event") != "update":
+        return None
+    state = payload_aps.get("content-state") or {}
+    head = (state.get("events") or [{}])[0]
+    ball = head.get("ballId")
+    return (
+        str(state.get("eventType")),
+        str(head.get("subject")),
+        None if ball is None else str(ball),
+        int(payload_aps.get("timestamp", 0)),
+    )
+
+
+class Ledger:
+    """What an APNs peer answered, per token, in the little a judge needs: the statuses, the key events and
+    ends accepted, the alerts shown, when the last push was accepted, and the accepted push-to-starts.
+
+    Records are eaten as they come (the project's server's ``records`` or nginx's record file) and then
+    dropped, so a whole season's pushes cost the rig their summary, not their payloads. Broadcasts (records
+    with a ``channel_id``) are left to the server's subscriptions (``seen_by``), which are per device."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, dict[int, int]] = {}
+        self.events: dict[str, set[tuple[str, str]]] = {}
+        self.ended: set[str] = set()
+        self.alerts: dict[str, list[Alert]] = {}
+        self.last_accepted: dict[str, float] = {}
+        self.starts: list[dict[str, Any]] = []
+
+    def eat(self, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Take ``records`` in; returns the accepted push-to-starts among them (``token``, ``time``,
+        ``payload``), as the phones act on them."""
+        starts: list[dict[str, Any]] = []
+        for record in records:
+            if record.get("channel_id"):
+                continue
+            token = str(record.get("token") or "")
+            status = int(record.get("status") or 0)
+            counts = self.statuses.setdefault(token, {})
+            counts[status] = counts.get(status, 0) + 1
+            if status != 200:
+                continue
+            self.last_accepted[token] = float(record.get("time") or 0.0)
+            payload = aps(record)
+            if payload.get("event") == "start":
+                start = {
+                    "token": token,
+                    "status": status,
+                    "time": record.get("time"),
+                    "payload": record.get("payload"),
+                }
+                self.starts.append(start)
+                starts.append(start)
+                continue
+            if payload.get("event") == "end":
+                self.ended.add(token)
+            got = event_ids(record)
+            if got:
+                self.events.setdefault(token, set()).update(got)
+            alert = alert_of(payload)
+            if alert is not None:
+                self.alerts.setdefault(token, []).append(alert)
+        return starts
+
+    def answered(self, token: str) -> list[int]:
+        """The statuses pushes to ``token`` were answered with (each once, in no order)."""
+        return sorted(self.statuses.get(token, {}))

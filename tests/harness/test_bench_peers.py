@@ -72,6 +72,118 @@ async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_car
 
 
 @pytest.mark.usefixtures("nginx_installed")
+async def test_nginx_answers_a_dead_token_410_and_a_reload_sends_goaway_to_its_connections(
+    tmp_path: Path,
+) -> None:
+    import h2.connection
+    import h2.events
+    import trio
+
+    server = NginxApns(record_path=tmp_path / "records.jsonl", workdir=tmp_path / "nginx")
+    server.set_dead({"dead0"})  # before the start: in the map nginx reads at start
+    server.start()
+    try:
+        context = ssl.create_default_context(cafile=server.ca_file)
+        async with httpx.AsyncClient(http2=True, verify=context, base_url=server.url) as client:
+            assert (await client.post("/3/device/dead0", content=_body("update", []))).status_code == 410
+            assert (await client.post("/3/device/dead1", content=_body("update", []))).status_code == 200
+            server.set_dead({"dead1"})  # while running: applied by a reload
+            deadline = time.monotonic() + 10
+            while (await client.post("/3/device/dead1", content=_body("update", []))).status_code != 410:
+                assert time.monotonic() < deadline, "the reload did not apply the new dead token"
+                await trio.sleep(0.1)
+            answer = await client.post("/3/device/dead1", content=_body("update", []))
+            assert answer.json() == {"reason": "Unregistered"}
+        # a connection open across a reload is told to go away
+        raw = socket.create_connection(("127.0.0.1", server.port))
+        context.set_alpn_protocols(["h2"])
+        tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+        conn = h2.connection.H2Connection()
+        conn.initiate_connection()
+        tls.sendall(conn.data_to_send())
+        tls.settimeout(10)
+        conn.receive_data(tls.recv(65536))  # the server's SETTINGS
+        tls.sendall(conn.data_to_send())
+        server.reload()
+        events: list[Any] = []
+        while not any(isinstance(e, h2.events.ConnectionTerminated) for e in events):
+            data = tls.recv(65536)
+            assert data, "closed without a GOAWAY"
+            events.extend(conn.receive_data(data))
+        tls.close()
+    finally:
+        server.stop()
+    statuses = [(r["token"], r["status"]) for r in server.records()]
+    assert ("dead0", 410) in statuses and ("dead1", 200) in statuses and ("dead1", 410) in statuses
+
+
+@pytest.mark.usefixtures("nginx_installed")
+async def test_nginx_answers_410_to_dead_tokens_of_apns_length_set_before_the_start_and_by_a_reload(
+    tmp_path: Path,
+) -> None:
+    """APNs tokens are 64 hex digits: their paths are longer than nginx's default map bucket, and a map that
+    does not build fails the start (and leaves a reload's workers on the old map)."""
+    import secrets
+
+    import trio
+
+    tokens = [secrets.token_hex(32) for _ in range(3)]
+    server = NginxApns(record_path=tmp_path / "records.jsonl", workdir=tmp_path / "nginx")
+    server.set_dead({tokens[0]})
+    server.start()
+    try:
+        context = ssl.create_default_context(cafile=server.ca_file)
+        async with httpx.AsyncClient(http2=True, verify=context, base_url=server.url) as client:
+            assert (
+                await client.post(f"/3/device/{tokens[0]}", content=_body("update", []))
+            ).status_code == 410
+            assert (
+                await client.post(f"/3/device/{tokens[1]}", content=_body("update", []))
+            ).status_code == 200
+            server.set_dead({tokens[1], tokens[2]})
+            deadline = time.monotonic() + 10
+            while (
+                await client.post(f"/3/device/{tokens[2]}", content=_body("update", []))
+            ).status_code != 410:
+                assert time.monotonic() < deadline, "the reload did not apply the new dead tokens"
+                await trio.sleep(0.1)
+            assert (
+                await client.post(f"/3/device/{tokens[1]}", content=_body("update", []))
+            ).status_code == 410
+    finally:
+        server.stop()
+
+
+@pytest.mark.usefixtures("nginx_installed")
+async def test_nginx_answers_every_push_with_a_storms_status_until_it_is_lifted(tmp_path: Path) -> None:
+    import trio
+
+    server = NginxApns(record_path=tmp_path / "records.jsonl", workdir=tmp_path / "nginx")
+    server.start()
+    try:
+        context = ssl.create_default_context(cafile=server.ca_file)
+        async with httpx.AsyncClient(http2=True, verify=context, base_url=server.url) as client:
+
+            async def status_becomes(want: int) -> None:
+                deadline = time.monotonic() + 10
+                while (await client.post("/3/device/aa", content=_body("update", []))).status_code != want:
+                    assert time.monotonic() < deadline, f"never answered {want}"
+                    await trio.sleep(0.1)
+
+            for status in (429, 500):
+                server.storm(status)
+                await status_becomes(status)
+                server.storm(None)
+                await status_becomes(200)
+        with pytest.raises(ValueError, match="storm"):
+            server.storm(503)
+    finally:
+        server.stop()
+    statuses = {r["status"] for r in server.records()}
+    assert {200, 429, 500} <= statuses
+
+
+@pytest.mark.usefixtures("nginx_installed")
 def test_nginx_records_skip_a_body_cut_short_by_a_client_that_went_away(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     path.write_text(
@@ -393,3 +505,29 @@ def test_nginx_push_to_starts_are_read_as_they_are_flushed_complete_lines_only(t
     starts, offset, through = server.starts_since(offset)
     assert [r["token"] for r in starts] == ["s2", "s3"] and through == 2.5
     assert offset == path.stat().st_size
+
+
+def test_a_dynalite_transaction_updates_with_values_its_condition_does_not_use(dynalite: Any) -> None:
+    """An Update's values serve its UpdateExpression too (a claim's hold: ``SET expiresAt = :exp`` beside
+    ``#owner = :owner``): its condition is checked with the values the condition names, and the update
+    writes them all."""
+    client = _client(dynalite.url)
+    _tables(client)
+    update = {
+        "Update": {
+            "TableName": "locks",
+            "Key": {"lockKey": {"S": "feed:eu"}},
+            "UpdateExpression": "SET #e = :exp, confirmedAt = :now",
+            "ConditionExpression": "#o = :o",
+            "ExpressionAttributeNames": {"#o": "owner", "#e": "epoch"},
+            "ExpressionAttributeValues": {":exp": {"N": "4"}, ":now": {"N": "9"}, ":o": {"S": "a"}},
+        }
+    }
+    client.transact_write_items(TransactItems=[update, _put("1")])
+    lock = _lock(client)
+    assert lock is not None and lock["epoch"] == {"N": "4"} and lock["confirmedAt"] == {"N": "9"}
+    assert _cached(client) == ["1"]
+    # the same with the condition failing: cancelled, nothing written
+    update["Update"]["ExpressionAttributeValues"][":o"] = {"S": "b"}
+    assert [r["Code"] for r in _cancelled(client, [update, _put("2")])] == ["ConditionalCheckFailed", "None"]
+    assert _cached(client) == ["1"]

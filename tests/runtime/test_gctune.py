@@ -91,6 +91,34 @@ async def test_every_full_every_s_the_sweep_collects_the_oldest_generation_too(r
     assert monitor.collections[2] > before
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not gctune.release_free_memory(), reason="the C library has no malloc_trim (not glibc)")
+async def test_the_full_sweep_hands_freed_memory_back_to_the_system(restore_gc: None) -> None:
+    """Objects over 512 bytes live in the C allocator, which keeps the pages they freed: without a trim a
+    process keeps the RSS of its busiest moment for good."""
+    gctune.configure(10_000_000)
+    gctune.release_free_memory()
+    blocks = [bytes(2048) + bytes([i % 256]) for i in range(60_000)]  # ~120 MB, each its own malloc block
+    kept = blocks[-1]  # the heap's top stays in use: freeing the rest alone cannot shrink it
+    busiest = _rss_mb()
+    del blocks
+    assert _rss_mb() > busiest - 20, "freed, and still held by the allocator"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gctune.sweep, 0.01, 0.02)
+        with trio.fail_after(5):
+            while _rss_mb() > busiest - 80:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert kept
+
+
 class Box:
     def __init__(self, value: object) -> None:
         self.value = value
