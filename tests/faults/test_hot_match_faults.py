@@ -1,0 +1,402 @@
+"""A hot match shared by three engines (``sightscreen run`` processes), faults injected mid-shard.
+
+The match has 900 per-token followers over a ``[fanout].share_above`` of 100, in shards of 150, so each of
+its fan-outs is delivered by every engine: its owner and two helpers. The project's APNs server answers every
+push 10 ms late, so an alerting shard's chunks (each handed over only once the one before is answered) take
+long enough for a fault to land in the middle of one. Each process signs its provider tokens with a key of its
+own: the APNs server's record says who pushed what, and its ``on_answer`` hook fires the fault at an exact
+accepted push (the ``nth`` alert of a wicket pushed by the process in question, once the helpers follow the
+match):
+
+- ``kill -9`` of the owner mid-shard, and of a helper mid-shard;
+- a helper cut from DynamoDB mid-shard (a fault proxy in front of moto for that one process);
+- a helper stopped (``SIGSTOP``) mid-shard past its shard's lease with pushes queued, then resumed: none of
+  its pushes to that shard's sessions is accepted after the lease it held ran out;
+- a takeover while helpers work: the owner stopped mid-fan-out, a successor takes the match over and
+  continues the work item (recorded with the alert intent), the old owner resumed: it pushes nothing more.
+
+Judged per token, as the ownership tests are (``tests.harness.records``): once the fault's wicket has reached
+every token, play is paused and the engines allowed to finish; then every wicket any token got reached every
+token (nothing lost), and no token was shown an alert twice (every accepted push with an alert counts).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from daemon.cricket.share import TICK, Board, shard_keys
+from daemon.replay.synth import synthesise
+from daemon.store.locks import instance_of, shard_key
+from tests.harness.cluster import Cluster, admin_request
+from tests.harness.fault_proxy import FaultProxy
+from tests.harness.records import Alert, alerts_shown_twice, aps, event_ids, record_kid
+
+pytestmark = pytest.mark.slow
+
+FOLLOWERS = 900
+FANOUT = {
+    "share_above": 100,
+    "shard_size": 150,
+    "board_poll_s": 0.05,
+    "hot_list_poll_s": 0.2,
+    "shard_lease_s": 2.0,
+    "shard_renew_every_s": 0.5,
+}
+MATCH = {"alert_chunk_first": 8, "alert_chunk_max": 32, "session_refresh_s": 30.0}
+INSTANCES = 3
+
+
+def _headline(record: dict[str, Any]) -> tuple[str, str]:
+    events = (aps(record).get("content-state") or {}).get("events") or [{}]
+    return str(events[0].get("type")), str(events[0].get("subject"))
+
+
+def _wicket_alert(record: dict[str, Any]) -> bool:
+    a = aps(record)
+    return "alert" in a and a.get("event") == "update" and _headline(record)[0] == "wicket"
+
+
+class HotMatch:
+    """The cluster, its match, and what the faults need to know about it."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.match_id = str(cluster.tapes[0].fixture_id)
+        self.tokens = cluster.matches[self.match_id].tokens  # update token -> visitor key
+        self.fault_at: dict[str, Any] | None = None
+        self.fault_wicket: tuple[str, str] | None = None
+        self.fault_board: Board | None = None  # the tick item the fault landed in
+
+    async def owner_slot(self) -> int:
+        with trio.fail_after(60):
+            while True:
+                item = await self.cluster.repos.active_matches.get_active_match_state(self.match_id)
+                if item and item.get("instanceId"):
+                    slot = self.cluster.slot_of(instance_id=instance_of(str(item["instanceId"])))
+                    if slot is not None:
+                        return slot
+                await trio.sleep(0.2)
+
+    async def helpers_follow(self, slots: list[int]) -> None:
+        """Every helper follows the hot match with the whole audience read."""
+        print("PHASE owner known", time.time())
+        with trio.fail_after(90):
+            for slot in slots:
+                path = self.cluster.admin_socket(self.cluster.instances[slot])
+                while True:
+                    view = await admin_request(path, "shares") or {}
+                    followed = ((view.get("helping_here") or {}).get("followed") or {}).get(self.match_id)
+                    if followed and followed.get("sessions") == FOLLOWERS:
+                        break
+                    await trio.sleep(0.3)
+
+    def arm(self, kid: str, nth: int, fault: Callable[[dict[str, Any]], None]) -> trio.Event:
+        """Fire ``fault`` at the ``nth`` accepted alert of one wicket that the process signing with ``kid``
+        pushed (counted from now)."""
+        fired = trio.Event()
+        counted: list[dict[str, Any]] = []
+
+        def on_answer(record: dict[str, Any]) -> None:
+            if fired.is_set() or record.get("status") != 200 or record_kid(record) != kid:
+                return
+            if record.get("token") not in self.tokens or not _wicket_alert(record):
+                return
+            if counted and _headline(record) != _headline(counted[0]):
+                return
+            counted.append(record)
+            if len(counted) >= nth:
+                self.fault_at, self.fault_wicket = record, _headline(record)
+                fault(record)
+                fired.set()
+
+        self.cluster.apns.on_answer = on_answer
+        return fired
+
+    async def fired(self, event: trio.Event) -> None:
+        """Wait for the fault; note the work item it landed in."""
+        with trio.fail_after(120):
+            await event.wait()
+        boards = await self.cluster.repos.locks.get_share_boards([self.match_id], [TICK])
+        self.fault_board = Board.from_item(boards[(self.match_id, TICK)])
+
+    async def resumed_shards(self) -> int:
+        """Shards of the fault's work item taken up from another holder (their lease's epoch above 1)."""
+        assert self.fault_board is not None
+        work = self.fault_board.work
+        keys = [shard_key(self.match_id, TICK, work.seq, i) for i in range(work.shards)]
+        found = await self.cluster.repos.locks.get_shards(keys)
+        return sum(1 for item in found.values() if int(item.get("epoch", 0)) > 1)
+
+    async def held_shard(self, instance_id: str) -> tuple[int, set[str], float, Board]:
+        """The shard of the current tick item ``instance_id`` holds: its index, the session keys in it, its
+        lease's expiry (epoch seconds) and the board."""
+        locks = self.cluster.repos.locks
+        boards = await locks.get_share_boards([self.match_id], [TICK])
+        board = Board.from_item(boards[(self.match_id, TICK)])
+        keys = [shard_key(self.match_id, TICK, board.work.seq, i) for i in range(board.work.shards)]
+        shards = await locks.get_shards(keys)
+        for i, key in enumerate(keys):
+            item = shards.get(key)
+            if item and instance_of(str(item["owner"])) == instance_id and item.get("doneAt") is None:
+                return (
+                    i,
+                    set(shard_keys(self.tokens.values(), board.work.bounds, i)),
+                    float(item["expiresAt"]),
+                    board,
+                )
+        raise AssertionError(f"{instance_id} holds no shard of the current item")
+
+    async def shard_done(self, board: Board, index: int) -> None:
+        """Wait until another engine has delivered the shard (its record settled)."""
+        key = shard_key(self.match_id, TICK, board.work.seq, index)
+        with trio.fail_after(60):
+            while (await self.cluster.repos.locks.get_shards([key])).get(key, {}).get("doneAt") is None:
+                await trio.sleep(0.2)
+
+    def stale(self, kid: str, sessions: set[str], after: float) -> list[dict[str, Any]]:
+        """Accepted pushes by ``kid`` after ``after`` to ``sessions`` of the fault's work item (the alert's
+        timestamp): what the process had queued for the shard it held."""
+        assert self.fault_at is not None
+        stamp = aps(self.fault_at).get("timestamp")
+        return [
+            r
+            for r in self.cluster.apns.records
+            if r.get("status") == 200
+            and record_kid(r) == kid
+            and r["time"] > after
+            and self.tokens.get(r["token"]) in sessions
+            and aps(r).get("timestamp") == stamp
+        ]
+
+    def delivered(self, wicket: tuple[str, str]) -> int:
+        got = {
+            r["token"] for r in self.cluster.apns.records if r.get("status") == 200 and wicket in event_ids(r)
+        }
+        return len(got & set(self.tokens))
+
+    async def settle(self) -> None:
+        """Wait for the fault's wicket to reach every token; pause play; let the engines finish what they
+        have (no new push for 2 s)."""
+        assert self.fault_wicket is not None
+        with trio.fail_after(120):
+            while self.delivered(self.fault_wicket) < len(self.tokens):
+                await trio.sleep(0.5)
+            self.cluster.replay.pause(self.match_id)
+            seen = len(self.cluster.apns.records)
+            while True:
+                await trio.sleep(2.0)
+                if len(self.cluster.apns.records) == seen:
+                    break
+                seen = len(self.cluster.apns.records)
+
+    def _wickets_seen(self) -> set[tuple[str, str]]:
+        out: set[tuple[str, str]] = set()
+        for r in self.cluster.apns.records:
+            if r.get("status") == 200:
+                out |= {e for e in event_ids(r) if e[0] == "wicket"}
+        return out
+
+    def judge(self) -> None:
+        """Every wicket any token got reached every token; no token was shown an alert twice; the fault's
+        wicket was fanned out by more than one process (it was shared)."""
+        by_token = self.cluster.deliveries()
+        wickets = self._wickets_seen()
+        assert self.fault_wicket in wickets
+        pushers = {
+            record_kid(r)
+            for r in self.cluster.apns.records
+            if r.get("status") == 200 and "alert" in aps(r) and _headline(r) == self.fault_wicket
+        }
+        assert len(pushers) >= 2, f"the wicket's fan-out was not shared: {pushers}"
+        for token in self.tokens:
+            records = by_token.get(token, [])
+            got = set().union(*(event_ids(r) for r in records)) if records else set()
+            assert wickets <= got, f"{self.tokens[token]} lost {sorted(wickets - got)}"
+            alerts: list[Alert] = []
+            for n, r in enumerate(records):
+                if "alert" in aps(r):
+                    events = (aps(r).get("content-state") or {}).get("events") or [{}]
+                    ball = events[0].get("ballId")
+                    alerts.append((*_headline(r), None if ball is None else str(ball), n))
+            assert alerts_shown_twice(alerts) == [], f"{self.tokens[token]} was shown an alert twice"
+
+
+async def _run(
+    tmp_path: Path,
+    moto_url: str,
+    seed: int,
+    scenario: Callable[[HotMatch, trio.Nursery], Any],
+    *,
+    slot_config: dict[int, dict[str, dict[str, Any]]] | None = None,
+) -> HotMatch:
+    tape = synthesise("T10", seed=seed)
+    cluster = Cluster(
+        tmp_path,
+        moto_url=moto_url,
+        tapes=[tape],
+        table_prefix=f"hot{seed}-",
+        speed=100.0,
+        followers_per_match=FOLLOWERS,
+        lease_s=4.0,
+        cadence_s=0.25,
+        cycle_s=1.0,
+        innings_break_s=600.0,
+        extra_config={"fanout": FANOUT, "match": MATCH},
+        slot_config=slot_config,
+    )
+    async with trio.open_nursery() as nursery:
+        t0 = time.time()
+        await cluster.start(nursery, instances=INSTANCES)
+        cluster.apns.delay(0.01)  # every answer 10 ms late: an alerting shard's chunks take a while
+        hot = HotMatch(cluster)
+        try:
+            print("PHASE started", time.time() - t0)
+            await scenario(hot, nursery)
+            print("PHASE scenario", time.time() - t0)
+            await hot.settle()
+            print("PHASE settled", time.time() - t0)
+        finally:
+            await cluster.stop_all()
+            nursery.cancel_scope.cancel()
+    hot.judge()
+    return hot
+
+
+def _kill(cluster: Cluster, slot: int) -> Callable[[dict[str, Any]], None]:
+    inst = cluster.instances[slot]
+    return lambda record: inst.proc.send_signal(signal.SIGKILL)
+
+
+async def test_the_owner_killed_mid_shard_loses_nothing_and_shows_no_alert_twice(
+    tmp_path: Path, moto_server: Any
+) -> None:
+    async def scenario(hot: HotMatch, nursery: trio.Nursery) -> None:
+        owner = await hot.owner_slot()
+        await hot.helpers_follow([s for s in hot.cluster.instances if s != owner])
+        fired = hot.arm(hot.cluster.instances[owner].key_id, 12, _kill(hot.cluster, owner))
+        await hot.fired(fired)
+
+    hot = await _run(tmp_path, moto_server.url, 61, scenario)
+    assert await hot.resumed_shards() >= 1, "the dead owner's shard was taken up from its watermark"
+
+
+async def test_a_helper_killed_mid_shard_loses_nothing_and_shows_no_alert_twice(
+    tmp_path: Path, moto_server: Any
+) -> None:
+    async def scenario(hot: HotMatch, nursery: trio.Nursery) -> None:
+        owner = await hot.owner_slot()
+        helpers = [s for s in hot.cluster.instances if s != owner]
+        await hot.helpers_follow(helpers)
+        fired = hot.arm(hot.cluster.instances[helpers[0]].key_id, 12, _kill(hot.cluster, helpers[0]))
+        await hot.fired(fired)
+
+    hot = await _run(tmp_path, moto_server.url, 62, scenario)
+    assert await hot.resumed_shards() >= 1, "the dead helper's shard was taken up from its watermark"
+
+
+async def test_a_helper_cut_from_dynamodb_mid_shard_stops_at_its_fence_and_its_shard_is_taken_up(
+    tmp_path: Path, moto_server: Any
+) -> None:
+    """Slot 2 reaches DynamoDB through a fault proxy, blackholed at its 12th alert of a wicket (when slot 2 is
+    a helper; the test waits for a wicket it helps with) and restored 8 s later. Cut off, it can neither renew
+    its shard's lease nor confirm the owner: its pushes stop at the earlier of the two, and another engine takes
+    the shard up from its watermark once its lease runs out."""
+    host, port = moto_server.url.split("//", 1)[1].split(":")
+    proxy = FaultProxy(host, int(port))
+
+    async def scenario(hot: HotMatch, nursery: trio.Nursery) -> None:
+        owner = await hot.owner_slot()
+        if owner == 2:
+            pytest.skip("the proxied engine took the match: the owner's cut-off is the DynamoDB fault tests'")
+        await hot.helpers_follow([s for s in hot.cluster.instances if s != owner])
+        cut_at: list[float] = []
+        fired = hot.arm(
+            hot.cluster.instances[2].key_id,
+            12,
+            lambda record: (proxy.set(blackhole=True), cut_at.append(time.time())),
+        )
+        await hot.fired(fired)
+        await trio.sleep(8.0)
+        proxy.clear()
+        kid = hot.cluster.instances[2].key_id
+        # its fence: the shard lease (2 s) or the owner's confirmation (4 s lease), less the skew bound, from
+        # its last answered call before the cut
+        late = [
+            r
+            for r in hot.cluster.apns.records
+            if r.get("status") == 200
+            and record_kid(r) == kid
+            and cut_at[0] + 4.0 < r["time"] < cut_at[0] + 8.0
+        ]
+        assert late == [], f"the cut-off helper still pushed {len(late)} times past its fence"
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        slots = {2: {"dynamodb": {"endpoint_url": f"http://127.0.0.1:{proxy.port}"}}}
+        await _run(tmp_path, moto_server.url, 63, scenario, slot_config=slots)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_helper_stopped_past_its_shards_lease_pushes_nothing_of_it_when_resumed(
+    tmp_path: Path, moto_server: Any
+) -> None:
+    """A helper is stopped mid-shard with pushes queued in its sender, past its shard's lease, then resumed
+    once another engine has delivered that shard: its sender finds the queued pushes past their fence
+    (``NotAfterPassed``), and none of them is accepted."""
+
+    async def scenario(hot: HotMatch, nursery: trio.Nursery) -> None:
+        owner = await hot.owner_slot()
+        helpers = [s for s in hot.cluster.instances if s != owner]
+        await hot.helpers_follow(helpers)
+        target = hot.cluster.instances[helpers[0]]
+        fired = hot.arm(target.key_id, 12, lambda record: target.proc.send_signal(signal.SIGSTOP))
+        await hot.fired(fired)
+        index, sessions, expires_at, board = await hot.held_shard(target.instance_id)
+        await hot.shard_done(board, index)  # taken up from its watermark once its lease ran out
+        target.proc.send_signal(signal.SIGCONT)
+        await trio.sleep(3.0)
+        late = hot.stale(target.key_id, sessions, expires_at)
+        assert late == [], f"{len(late)} of its queued pushes went out after its lease ran out"
+
+    await _run(tmp_path, moto_server.url, 64, scenario)
+
+
+async def test_a_takeover_while_helpers_work_continues_the_work_item_and_the_old_owner_pushes_nothing_more(
+    tmp_path: Path, moto_server: Any
+) -> None:
+    """The owner is stopped mid-shard while the helpers work on the same wicket; a successor takes the match
+    over once its lease ran out and continues the very work item (the intent records it: the board shows the
+    same seq under the new owner). The old owner, resumed once its shard was delivered by another engine,
+    pushes nothing of it."""
+
+    async def scenario(hot: HotMatch, nursery: trio.Nursery) -> None:
+        owner = await hot.owner_slot()
+        await hot.helpers_follow([s for s in hot.cluster.instances if s != owner])
+        old = hot.cluster.instances[owner]
+        fired = hot.arm(old.key_id, 12, lambda record: old.proc.send_signal(signal.SIGSTOP))
+        await hot.fired(fired)
+        index, sessions, expires_at, board = await hot.held_shard(old.instance_id)
+        with trio.fail_after(60):
+            while True:
+                item = await hot.cluster.repos.active_matches.get_active_match_state(hot.match_id)
+                if item and instance_of(str(item["instanceId"])) != old.instance_id:
+                    break
+                await trio.sleep(0.2)
+        await hot.shard_done(board, index)
+        boards = await hot.cluster.repos.locks.get_share_boards([hot.match_id], [TICK])
+        now = Board.from_item(boards[(hot.match_id, TICK)])
+        assert instance_of(now.owner) != old.instance_id
+        assert now.work.seq >= board.work.seq
+        old.proc.send_signal(signal.SIGCONT)
+        await trio.sleep(3.0)
+        late = hot.stale(old.key_id, sessions, expires_at)
+        assert late == [], f"the old owner pushed {len(late)} of its shard after the takeover"
+
+    await _run(tmp_path, moto_server.url, 65, scenario)
