@@ -134,16 +134,17 @@ async def api(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     import httpx
 
     from daemon.demo.issuer import LocalIssuer
-    from daemon.demo.seed import seed_match
     from daemon.replay.synth import synthesise
     from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
     from tests.harness.api_process import ApiProcess
+    from tests.harness.seed import seed_match
 
     meter = workdir / "meter.jsonl"
     with AwsPeer(meter=meter) as peer, LocalIssuer().serve() as issuer:
         dynamo = Dynamo(DynamoSettings(endpoint_url=peer.url, table_prefix="cost-"))
         await create_tables(dynamo)
         tape = synthesise("T20", seed=args.seed)
+        # seeded (tests/harness/seed.py): the API's requests are metered on a world the engine would have made
         seeded = await seed_match(
             Repositories(dynamo),
             tape,

@@ -1,11 +1,12 @@
 """The demo's simulated iPhones: app users that do everything through the app's HTTP API.
 
-Each simulated user holds an access token from the demo's local issuer and, as the real app does:
-registers its device with a push-to-start token (``POST /user/device``), follows the match supporting one
-of its teams (``POST /user/follow/{matchId}``), and, when a push-to-start reaches the device (the APNs
-server accepted it), starts the Live Activity and registers its session with a fresh update token
-(``POST /user/activity/{matchId}``, or ``.../channel`` for one on a broadcast channel), as iOS hands the app
-the activity's token. A share of the phones run
+Each simulated user holds an access token from the demo's local issuer and, as the real app does: finds
+the match in its league's schedule (``GET /matches?league=&from=&to=``, until the fixture sync has stored
+it), registers its device with a push-to-start token (``POST /user/device``), follows the match supporting
+one of its teams (``POST /user/follow/{matchId}``), and, when a push-to-start reaches the device (the APNs
+server accepted it), starts the Live Activity and registers its session with the activity's update token
+(``POST /user/activity/{matchId}``, or ``.../channel`` for one on a broadcast channel), as iOS hands the
+app the activity's token. A share of the phones run
 iOS 18 (``ios18_share``): a push-to-start naming a broadcast channel (``input-push-channel``) starts their
 activity on that channel instead, so they subscribe to it (``subscribe``: the APNs server then fans the
 channel's broadcasts out to them) and register the session with ``channelId``. Nothing here writes
@@ -35,7 +36,10 @@ class SimulatedIphone:
     push_to_start_token: str = field(default_factory=lambda: secrets.token_hex(32))
     device_id: str = field(default_factory=lambda: f"iphone-{secrets.token_hex(4)}")
     activity_started: bool = False
-    update_token: str = ""
+    update_token: str = ""  # the running activity's update token (set when it starts on a token)
+    # the update token iOS will hand the app when the activity starts on a token (drawn up front, so a test
+    # can script the APNs server's answer to it before it exists)
+    activity_token: str = field(default_factory=lambda: secrets.token_hex(32))
     os_version: str = "18.2"
     channel_id: str = ""  # the broadcast channel its activity listens on (iOS 18), else ""
 
@@ -45,7 +49,8 @@ def _ios18(k: int, share: float) -> bool:
 
 
 class SimulatedIphones:
-    """``count`` app users of one match, talking to the API at ``api_url`` with tokens from ``mint``."""
+    """``count`` app users of one match, talking to the API at ``api_url`` with tokens from ``mint``; or the
+    ``phones`` given (their users, teams, tokens and iOS versions as they are)."""
 
     def __init__(
         self,
@@ -58,20 +63,25 @@ class SimulatedIphones:
         concurrency: int = 16,
         ios18_share: float = 1.0,
         subscribe: Callable[[str, str], None] | None = None,
+        phones: Sequence[SimulatedIphone] | None = None,
     ) -> None:
         self.api_url = api_url
         self.mint = mint
         self.match_id = match_id
-        self.phones = [
-            SimulatedIphone(
-                f"demo-user-{i:05d}",
-                str(team_ids[i % len(team_ids)]),
-                # spread evenly within each team: the k-th supporter of a team runs iOS 18 when the running
-                # share of them falls behind ios18_share
-                os_version="18.2" if _ios18(i // max(1, len(team_ids)), ios18_share) else "17.5",
-            )
-            for i in range(count)
-        ]
+        self.phones = (
+            list(phones)
+            if phones is not None
+            else [
+                SimulatedIphone(
+                    f"demo-user-{i:05d}",
+                    str(team_ids[i % len(team_ids)]),
+                    # spread evenly within each team: the k-th supporter of a team runs iOS 18 when the running
+                    # share of them falls behind ios18_share
+                    os_version="18.2" if _ios18(i // max(1, len(team_ids)), ios18_share) else "17.5",
+                )
+                for i in range(count)
+            ]
+        )
         self._subscribe = subscribe
         self._by_pts = {p.push_to_start_token: p for p in self.phones}
         self._tokens: dict[str, str] = {}
@@ -80,9 +90,12 @@ class SimulatedIphones:
         self.requests = 0
 
     def _auth(self, phone: SimulatedIphone) -> dict[str, str]:
-        token = self._tokens.get(phone.user_id)
+        return self._bearer(phone.user_id)
+
+    def _bearer(self, user_id: str) -> dict[str, str]:
+        token = self._tokens.get(user_id)
         if token is None:
-            token = self._tokens[phone.user_id] = self.mint(phone.user_id)
+            token = self._tokens[user_id] = self.mint(user_id)
         return {"Authorization": f"Bearer {token}"}
 
     async def _call(
@@ -105,6 +118,31 @@ class SimulatedIphones:
             self.errors.append(error)
             log.warning("demo_iphone_request_failed", user=phone.user_id, error=error)
             return False
+
+    async def find_match(
+        self, league_code: str, start_from: str, to: str, *, timeout_s: float = 120.0, poll_s: float = 0.2
+    ) -> dict[str, Any]:
+        """The match as the league's schedule between ``start_from`` and ``to`` (ISO 8601) lists it, read as the
+        first phone's user (any signed-in user may read it); asked again until it is listed (the fixture sync
+        has not stored it yet) or ``timeout_s`` has passed (TimeoutError)."""
+        headers = self._auth(self.phones[0]) if self.phones else self._bearer("schedule-reader")
+        query = {"league": league_code, "from": start_from, "to": to}
+        async with httpx.AsyncClient(base_url=self.api_url, timeout=10) as http:
+            with trio.fail_after(timeout_s):
+                while True:
+                    self.requests += 1
+                    try:
+                        resp = await http.get("/matches", params=query, headers=headers)
+                    except httpx.HTTPError as exc:
+                        log.info("demo_schedule_unavailable", error=repr(exc))
+                    else:
+                        if resp.status_code not in (200, 429, 503):
+                            raise RuntimeError(f"GET /matches {query}: {resp.status_code} {resp.text[:200]}")
+                        listed = resp.json().get("matches", []) if resp.status_code == 200 else []
+                        for match in listed:
+                            if str(match.get("matchId")) == self.match_id:
+                                return dict(match)
+                    await trio.sleep(poll_s)
 
     async def sign_up(self) -> None:
         """Every phone registers its device and follows the match (concurrently, as a crowd does)."""
@@ -162,7 +200,7 @@ class SimulatedIphones:
                         body = {"deviceId": phone.device_id, "channelId": channel}
                         path = f"/user/activity/{self.match_id}/channel"
                     else:
-                        phone.update_token = secrets.token_hex(32)
+                        phone.update_token = phone.activity_token
                         body = {"deviceId": phone.device_id, "updateToken": phone.update_token}
                         path = f"/user/activity/{self.match_id}"
                     nursery.start_soon(self._call, http, phone, "POST", path, body)

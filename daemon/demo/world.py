@@ -12,10 +12,15 @@ On loopback and free ports it starts:
    admin socket, and the app's HTTP API verifying the local issuer's tokens), configured to talk to those
    parts exactly as it would to AWS, SportMonks, Apple and Cognito.
 
-It seeds the match and its reference data; ``--followers`` simulated iPhones (``daemon.demo.iphones``) then do
-everything through the API with their own tokens: register a device with a push-to-start token, follow
-the match, and, when a push-to-start reaches them, register their Live Activity session with a fresh
-update token, so the rest of the lifecycle (updates, end) runs on sessions the API stored. The issuer's key
+The tables start empty, as a new region's do. The daemon's own syncs create the league, the teams and the
+fixture from the replay server at start-up (the league active because the demo's configuration names it in
+``[jobs.reference_sync].active_league_ids``), and the orchestrator takes the match from the fixture it
+finds, pre-match. ``--followers`` simulated iPhones (``daemon.demo.iphones``) do everything else through the
+API with their own tokens: find the match in the league's schedule, register a device with a push-to-start
+token, follow the match, and, when a push-to-start reaches them, register their Live Activity session, so
+the rest of the lifecycle (updates, end) runs on sessions the API stored. The match is scheduled
+``DEMO_START_DELAY_S`` ahead; its first ball comes once the owner has its pre-match baseline and the phones
+follow it (at the latest ``DEMO_LATEST_START_S`` after the start). The issuer's key
 is written to ``--state-dir`` so ``sightscreen api-token --sub USER`` can mint tokens for curl while the
 demo runs. One line is printed per delivery; with
 ``--exit-at-end`` the demo exits 0 once the ``end`` push is delivered, its last line a JSON summary.
@@ -39,8 +44,10 @@ import trio
 DEMO_TEAM_ID = "DEMO7TEAM1"
 DEMO_KEY_ID = "DEMOKEY001"
 DEMO_TOPIC = "app.sightscreen.demo"
-# Wall seconds before the first ball: the daemon takes the match while it is still pre-match.
+# The match's scheduled start, in wall seconds from the demo's start (the fixture's starting_at).
 DEMO_START_DELAY_S = 5.0
+# The latest its first ball comes: sooner, once the owner has taken it pre-match and the phones follow it.
+DEMO_LATEST_START_S = 120.0
 
 
 class DemoRun:
@@ -126,12 +133,19 @@ class DemoRun:
         from daemon.replay.tape import builtin_tape_path, load_tape
         from daemon.runtime.assembly import Daemon
         from daemon.store import Repositories
+        from daemon.store.codec import iso
         from daemon.store.dynamo import Dynamo
         from daemon.store.settings import DynamoSettings
         from daemon.store.tables import create_tables
 
         speed = self.args.speed
-        tape = load_tape(self.args.tape or builtin_tape_path())
+        tape = scheduled(load_tape(self.args.tape or builtin_tape_path()), time.time() + DEMO_START_DELAY_S)
+        league_code = tape.league.code if tape.league is not None else None
+        if not league_code:
+            raise ValueError(
+                f"tape {self.args.tape}: it names no league code, and the demo's syncs create the league "
+                "and place the fixture in its schedule by code"
+            )
         self.match_id = str(tape.fixture_id)
         key = generate_signing_key(DEMO_KEY_ID)
         ca = make_ca()
@@ -147,10 +161,9 @@ class DemoRun:
             apns_port = await nursery.start(apns.serve)
             management_port = await nursery.start(apns.serve_management)
             replay = ReplayServer(
-                [tape], speed=speed, innings_break_s=1200.0, start_delay_s=DEMO_START_DELAY_S * speed
+                [tape], speed=speed, innings_break_s=1200.0, start_delay_s=DEMO_LATEST_START_S * speed
             )
             replay_port = await nursery.start(replay.serve)
-            await self._seed(repos, tape)
             from daemon.demo.issuer import LocalIssuer, default_state_dir
 
             issuer = LocalIssuer()
@@ -186,7 +199,6 @@ class DemoRun:
             self.daemon = daemon = Daemon(
                 config,
                 on_delivery=self.on_delivery,
-                with_jobs=False,
                 extra_handlers=replay_controls(config.sportmonks.base_url),
             )
             if not self.args.quiet:
@@ -219,8 +231,15 @@ class DemoRun:
                 ios18_share=getattr(self.args, "ios18_share", 0.0),
                 subscribe=apns.subscribe,
             )
+            day = 86400.0
+            await self.iphones.find_match(
+                league_code,
+                iso(tape.starting_at.timestamp() - day, timespec="seconds"),
+                iso(tape.starting_at.timestamp() + day, timespec="seconds"),
+            )
             await self.iphones.sign_up()
             nursery.start_soon(self.iphones.start_activities, lambda: list(apns.records))
+            nursery.start_soon(_start_once_taken, replay, repos, self.match_id)
             if self.args.exit_at_end:
                 await self.ended.wait()
                 await self._wound_up()
@@ -240,20 +259,6 @@ class DemoRun:
             while self.daemon.orchestrator is not None and self.match_id in self.daemon.orchestrator.owned:
                 await trio.sleep(0.05)
         await trio.sleep(0.2)  # the janitor's last writes
-
-    async def _seed(self, repos: Any, tape: Any) -> None:
-        """The demo league, both teams and the match, starting in DEMO_START_DELAY_S; its followers come
-        through the API (the simulated iPhones)."""
-        from daemon.demo.seed import seed_match
-
-        await seed_match(
-            repos,
-            tape,
-            starts_at=time.time() + DEMO_START_DELAY_S,
-            followers=0,
-            league_name="Sightscreen Demo League",
-            league_code="DEMO",
-        )
 
     def summary(self) -> dict[str, Any]:
         accepted: Counter[str] = Counter()
@@ -347,6 +352,26 @@ def _key_events(aps: dict[str, Any]) -> set[tuple[str, str]]:
     }
 
 
+def scheduled(tape: Any, starts_at: float) -> Any:
+    """The tape as SportMonks lists a match starting at ``starts_at`` (epoch seconds): the fixture the syncs
+    store is the one the orchestrator takes pre-match, and the one a schedule read around now lists."""
+    from datetime import UTC, datetime
+
+    return tape.model_copy(update={"starting_at": datetime.fromtimestamp(starts_at, UTC)})
+
+
+async def _start_once_taken(replay: Any, repos: Any, match_id: str) -> None:
+    """Bowl the first ball once the match's owner has persisted its first, pre-match tick (the baseline the
+    balls are diffed against), unless the match has started already."""
+    while not replay.status()[match_id]["started"]:
+        item = await repos.active_matches.get_active_match_state(match_id)
+        if item is not None and item.get("matchPhase"):
+            if not replay.status()[match_id]["started"]:
+                replay.seek(match_id, 0)
+            return
+        await trio.sleep(0.1)
+
+
 async def _stop_issuer_on_exit(issuer: Any) -> None:
     try:
         await trio.sleep_forever()
@@ -369,7 +394,8 @@ def demo_config(
     lease_s: float = 10.0,
     extra: dict[str, Any] | None = None,
 ) -> Any:
-    """The configuration the demo (and the end-to-end tests) run the daemon with."""
+    """The configuration the demo (and the fault rig) run the daemon with: the local parts' addresses, a
+    match compressed in time, and the league ``league_id`` active (the reference sync creates it so)."""
     from daemon.config import Config, register_secrets
 
     data: dict[str, Any] = {
@@ -397,6 +423,13 @@ def demo_config(
         },
         "orchestrator": {"cycle_s": 1.0, "lease_s": lease_s},
         "match": {"session_refresh_s": 0.5, "heal_every_s": 1.0, "push_to_start_min_interval_s": 30.0},
+        # the syncs create the league (active: it is named here), its teams and the fixture at start-up
+        "jobs": {
+            "reference_sync": {"active_league_ids": [int(league_id)]},
+            # the owner starts the followers as the match goes live; the phones follow seconds before the
+            # start, when the prematch job would only tell them it starts soon
+            "prematch": {"enabled": False},
+        },
         "admin": {"socket_path": admin_socket},
     }
     for section, values in (extra or {}).items():

@@ -17,10 +17,11 @@ import httpx
 import pytest
 
 from daemon.demo.issuer import LocalIssuer
-from daemon.demo.seed import seed_match
 from daemon.replay.synth import synthesise
 from daemon.store import Dynamo, DynamoSettings, Repositories, create_tables
+from daemon.store.codec import iso
 from tests.harness.api_process import ApiProcess
+from tests.harness.seed import seed_match
 
 pytestmark = pytest.mark.slow
 
@@ -39,10 +40,14 @@ async def test_the_api_role_answers_every_route_from_its_own_process(
     await create_tables(dynamo)
     repos = Repositories(dynamo)
     tape = synthesise("T20", seed=7)
+    # Seeded (tests/harness/seed.py): the tour takes each route once, on a world the engine would have made
+    # (a league, its teams and a fixture; a device and a session to read back); the engine's own doors from
+    # empty tables are tests/e2e/test_region_from_empty.py's.
+    starts_at = time.time() + 3600
     seeded = await seed_match(
         repos,
         tape,
-        starts_at=time.time() + 3600,
+        starts_at=starts_at,
         followers=2,
         league_name="Tour",
         league_code="TOUR",
@@ -82,10 +87,15 @@ async def test_the_api_role_answers_every_route_from_its_own_process(
                 match, league = f"/matches/{match_id}", f"/leagues/{league_id}"
                 follow, activity = f"/user/follow/{match_id}", f"/user/activity/{match_id}"
                 on_match, on_league = {"matchId": match_id}, {"leagueId": league_id}
+                schedule = {
+                    "from": iso(starts_at - 60, timespec="seconds"),
+                    "to": iso(starts_at + 60, timespec="seconds"),
+                }
                 steps: list[tuple[str, str, int, dict[str, str], dict[str, str], Any, bool]] = [
                     ("GET", "/healthz", 200, {}, {}, None, False),
                     ("GET", "/readyz", 200, {}, {}, None, False),
                     ("GET", "/matches", 200, {}, {"league": "TOUR"}, None, False),
+                    ("GET", "/matches", 200, {}, {"league": "TOUR", **schedule}, None, False),
                     ("GET", "/matches", 200, {}, {"ids": match_id, "include": "raw"}, None, False),
                     (
                         "GET",
@@ -177,6 +187,8 @@ async def test_the_api_role_answers_every_route_from_its_own_process(
                     headers = {} if path in ("/healthz", "/readyz") else admin if as_admin else user
                     resp = await http.request(method, path, params=params, json=body, headers=headers)
                     assert resp.status_code == expect, f"{method} {path}: {resp.status_code} {resp.text}"
+                    if "from" in params:  # the league's schedule lists the match
+                        assert [m["matchId"] for m in resp.json()["matches"]] == [match_id], resp.text
                     taken.add((method, _route(path, ids)))
             assert await api.stop() == 0, api.log_tail()
         finally:

@@ -15,7 +15,9 @@ How it works:
   least privilege, kept honest by the recording rather than by a hand-kept list.
 
 Both lists are derived from the recording and the template alone, so when branches merge and the daemon's
-calls change, the gate says exactly which lines of the template to change.
+calls change, the gate says exactly which lines of the template to change. What no test drives is checked
+statically, in the fast set: ``tests/harness/store_grants.py`` (every repository method's permissions read
+from the store's source, against each role's declared calls and the template's grants).
 """
 
 from __future__ import annotations

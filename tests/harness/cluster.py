@@ -27,10 +27,10 @@ from typing import Any
 
 import trio
 
-from daemon.demo.seed import SeededMatch, seed_match
 from daemon.store.local import die_with_parent
 from tests.harness.dynamodb_iam import role_credentials
 from tests.harness.records import aps, event_ids, record_kid, standing_wickets
+from tests.harness.seed import SeededMatch, seed_match
 
 TEAM_ID = "CLUSTER001"
 TOPIC = "app.sightscreen.cluster"
@@ -251,6 +251,8 @@ class Cluster:
 
     async def seed(self) -> None:
         """Each tape's match, starting at its offset, with ``followers_per_match`` running sessions."""
+        # Seeded (tests/harness/seed.py): sessions running from the first ball, by the thousand for the soak,
+        # which no product path makes quickly; a region filled through its own doors is region.py's.
         for i, tape in enumerate(self.tapes):
             starts_at = time.time() + self._start_offset_s(i)
             seeded = await seed_match(
@@ -279,8 +281,8 @@ class Cluster:
         the phone listens to it; their follows carry the job's settled marker."""
         import secrets
 
-        from daemon.demo.seed import FOLLOW_TTL_S, prematch_marker
         from daemon.store.codec import iso
+        from tests.harness.seed import FOLLOW_TTL_S, prematch_marker
 
         channels: dict[str, str] = {}
         if self.prematch_settled:

@@ -32,11 +32,11 @@ from typing import Any
 
 import trio
 
-from daemon.demo.seed import seed_match
 from tests.harness.dynamodb_iam import role_endpoint
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.lazy_proxy import LazyFaultProxy
 from tests.harness.records import aps, event_ids, record_kid, standing_wickets
+from tests.harness.seed import seed_match
 
 TEAM_ID = "FAULTTEAM1"
 KEY_ID = "FAULTKEY01"
@@ -251,6 +251,8 @@ class FaultRig:
 
     async def seed(self) -> None:
         """The match, starting after ``start_delay_wall_s``, with ``followers`` running sessions."""
+        # Seeded (tests/harness/seed.py): a fault test's subject is the fault, on sessions running from the
+        # first ball; a region filled through its own doors is region.py's.
         seeded = await seed_match(
             self.repos,
             self.tape,

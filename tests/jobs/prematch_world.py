@@ -20,7 +20,7 @@ import trio
 
 from actors.jobs.convert import fixture_item
 from daemon.apns.types import Push
-from daemon.demo import seed
+from tests.harness import seed
 from tests.jobs.sportmonks_data import make_fixture
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z

@@ -26,11 +26,11 @@ from actors.jobs.prematch import (
 from actors.jobs.settings import PrematchSettings
 from actors.livework import LiveWork
 from daemon.apns.types import Push
-from daemon.demo import seed
 from daemon.store.locks import prematch_lock_key
 from daemon.store.tables import DEVICES, LOCKS, MATCH_FOLLOWS
 from tests.actors.match_helpers import live, make_match_actor, take_lease
 from tests.doubles import Clock, DyingClaims, FakeSender, WithLocks, sample
+from tests.harness import seed
 from tests.jobs.prematch_world import (
     MINUTE,
     T0,

@@ -1,13 +1,18 @@
-"""Seeding a local world: the rows a local run needs before the daemon starts.
+"""Seeding a local world directly: the rows a test needs before the daemon starts, written with the harness's
+own key instead of through the product's doors.
 
-One way, used by the demo, the cluster and fault rigs and the tests: a league and its teams, a fixture
+Only for shapes no product path makes quickly: 100,000 followers for a soak, sessions already running at a
+match's first ball, a crashed owner's half-written state, a world for one unit of the daemon. A region as
+production fills it (the syncs, the app's API) is ``tests/harness/region.py``; every use of this module says
+why it seeds. One way, used by the cluster and fault rigs and the tests: a league and its teams, a fixture
 that has not started yet, and followers of the match. Each follower may also have a registered device
 (with a push-to-start token: the daemon starts its Live Activity) and a live-activity session already
 running (with an update token: the daemon pushes to it from the first ball). Follows and sessions are
 written with BatchWriteItem (25 a call), so seeding 100,000 followers takes seconds, not an hour of
 UpdateItems; devices go through ``register_device``, the same path the app's registration takes.
 
-Nothing here runs in production: the daemon's own writes go through its repositories' access patterns.
+Nothing here runs in production or ships in the wheel: the daemon's own writes go through its repositories'
+access patterns.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""``daemon.demo.seed``: one seeding of a local world, read back through the daemon's own repositories."""
+"""``tests/harness/seed.py``: one seeding of a local world, read back through the daemon's own repositories."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from daemon.demo.seed import Follower, seed_devices, seed_followers, seed_match
 from daemon.replay.tape import builtin_tape_path, load_tape
+from tests.harness.seed import Follower, seed_devices, seed_followers, seed_match
 
 
 async def test_a_seeded_match_has_its_league_teams_fixture_follows_devices_and_sessions(repos: Any) -> None:
