@@ -47,6 +47,7 @@ FANOUT = FanoutSettings(
 )
 SHARING = Sharing(region="t", settings=FANOUT, cadence_s=lambda marquee: 1.0)
 TOKENS = {f"{i:064x}" for i in range(SESSIONS)}
+LEASE_S = 4.0  # the match lease where an owner dies: short, yet renewed in time on a loaded machine
 
 
 def _aps(push: Push) -> dict[str, Any]:
@@ -262,7 +263,8 @@ async def test_a_helper_killed_mid_shard_is_taken_up_from_its_watermark_without_
 
 
 async def test_an_owner_killed_while_a_helper_works_is_succeeded_on_the_same_work_item(repos: Any) -> None:
-    """The owner dies mid-shard with a helper working; the match lease is short (2 s) so it runs out. Its
+    """The owner dies mid-shard with a helper working; the match lease is short (4 s, renewed as the actor's run loop does until the owner dies) so it
+    runs out. Its
     successor finds the intent with its work item and continues it; the helper stops delivering for the dead
     owner at that owner's lease's end (it confirms the owner on the match lock) and takes up the successor's
     shards. Every session gets the wicket, none its alert twice."""
@@ -281,7 +283,7 @@ async def test_an_owner_killed_while_a_helper_works_is_succeeded_on_the_same_wor
             owner="owner-a#1",
             epoch=1,
             sharing=SHARING,
-            lease_s=2.0,
+            lease_s=LEASE_S,
             **CHUNKS,
         )
         await take_lease(first)
@@ -297,17 +299,19 @@ async def test_an_owner_killed_while_a_helper_works_is_succeeded_on_the_same_wor
                     for entry in range(max(0, wicket_at - 2), len(tape)):
                         await first.handle(update(match_id, tape.fixture_at(entry)))
 
+                owner_nursery.start_soon(first.lease.keep)  # as its run loop would, until it dies
                 owner_nursery.start_soon(tick_first)
                 await kill.dead.wait()
                 owner_nursery.cancel_scope.cancel()  # the dead owner's tasks are gone
             item = await repos.active_matches.get_active_match_state(match_id)
             assert item is not None and item["alertIntent"]["share"]["seq"] > 0, "the intent names its item"
             # the successor takes the match once the dead owner's lease ran out
-            while not await repos.locks.acquire_fenced(match_lock_key(match_id), "owner-c#3", 2.0):
+            while True:
+                taken, _ = await repos.locks.acquire_fenced(match_lock_key(match_id), "owner-c#3", LEASE_S)
+                if taken is not None:
+                    break
                 await trio.sleep(0.1)
-            await repos.locks.release_fenced(  # handed to the successor's actor, which takes it afresh
-                (await repos.locks.acquire_fenced(match_lock_key(match_id), "owner-c#3", 2.0))[0]
-            )
+            await repos.locks.release_fenced(taken)  # handed to the successor's actor, which takes it afresh
             epoch = await repos.active_matches.claim_active_match(match_id, "owner-c#3")
             assert epoch == 2
             second = make_match_actor(
@@ -317,7 +321,7 @@ async def test_an_owner_killed_while_a_helper_works_is_succeeded_on_the_same_wor
                 owner="owner-c#3",
                 epoch=epoch,
                 sharing=SHARING,
-                lease_s=2.0,
+                lease_s=LEASE_S,
                 **CHUNKS,
             )
             async with trio.open_nursery() as successor:
