@@ -56,8 +56,13 @@ class Session:
 class MatchAudience:
     """The sessions and followers of one match, as last read."""
 
-    def __init__(self, match_id: str, store: AudienceStore, settings: MatchActorSettings) -> None:
+    def __init__(
+        self, match_id: str, store: AudienceStore, settings: MatchActorSettings, *, export: bool = True
+    ) -> None:
+        """``export``: the sessions gauge is this view's (the owner's); an engine helping another's hot match
+        keeps a view of its own without exporting it (the gauge counts each match once)."""
         self.match_id = match_id
+        self._export = export
         self._store = store
         self._settings = settings
         self.log = get_logger("match", match_id=match_id)
@@ -118,8 +123,9 @@ class MatchAudience:
             self.follower_device = follower_device
         self.sessions = fresh
         self.channel_sessions = fresh_channel
-        SESSIONS_BY_PATH.labels(self.match_id, "token").set(len(fresh))
-        SESSIONS_BY_PATH.labels(self.match_id, "channel").set(len(fresh_channel))
+        if self._export:
+            SESSIONS_BY_PATH.labels(self.match_id, "token").set(len(fresh))
+            SESSIONS_BY_PATH.labels(self.match_id, "channel").set(len(fresh_channel))
         self.loaded.set()
 
     def refresh_interval(self) -> float:

@@ -9,6 +9,11 @@ early enough that a slow answer (DynamoDB slow, a congested path) still lands in
 the holder stops at once. The ``Fence`` rides on every push a match actor makes and follows the deadline, so a
 queued push of a holder that lost its lease never goes out. docs/delivery.md has the argument.
 
+A lease held under another's authority (a shard of a hot match's fan-out, delivered for the match's owner) is
+also bounded by that authority: ``bound(until)`` caps its deadline, its fence and ``check`` at the moment the
+authority can no longer be relied on, however long the lease itself lasts. ``settle`` ends a lease whose work
+is done with a last write that holds it (and its record) for a while, so nobody takes the work up again.
+
 Decisions (``lease_deadline``, ``next_renewal_at``) are pure; ``HeldLease`` is the shell around the store.
 """
 
@@ -91,7 +96,8 @@ class HeldLease:
         self._wall = wall_clock
         self.lease: Lease | None = None
         self.until = -math.inf
-        self.fence = Fence(-math.inf)  # rides on pushes; follows ``until``
+        self.bounded_by = math.inf  # the authority's deadline this lease is held under (``bound``)
+        self.fence = Fence(-math.inf)  # rides on pushes; follows ``until`` (and the bound)
         self.last_sent = -math.inf
         self.last_rtt_s = 0.0
         self._on_outcome = on_outcome
@@ -104,6 +110,11 @@ class HeldLease:
         return self.lease is not None and trio.current_time() < self.until
 
     @property
+    def usable_until(self) -> float:
+        """Until when (monotonic) the holder may act on the lease: its deadline, within its bound."""
+        return min(self.until, self.bounded_by)
+
+    @property
     def epoch(self) -> int | None:
         return None if self.lease is None else self.lease.epoch
 
@@ -111,16 +122,26 @@ class HeldLease:
         return None if self.lease is None else self.until - trio.current_time()
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` unless the lease can still be relied on."""
+        """Raise ``LeaseLost`` unless the lease can still be relied on (within its bound)."""
         if self.lease is None:
             raise LeaseLost("the lease is not held")
-        if trio.current_time() >= self.until:
+        now = trio.current_time()
+        if now >= self.until:
             raise LeaseLost("the lease ran out before it was renewed")
+        if now >= self.bounded_by:
+            raise LeaseLost("the authority the lease is held under ran out")
+
+    def bound(self, until: float) -> None:
+        """Hold the lease under an authority that can be relied on until ``until`` (monotonic): its fence and
+        ``check`` stop there even while the lease itself lasts. Each call replaces the last bound."""
+        self.bounded_by = until
+        if self.lease is not None:
+            self.fence.until = self.usable_until
 
     def _hold(self, lease: Lease, sent: float, answered: float) -> None:
         self.lease = lease
         self.until = lease_deadline(sent, self.lease_s, self.skew_s)
-        self.fence.until = self.until
+        self.fence.until = self.usable_until
         self.last_sent = sent
         self.last_rtt_s = max(0.0, answered - sent)
 
@@ -176,8 +197,22 @@ class HeldLease:
         self._on_outcome("ok")
         self.lease = renewed
         self.until = max(self.until, lease_deadline(sent, self.lease_s, self.skew_s))
-        self.fence.until = self.until
+        self.fence.until = self.usable_until
         self.last_rtt_s = max(0.0, trio.current_time() - sent)
+
+    async def settle(self, *, hold_s: float, fields: Mapping[str, Any]) -> bool:
+        """The work done under the lease is finished: one last renewal, for ``hold_s`` and with ``fields`` (what
+        the work left), then the lease is dropped here. Held that long, nobody takes the work up again, and
+        the table's TTL removes the item later. False when the lease was no longer this holder's (the
+        record was not written: another holder took the work up, as it may once this one's lease ran out)."""
+        lease = self.lease
+        if lease is None:
+            return False
+        try:
+            settled = await self._store.extend_fenced(lease, hold_s, fields=dict(fields))
+        finally:
+            self.drop()
+        return settled is not None
 
     async def keep(
         self,

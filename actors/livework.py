@@ -12,6 +12,11 @@ through thousands of followers beside live matches lengthens every wicket's fan-
 the target soak with and without the prematch job).
 A fan-out lasts about a second; the job loses that second, the wicket does not wait behind the job.
 
+Key events among them: a match actor marks its alerting fan-outs (``key_event()``), and the instance's share
+worker, which delivers shards of other engines' hot matches, gives way to them (``give_way_to_key_events``)
+before it takes a shard and before each alerting chunk: this instance's own matches' key events go before its
+help to another's.
+
 Between fan-outs the job is paced (``Pace``) while this instance runs live matches (``matches()``): its
 DynamoDB calls and their CPU would otherwise run flat out beside every tick's reads and writes, and a
 catch-up of many followers would stretch the next fan-out as much as one running beside it.
@@ -37,6 +42,9 @@ class LiveWork:
         self._idle = trio.Event()
         self._idle.set()
         self.fanouts = 0  # fan-outs begun, for introspection and tests
+        self._key_events = 0
+        self._no_key_event = trio.Event()
+        self._no_key_event.set()
 
     @property
     def active(self) -> int:
@@ -58,6 +66,37 @@ class LiveWork:
             LIVE_FANOUTS.set(self._active)
             if self._active == 0:
                 self._idle.set()
+
+    @property
+    def key_events(self) -> int:
+        """Alerting fan-outs (key events) of this instance's own matches in progress now."""
+        return self._key_events
+
+    @contextmanager
+    def key_event(self) -> Iterator[None]:
+        """Mark an alerting fan-out of one of this instance's matches for the duration of the block."""
+        if self._key_events == 0:
+            self._no_key_event = trio.Event()
+        self._key_events += 1
+        try:
+            yield
+        finally:
+            self._key_events -= 1
+            if self._key_events == 0:
+                self._no_key_event.set()
+
+    async def give_way_to_key_events(self, job: str) -> float:
+        """Wait while one of this instance's own key events is being fanned out (however long: help to
+        another engine's match goes after this instance's own key events); the seconds waited. Always a
+        checkpoint."""
+        if self._key_events == 0:
+            await trio.lowlevel.checkpoint()
+            return 0.0
+        started = trio.current_time()
+        await self._no_key_event.wait()
+        waited = trio.current_time() - started
+        BACKGROUND_GAVE_WAY.labels(job).inc(waited)
+        return waited
 
     async def give_way(self, job: str, max_wait_s: float) -> float:
         """Wait while a fan-out is in progress, at most ``max_wait_s`` (0: never wait); the seconds waited.

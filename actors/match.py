@@ -9,8 +9,11 @@ Each tick: the feed's fixture -> ``snapshot_from_fixture`` -> ``process_tick`` (
 perspective -> the fan-out -> APNs's results -> the new state persisted (fenced) -> the display published for
 the app's API (every perspective in ``DisplayStateCache``, neutral on the fixture). A routine tick is pushed,
 then persisted; an alerting tick goes through an alert intent written before its first push; the match's end
-winds everything down. docs/delivery.md has why each step is where it is; docs/architecture.md what may call
-what. It must not talk to SportMonks or APNs itself: the feed and the sender do.
+winds everything down. A hot match (``actors.share``: its per-token audience above ``[fanout].share_above``)
+publishes each fan-out as a work item that every engine of the region delivers shard by shard, this owner
+included; what is sent is still decided here. docs/delivery.md has why each step is where it is;
+docs/architecture.md what may call what. It must not talk to SportMonks or APNs itself: the feed and the sender
+do.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from actors.livework import LiveWork
 from actors.match_starts import HEAL_PHASES, FollowerStarts, Latest, StartsContext
 from actors.ports import ChannelRequests, FixtureSource, MatchStore, PushSender
 from actors.settings import MatchActorSettings, OrchestratorSettings
+from actors.shard import OWNER, ShardRunner
+from actors.share import SharedFanOut, Sharing
 from daemon.apns.types import LIVEACTIVITY_TOPIC_SUFFIX, Fence, Push, PushResult
 from daemon.cricket import intent as intents
 from daemon.cricket import payloads
@@ -40,6 +45,7 @@ from daemon.cricket.engine import TickResult, process_tick
 from daemon.cricket.intent import HANDED_ATTRIBUTE, INTENT_ATTRIBUTE, AlertIntent
 from daemon.cricket.payloads import TeamRef, activity_attributes
 from daemon.cricket.settings import EngineSettings
+from daemon.cricket.share import TICK, TickWork
 from daemon.cricket.snapshot import ImplausibleSnapshot, MatchSnapshot, Team, snapshot_from_fixture
 from daemon.cricket.state import MatchState
 from daemon.logs import get_logger
@@ -94,6 +100,18 @@ def tick_timings(
     return {k: round(v, 3) for k, v in out.items()}
 
 
+def _plus(
+    total: int, counts: Mapping[str, int], more: list[tuple[int, dict[str, int]]]
+) -> tuple[int, dict[str, int]]:
+    """A fan-out's pushes and outcome counts with those of ``more`` hand-offs (the broadcasts) added."""
+    out = dict(counts)
+    for n, extra in more:
+        total += n
+        for k, v in extra.items():
+            out[k] = out.get(k, 0) + v
+    return total, out
+
+
 def _team(team: Team) -> TeamRef:
     return TeamRef(str(team.id), str(team.name), str(team.code))
 
@@ -120,9 +138,11 @@ class MatchActor:
         on_delivery: Callable[[Delivery], None] | None = None,
         wall_clock: Callable[[], float] = time.time,
         live: LiveWork | None = None,
+        sharing: Sharing | None = None,
     ) -> None:
         """``channel_requests``: the sender's channel management (None: the match uses no broadcast
-        channels)."""
+        channels). ``sharing``: the region's ``[fanout]`` (default: never hot; an intent a previous owner
+        fanned out shared is still completed shared)."""
         self.match_id = match_id
         self.instance_id = instance_id
         self.epoch = epoch
@@ -149,6 +169,7 @@ class MatchActor:
         )
         self.audience = MatchAudience(match_id, repos, settings)
         self.latest = Latest()
+        self._live = live or LiveWork()
         self.fanout = FanOut(
             sender,
             fence=self.lease.fence,
@@ -158,9 +179,37 @@ class MatchActor:
                 backoff_max_s=settings.push_retry_backoff_max_s,
                 result_timeout_s=settings.push_result_timeout_s,
             ),
-            live=live or LiveWork(),
+            live=self._live,
             on_result=self._on_result,
             log_context={"match_id": match_id},
+        )
+        sharing = sharing or Sharing()
+        self.share = SharedFanOut(
+            match_id,
+            region=sharing.region,
+            owner=instance_id,
+            lease=self.lease,
+            owner_epoch=lambda: self.epoch,
+            boards=repos.locks,
+            runner=ShardRunner(
+                owner_id=instance_id,
+                role=OWNER,
+                locks=repos.locks,
+                devices=repos.devices,
+                sender=sender,
+                live=self._live,
+                topic=topic,
+                match_settings=settings,
+                settings=sharing.settings,
+                claim_hold_s=lease.lease_s,
+                clock_skew_bound_s=lease.clock_skew_bound_s,
+                wall_clock=wall_clock,
+            ),
+            audience=self.audience,
+            settings=sharing.settings,
+            cadence_s=lambda: sharing.cadence_s(marquee),
+            on_result=self._on_result,
+            wall_clock=wall_clock,
         )
         self._bundle = topic.removesuffix(LIVEACTIVITY_TOPIC_SUFFIX)
         self.broadcasts: MatchBroadcasts | None = None
@@ -195,6 +244,7 @@ class MatchActor:
             fanout=self.fanout,
             channels=self.broadcasts,
             report=on_delivery,
+            shared=self.share,
         )
 
         self.state: MatchState | None = None
@@ -228,6 +278,7 @@ class MatchActor:
             # Stopped (lease lost, cancelled, crashed): what is still queued in the sender must not go out;
             # the next owner repeats the tick.
             self.lease.drop()
+            self.share.forget()
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         await self.lease.acquire()  # a restarted incarnation must prove it still holds the lease
@@ -431,6 +482,7 @@ class MatchActor:
         )
         priority = 10 if kind == "end" else payloads.apns_priority(result.best)
         persisted = False
+        await self._decide_hot()
         if any(intents.has_alert(p) for p in by_perspective.values()):
             intent = AlertIntent(
                 kind=kind,
@@ -448,35 +500,10 @@ class MatchActor:
                 if wait > 0:
                     await trio.sleep(wait)
                 self.held_s = wait
-            sessions = list(self.audience.sessions.values())
-            perspective = self.audience.perspective
-            casts = self._casts(kind)
-
-            def pushes(reply_to: trio.MemorySendChannel[PushResult], fence: Fence) -> list[Push]:
-                return broadcast_pushes(
-                    casts,
-                    self._bundle,
-                    lambda p: by_perspective.get(p) or by_perspective[NEUTRAL],
-                    priority,
-                    kind,
-                    reply_to,
-                    fence,
-                ) + [
-                    Push(
-                        s.token,
-                        "liveactivity",
-                        self._topic,
-                        by_perspective[perspective(s.user_id, display)],
-                        priority,
-                        kind,
-                        context=s.ref,
-                        fence=fence,
-                        reply_to=reply_to,
-                    )
-                    for s in sessions
-                ]
-
-            total, counts = await self.fanout.push_all(pushes)
+            if self.share.hot:
+                total, counts = await self._shared_routine(by_perspective, kind, priority)
+            else:
+                total, counts = await self._routine(by_perspective, kind, priority, display)
         for event in result.events:
             KEY_EVENTS.labels(event.type).inc()
         self.last_events = (
@@ -495,6 +522,70 @@ class MatchActor:
         await self._recover_channels()
         return persisted
 
+    async def _routine(
+        self, by_perspective: Mapping[str, bytes], kind: str, priority: int, display: Any
+    ) -> tuple[int, dict[str, int]]:
+        """A routine tick's fan-out by this owner alone: the broadcasts, then every session's push."""
+        sessions = list(self.audience.sessions.values())
+        perspective = self.audience.perspective
+        casts = self._casts(kind)
+
+        def pushes(reply_to: trio.MemorySendChannel[PushResult], fence: Fence) -> list[Push]:
+            return broadcast_pushes(
+                casts,
+                self._bundle,
+                lambda p: by_perspective.get(p) or by_perspective[NEUTRAL],
+                priority,
+                kind,
+                reply_to,
+                fence,
+            ) + [
+                Push(
+                    s.token,
+                    "liveactivity",
+                    self._topic,
+                    by_perspective[perspective(s.user_id, display)],
+                    priority,
+                    kind,
+                    context=s.ref,
+                    fence=fence,
+                    reply_to=reply_to,
+                )
+                for s in sessions
+            ]
+
+        return await self.fanout.push_all(pushes)
+
+    async def _shared_routine(
+        self, by_perspective: Mapping[str, bytes], kind: str, priority: int
+    ) -> tuple[int, dict[str, int]]:
+        """A hot match's routine tick: published as a work item, the broadcasts sent here, every session's
+        push delivered shard by shard by the fleet (this owner included)."""
+        work = await self.share.tick_work(
+            kind=kind, priority=priority, payloads=by_perspective, alert=False, collapse_id=None, stamp=None
+        )
+        casts = self._casts(kind)
+        sent: list[tuple[int, dict[str, int]]] = []
+
+        async def broadcasts() -> None:
+            if casts:
+                sent.append(
+                    await self.fanout.push_all(
+                        lambda reply_to, fence: broadcast_pushes(
+                            casts,
+                            self._bundle,
+                            lambda p: by_perspective.get(p) or by_perspective[NEUTRAL],
+                            priority,
+                            kind,
+                            reply_to,
+                            fence,
+                        )
+                    )
+                )
+
+        total, counts = await self.share.run(TICK, work, before=broadcasts)
+        return _plus(total, counts, sent)
+
     def _report(self, kind: str, display: Any, total: int, counts: dict[str, int], **fields: Any) -> None:
         """Hand the hand-off's ``Delivery`` to the demo/admin listener (``fields``: event, event_types,
         priority)."""
@@ -505,6 +596,75 @@ class MatchActor:
             self._on_delivery(Delivery.of(self.match_id, kind, display, {**counts, **fields}, **more))
 
     async def _fan_out(self, intent: AlertIntent, *, state: MatchState | None) -> tuple[int, dict[str, int]]:
+        """An alerting tick's fan-out (a key event of this instance's: the share worker gives way to it): by
+        this owner alone, or, for a hot match, shared (``_shared_fan_out``). An intent is completed the way it
+        was begun: one recorded with a work item is completed as that item, whoever is hot now."""
+        with self._live.key_event():
+            if intent.share_seq is not None or (state is not None and self.share.hot):
+                return await self._shared_fan_out(intent, state=state)
+            return await self._own_fan_out(intent, state=state)
+
+    async def _shared_fan_out(
+        self, intent: AlertIntent, *, state: MatchState | None
+    ) -> tuple[int, dict[str, int]]:
+        """A hot match's alerting tick, at most one alert per session across owners and helpers.
+
+        With ``state`` (a fresh intent), the work item is cut first and recorded with the intent, in the one
+        fenced write of the state and the intent, before anything is published or pushed. Without (an intent
+        found at take-over), the item the intent records is published again under this owner and continued:
+        each shard from its own watermark, its holder fenced on the match lock, so no shard is delivered
+        under two owners. Then the broadcasts (without their alert on a take-over), every shard delivered,
+        and the intent removed. docs/delivery.md has the argument."""
+        fresh = state is not None
+        work: TickWork
+        if state is not None:
+            work = await self.share.tick_work(
+                kind=intent.kind,
+                priority=intent.priority,
+                payloads=intent.payloads,
+                alert=True,
+                collapse_id=intent.collapse_id,
+                stamp=intent.timestamp,
+            )
+            intent = replace(intent, share_seq=work.seq, share_bounds=work.bounds)
+            self.lease.check()
+            await self._persist(state, extra={INTENT_ATTRIBUTE: intent.to_item(), HANDED_ATTRIBUTE: None})
+            self._marks.setdefault("persisted", trio.current_time())
+        else:
+            work = self.share.resumed_tick(intent)
+        casts = self._casts(intent.kind)
+        sent: list[tuple[int, dict[str, int]]] = []
+
+        def cast_payload(p: str, alert: bool = fresh) -> bytes:
+            return intent.payload_for(p if p in intent.payloads else NEUTRAL, alert=alert)
+
+        async def broadcasts() -> None:
+            if casts:
+                sent.append(
+                    await self.fanout.push_all(
+                        lambda reply_to, fence: broadcast_pushes(
+                            casts,
+                            self._bundle,
+                            cast_payload,
+                            intent.priority,
+                            intent.kind,
+                            reply_to,
+                            fence,
+                            quiet=(lambda p: cast_payload(p, False)) if fresh else None,
+                        )
+                    )
+                )
+
+        total, counts = await self.share.run(TICK, work, before=broadcasts)
+        if not await self._repos.active_matches.clear_alert_intent(
+            self.match_id, self.instance_id, self.epoch
+        ):
+            raise LeaseLost("fenced: active-matches is owned by another instance now")
+        return _plus(total, counts, sent)
+
+    async def _own_fan_out(
+        self, intent: AlertIntent, *, state: MatchState | None
+    ) -> tuple[int, dict[str, int]]:
         """Push an alerting tick's intent to every session, at most one alert per session across owners.
 
         With ``state`` (a fresh intent, this tick's), the state, the intent and the first chunk's watermark
@@ -602,6 +762,13 @@ class MatchActor:
         )
         await self._recover_channels()
 
+    async def _decide_hot(self) -> None:
+        """Whether this tick's fan-out is shared (``SharedFanOut.update_hot``); a match that cooled is taken
+        off the region's hot list."""
+        was = self.share.hot
+        if not self.share.update_hot() and was:
+            await self.share.cool()
+
     async def _persist_baseline(self, result: TickResult) -> None:
         """Persist the first tick's state before its display goes out, marked as not yet shown (no display
         hash), so a successor that resumes from it diffs the next balls against it and sends the display."""
@@ -652,6 +819,7 @@ class MatchActor:
         Follows stay for the orchestrator to remove after ``follows_grace_s`` (a wrong end is undone by taking
         the match again, and its followers are found through them)."""
         reason = "match_abandoned" if phase == "abandoned" else "match_end"
+        await self.share.cool()
         if self.broadcasts is not None:  # after the end broadcast: the channels are of no more use
             await self.broadcasts.delete_all()
         sessions = await self._repos.live_activities.get_all_la_sessions_for_match(self.match_id)
@@ -668,6 +836,7 @@ class MatchActor:
         """The feed released the fixture (SportMonks does not know its id): stop without ending anything,
         the record idled (fenced) so that a real match under that id can be registered again later."""
         self.log.warning("match_released_by_feed", reason=reason)
+        await self.share.cool()
         if not await self._repos.active_matches.release_match(
             self.match_id, self.instance_id, self.epoch, ttl_s=int(self._ended_ttl_s)
         ):
@@ -708,6 +877,11 @@ class MatchActor:
         return len(self.audience.sessions)
 
     @property
+    def hot(self) -> bool:
+        """Whether this match's fan-outs are shared by the region's engines now."""
+        return self.share.hot
+
+    @property
     def channel_session_count(self) -> int:
         """Active sessions started on a broadcast channel."""
         return len(self.audience.channel_sessions)
@@ -732,6 +906,7 @@ class MatchActor:
             "channels": self.channel_ids(),
             "broadcasts": dict(self.broadcast_counts),
             "followers": len(self.audience.follower_team),
+            "share": self.share.describe(),
             "cooldowns": dict(self.state.cooldowns) if self.state is not None else {},
             "last_events": self.last_events,
         }

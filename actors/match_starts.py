@@ -57,6 +57,25 @@ class StartChannels(Protocol):
         ...
 
 
+class SharedStarts(Protocol):
+    """A hot match's rounds of push-to-starts delivered by every engine of the region
+    (``actors.share.SharedFanOut``)."""
+
+    @property
+    def hot(self) -> bool: ...
+
+    async def starts(
+        self,
+        users: list[str],
+        *,
+        content: Mapping[str, Mapping[str, Any]],
+        attributes: Mapping[str, Any],
+        channels: Mapping[str, str],
+    ) -> tuple[int, dict[str, int]]:
+        """Publish a round of starts over ``users`` and see it delivered; the pushes sent and their counts."""
+        ...
+
+
 @dataclass(frozen=True)
 class StartsContext:
     """Who sends the starts and with what: the match, its owner, the APNs topic, the clock."""
@@ -83,15 +102,15 @@ class FollowerStarts:
         fanout: FanOut,
         channels: StartChannels | None,
         report: Callable[[Delivery], None] | None = None,
+        shared: SharedStarts | None = None,
     ) -> None:
         self.ctx = ctx
         self.audience = audience
         self.latest = latest
-        self._devices = devices
-        self._claims = claims
-        self._fanout = fanout
+        self.round = StartRound(ctx, devices=devices, claims=claims, fanout=fanout)
         self._channels = channels
         self._report = report
+        self._shared = shared
         self.sent: dict[str, float] = {}
         self.log = get_logger("match", match_id=ctx.match_id)
         self._wake = trio.Event()
@@ -157,6 +176,8 @@ class FollowerStarts:
             if recent and user_id not in (again or ()):
                 continue
             due.append(user_id)
+        if due and not again and self._shared is not None and self._shared.hot:
+            return await self._heal_shared(due, now)
         sent = 0
         step = self.ctx.settings.heal_chunk
         for i in range(0, len(due), step):
@@ -166,16 +187,149 @@ class FollowerStarts:
                 sent += await self._send(pushes)
         return sent
 
+    async def _heal_shared(self, due: list[str], now: float) -> int:
+        """A hot match's round: published for the fleet with what every start carries (the display of each
+        perspective, the activity's attributes, the channel of each perspective, created here where missing
+        and announced, since any engine may start a follower on it), then delivered shard by shard."""
+        assert self._shared is not None and self.latest.display is not None
+        channels: dict[str, str] = {}
+        if self._channels is not None:
+            channels = dict(await self._channels.for_start())
+            for channel in channels.values():
+                self._channels.announce(channel)
+        for user_id in due:
+            self.sent[user_id] = now
+        total, counts = await self._shared.starts(
+            due,
+            content={k: dict(v) for k, v in self.latest.display.items()},
+            attributes=self.latest.attributes or {"matchId": self.ctx.match_id},
+            channels=channels,
+        )
+        self.log.info("push_to_start_sent", tokens=total, shared=True, **counts)
+        if self._report is not None:
+            self._report(
+                Delivery.of(
+                    self.ctx.match_id,
+                    "start",
+                    self.latest.display,
+                    counts,
+                    event=None,
+                    event_types=(),
+                    priority=10,
+                    tokens=total,
+                )
+            )
+        return total
+
     async def _claim(
         self, users: list[str], now: float, again: set[str]
     ) -> list[tuple[str, Mapping[str, Any]]]:
         """The followers of ``users`` with a push-to-start token whose claim this owner took, with their device,
         in ``users``' order."""
-        devices = await self._devices.get_devices_of_users(
-            users, self.audience.follower_device, concurrency=self.ctx.settings.heal_concurrency
-        )
+        devices = await self.round.devices_of(users, self.audience.follower_device)
         for user_id in users:  # also rate-limits the look-up of devices without a token
             self.sent[user_id] = now
+        return await self.round.claim(users, devices, force=again)
+
+    async def _start_push(self, user_id: str, device: Mapping[str, Any]) -> Push:
+        display = self.latest.display or {}
+        perspective = self.audience.perspective(user_id, display)
+        channel = None
+        if supports_channels(device) and self._channels is not None:
+            channel = (await self._channels.for_start()).get(perspective)
+            if channel:
+                self._channels.announce(channel)
+        return start_push(
+            self.ctx,
+            user_id,
+            device,
+            content=display[perspective],
+            channel=channel,
+            attributes=self.latest.attributes,
+            timestamp=int(self.ctx.now()),
+        )
+
+    async def _send(self, pushes: list[Push]) -> int:
+        counts = await self.round.send(pushes)
+        self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
+        if self._report is not None:
+            self._report(
+                Delivery.of(
+                    self.ctx.match_id,
+                    "start",
+                    self.latest.display,
+                    counts,
+                    event=None,
+                    event_types=(),
+                    priority=10,
+                    tokens=len(pushes),
+                )
+            )
+        return len(pushes)
+
+
+def start_push(
+    ctx: StartsContext,
+    user_id: str,
+    device: Mapping[str, Any],
+    *,
+    content: Mapping[str, Any],
+    channel: str | None,
+    attributes: Mapping[str, Any] | None,
+    timestamp: int,
+) -> Push:
+    """One follower's push-to-start: the perspective's ``content``, on ``channel`` (an iOS 18 device) or asking
+    for the activity's update token, under the match's start collapse id."""
+    content = dict(content)
+    payload = payloads.start_payload(
+        content,
+        attributes_type=ctx.settings.attributes_type,
+        attributes=attributes or {"matchId": ctx.match_id},
+        timestamp=timestamp,
+        alert=(content.get("title") or "Match live", content.get("subtitle") or "Follow it live"),
+        input_push_channel=channel,
+        input_push_token=channel is None,
+    )
+    return Push(
+        token=str(device["pushToStartToken"]),
+        push_type="liveactivity",
+        topic=ctx.topic,
+        payload=payload,
+        priority=10,
+        kind="start",
+        collapse_id=payloads.start_collapse_id(ctx.match_id),
+        context=TokenRef(
+            "push_to_start", ctx.match_id, user_id=user_id, device_token=str(device["deviceToken"])
+        ),
+    )
+
+
+class StartRound:
+    """Push-to-starts of a chunk of followers, whoever sends them (a match's owner, or an engine delivering a
+    shard of a hot match's round of starts): their devices read, their claims taken, the pushes sent and
+    waited for, and the claims held for the interval (or given up for a start APNs rejected)."""
+
+    def __init__(
+        self, ctx: StartsContext, *, devices: DeviceStore, claims: StartClaims, fanout: FanOut
+    ) -> None:
+        self.ctx = ctx
+        self._devices = devices
+        self._claims = claims
+        self._fanout = fanout
+
+    async def devices_of(self, users: list[str], named: Mapping[str, str]) -> dict[str, Mapping[str, Any]]:
+        """The devices of ``users`` by the device each follow names (``named``: user -> device token)."""
+        return dict(
+            await self._devices.get_devices_of_users(
+                users, named, concurrency=self.ctx.settings.heal_concurrency
+            )
+        )
+
+    async def claim(
+        self, users: list[str], devices: Mapping[str, Mapping[str, Any]], *, force: set[str]
+    ) -> list[tuple[str, Mapping[str, Any]]]:
+        """The followers of ``users`` with a push-to-start token whose claim this sender took, with their
+        device, in ``users``' order; ``force``: started again on purpose, whatever their claim says."""
         with_token = [u for u in users if (devices.get(u) or {}).get("pushToStartToken")]
         if not with_token:
             return []
@@ -185,46 +339,15 @@ class FollowerStarts:
             owner=self.ctx.owner,
             hold_s=self.ctx.pending_hold_s,
             now=self.ctx.now(),
-            force=again,
+            force=force,
         )
         return [(u, devices[u]) for u in won]
 
-    async def _start_push(self, user_id: str, device: Mapping[str, Any]) -> Push:
-        display = self.latest.display or {}
-        perspective = self.audience.perspective(user_id, display)
-        content = dict(display[perspective])
-        channel = None
-        if supports_channels(device) and self._channels is not None:
-            channel = (await self._channels.for_start()).get(perspective)
-            if channel:
-                self._channels.announce(channel)
-        payload = payloads.start_payload(
-            content,
-            attributes_type=self.ctx.settings.attributes_type,
-            attributes=self.latest.attributes or {"matchId": self.ctx.match_id},
-            timestamp=int(self.ctx.now()),
-            alert=(content.get("title") or "Match live", content.get("subtitle") or "Follow it live"),
-            input_push_channel=channel,
-            input_push_token=channel is None,
-        )
-        return Push(
-            token=str(device["pushToStartToken"]),
-            push_type="liveactivity",
-            topic=self.ctx.topic,
-            payload=payload,
-            priority=10,
-            kind="start",
-            collapse_id=payloads.start_collapse_id(self.ctx.match_id),
-            context=TokenRef(
-                "push_to_start", self.ctx.match_id, user_id=user_id, device_token=str(device["deviceToken"])
-            ),
-        )
-
-    async def _send(self, pushes: list[Push]) -> int:
+    async def send(self, pushes: list[Push]) -> dict[str, int]:
         """Hold the chunk's claims for the whole interval, then send: from here on a start may reach the
-        device whatever happens to this owner, so nobody may start it again (an owner that dies before this
+        device whatever happens to this sender, so nobody may start it again (a sender that dies before this
         write holds its claims for a lease only). Claims of starts APNs rejected are given up; one that went
-        unanswered keeps its hold, since it may have reached the device."""
+        unanswered keeps its hold, since it may have reached the device. The outcome counts."""
         users = [ref.user_id for p in pushes if isinstance(ref := p.context, TokenRef) and ref.user_id]
         await self._claims.confirm_push_to_starts(
             self.ctx.match_id,
@@ -246,18 +369,4 @@ class FollowerStarts:
         )
         if refused:  # never started: any owner may start them once their device has a new token
             await self._claims.release_push_to_starts(self.ctx.match_id, refused, owner=self.ctx.owner)
-        self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
-        if self._report is not None:
-            self._report(
-                Delivery.of(
-                    self.ctx.match_id,
-                    "start",
-                    self.latest.display,
-                    counts,
-                    event=None,
-                    event_types=(),
-                    priority=10,
-                    tokens=len(pushes),
-                )
-            )
-        return len(pushes)
+        return counts

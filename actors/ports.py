@@ -266,8 +266,39 @@ class StartClaims(Protocol):
     async def release_push_to_starts(self, match_id: str, user_ids: Sequence[str], *, owner: str) -> int: ...
 
 
-class LeaseAndClaims(LeaseStore, StartClaims, Protocol):
-    """``cricket-locks`` as a match's owner uses it: its lease and its followers' push-to-start claims."""
+class ShareBoards(Protocol):
+    """``cricket-locks`` as a hot match's shared fan-out uses it: the region's hot list, each hot match's
+    board, its shards' items, and the match lock as a helper reads it to confirm the owner it delivers for."""
+
+    async def get_hot_matches(self, region: str) -> dict[str, dict[str, Any]]: ...
+
+    async def put_hot_match(self, region: str, match_id: str, *, owner: str, epoch: int) -> bool: ...
+
+    async def remove_hot_match(self, region: str, match_id: str, *, epoch: int) -> bool: ...
+
+    async def publish_share_board(
+        self, match_id: str, lane: str, board: dict[str, Any], *, lease_epoch: int, ttl_s: float
+    ) -> bool: ...
+
+    async def get_share_boards(
+        self, match_ids: Collection[str], lanes: Sequence[str]
+    ) -> dict[tuple[str, str], Item]: ...
+
+    async def remove_share_board(self, match_id: str, lane: str, *, lease_epoch: int) -> bool: ...
+
+    async def get_shards(self, keys: Sequence[str]) -> dict[str, Item]: ...
+
+    async def read(self, lock_key: str) -> Item | None: ...
+
+
+class ShardLocks(LeaseStore, ShareBoards, StartClaims, Protocol):
+    """``cricket-locks`` as an engine delivering shards uses it: the shards' leases, the boards, and the
+    push-to-start claims of a round of starts."""
+
+
+class LeaseAndClaims(LeaseStore, StartClaims, ShareBoards, Protocol):
+    """``cricket-locks`` as a match's owner uses it: its lease, its followers' push-to-start claims and, when
+    the match is hot, its shared fan-out's items."""
 
 
 class PrematchLocks(StartClaims, Protocol):
@@ -565,6 +596,17 @@ class MatchStore(AudienceStore, Protocol):
 
     @property
     def locks(self) -> LeaseAndClaims: ...
+
+
+class HelperStores(AudienceStore, Protocol):
+    """What an engine delivering other engines' hot matches' shards reads and writes: each match's sessions
+    and followers, the followers' devices, and ``cricket-locks``."""
+
+    @property
+    def devices(self) -> DeviceStore: ...
+
+    @property
+    def locks(self) -> ShardLocks: ...
 
 
 class TokenCleanup(Protocol):

@@ -1,4 +1,5 @@
-"""Settings of the orchestrator (``[orchestrator]``) and of match actors (``[match]``)."""
+"""Settings of the orchestrator (``[orchestrator]``), of match actors (``[match]``) and of a hot match's shared
+fan-out (``[fanout]``)."""
 
 from __future__ import annotations
 
@@ -229,3 +230,92 @@ def with_routine_hold_capped(match: MatchActorSettings, fastest_cadence_s: float
     if match.routine_after_s <= cap:
         return match
     return match.model_copy(update={"routine_after_s": cap})
+
+
+class FanoutSettings(BaseModel):
+    """A hot match's fan-out shared by every engine of the region: when a match is hot, how its fan-outs are
+    cut into shards, how fast helpers learn of new work, and the shards' leases."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    share_above: int = Field(
+        35_000,
+        ge=0,
+        le=10_000_000,
+        description="a match whose per-token audience (Live Activity sessions pushed one by one) is above this "
+        "is hot: its routine updates, alerts and push-to-starts are cut into shards that any engine of the "
+        "region delivers, while its owner alone decides what is sent. The default is what one engine fans out "
+        "within the 2.5 s marquee cadence at the measured 72 us of CPU per push (docs/cost.md: 2.5 s / 72 us "
+        "= 34,700). 0: never share",
+    )
+    cool_below: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="a hot match stays hot until its per-token audience falls below share_above * cool_below, "
+        "so a match near the line does not flip at each session refresh",
+    )
+    shard_size: int = Field(
+        5_000,
+        ge=1,
+        le=1_000_000,
+        description="sessions (or, for push-to-starts, followers) per shard at most: one engine's work of "
+        "about 0.4 s at 72 us a push; smaller shards spread better and cost more DynamoDB calls per ball "
+        "(a claim, an owner check and a completion each)",
+    )
+    board_poll_s: float = Field(
+        0.1,
+        ge=0.01,
+        le=10,
+        description="how often every engine reads the board of each hot match (one strongly consistent "
+        "GetItem): a shard waits this long on average plus a read to be taken, counted in the lag; the owner "
+        "polls its shards' progress at the same pace",
+    )
+    hot_list_poll_s: float = Field(
+        1.0,
+        ge=0.1,
+        le=60,
+        description="how often every engine reads the region's list of hot matches (one GetItem)",
+    )
+    shard_lease_s: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description="a shard's lease: a helper that dies or stalls holds its shard this long at most, then "
+        "another engine resumes it from its watermark. Must exceed shard_renew_every_s + "
+        "[orchestrator].clock_skew_bound_s",
+    )
+    shard_renew_every_s: float = Field(
+        1.25,
+        gt=0,
+        le=300,
+        description="a helper renews its shard's lease, and reads the match lock to confirm the owner it "
+        "delivers for, this often",
+    )
+    board_ttl_s: float = Field(
+        3600.0,
+        ge=60,
+        le=7 * 86400,
+        description="a board not published again for this long is removed by DynamoDB's TTL; a hot list "
+        "entry whose board is gone or older than stale_board_s is taken off by any engine",
+    )
+    stale_board_s: float = Field(
+        900.0,
+        ge=10,
+        le=86400,
+        description="a hot match whose board has not been published for this long is not followed by helpers "
+        "(its owner lists it again with its next work item)",
+    )
+    done_hold_s: float = Field(
+        3600.0,
+        ge=60,
+        le=86400,
+        description="a delivered shard's record is held this long (nobody takes it up again), then removed by "
+        "the table's TTL",
+    )
+
+    @model_validator(mode="after")
+    def _renewal_fits(self) -> FanoutSettings:
+        if self.shard_renew_every_s >= self.shard_lease_s:
+            raise ValueError("shard_renew_every_s must be below shard_lease_s")
+        return self

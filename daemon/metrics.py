@@ -333,6 +333,49 @@ BACKGROUND_GAVE_WAY = Counter(
 )
 
 
+# --- A hot match's fan-out shared by the region's engines (actors.share, actors.shard, actors.share_worker) --
+SHARE_HOT_MATCHES = Gauge(
+    "sightscreen_share_hot_matches",
+    "One series (1) per hot match this instance owns: its fan-outs are cut into shards that every engine of "
+    "the region delivers ([fanout].share_above)",
+    ["match_id"],
+    registry=REGISTRY,
+)
+SHARE_HELPED_MATCHES = Gauge(
+    "sightscreen_share_helped_matches",
+    "Hot matches of other instances this instance follows, ready to deliver their shards",
+    registry=REGISTRY,
+)
+SHARE_PUSHES = Counter(
+    "sightscreen_share_pushes",
+    "Per-token pushes of hot matches' shards this instance delivered, by role (owner: a shard of its own "
+    "match; helper: of another instance's) and outcome",
+    ["role", "outcome"],
+    registry=REGISTRY,
+)
+SHARE_SHARDS = Counter(
+    "sightscreen_share_shards",
+    "Shards this instance took, by role (owner, helper) and event: claimed (first taken), resumed (taken up "
+    "from another holder's watermark), done, abandoned (its owner changed or its lease was lost midway)",
+    ["role", "event"],
+    registry=REGISTRY,
+)
+SHARE_SHARD_WAIT = Histogram(
+    "sightscreen_share_shard_wait_seconds",
+    "From a work item's publication by the owner to the first claim of each of its shards, by lane (tick, "
+    "start): the wait a hot match's fan-out adds to the lag",
+    ["lane"],
+    buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY,
+)
+SHARE_WAIT_CADENCES = Gauge(
+    "sightscreen_share_shard_wait_cadences",
+    "Per hot match this instance owns: the longest any shard of its last work item waited to be taken "
+    "(publication to first claim, or to now while none has), in poll cadences of the match",
+    ["match_id"],
+    registry=REGISTRY,
+)
+
 # --- The app's HTTP API (daemon.api) ------------------------------------------------------------------------
 API_REQUESTS = Counter(
     "sightscreen_api_requests",

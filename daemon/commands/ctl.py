@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--raw", action="store_true", help="print the answer line as received (JSON)")
     parser.add_argument(
         "command",
-        help="health, ready, status, matches, match ID, apns, metrics, drain, help...; "
+        help="health, ready, status, matches, match ID, shares, apns, metrics, drain, help...; "
         "watch [--interval S] [--count N] for a live view",
     )
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the command's arguments")

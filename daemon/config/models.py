@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from actors.jobs.settings import JobsSettings
-from actors.settings import MatchActorSettings, OrchestratorSettings
+from actors.settings import FanoutSettings, MatchActorSettings, OrchestratorSettings
 from daemon.api.settings import ApiSettings, AuthSettings
 from daemon.apns.settings import ApnsSettings
 from daemon.cricket.settings import EngineSettings
@@ -266,6 +266,7 @@ class Config(BaseModel):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     orchestrator: OrchestratorSettings = Field(default_factory=OrchestratorSettings)
     match: MatchActorSettings = Field(default_factory=MatchActorSettings)
+    fanout: FanoutSettings = Field(default_factory=FanoutSettings)
     jobs: JobsSettings = Field(default_factory=JobsSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
@@ -281,6 +282,16 @@ class Config(BaseModel):
             problems = self.auth.problems()
             if problems:
                 raise ValueError("; ".join(f"{f}: {r}" for f, r in problems))
+        return self
+
+    @model_validator(mode="after")
+    def _shard_lease_fits(self) -> Config:
+        f, skew = self.fanout, self.orchestrator.clock_skew_bound_s
+        if f.shard_renew_every_s + skew >= f.shard_lease_s:
+            raise ValueError(
+                "fanout.shard_lease_s must exceed fanout.shard_renew_every_s + orchestrator.clock_skew_bound_s "
+                f"({f.shard_renew_every_s} + {skew})"
+            )
         return self
 
     def runs(self, role: str) -> bool:

@@ -68,6 +68,11 @@ class AlertIntent:
     payloads: Mapping[str, bytes]  # perspective ("neutral" or a team id) -> the payload with its alert
     collapse_id: str | None = None
     handed: str | None = None  # every session key <= handed may have been pushed; None: none was
+    # a hot match's intent is fanned out as a shared work item (``daemon.cricket.share``): its seq and shard
+    # bounds, recorded with the intent so that a successor continues that very item, each shard from its own
+    # watermark (``handed`` is then unused); None: the owner fans it out alone
+    share_seq: int | None = None
+    share_bounds: tuple[str, ...] = ()
     quiet_payloads: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +98,8 @@ class AlertIntent:
         }
         if self.collapse_id:
             item["collapseId"] = self.collapse_id
+        if self.share_seq is not None:
+            item["share"] = {"seq": int(self.share_seq), "bounds": list(self.share_bounds)}
         return item
 
     @classmethod
@@ -116,6 +123,7 @@ class AlertIntent:
                 payloads={str(k): str(v).encode("utf-8") for k, v in payloads.items()},
                 collapse_id=str(raw["collapseId"]) if raw.get("collapseId") else None,
                 handed=None if handed in (None, "") else str(handed),
+                **_share_of(raw.get("share")),
             )
         except KeyError as exc:
             raise IntentError(f"{INTENT_ATTRIBUTE}.{exc.args[0]}: missing") from None
@@ -123,6 +131,15 @@ class AlertIntent:
             if isinstance(exc, IntentError):
                 raise
             raise IntentError(f"{INTENT_ATTRIBUTE}: {exc}") from None
+
+
+def _share_of(raw: Any) -> dict[str, Any]:
+    """The ``share`` part of a persisted intent as ``AlertIntent`` fields ({} when it has none)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("bounds", []), list):
+        raise IntentError(f"{INTENT_ATTRIBUTE}.share: expected a map with a seq and a list of bounds")
+    return {"share_seq": int(raw["seq"]), "share_bounds": tuple(str(b) for b in raw.get("bounds") or ())}
 
 
 def has_alert(payload: bytes) -> bool:

@@ -4,9 +4,10 @@
 
     Dynamo/Repositories ─┐
     SportMonksClient ── FeedActor ──▶ MatchActor × N ──▶ ApnsSender ──▶ APNs
-                          ▲              ▲    (supervised)      │ rejected
-                     Orchestrator ───────┘                      ▼
-    jobs (fixture sync, reference sync, prematch)            Janitor ──▶ DynamoDB
+                          ▲              ▲    (supervised)   ▲  │ rejected
+                     Orchestrator ───────┘                   │  ▼
+    ShareWorker (shards of other engines' hot matches) ──────┘  Janitor ──▶ DynamoDB
+    jobs (fixture sync, reference sync, prematch)
     AdminServer (Unix socket)  ·  sd_notify (READY, STATUS, WATCHDOG, STOPPING)
 
 Start-up: every actor is started with ``nursery.start`` so the process is ready (``READY=1``) only once each
@@ -40,6 +41,8 @@ from actors.ports import DescribedActor, RegionJob
 from actors.reconciler import LiveMatchReconciler
 from actors.sender import ApnsSender
 from actors.settings import with_routine_hold_capped
+from actors.share import Sharing
+from actors.share_worker import ShareWorker
 from daemon import __version__
 from daemon.logs import get_logger
 from daemon.metrics import EVENT_LOOP_LAG, READY, READY_CHECK, REGISTRY
@@ -153,6 +156,29 @@ class Daemon:
                 configured_s=config.match.routine_after_s,
                 used_s=self.match_settings.routine_after_s,
             )
+        # a hot match's fan-outs are shared by every engine of the region ([fanout]): the match actors publish
+        # them, the share worker delivers other engines' shards here
+        self.sharing = Sharing(
+            region=self.region,
+            settings=config.fanout,
+            cadence_s=lambda marquee: self.feed.cadence_for(marquee=marquee),
+        )
+        self.share_worker: ShareWorker | None = (
+            ShareWorker(
+                region=self.region,
+                owner_id=self.owner_id,
+                stores=self.repos,
+                sender=self.sender,
+                live=self.live,
+                topic=config.apns.topic,
+                match_settings=self.match_settings,
+                settings=config.fanout,
+                claim_hold_s=orch.lease_s,
+                clock_skew_bound_s=orch.clock_skew_bound_s,
+            )
+            if self.sender is not None and config.fanout.share_above > 0
+            else None
+        )
         self.api: ApiServer | None = None
         self.supervisor: Supervisor | None = None
         self.orchestrator: Orchestrator | None = None
@@ -185,6 +211,7 @@ class Daemon:
             lease=self.config.orchestrator,
             on_delivery=self._on_delivery,
             live=self.live,
+            sharing=self.sharing,
         )
 
     def _channel_sweeper(self) -> ChannelSweeper:
@@ -323,6 +350,9 @@ class Daemon:
                     orchestrator = self.orchestrator
                     assert orchestrator is not None  # built above when the engine runs
                     await supervisor.start("orchestrator", lambda: orchestrator, kind="orchestrator")
+                    if self.share_worker is not None:
+                        worker = self.share_worker
+                        await supervisor.start("share-worker", lambda: worker, kind="share")
                     reconciler = self._leased(
                         # where the feed leader is: it compares the leader's own fresh /livescores, never
                         # a cached summary that may be a leader change old
@@ -509,6 +539,21 @@ class Daemon:
         out["leadership"] = self.leadership.describe()
         out["cache_reader"] = self.cache_reader.describe()
         out["jobs"] = self.jobs_view()
+        return out
+
+    async def shares_view(self) -> dict[str, Any]:
+        """The region's hot matches as DynamoDB shows them (the hot list, each board and its shards), this
+        instance's own hot matches and its share worker's help."""
+        from daemon.runtime.share_view import region_shares
+
+        out: dict[str, Any] = {"region": self.region}
+        try:
+            with trio.fail_after(3):
+                out.update(await region_shares(self.repos.locks, self.region, now=time.time()))
+        except Exception as exc:  # noqa: BLE001 - the rest of the answer still helps
+            out["error"] = f"cricket-locks unreadable: {exc!r}"
+        out["owned_here"] = {m: a.share.describe() for m, a in self.owned_matches().items() if a.share.hot}
+        out["helping_here"] = self.share_worker.describe() if self.share_worker is not None else None
         return out
 
     def jobs_view(self) -> dict[str, Any]:

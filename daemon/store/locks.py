@@ -8,7 +8,13 @@ and its renewals, is ``actors.lease``; docs/delivery.md and docs/architecture.md
 
 Push-to-start claims (``start:{matchId}:{userId}``) are holds of the same shape, claimed by the hundred
 (``claim_push_to_starts``), held or given up by the hundred (``confirm_push_to_starts``,
-``release_push_to_starts``). Reading of the data model: its conditions name ``lockId`` and ``holder``; the
+``release_push_to_starts``).
+
+A hot match's shared fan-out lives here too (``daemon.cricket.share`` has what each item means): the region's
+hot list (``hot:{region}``, one attribute per hot match naming its owner and lease epoch), each hot match's
+boards (``share:{matchId}:{lane}``, written by its owner only, never over a newer owner's) and each shard's lease
+(``shard:{matchId}:{lane}:{seq}:{i}``, taken and renewed with ``acquire_fenced``/``extend_fenced`` like any
+lease, its watermark and outcome counts set in the same writes). Reading of the data model: its conditions name ``lockId`` and ``holder``; the
 table's attributes, ``lockKey`` and ``owner``, are the consistent reading.
 """
 
@@ -65,6 +71,24 @@ def feed_lock_key(region: str) -> str:
 def job_lock_key(name: str, region: str) -> str:
     """The lease under which one instance of the region runs the job ``name``."""
     return f"job:{name}:{region}"
+
+
+def hot_list_key(region: str) -> str:
+    """The region's list of hot matches (their fan-out shared by every engine of the region)."""
+    return f"hot:{region}"
+
+
+def share_board_key(match_id: str, lane: str) -> str:
+    """A hot match's board for one lane (``tick``, ``start``): its owner's current work item there."""
+    return f"share:{match_id}:{lane}"
+
+
+def shard_key(match_id: str, lane: str, seq: int, index: int) -> str:
+    """The lease under which one engine delivers shard ``index`` of a hot match's work item ``(lane, seq)``."""
+    return f"shard:{match_id}:{lane}:{seq}:{index}"
+
+
+HOT_PREFIX = "m:"  # a hot list attribute per match: "m:{matchId}"
 
 
 @dataclass(frozen=True)
@@ -407,6 +431,107 @@ class LockRepository(Repository):
     async def read(self, lock_key: str) -> dict[str, Any] | None:
         """The lock item whether or not its lease has run out (strongly consistent): who led last."""
         return await self._get(lock_key, consistent=True, now=float("-inf"))
+
+    # --- a hot match's shared fan-out ----------------------------------------------------------------------
+
+    async def get_hot_matches(self, region: str) -> dict[str, dict[str, Any]]:
+        """The region's hot matches: match id -> ``{owner, epoch, since}`` (strongly consistent)."""
+        item = await self._get(hot_list_key(region), consistent=True, now=float("-inf"))
+        return {
+            key[len(HOT_PREFIX) :]: dict(value)
+            for key, value in (item or {}).items()
+            if key.startswith(HOT_PREFIX) and isinstance(value, dict)
+        }
+
+    async def put_hot_match(
+        self, region: str, match_id: str, *, owner: str, epoch: int, now: float | None = None
+    ) -> bool:
+        """List ``match_id`` as hot, owned by ``owner`` under its match lease's ``epoch``; False when a newer
+        owner (a higher epoch) listed it already."""
+        t = self._now(now)
+        resp = await self._update(
+            self._key(hot_list_key(region)),
+            {
+                "UpdateExpression": "SET #m = :entry",
+                "ConditionExpression": "attribute_not_exists(#m) OR #m.#ep <= :ep",
+                "ExpressionAttributeNames": {"#m": HOT_PREFIX + match_id, "#ep": "epoch"},
+                "ExpressionAttributeValues": {
+                    ":entry": to_attr({"owner": owner, "epoch": int(epoch), "since": t}),
+                    ":ep": to_attr(int(epoch)),
+                },
+            },
+        )
+        return resp is not None
+
+    async def remove_hot_match(self, region: str, match_id: str, *, epoch: int) -> bool:
+        """Take ``match_id`` off the hot list, unless a newer owner (a higher epoch) listed it since; False
+        then (or when it was not listed)."""
+        resp = await self._update(
+            self._key(hot_list_key(region)),
+            {
+                "UpdateExpression": "REMOVE #m",
+                "ConditionExpression": "attribute_exists(#m) AND #m.#ep <= :ep",
+                "ExpressionAttributeNames": {"#m": HOT_PREFIX + match_id, "#ep": "epoch"},
+                "ExpressionAttributeValues": {":ep": to_attr(int(epoch))},
+            },
+        )
+        return resp is not None
+
+    async def publish_share_board(
+        self,
+        match_id: str,
+        lane: str,
+        board: dict[str, Any],
+        *,
+        lease_epoch: int,
+        ttl_s: float,
+        now: float | None = None,
+    ) -> bool:
+        """Write a hot match's board for ``lane`` (``daemon.cricket.share.Board.to_item``), unless a newer
+        owner's is there (its ``leaseEpoch`` above ``lease_epoch``): a stale owner never overwrites its
+        successor's work. ``expiresAt`` (the table's TTL) is ``ttl_s`` from now. False when refused."""
+        t = self._now(now)
+        item = {**board, "lockKey": share_board_key(match_id, lane), "publishedAt": t, "expiresAt": t + ttl_s}
+        return await self._put(
+            item,
+            condition="attribute_not_exists(#k) OR #ep <= :ep",
+            ExpressionAttributeNames={"#k": "lockKey", "#ep": "leaseEpoch"},
+            ExpressionAttributeValues={":ep": to_attr(int(lease_epoch))},
+        )
+
+    async def get_share_boards(
+        self, match_ids: Collection[str], lanes: Sequence[str]
+    ) -> dict[tuple[str, str], dict[str, Any]]:
+        """The boards of ``match_ids`` in ``lanes`` that exist, by (match, lane): one strongly consistent
+        BatchGetItem per 100 (whatever their ``expiresAt``: the table's TTL removes them)."""
+        keys = [share_board_key(m, lane) for m in dict.fromkeys(match_ids) for lane in lanes]
+        if not keys:
+            return {}
+        raw = await self.dynamo.batch_get(self.logical, [self._key(k) for k in keys], consistent=True)
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for item in (from_item(r) for r in raw):
+            out[(str(item.get("matchId")), str(item.get("lane")))] = item
+        return out
+
+    async def remove_share_board(self, match_id: str, lane: str, *, lease_epoch: int) -> bool:
+        """Delete a hot match's board for ``lane`` (it cooled or ended), unless a newer owner's is there."""
+        ok, _ = await self._delete(
+            self._key(share_board_key(match_id, lane)),
+            condition="#ep <= :ep",
+            ExpressionAttributeNames={"#ep": "leaseEpoch"},
+            ExpressionAttributeValues={":ep": to_attr(int(lease_epoch))},
+        )
+        return ok
+
+    async def get_shards(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The shard items of ``keys`` that exist, by key (one strongly consistent BatchGetItem per 100):
+        whether each is claimed, by whom, until when, its watermark and, once delivered, its counts."""
+        unique = list(dict.fromkeys(keys))
+        if not unique:
+            return {}
+        raw = await self.dynamo.batch_get(self.logical, [self._key(k) for k in unique], consistent=True)
+        items = (from_item(r) for r in raw)
+        return {str(item["lockKey"]): item for item in items}
 
     def lease_condition(self, lease: Lease, *, now: float | None = None) -> dict[str, Any]:
         """A TransactWriteItems ConditionCheck: ``lease`` still holds (owner, epoch, not run out at ``now``)."""

@@ -7,9 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.delivery import Delivery
+from actors.livework import LiveWork
 from actors.match import MatchActor
 from actors.ports import ChannelRequests, FixtureSource, MatchStore, PushSender
 from actors.settings import MatchActorSettings, OrchestratorSettings
+from actors.share import Sharing
 from daemon.cricket.settings import EngineSettings
 from tests.doubles import FakeSender, ScriptedFeed
 
@@ -28,6 +30,8 @@ def make_match_actor(
     topic: str = "app.test",
     marquee: bool = True,
     on_delivery: Callable[[Delivery], None] | None = None,
+    sharing: Sharing | None = None,
+    live: LiveWork | None = None,
     **settings: Any,
 ) -> MatchActor:
     """Routine ticks are not held back after the poll (``routine_after_s`` 0) unless a test asks: the tests
@@ -50,6 +54,8 @@ def make_match_actor(
         lease=OrchestratorSettings(lease_s=lease_s, clock_skew_bound_s=min(1.0, lease_s / 10)),
         wall_clock=wall_clock,
         on_delivery=on_delivery,
+        sharing=sharing,
+        live=live,
     )
 
 

@@ -173,3 +173,81 @@ async def test_a_lease_already_ours_from_an_earlier_request_is_renewed_before_it
     assert held.held and held.epoch == lease.epoch
     item = await repos.locks.read("match:7")
     assert item is not None and float(item["expiresAt"]) > time.time() + 9, "renewed, from now"
+
+
+async def test_a_lease_held_under_an_authority_stops_at_the_authoritys_end_whatever_its_own(
+    autojump_clock: Any,
+) -> None:
+    """A shard's lease is bounded by the owner it is delivered for: its fence and ``check`` stop at the bound
+    (the owner's lease as last confirmed), however long the shard's own lease lasts; a bound moved on moves
+    them on, and the lease's own deadline still caps them."""
+    store = SlowLocks(0.0)
+    lease = _lease(store)
+    await lease.acquire()
+    now = trio.current_time()
+    assert lease.fence.until == lease.until == now + 9.0
+    lease.bound(now + 3.0)
+    assert lease.fence.until == now + 3.0 and lease.usable_until == now + 3.0
+    lease.check()
+    await trio.sleep(3.0)
+    with pytest.raises(LeaseLost, match="authority"):
+        lease.check()
+    assert lease.held, "the lease itself is still held: only the authority ran out"
+    lease.bound(now + 20.0)  # the owner renewed: confirmed again
+    assert lease.fence.until == lease.until == now + 9.0
+    lease.check()
+    await lease.renew()
+    assert lease.fence.until == min(lease.until, now + 20.0)
+
+
+async def test_a_settled_lease_is_held_for_its_record_and_dropped_here(repos: Any) -> None:
+    """``settle``: the last renewal, long and with the work's record, then nothing more from this holder;
+    refused (False) when another holder took the lease meanwhile."""
+    first = HeldLease(
+        repos.locks,
+        "shard:1",
+        "a",
+        lease_s=5.0,
+        renew_every_s=1.0,
+        clock_skew_bound_s=1.0,
+        wall_clock=time.time,
+    )
+    await first.acquire()
+    assert await first.settle(hold_s=3600.0, fields={"doneAt": 1.0, "accepted": 3})
+    assert first.lease is None and first.fence.until == float("-inf")
+    item = await repos.locks.read("shard:1")
+    assert item is not None and item["accepted"] == 3 and float(item["expiresAt"]) > time.time() + 3000
+    second = HeldLease(
+        repos.locks,
+        "shard:1",
+        "b",
+        lease_s=5.0,
+        renew_every_s=1.0,
+        clock_skew_bound_s=1.0,
+        wall_clock=time.time,
+    )
+    await second.acquire()
+    assert not second.held, "a settled lease is not taken up again"
+    stale, _ = await repos.locks.acquire_fenced("shard:2", "a", 5.0, now=time.time() - 10)
+    assert stale is not None
+    taken = HeldLease(
+        repos.locks,
+        "shard:2",
+        "b",
+        lease_s=5.0,
+        renew_every_s=1.0,
+        clock_skew_bound_s=1.0,
+        wall_clock=time.time,
+    )
+    await taken.acquire()
+    late = HeldLease(
+        repos.locks,
+        "shard:2",
+        "a",
+        lease_s=5.0,
+        renew_every_s=1.0,
+        clock_skew_bound_s=1.0,
+        wall_clock=time.time,
+    )
+    late.lease = stale
+    assert not await late.settle(hold_s=3600.0, fields={"doneAt": 2.0}), "another holder has it now"

@@ -93,3 +93,23 @@ async def test_a_pace_allows_its_burst_then_its_rate_and_nothing_while_inactive(
     assert await Pace(0.0).take() == 0.0  # 0: no bound
     with pytest.raises(ValueError, match="rate must be >= 0"):
         Pace(-1.0)
+
+
+async def test_help_waits_for_every_key_event_of_this_instance_however_long(autojump_clock: Any) -> None:
+    """The share worker's give-way: no cap, since a helper's own matches' key events go before its help."""
+    live = LiveWork()
+    assert await live.give_way_to_key_events("share-test") == 0.0
+
+    async def alerting(seconds: float) -> None:
+        with live.key_event():
+            await trio.sleep(seconds)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alerting, 40.0)
+        nursery.start_soon(alerting, 5.0)
+        await trio.sleep(0.5)
+        assert live.key_events == 2
+        waited = await live.give_way_to_key_events("share-test")
+    assert abs(waited - 39.5) < 1e-6 and live.key_events == 0
+    with live.fanout():  # a routine fan-out is no key event: help goes on beside it
+        assert await live.give_way_to_key_events("share-test") == 0.0

@@ -105,6 +105,7 @@ class Cluster:
         prematch_settled: bool = False,
         nofile: int | None = None,
         dynamodb_role: str | None = "engine",
+        slot_config: dict[int, dict[str, dict[str, Any]]] | None = None,
     ) -> None:
         self.workdir = workdir
         self.moto_url = moto_url
@@ -125,6 +126,8 @@ class Cluster:
         self.start_once_taken = start_once_taken
         self.keep_records = keep_records
         self.extra_config = extra_config or {}
+        # per instance slot, config merged over the rest (e.g. one slot's DynamoDB through a fault proxy)
+        self.slot_config = slot_config or {}
         # (url, CA file) of an APNs peer the caller runs (e.g. nginx for the soak); None: the project's
         # own validating APNs server, in this loop, whose ``records`` the caller reads. With iOS 18 phones
         # the project's server runs beside the peer for what the peer cannot do: channel management and
@@ -377,7 +380,7 @@ class Cluster:
             await self.repos.live_activities.register_la_sessions(sessions)
 
     # ------------------------------------------------------------------ instances
-    def _config(self, instance_id: str, kid: str) -> dict[str, dict[str, Any]]:
+    def _config(self, instance_id: str, kid: str, slot: int = 0) -> dict[str, dict[str, Any]]:
         key_path = self.workdir / f"AuthKey_{kid}.p8"
         key_path.write_text(self._keys[kid].private_pem)
         key_path.chmod(0o600)
@@ -423,6 +426,8 @@ class Cluster:
         }
         for section, values in self.extra_config.items():
             data.setdefault(section, {}).update(values)
+        for section, values in self.slot_config.get(slot, {}).items():
+            data.setdefault(section, {}).update(values)
         return data
 
     def spawn(self, slot: int) -> Instance:
@@ -431,7 +436,7 @@ class Cluster:
         kid = f"GEN{gen:07d}"
         instance_id = f"i{slot}-g{gen}"
         config_path = self.workdir / f"{instance_id}.toml"
-        config_path.write_text(toml_dumps(self._config(instance_id, kid)))
+        config_path.write_text(toml_dumps(self._config(instance_id, kid, slot)))
         log_path = self.workdir / f"{instance_id}.log"
         log = log_path.open("wb")
         proc = subprocess.Popen(
@@ -472,6 +477,13 @@ class Cluster:
         if inst.alive:
             inst.proc.send_signal(sig)
         return inst
+
+    def slot_of(self, *, instance_id: str | None = None, key_id: str | None = None) -> int | None:
+        """The slot of the running instance with this configured id (or signing key id), if any."""
+        for slot, inst in self.instances.items():
+            if inst.instance_id == instance_id or inst.key_id == key_id:
+                return slot
+        return None
 
     def kill(self, slot: int) -> Instance:
         inst = self.signal(slot, signal.SIGKILL)

@@ -7,7 +7,8 @@ machine. nginx costs a few µs, so the daemons are what gets measured. It does n
 (the tests against the project's server do).
 
 Record lines (``record_path``): ``{"t": <epoch s, ms>, "s": <status>, "u": "/3/device/<token>",
-"k": "start|update|end", "b": "<body or empty>"}``. To keep the file small the body is written only for
+"k": "start|update|end", "ts": "<the aps timestamp, of every push: it names the tick>", "b": "<body or
+empty>"}``. To keep the file small the body is written only for
 pushes that carry something a benchmark looks at: a ``start`` (an iOS 18 phone learns its channel from it),
 an ``end``, or an update whose ``events`` list is not empty (``"events":[]`` is how ``daemon.cricket.payloads`` encodes "no event this tick").
 
@@ -62,7 +63,8 @@ http {{
     map $request_body $kind {{ "~\\"event\\":\\"end\\"" end; "~\\"event\\":\\"start\\"" start; default update; }}
     map $request_uri $apns_dead {{ default 0; include {dir}/dead.map; }}
     map $request_uri $apns_storm {{ default 0; include {dir}/storm.map; }}
-    log_format rec escape=json '{{"t":$msec,"s":$status,"u":"$request_uri","k":"$kind","b":"$logged_body"}}';
+    map $request_body $stamp {{ "~\\"timestamp\\":(?<ts>[0-9]+)" $ts; default ""; }}
+    log_format rec escape=json '{{"t":$msec,"s":$status,"u":"$request_uri","k":"$kind","ts":"$stamp","b":"$logged_body"}}';
     {access_log}
     server {{
         listen 127.0.0.1:{port} ssl http2;
@@ -207,8 +209,9 @@ class NginxApns:
         self.proc = None
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every recorded push as ``{"time", "status", "token", "kind", "payload"}`` (payload None when not
-        logged), in the file's order. Read after ``stop()`` so every buffered line is there."""
+        """Every recorded push as ``{"time", "status", "token", "kind", "stamp", "payload"}`` (stamp: the
+        push's aps timestamp, which names the tick; payload None when not logged), in the file's order. Read
+        after ``stop()`` so every buffered line is there."""
         if self.record_path is None or not self.record_path.exists():
             return
         with self.record_path.open("rb") as f:
@@ -263,5 +266,6 @@ def _record(line: bytes) -> dict[str, Any] | None:
         "status": int(r["s"]),
         "token": str(r["u"]).rsplit("/", 1)[-1],
         "kind": r.get("k"),
+        "stamp": int(r["ts"]) if r.get("ts") else None,
         "payload": payload,
     }

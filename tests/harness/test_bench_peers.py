@@ -31,10 +31,10 @@ pytestmark = (
 HAS_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 
 
-def _body(event: str, events: list[dict[str, str]]) -> bytes:
+def _body(event: str, events: list[dict[str, str]], timestamp: int = 1) -> bytes:
     state = {"title": "A v B", "events": events}
     return json.dumps(
-        {"aps": {"timestamp": 1, "event": event, "content-state": state}}, separators=(",", ":")
+        {"aps": {"timestamp": timestamp, "event": event, "content-state": state}}, separators=(",", ":")
     ).encode()
 
 
@@ -49,7 +49,7 @@ async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_car
             wicket = [{"type": "wicket", "subject": "S1:42", "text": "OUT! “caught”"}]
             answers = [
                 await client.post("/3/device/aaa", content=_body("update", wicket)),
-                await client.post("/3/device/bbb", content=_body("update", [])),
+                await client.post("/3/device/bbb", content=_body("update", [], 1796547646)),
                 await client.post("/3/device/ccc", content=_body("end", [])),
                 await client.post("/3/device/ddd", content=_body("start", [])),
             ]
@@ -66,6 +66,7 @@ async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_car
     ]
     assert records[0]["payload"]["aps"]["content-state"]["events"] == wicket  # non-ASCII survives the log
     assert records[1]["payload"] is None  # nothing to look at: the body is not logged
+    assert [r["stamp"] for r in records] == [1, 1796547646, 1, 1]  # ... but every push's tick is
     assert records[2]["payload"]["aps"]["event"] == "end"
     assert records[3]["payload"]["aps"]["event"] == "start"  # a push-to-start always: it names the channel
     assert all(r["time"] > 1.7e9 for r in records)
@@ -190,7 +191,14 @@ def test_nginx_records_skip_a_body_cut_short_by_a_client_that_went_away(tmp_path
         '{"t":1.5,"s":499,"u":"/3/device/ddd","k":"update","b":"{\\"aps\\":{\\"timest"}\nnot json at all\n'
     )
     (record,) = NginxApns(record_path=path).records()
-    assert record == {"time": 1.5, "status": 499, "token": "ddd", "kind": "update", "payload": None}
+    assert record == {
+        "time": 1.5,
+        "status": 499,
+        "token": "ddd",
+        "kind": "update",
+        "stamp": None,
+        "payload": None,
+    }
 
 
 def _abort_mid_request(port: int) -> None:

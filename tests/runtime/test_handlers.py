@@ -29,6 +29,10 @@ class Match:
     def channel_session_count(self) -> int:
         return 0
 
+    @property
+    def hot(self) -> bool:
+        return False
+
     def channel_ids(self) -> dict[str, str]:
         return {}
 
@@ -61,6 +65,9 @@ class View:
     def jobs_view(self) -> dict[str, Any]:
         return {}
 
+    async def shares_view(self) -> dict[str, Any]:
+        return {"region": "eu", "hot": {}}
+
     def drain(self) -> dict[str, Any]:
         return {}
 
@@ -89,6 +96,14 @@ async def test_matches_show_how_long_since_each_owned_match_last_ticked() -> Non
     (row,) = await handlers["matches"]([])
     assert row["match_id"] == "71" and row["lag_s"] == 0.001
     assert 39 <= row["since_last_tick_s"] <= 60, "stuck for 40 s, though its last lag was a millisecond"
+    assert row["hot"] is False
+
+
+async def test_shares_answer_the_daemons_view_of_the_regions_hot_matches() -> None:
+    handlers = daemon_handlers(View({}), ActiveMatches())
+    assert await handlers["shares"]([]) == {"region": "eu", "hot": {}}
+    with pytest.raises(AdminError):
+        await handlers["shares"](["extra"])
 
 
 @pytest.mark.parametrize("store", [ActiveMatches(fail=True), ActiveMatches(hang=True)])

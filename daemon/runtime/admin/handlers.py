@@ -35,6 +35,9 @@ class MatchView(Protocol):
     @property
     def channel_session_count(self) -> int: ...
 
+    @property
+    def hot(self) -> bool: ...
+
     def channel_ids(self) -> dict[str, str]: ...
 
     def describe(self) -> dict[str, Any]: ...
@@ -56,6 +59,8 @@ class DaemonView(Protocol):
     def feed_view(self) -> Awaitable[dict[str, Any]]: ...
 
     def jobs_view(self) -> dict[str, Any]: ...
+
+    def shares_view(self) -> Awaitable[dict[str, Any]]: ...
 
     def drain(self) -> dict[str, Any]: ...
 
@@ -79,6 +84,7 @@ def _row_of(actor: MatchView) -> dict[str, Any]:
         "ticks": actor.ticks,
         "channel_sessions": actor.channel_session_count,
         "channels": actor.channel_ids(),
+        "hot": actor.hot,
     }
 
 
@@ -170,6 +176,13 @@ def daemon_handlers(daemon: DaemonView, active_matches: ActiveMatchesView) -> di
         expect_args("jobs", args)
         return daemon.jobs_view()
 
+    async def shares(args: list[str]) -> Any:
+        """Hot matches (their fan-outs shared by the region's engines): the hot list, each match's current work
+        item per lane with its shards (holder, watermark, counts, how long each waited), who helps; this
+        instance's own hot matches and its help to others."""
+        expect_args("shares", args)
+        return await daemon.shares_view()
+
     async def metrics(args: list[str]) -> Any:
         """Prometheus text exposition of every metric."""
         expect_args("metrics", args)
@@ -189,6 +202,7 @@ def daemon_handlers(daemon: DaemonView, active_matches: ActiveMatchesView) -> di
         "apns": apns,
         "feed": feed,
         "jobs": jobs,
+        "shares": shares,
         "metrics": metrics,
         "drain": drain,
     }
