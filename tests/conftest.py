@@ -51,6 +51,34 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
+# The modules that start several daemon processes at once, in two groups. Under `--dist loadgroup` (README,
+# .ci/run) each group runs on one worker, one test after another, so at most two such modules run at a time:
+# four side by side on two cores starved the replay and APNs servers in the test processes for minutes and
+# failed on load, not on the code. Keyed by module here, because the controller that schedules sees node ids
+# only, and pytest 9 moved the node id pytest-xdist's own `xdist_group` mark rewrites.
+CLUSTER_GROUPS: dict[str, str] = {
+    "tests/e2e/test_multi_instance.py": "cluster-a",
+    "tests/e2e/test_fleet.py": "cluster-a",
+    "tests/e2e/test_soak_channels.py": "cluster-a",
+    "tests/e2e/test_soak.py": "cluster-b",
+    "tests/e2e/test_region_from_empty.py": "cluster-b",
+    "tests/faults/test_hot_match_faults.py": "cluster-b",
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup`: every test its own unit of work, except each of ``CLUSTER_GROUPS``, one unit."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ClusterGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = CLUSTER_GROUPS.get(nodeid.split("::", 1)[0])
+            return group if group is not None else nodeid
+
+    return ClusterGroups(config, log)
+
 
 @pytest.fixture(scope="session")
 def moto_server(request: pytest.FixtureRequest) -> Iterator[AwsPeer]:

@@ -23,8 +23,7 @@ from tests.harness.cluster import (
     check_exclusive_ownership,
 )
 
-# several daemon processes: run beside at most one other such module (docs/testing.md "Four workers")
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster-a")]
+pytestmark = pytest.mark.slow
 
 FEED_KEY = "feed:default"
 

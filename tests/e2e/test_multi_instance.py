@@ -21,8 +21,7 @@ from daemon.store.locks import instance_of
 from tests.harness.cluster import Cluster, build_cluster, check_deliveries, check_exclusive_ownership
 from tests.harness.records import record_kid
 
-# several daemon processes: run beside at most one other such module (docs/testing.md "Four workers")
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster-a")]
+pytestmark = pytest.mark.slow
 
 
 async def _run_cluster(

@@ -19,8 +19,7 @@ import trio
 
 from tests.harness.region import Region, mixed_crowd, region_tapes
 
-# several daemon processes: run beside at most one other such module (docs/testing.md "Four workers")
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster-b")]
+pytestmark = pytest.mark.slow
 
 
 async def test_a_region_from_empty_tables_serves_every_live_device_through_its_own_doors(

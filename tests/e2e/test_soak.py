@@ -17,7 +17,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("cluster-b")  # several daemon processes: docs/testing.md "Four workers"
 @pytest.mark.timeout(1000)
 def test_short_soak_with_kills_loses_nothing_and_shows_no_alert_twice() -> None:
     proc = subprocess.run(

@@ -44,7 +44,6 @@ def _soak(*args: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("cluster-a")  # several daemon processes: docs/testing.md "Four workers"
 @pytest.mark.timeout(600)
 def test_owner_killed_mid_match_with_channels_creates_none_twice_leaks_none_loses_nothing() -> None:
     result = _soak("--kill-every", "8")
@@ -59,7 +58,6 @@ def test_owner_killed_mid_match_with_channels_creates_none_twice_leaks_none_lose
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("cluster-a")  # several daemon processes: docs/testing.md "Four workers"
 @pytest.mark.timeout(600)
 @pytest.mark.usefixtures("nginx_installed")
 def test_with_nginx_for_the_per_token_pushes_the_channel_phones_start_from_its_record_and_get_everything() -> (

@@ -40,8 +40,7 @@ from tests.harness.cluster import Cluster, Instance, admin_request, check_delive
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.records import Alert, alerts_shown_twice, aps, event_ids, record_kid
 
-# several daemon processes: run beside at most one other such module (docs/testing.md "Four workers")
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cluster-b")]
+pytestmark = pytest.mark.slow
 
 FOLLOWERS = 300
 FANOUT = {
