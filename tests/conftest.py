@@ -80,6 +80,44 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ClusterGroups(config, log)
 
 
+def _children() -> set[int]:
+    """This process's child processes now (from /proc; empty where there is none)."""
+    me = str(os.getpid())
+    found: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    """Kill what a test started and left running. A test that times out (pytest-timeout interrupts it where
+    it stands) can skip its own clean-up; daemons it spawned would then load the machine for every test after
+    it on that worker, and fail them on load. Processes started before the test (session and module fixtures:
+    the moto server, nginx) are left alone."""
+    before = _children()
+    yield
+    for pid in _children() - before:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        print(f"killed process {pid}, which its test left running")
+
+
 @pytest.fixture(scope="session")
 def moto_server(request: pytest.FixtureRequest) -> Iterator[AwsPeer]:
     server = AwsPeer(record=recording_path(request.config)).start()

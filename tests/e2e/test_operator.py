@@ -74,7 +74,7 @@ async def test_systemd_sees_ready_status_watchdog_then_stopping_and_ctl_answers(
             code, out = await ctl(socket_path, "status")
             assert code == 0 and json.loads(out)["instance_id"] == instance.instance_id, out
             gc_status = json.loads(out)["gc"]  # the process applied its collector settings once up
-            assert gc_status["thresholds"][0] == 100_000 and gc_status["frozen_objects"] > 10_000, gc_status
+            assert gc_status["thresholds"][0] == 1_000_000 and gc_status["frozen_objects"] > 10_000, gc_status
             code, out = await ctl(socket_path, "no-such-command")
             assert code == 1 and "unknown command" in out
 
