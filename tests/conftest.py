@@ -80,8 +80,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ClusterGroups(config, log)
 
 
-def _children() -> set[int]:
-    """This process's child processes now (from /proc; empty where there is none)."""
+def _daemon_children() -> set[int]:
+    """This process's child processes that are daemons (``python -m daemon run ...``), from /proc."""
     me = str(os.getpid())
     found: set[int] = set()
     try:
@@ -94,28 +94,30 @@ def _children() -> set[int]:
         try:
             with open(f"/proc/{entry}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
         except OSError:
             continue
-        if fields[1] == me and fields[0] != "Z":
+        if fields[1] == me and fields[0] != "Z" and argv[1:4] == [b"-m", b"daemon", b"run"]:
             found.add(int(entry))
     return found
 
 
 @pytest.fixture(autouse=True)
-def _no_process_outlives_its_test() -> Iterator[None]:
-    """Kill what a test started and left running. A test that times out (pytest-timeout interrupts it where
-    it stands) can skip its own clean-up; daemons it spawned would then load the machine for every test after
-    it on that worker, and fail them on load. Processes started before the test (session and module fixtures:
-    the moto server, nginx) are left alone."""
-    before = _children()
+def _no_daemon_outlives_its_test() -> Iterator[None]:
+    """Kill the daemon processes a test started and left running. A test that times out (pytest-timeout
+    interrupts it where it stands) can skip its own clean-up; its daemons would then load the machine for
+    every test after it on that worker, and fail them on load. Only ``python -m daemon run`` children started
+    during the test: the peers fixtures start (moto, nginx, dynalite, the issuer) are left alone."""
+    before = _daemon_children()
     yield
-    for pid in _children() - before:
+    for pid in _daemon_children() - before:
         try:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
-        print(f"killed process {pid}, which its test left running")
+        print(f"killed daemon process {pid}, which its test left running")
 
 
 @pytest.fixture(scope="session")
