@@ -460,6 +460,32 @@ class MatchActor:
             self.broadcast_counts[kind] += len(casts)
         return casts
 
+    def _intent_broadcasts(
+        self,
+        intent: AlertIntent,
+        casts: list[tuple[str, str]],
+        fresh: bool,
+        reply_to: trio.MemorySendChannel[PushResult],
+        fence: Fence,
+    ) -> list[Push]:
+        """An alerting tick's broadcasts, one per perspective, each with the payload its intent records (the
+        neutral one for a perspective it has none of); ``fresh`` false (a successor completing the intent)
+        sends them without the alert."""
+
+        def cast_payload(p: str, alert: bool = fresh) -> bytes:
+            return intent.payload_for(p if p in intent.payloads else NEUTRAL, alert=alert)
+
+        return broadcast_pushes(
+            casts,
+            self._bundle,
+            cast_payload,
+            intent.priority,
+            intent.kind,
+            reply_to,
+            fence,
+            quiet=(lambda p: cast_payload(p, False)) if fresh else None,
+        )
+
     async def deliver(self, result: TickResult, *, kind: str, fetched_at: float | None = None) -> bool:
         """Push the tick to every session; True when the tick's state was persisted on the way.
 
@@ -635,23 +661,11 @@ class MatchActor:
         casts = self._casts(intent.kind)
         sent: list[tuple[int, dict[str, int]]] = []
 
-        def cast_payload(p: str, alert: bool = fresh) -> bytes:
-            return intent.payload_for(p if p in intent.payloads else NEUTRAL, alert=alert)
-
         async def broadcasts() -> None:
             if casts:
                 sent.append(
                     await self.fanout.push_all(
-                        lambda reply_to, fence: broadcast_pushes(
-                            casts,
-                            self._bundle,
-                            cast_payload,
-                            intent.priority,
-                            intent.kind,
-                            reply_to,
-                            fence,
-                            quiet=(lambda p: cast_payload(p, False)) if fresh else None,
-                        )
+                        lambda reply_to, fence: self._intent_broadcasts(intent, casts, fresh, reply_to, fence)
                     )
                 )
 
@@ -704,20 +718,8 @@ class MatchActor:
         perspective = {k: self.audience.perspective(v.user_id, intent.payloads) for k, v in sessions.items()}
         fresh = state is not None  # a successor completing the intent broadcasts without the alert
 
-        def cast_payload(p: str, alert: bool = fresh) -> bytes:
-            return intent.payload_for(p if p in intent.payloads else NEUTRAL, alert=alert)
-
         def pushes(reply_to: trio.MemorySendChannel[PushResult], fence: Fence) -> list[Push]:
-            return broadcast_pushes(
-                casts,
-                self._bundle,
-                cast_payload,
-                intent.priority,
-                intent.kind,
-                reply_to,
-                fence,
-                quiet=(lambda p: cast_payload(p, False)) if fresh else None,
-            ) + [
+            return self._intent_broadcasts(intent, casts, fresh, reply_to, fence) + [
                 Push(
                     sessions[key].token,
                     "liveactivity",

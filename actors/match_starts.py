@@ -206,19 +206,7 @@ class FollowerStarts:
             channels=channels,
         )
         self.log.info("push_to_start_sent", tokens=total, shared=True, **counts)
-        if self._report is not None:
-            self._report(
-                Delivery.of(
-                    self.ctx.match_id,
-                    "start",
-                    self.latest.display,
-                    counts,
-                    event=None,
-                    event_types=(),
-                    priority=10,
-                    tokens=total,
-                )
-            )
+        self._reported(counts, total)
         return total
 
     async def _claim(
@@ -252,6 +240,11 @@ class FollowerStarts:
     async def _send(self, pushes: list[Push]) -> int:
         counts = await self.round.send(pushes)
         self.log.info("push_to_start_sent", tokens=len(pushes), **counts)
+        self._reported(counts, len(pushes))
+        return len(pushes)
+
+    def _reported(self, counts: dict[str, int], tokens: int) -> None:
+        """A round of starts handed to the delivery report (the demo's and ``describe``'s), when there is one."""
         if self._report is not None:
             self._report(
                 Delivery.of(
@@ -262,10 +255,9 @@ class FollowerStarts:
                     event=None,
                     event_types=(),
                     priority=10,
-                    tokens=len(pushes),
+                    tokens=tokens,
                 )
             )
-        return len(pushes)
 
 
 def start_push(
