@@ -198,7 +198,9 @@ async def test_a_fixture_listed_that_never_shows_play_is_released_after_bounded_
     async with make_rig(seed=17, extra=extra, start_delay_wall_s=START_DELAY_S) as rig:
         await rig.wait_for(first_updates(rig, 6), 60, "the match under way")
         by_id_before = rig.replay.requests_served.get("fixture", 0)
-        rig.replay.inject("ghost", fixture_id="4242", duration_s=1.5)
+        # Listed in both live lists for 2.5 s: time for a loaded orchestrator's full cycle to see it, and
+        # shorter than the rule's 3 s, so its release comes from a look by id after the listing ended.
+        rig.replay.inject("ghost", fixture_id="4242", duration_s=2.5)
         await rig.wait_for(lambda: "4242" in rig.daemon.orchestrator.owned, 10, "the ghost taken")
         await rig.wait_for(lambda: rig.daemon.feed.is_released("4242"), 30, "fixture 4242 released")
         await rig.wait_for(lambda: "4242" not in rig.daemon.orchestrator.owned, 10, "its actor gone")

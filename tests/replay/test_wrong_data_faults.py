@@ -129,6 +129,10 @@ async def test_a_ghost_is_listed_for_its_time_and_answers_by_id_until_the_faults
             clock.now - datetime.fromisoformat(ghost["starting_at"].replace("Z", "+00:00")).timestamp()
         ) / 86400
         assert round(days_before) == 30
+        live_list = {"filter[status]": "1st Innings,2nd Innings", **include}
+        by_list = {f["id"]: f for f in (await http.get("/fixtures", params=live_list)).json()["data"]}
+        assert by_list[4242] == ghost  # the /fixtures live list shows the stale status too
+        assert 4242 not in {f["id"] for f in (await http.get("/fixtures")).json()["data"]}  # not a live list
         clock.now += 11
         assert [f["id"] for f in (await http.get("/livescores")).json()["data"]] == [int(fid)]
         by_id = (await http.get("/fixtures/4242", params=include)).json()["data"]
@@ -146,5 +150,8 @@ async def test_a_ghost_is_listed_for_its_time_and_answers_by_id_until_the_faults
         (listed77,) = [f for f in (await http.get("/livescores")).json()["data"] if f["id"] == 77]
         assert listed77["status"] == "Delayed" and listed77["starting_at"] == "2020-01-01T10:00:00.000000Z"
         assert 77 not in {f["id"] for f in (await http.get("/livescores")).json()["data"]}  # count: 1 answer
+        await http.post("/replay/faults", json={"mode": "ghost", "fixture_id": "78", "endpoint": "fixtures"})
+        assert 78 not in {f["id"] for f in (await http.get("/livescores")).json()["data"]}
+        assert 78 in {f["id"] for f in (await http.get("/fixtures", params=live_list)).json()["data"]}
         await http.delete("/replay/faults")
         assert (await http.get("/fixtures/4242")).status_code == 404

@@ -40,7 +40,7 @@ endpoint (``livescores``, ``fixture``, ``fixtures``, or a reference endpoint) or
 ``wrong_status`` (``status`` set to ``value``, default ``Finished``), ``changed_id`` (``id`` set to
 ``value``, default 123), ``implausible`` (``field``, default ``runs.score``, set to ``value``, default -5);
 ``huge_body`` pads the JSON with ``size_bytes`` of whitespace. ``ghost`` lists an extra fixture
-``fixture_id`` (a new numeric id) in ``/livescores`` for its ``count`` answers or ``duration_s``: no ball, no
+``fixture_id`` (a new numeric id) in both live lists (or only ``endpoint``'s) for its ``count`` answers or ``duration_s``: no ball, no
 score row, no toss, status ``value`` (default ``1st Innings``), ``starting_at`` (default 30 days back);
 ``/fixtures/{id}`` answers it until the faults are cleared. ``correct_ball`` / ``delete_ball`` change the feed at once:
 a served ball (``ball_id``, default the newest) of ``fixture_id`` is re-sent with another ``score_id`` or

@@ -373,7 +373,7 @@ class ReplayServer:
             if m.tape.fixture_id in unlisted:
                 continue
             parts.append(self._served(m, shape, now))
-        for spec in self._faults.listed_ghosts(now):
+        for spec in self._faults.listed_ghosts("livescores", now):
             parts.append(self._ghost_bytes(str(spec.fixture_id), shape.include, now))
         return b'{"data":[' + b",".join(parts) + b"]}"
 
@@ -472,6 +472,11 @@ class ReplayServer:
                     unlisted = self._faults.unlisted("fixtures", now)
                     rows = [(m, base) for m, base in rows if m.tape.fixture_id not in unlisted]
                 items = [self._served(m, shape, now) for m, _ in rows]
+                if "filter[status]" in query:
+                    items += [
+                        self._ghost_bytes(str(spec.fixture_id), shape.include, now)
+                        for spec in self._faults.listed_ghosts("fixtures", now)
+                    ]
                 body_out = q.page(items, query, host, prefix + path, self.page_size)
         else:
             body_out = self._reference(segments, query, host, prefix + path, now)

@@ -4,7 +4,8 @@ Response faults (``5xx``, ``429``, ``timeout``, ``disconnect``, ``truncated``, `
 ``missing_field``, ``wrong_type``, and the valid-but-wrong data SportMonks sends now and then:
 ``wrong_status``, ``changed_id``, ``implausible``, ``huge_body``) sit in a ``FaultList`` and apply to the next ``count`` requests, or for
 ``duration_s`` seconds, on one endpoint or all. ``ghost`` lists an extra fixture (``fixture_id``, a new id) in
-``/livescores`` for its ``count`` answers or ``duration_s``: a fixture that answers but shows nothing (no ball,
+the live lists (``/livescores`` and the ``/fixtures`` live list, or only ``endpoint``'s, as a stale status
+would show in both) for its ``count`` answers or ``duration_s``: a fixture that answers but shows nothing (no ball,
 no score row, no toss; status ``value``, default ``1st Innings``; ``starting_at`` default 30 days before the
 injection), which ``/fixtures/{id}`` serves from the injection until the faults are cleared, as SportMonks
 would serve a stale or foreign fixture a corrupted id named. ``lag`` makes one endpoint (``endpoint``) answer
@@ -178,12 +179,13 @@ class FaultList:
                 lag = max(lag, fault.spec.lag_s)
         return lag
 
-    def listed_ghosts(self, now: float) -> list[FaultSpec]:
-        """The ``ghost`` faults in force, each counted as one use (one ``/livescores`` answer listing it)."""
+    def listed_ghosts(self, endpoint: str, now: float) -> list[FaultSpec]:
+        """The ``ghost`` faults in force on ``endpoint``'s live list (``livescores`` or ``fixtures``), each
+        counted as one use (one live list answer listing it)."""
         self._faults = [f for f in self._faults if f.active(now)]
         out = []
         for fault in self._faults:
-            if fault.spec.mode == "ghost":
+            if fault.spec.mode == "ghost" and fault.spec.endpoint in (None, endpoint):
                 fault.hits += 1
                 if fault.remaining is not None:
                     fault.remaining -= 1
