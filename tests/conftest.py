@@ -51,18 +51,21 @@ os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
-# The modules that start several daemon processes at once, in two groups. Under `--dist loadgroup` (README,
-# .ci/run) each group runs on one worker, one test after another, so at most two such modules run at a time:
-# four side by side on two cores starved the replay and APNs servers in the test processes for minutes and
-# failed on load, not on the code. Keyed by module here, because the controller that schedules sees node ids
-# only, and pytest 9 moved the node id pytest-xdist's own `xdist_group` mark rewrites.
+# The modules that start several daemon processes at once, in one group. Under `--dist loadgroup` (README,
+# .ci/run) a group runs on one worker, one test after another, so no two such modules run at a time: two side
+# by side with the rest of the suite on two cores slowed the single-threaded DynamoDB peer past a 3 s lease's
+# renewals (every instance lost every lease it took, and a fleet made no progress for minutes), and four
+# starved the replay and APNs servers in the test processes; they failed on load, not on the code. Being the
+# largest unit of work, the group is handed out first and runs beside the rest of the suite. Keyed by module
+# here, because the controller that schedules sees node ids only, and pytest 9 moved the node id
+# pytest-xdist's own `xdist_group` mark rewrites.
 CLUSTER_GROUPS: dict[str, str] = {
-    "tests/e2e/test_multi_instance.py": "cluster-a",
-    "tests/e2e/test_fleet.py": "cluster-a",
-    "tests/e2e/test_soak_channels.py": "cluster-a",
-    "tests/e2e/test_soak.py": "cluster-b",
-    "tests/e2e/test_region_from_empty.py": "cluster-b",
-    "tests/faults/test_hot_match_faults.py": "cluster-b",
+    "tests/e2e/test_multi_instance.py": "cluster",
+    "tests/e2e/test_fleet.py": "cluster",
+    "tests/e2e/test_soak_channels.py": "cluster",
+    "tests/e2e/test_soak.py": "cluster",
+    "tests/e2e/test_region_from_empty.py": "cluster",
+    "tests/faults/test_hot_match_faults.py": "cluster",
 }
 
 

@@ -49,8 +49,8 @@ async def _run_cluster(
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=instances)
         try:
-            with trio.fail_after(400):
-                ended = False
+            ended = False
+            with trio.move_on_after(400):
                 next_kill = trio.current_time() + (kill_every or 1e9)
                 while not ended:
                     ended = await cluster.wait_all_ended(1.0)
@@ -63,6 +63,7 @@ async def _run_cluster(
                         # could leave the region without a running engine for the whole match
                         await cluster.wait_healthy(120)
                         next_kill = trio.current_time() + kill_every
+            assert ended, f"not every match ended in 400 s: {await cluster.matches_report()}"
         finally:
             await cluster.stop_all()
             nursery.cancel_scope.cancel()
@@ -161,7 +162,7 @@ async def test_sigterm_releases_every_lock_at_once_and_the_match_continues_elsew
                     if item and instance_of(item["instanceId"]) == cluster.instances[1].instance_id:
                         break
                     await trio.sleep(0.2)
-            assert await cluster.wait_all_ended(240)
+            assert await cluster.wait_all_ended(240), await cluster.matches_report()
         finally:
             await cluster.stop_all()
             nursery.cancel_scope.cancel()

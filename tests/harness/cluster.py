@@ -529,6 +529,26 @@ class Cluster:
                 await trio.sleep(0.5)
         return False
 
+    async def matches_report(self) -> str:
+        """Where each match stands, for a failure message: its record's status, phase, owner and epoch, and
+        which instances are up."""
+        try:
+            items = {str(i["matchId"]): i for i in await self.active_records()}
+        except Exception as exc:
+            return f"active-matches unreadable: {exc!r}"
+        lines = []
+        for match_id in self.matches:
+            item = items.get(str(match_id))
+            if item is None:
+                lines.append(f"{match_id}: no record")
+                continue
+            lines.append(
+                f"{match_id}: status={item.get('status')} phase={item.get('matchPhase')} "
+                f"owner={item.get('instanceId')} epoch={item.get('ownerEpoch')}"
+            )
+        up = sorted(i.instance_id for i in self.instances.values() if i.alive)
+        return "; ".join(lines) + f"; instances up: {', '.join(up) or 'none'} (logs in {self.workdir})"
+
     def deliveries(self) -> dict[str, list[dict[str, Any]]]:
         """Accepted Live Activity pushes per token, in arrival order."""
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
