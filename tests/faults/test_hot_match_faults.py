@@ -235,6 +235,7 @@ async def _run(
     *,
     slot_config: dict[int, dict[str, dict[str, Any]]] | None = None,
     owner_first: bool = False,
+    apns_max_streams: int = 1000,
 ) -> HotMatch:
     """Play the match on three engines through ``scenario`` to its end, then judge it. ``owner_first``: slot 0
     alone until it owns the match, then the helpers (so a fault meant for a helper can be set up for a slot
@@ -253,6 +254,7 @@ async def _run(
         innings_break_s=600.0,
         extra_config={"fanout": FANOUT, "match": MATCH},
         slot_config=slot_config,
+        apns_max_streams=apns_max_streams,
     )
     async with trio.open_nursery() as nursery:
         await cluster.start(nursery, instances=1 if owner_first else INSTANCES)
@@ -271,6 +273,16 @@ async def _run(
             nursery.cancel_scope.cancel()
     hot.judge()
     return hot
+
+
+async def _pushes_failed(cluster: Cluster, inst: Instance) -> float:
+    """The pushes ``inst``'s sender failed (``sightscreen_pushes`` with outcome ``failed``), from its metrics."""
+    text = await admin_request(cluster.admin_socket(inst), "metrics")
+    total = 0.0
+    for line in str(text).splitlines():
+        if line.startswith("sightscreen_pushes_total{") and 'outcome="failed"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def _kill(cluster: Cluster, slot: int) -> Callable[[dict[str, Any]], None]:
@@ -355,13 +367,16 @@ async def test_a_helper_stopped_past_its_shards_lease_pushes_nothing_of_it_when_
 ) -> None:
     """A helper is stopped mid-shard with pushes queued in its sender, past its shard's lease, then resumed
     once another engine has delivered that shard: its sender finds the queued pushes past their fence, and none
-    of them is accepted."""
+    of them is accepted. The APNs server lets each connection have two streams open, so most of the chunk in
+    hand waits in the helper's sender when it is stopped (with APNs' own limit of a thousand, the whole chunk
+    is on the wire at once and the fence is never put to the test)."""
 
     async def scenario(hot: HotMatch, nursery: trio.Nursery) -> None:
         owner = await hot.owner_slot()
         helpers = [s for s in hot.cluster.instances if s != owner]
         await hot.helpers_follow(helpers)
         target = hot.cluster.instances[helpers[0]]
+        failed_before = await _pushes_failed(hot.cluster, target)
         await hot.fired(hot.arm(target.key_id, lambda record: target.proc.send_signal(signal.SIGSTOP)))
         index, sessions, expires_at, board = await hot.held_shard(target.instance_id)
         await hot.shard_done(board, index)  # taken up from its watermark once its lease ran out
@@ -369,8 +384,10 @@ async def test_a_helper_stopped_past_its_shards_lease_pushes_nothing_of_it_when_
         await trio.sleep(3.0)
         late = hot.stale(target.key_id, sessions, expires_at)
         assert late == [], f"{len(late)} of its queued pushes went out after its lease ran out"
+        # the fence was put to the test: pushes were waiting in its sender, and were never sent
+        assert await _pushes_failed(hot.cluster, target) > failed_before, "no push of it waited at the stop"
 
-    hot = await _run(tmp_path, moto_server.url, 64, scenario)
+    hot = await _run(tmp_path, moto_server.url, 64, scenario, apns_max_streams=2)
     assert await hot.resumed_shards() >= 1, "the stopped helper's shard was taken up from its watermark"
 
 

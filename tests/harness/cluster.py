@@ -106,6 +106,7 @@ class Cluster:
         nofile: int | None = None,
         dynamodb_role: str | None = "engine",
         slot_config: dict[int, dict[str, dict[str, Any]]] | None = None,
+        apns_max_streams: int = 1000,
     ) -> None:
         self.workdir = workdir
         self.moto_url = moto_url
@@ -128,6 +129,9 @@ class Cluster:
         self.extra_config = extra_config or {}
         # per instance slot, config merged over the rest (e.g. one slot's DynamoDB through a fault proxy)
         self.slot_config = slot_config or {}
+        # the streams the project's APNs server lets each connection have open at once: a low limit keeps an
+        # engine's pushes waiting in its sender's queue, where its fence applies
+        self.apns_max_streams = apns_max_streams
         # (url, CA file) of an APNs peer the caller runs (e.g. nginx for the soak); None: the project's
         # own validating APNs server, in this loop, whose ``records`` the caller reads. With iOS 18 phones
         # the project's server runs beside the peer for what the peer cannot do: channel management and
@@ -196,6 +200,7 @@ class Cluster:
                 topics=[TOPIC],
                 ca=make_ca(),
                 keep_records=self.keep_records,
+                max_concurrent_streams=self.apns_max_streams,
             )
             await nursery.start(self.apns.serve)
             self.management_port = await nursery.start(self.apns.serve_management)
