@@ -276,6 +276,12 @@ class Season:
                     "follows_grace_s": args.follows_grace,
                     **({"clock_skew_bound_s": CLOCK_SKEW_S + 1.0} if args.nemesis is not None else {}),
                 },
+                # a shard's lease must outlast its renewal period plus that bound (the config says so)
+                **(
+                    {"fanout": {"shard_lease_s": 5.0 + CLOCK_SKEW_S + 1.0}}
+                    if args.nemesis is not None
+                    else {}
+                ),
             },
         )
         self.match_ids = [str(t.fixture_id) for t in tapes]

@@ -30,6 +30,7 @@ from daemon.cricket.order import (
 from daemon.cricket.snapshot import snapshot_from_fixture
 from daemon.replay.synth import synthesise
 from daemon.replay.tape import Tape
+from tests.doubles import minimal_fixture
 
 
 @cache
@@ -149,6 +150,24 @@ def test_a_status_change_at_the_same_stamp_needs_two_answers_in_a_row() -> None:
     assert verdict == "unconfirmed"
     verdict, gate = gate.admit(mark_of_fixture(paused))
     assert verdict == "confirmed" and gate.delivered == mark_of_fixture(paused)
+
+
+def test_a_wrong_final_status_before_the_first_ball_does_not_hold_the_true_answers_behind_it() -> None:
+    """Before the first ball nothing is stamped: a burst of wrong "Finished" answers is confirmed like any
+    status change, and the true status after it is taken again once two answers agree, not held as behind
+    (it would be until the first ball, and a match actor waiting to see the match live would wait for ever)."""
+    pre = dict(minimal_fixture(7, status="1st Innings"), runs=[], balls=[])
+    wrong = dict(pre, status="Finished")
+    assert stamp_of_fixture(pre) == Stamp(None, None, (), 2)
+    gate = Gate().admit(mark_of_fixture(pre))[1]
+    verdict, gate = gate.admit(mark_of_fixture(wrong))
+    assert verdict == "unconfirmed"
+    verdict, gate = gate.admit(mark_of_fixture(wrong))
+    assert verdict == "confirmed" and gate.delivered == mark_of_fixture(wrong)
+    verdict, gate = gate.admit(mark_of_fixture(pre))
+    assert verdict == "unconfirmed"
+    verdict, gate = gate.admit(mark_of_fixture(pre))
+    assert verdict == "confirmed" and gate.delivered == mark_of_fixture(pre)
 
 
 def test_a_ball_from_the_future_at_the_same_second_waits_and_does_not_outrank_the_true_answer() -> None:
