@@ -182,11 +182,12 @@ class _Subscription:
         self.last_error = update.error
         if self.pending is not None and self.pending.released:
             return  # the last word: the match actor lets go on it, nothing after it matters
-        if update.released:  # the last word supersedes whatever waits: nothing follows it to deliver that
-            self.pending = update
-            self.wake.set()
-            return
-        if update.fixture is None and self.pending is not None and self.pending.fixture is not None:
+        if (
+            update.fixture is None
+            and not update.released  # the last word supersedes whatever waits: nothing follows it to deliver that
+            and self.pending is not None
+            and self.pending.fixture is not None
+        ):
             return  # keep the undelivered good fixture; the next good one will supersede it anyway
         self.pending = update
         self.wake.set()

@@ -57,6 +57,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actors.settings import FanoutSettings  # noqa: E402
 from daemon.replay.synth import synthesise  # noqa: E402
 from daemon.store.local import MotoServer  # noqa: E402
 from daemon.store.tables import TABLE_SPECS  # noqa: E402
@@ -251,6 +252,15 @@ class Season:
         self.tape_s = [tape_seconds(t) for t in tapes]
         durations = [(s + 2 * 600.0) / args.speed + OVERHEAD_S for s in self.tape_s]
         starts = expected_starts(durations, args.concurrent)
+        # with the nemesis the fleet's clocks may disagree by its skew: the bound says so, and a shard's lease
+        # must outlast its renewal period plus that bound (the config refuses less)
+        skewed: dict[str, dict[str, Any]] = {"orchestrator": {}}
+        if args.nemesis is not None:
+            bound = CLOCK_SKEW_S + 1.0
+            skewed = {
+                "orchestrator": {"clock_skew_bound_s": bound},
+                "fanout": {"shard_lease_s": FanoutSettings().shard_lease_s + bound},
+            }
         self.region = Region(
             workdir / "region",
             moto_url=store_url,
@@ -269,19 +279,13 @@ class Season:
             links=args.nemesis is not None,
             clock_offsets=args.nemesis is not None,
             extra_config={
-                # a season compressed in time: taken shortly before the start, follows removed soon after;
-                # with the nemesis the fleet's clocks may disagree by its skew, and the bound says so
+                **skewed,
+                # a season compressed in time: taken shortly before the start, follows removed soon after
                 "orchestrator": {
                     "prestart_s": args.prestart,
                     "follows_grace_s": args.follows_grace,
-                    **({"clock_skew_bound_s": CLOCK_SKEW_S + 1.0} if args.nemesis is not None else {}),
+                    **skewed["orchestrator"],
                 },
-                # a shard's lease must outlast its renewal period plus that bound (the config says so)
-                **(
-                    {"fanout": {"shard_lease_s": 5.0 + CLOCK_SKEW_S + 1.0}}
-                    if args.nemesis is not None
-                    else {}
-                ),
             },
         )
         self.match_ids = [str(t.fixture_id) for t in tapes]

@@ -323,7 +323,7 @@ def _gate_order(old: Stamp, new: Stamp) -> Order:
     that moved at the same second is as likely a fault (a ball from the future that is gone in the next
     answer) as news, and taken as newer it would make the true answer after it look older."""
     if old.updated_at is None and new.updated_at is None:
-        if not (old.ball_id or old.innings or new.ball_id or new.innings):
+        if old.ball_id is None and new.ball_id is None and not old.innings and not new.innings:
             # nothing played on either side: what differs is the status alone, which is confirmed (two
             # answers in a row), never ordered. A wrong "Finished" before the first ball taken as further on
             # would hold every true answer after it as behind until the first ball is stamped.

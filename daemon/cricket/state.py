@@ -7,8 +7,8 @@ data model names them (``matchPhase``, ``previousStatus``, ``previousBallId``, `
 ``displayHash``, ``recentEvent``). Values are JSON-plain and compact (balls are short lists, not objects) so the record stays
 near the data model's ~5 KB. Pure: it must not read or write DynamoDB itself (the match actor does).
 
-``from_item`` accepts records written by older versions (missing keys take their defaults, numbers may come
-back as ``Decimal``); a present field of the wrong shape raises ``StateError`` naming it.
+``from_item`` accepts a record missing any key (it takes its default) and numbers as ``Decimal`` (as DynamoDB
+hands them back); a present field of the wrong shape raises ``StateError`` naming it.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class MatchState:
     # Feed and the fixture cache stamp it); None before any. A fixture fetched earlier is behind this state.
     fetched_at: float | None = None
     # How far along (by content, ``daemon.cricket.order``) the fixture that last changed this state was; None
-    # before any (and in records written before it was kept). A fixture older by content is behind the state.
+    # before any, and in a record without the field. A fixture older by content is behind the state.
     stamp: Stamp | None = None
     # Doubts being confirmed: kept in memory by the actor only (not in the record, not compared), so a doubt
     # that goes away costs no write; an owner that restarts starts confirming again.
@@ -284,7 +284,7 @@ def _stamp_from_item(value: Any) -> Stamp | None:
 # ---- compact ball encoding ------------------------------------------------------------------------------
 # [id, scoreboard, over, team, batsman, bowler, out|None, crease-list, scoreId, scoreName, runs, bye, legBye,
 #  noball, noballRuns, flags, fielder|None] with flags a string of "4" four, "6" six, "W" wicket, "w" wide,
-#  "R" run out. Records written before the fielder was kept have 16 items.
+#  "R" run out. A 16-item entry (no fielder) is read too, with no fielder.
 def _ball_to_list(b: Ball) -> list[Any]:
     flags = "".join(
         ch

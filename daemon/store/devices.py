@@ -20,7 +20,7 @@ itself for a device token), ``ttl``. A registration puts the claim of each of it
 previous owner's record that still names the token, in one TransactWriteItems conditioned on every claim
 being as it was read, so the earlier owner's follows and alerts stop reaching the phone the moment the new
 owner's record exists; the API then ends the earlier owner's Live Activity sessions (``DeviceClaim``).
-Claims of a token in another case (stored before tokens were kept in one case) are read too, and moved.
+Claims of a token stored in another case than lower are read too, and moved to lower case.
 A record written without a claim (imported) is found by no other user until its owner registers again
 (the app registers at each launch). See docs/api.md "Devices".
 
@@ -75,8 +75,8 @@ def normal_token(token: str) -> str:
 
 
 def token_spellings(token: str) -> list[str]:
-    """The spellings a token's claim may be stored under: lower case (as stored now), and upper case and the
-    spelling given, for claims written before tokens were kept in one case."""
+    """The spellings a token's claim may be stored under: lower case (as this code stores it), and upper case
+    and the spelling given, for claims stored in another case."""
     return list(dict.fromkeys((token.lower(), token.upper(), token)))
 
 

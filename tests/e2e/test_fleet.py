@@ -21,6 +21,7 @@ from tests.harness.cluster import (
     build_cluster,
     check_deliveries,
     check_exclusive_ownership,
+    metric_sum,
 )
 
 pytestmark = pytest.mark.slow
@@ -49,17 +50,6 @@ async def _feed(cluster: Cluster, inst: Instance) -> dict[str, Any]:
 
 def _calls(feed: dict[str, Any]) -> int:
     return sum(per.get("ok", 0) + per.get("error", 0) + per.get("retry", 0) for per in feed["calls"].values())
-
-
-def _metric(text: str, name: str, **labels: str) -> float:
-    """The sum of the samples of exactly ``name`` whose labels include ``labels``."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("#") or line.split("{", 1)[0].split(" ", 1)[0] != name:
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 @pytest.mark.timeout(900)  # the run's own bound is 400 s, the start and the checks come on top
@@ -103,15 +93,16 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
             metrics: dict[int, str] = {}
             for inst in cluster.instances.values():
                 text = metrics[inst.slot] = await admin_request(cluster.admin_socket(inst), "metrics")
-                runs[inst.slot] = _metric(text, "sightscreen_job_cycles_total", job="fixture_sync_near")
+                runs[inst.slot] = metric_sum(text, "sightscreen_job_cycles_total", job="fixture_sync_near")
             assert runs[leader.slot] >= 1 and all(n == 0 for s, n in runs.items() if s != leader.slot), runs
             # the fleet's metrics: who leads, the region's calls on every instance (the leader's count)
             for slot, text in metrics.items():
-                assert _metric(text, "sightscreen_feed_leader") == (1 if slot == leader.slot else 0)
+                assert metric_sum(text, "sightscreen_feed_leader") == (1 if slot == leader.slot else 0)
                 assert (
-                    _metric(text, "sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores") > 0
+                    metric_sum(text, "sightscreen_sportmonks_region_calls_last_hour", endpoint="livescores")
+                    > 0
                 )
-            assert _metric(metrics[leader.slot], "sightscreen_feed_leader_changes_total") >= 1
+            assert metric_sum(metrics[leader.slot], "sightscreen_feed_leader_changes_total") >= 1
             # the admin socket: every instance names the same leader; a follower's cache is fresh
             for inst in cluster.instances.values():
                 feed = await _feed(cluster, inst)
@@ -125,7 +116,9 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
                         assert feed["cache_reader"]["reads"] > 0
                         assert feed["cache_reader"]["newest_fixture_age_s"] is not None
                         assert feed["cache_reader"]["last_poll_age_s"] is not None
-                        assert _metric(metrics[inst.slot], "sightscreen_fixture_cache_age_seconds_count") > 0
+                        assert (
+                            metric_sum(metrics[inst.slot], "sightscreen_fixture_cache_age_seconds_count") > 0
+                        )
             # kill -9 the leader mid-match: another instance takes the lease and polls on
             cluster.kill(leader.slot)
             with trio.fail_after(60):
@@ -141,7 +134,7 @@ async def test_three_instances_poll_sportmonks_as_one_and_a_killed_leader_hands_
                 if i.alive and instance_of(str(item["owner"])) == i.instance_id
             )
             text = await admin_request(cluster.admin_socket(successor), "metrics")
-            assert _metric(text, "sightscreen_feed_leader_changes_total") >= 1
+            assert metric_sum(text, "sightscreen_feed_leader_changes_total") >= 1
             cluster.spawn(leader.slot)
             assert await cluster.wait_all_ended(400), await cluster.matches_report()
         finally:

@@ -36,7 +36,7 @@ import trio
 from daemon.cricket.share import TICK, Board, TickWork, shard_index, shard_keys
 from daemon.replay.synth import synthesise
 from daemon.store.locks import instance_of, shard_key
-from tests.harness.cluster import Cluster, Instance, admin_request, check_deliveries
+from tests.harness.cluster import Cluster, Instance, admin_request, check_deliveries, metric_sum
 from tests.harness.fault_proxy import FaultProxy
 from tests.harness.records import Alert, alerts_shown_twice, aps, event_ids, record_kid
 
@@ -278,11 +278,7 @@ async def _run(
 async def _pushes_failed(cluster: Cluster, inst: Instance) -> float:
     """The pushes ``inst``'s sender failed (``sightscreen_pushes`` with outcome ``failed``), from its metrics."""
     text = await admin_request(cluster.admin_socket(inst), "metrics")
-    total = 0.0
-    for line in str(text).splitlines():
-        if line.startswith("sightscreen_pushes_total{") and 'outcome="failed"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return metric_sum(str(text), "sightscreen_pushes_total", outcome="failed")
 
 
 def _kill(cluster: Cluster, slot: int) -> Callable[[dict[str, Any]], None]:

@@ -576,6 +576,18 @@ def _ca_bundle(path: Path, *ca_files: str) -> str:
     return str(path)
 
 
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of exactly ``name`` in a Prometheus text (an admin ``metrics`` answer) whose
+    labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or line.split("{", 1)[0].split(" ", 1)[0] != name:
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 async def admin_request(path: str, cmd: str, args: list[str] | None = None) -> Any:
     """One admin-socket request; the result, or None when the daemon is not answering (yet)."""
     try:

@@ -468,15 +468,15 @@ class ReplayServer:
                 body_out = self._livescores(query, shape, now)
             else:
                 rows = self._filtered(query, now, shape.lag_s)
+                ghosts: list[bytes] = []
                 if "filter[status]" in query:  # the live list through /fixtures
                     unlisted = self._faults.unlisted("fixtures", now)
                     rows = [(m, base) for m, base in rows if m.tape.fixture_id not in unlisted]
-                items = [self._served(m, shape, now) for m, _ in rows]
-                if "filter[status]" in query:
-                    items += [
+                    ghosts = [
                         self._ghost_bytes(str(spec.fixture_id), shape.include, now)
                         for spec in self._faults.listed_ghosts("fixtures", now)
                     ]
+                items = [self._served(m, shape, now) for m, _ in rows] + ghosts
                 body_out = q.page(items, query, host, prefix + path, self.page_size)
         else:
             body_out = self._reference(segments, query, host, prefix + path, now)
