@@ -180,10 +180,13 @@ class CacheReader:
         while True:
             subs = self._feed.local_subscriptions()
             cadence = self._feed.cadence_for(marquee=any(subs.values()))  # the leader's, on the same plan
-            if self._feed.leading or not subs:
+            if self._feed.leading:
                 self.seen.clear()  # on taking over again later, deliver what the cache holds then
                 await trio.sleep(cadence / 2)
                 continue
+            # With no match here, the read is of the leader's summary alone (one item): readiness judges the
+            # region's feed by when its leader last polled, and an engine that owns nothing yet must see
+            # that as well as one that does, or it answers "not ready" until it is given a match.
             await self.read_once(subs)
             # by the leader's poll summary, with the measured delay; without one, by the newest fixture
             polled = self.last_poll_at is not None

@@ -263,6 +263,14 @@ class FanoutSettings(BaseModel):
         "about 0.4 s at 72 us a push; smaller shards spread better and cost more DynamoDB calls per ball "
         "(a claim, an owner check and a completion each)",
     )
+    shards_at_once: int = Field(
+        2,
+        ge=1,
+        le=16,
+        description="shards an engine delivers at once (a helper, and the owner for its own match): with one, "
+        "its sender idles while a shard's last answers come back, its record is settled and the next shard is "
+        "claimed (four DynamoDB round trips); two keep it busy. More take shards from the rest of the fleet",
+    )
     board_poll_s: float = Field(
         0.1,
         ge=0.01,

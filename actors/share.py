@@ -8,8 +8,8 @@ intent, the payload of each perspective); ``SharedFanOut`` then, instead of push
 2. publishes the work item on the match's board for its lane (``share:{matchId}:{lane}``): the exact
    payloads and the shard bounds, cut from its own view of the audience; conditional on no newer owner
    having written it;
-3. sends the broadcasts itself (the caller's ``before``), then delivers shards like any helper, through the
-   same ``ShardRunner``, under its own match lease (``OwnLease``);
+3. sends the broadcasts itself (the caller's ``before``), then delivers shards like any helper (up to
+   ``shards_at_once`` at a time), through the same ``ShardRunner``, under its own match lease (``OwnLease``);
 4. polls its shards' records (one strongly consistent BatchGetItem every ``board_poll_s``) until every shard
    is done, taking up any whose lease ran out (its helper died or stalled) from its watermark;
 5. returns the pushes and their outcome counts summed from the shards' records.
@@ -201,7 +201,13 @@ class SharedFanOut:
         ):
             raise ShareRefused("the board holds a newer owner's work: this owner is stale")
         self._published.add(lane)
-        self.current[lane] = {"seq": work.seq, "shards": work.shards, "published_at": work.published_at}
+        self.current[lane] = {
+            "seq": work.seq,
+            "shards": work.shards,
+            "alert": share.alerting(work),
+            "published_at": work.published_at,
+            "delivering": [],  # the shards this owner delivers now (their indexes)
+        }
         try:
             if before is not None:
                 await before()
@@ -240,37 +246,58 @@ class SharedFanOut:
     # --- the owner's part: shards, and the wait for the rest ---------------------------------------------------
     async def _complete(self, lane: str, work: Work) -> tuple[int, dict[str, int], float]:
         """Deliver shards until every one is done: those no one has taken (from a random one on), and those
-        whose holder's lease ran out; between them, poll the records every ``board_poll_s``."""
+        whose holder's lease ran out, up to ``shards_at_once`` at a time (an alerting item's one at a time:
+        a process that dies then had one chunk in flight, the most its followers can miss); between them,
+        poll the records every ``board_poll_s`` (sooner when one of this owner's shards ends)."""
         n = work.shards
         keys = [shard_key(self.match_id, lane, work.seq, i) for i in range(n)]
         order = share.claim_order(n, random.randrange(n))
         first_claims: dict[int, float] = {}
         cadence = max(self._cadence_s(), 1e-3)
-        while True:
-            self._lease.check()
-            items = await self._boards.get_shards(keys)
-            now = self._now()
-            records = {i: ShardRecord.from_item(items[k]) for i, k in enumerate(keys) if k in items}
-            for i, record in records.items():
-                if i not in first_claims:
-                    seen = share.first_claim(record, now)
-                    if seen is not None:
-                        first_claims[i] = seen
-            waited = share.longest_wait(work.published_at, first_claims, n, now)
-            SHARE_WAIT_CADENCES.labels(self.match_id).set(waited / cadence)
-            if all(i in records and records[i].done for i in range(n)):
-                total, counts = share.summed(records.values())
-                return total, counts, waited
-            free = [i for i in order if share.claimable(records.get(i), now)]
-            if free:
+        running: set[int] = set()
+        ended = trio.Event()
+        at_once = 1 if share.alerting(work) else self.settings.shards_at_once
+
+        async def deliver(i: int) -> None:
+            nonlocal ended
+            try:
                 await self._runner.run(
-                    ShardJob(self.match_id, lane, work, free[0]),
+                    ShardJob(self.match_id, lane, work, i),
                     self._audience,
                     self._authority,
                     on_result=self._on_result,
                 )
-                continue
-            await trio.sleep(self.settings.board_poll_s)
+            finally:
+                running.discard(i)
+                if lane in self.current:
+                    self.current[lane]["delivering"] = sorted(running)
+                ended.set()
+                ended = trio.Event()
+
+        async with trio.open_nursery() as nursery:
+            while True:
+                self._lease.check()
+                items = await self._boards.get_shards(keys)
+                now = self._now()
+                records = {i: ShardRecord.from_item(items[k]) for i, k in enumerate(keys) if k in items}
+                for i, record in records.items():
+                    if i not in first_claims:
+                        seen = share.first_claim(record, now)
+                        if seen is not None:
+                            first_claims[i] = seen
+                waited = share.longest_wait(work.published_at, first_claims, n, now)
+                SHARE_WAIT_CADENCES.labels(self.match_id).set(waited / cadence)
+                if all(i in records and records[i].done for i in range(n)):
+                    total, counts = share.summed(records.values())
+                    return total, counts, waited
+                free = [i for i in order if i not in running and share.claimable(records.get(i), now)]
+                if free and len(running) < at_once:
+                    running.add(free[0])
+                    self.current[lane]["delivering"] = sorted(running)
+                    nursery.start_soon(deliver, free[0])
+                    continue
+                with trio.move_on_after(self.settings.board_poll_s):
+                    await ended.wait()
 
     # --- the hot list ---------------------------------------------------------------------------------------
     async def _list(self) -> None:

@@ -9,8 +9,9 @@ One per engine, run by the supervisor beside the orchestrator. It
   them): a work item it has not seen finished is work to do. This poll is how a helper learns of new work: a
   shard waits for it (half a poll on average, and the read) before it is taken, and that wait is in the lag
   the owner measures (the tick ends when its last shard is done) and in ``sightscreen_share_shard_wait_seconds``;
-- takes one shard at a time (so shards spread over the fleet), alerting items first, then routine updates, then
-  push-to-starts, each from a random shard on; gives way first to this instance's own key events (``LiveWork``);
+- takes up to ``shards_at_once`` shards at a time (a few, so shards spread over the fleet, and more than one,
+  so its sender is not idle while a shard's last answers come back and the next shard is claimed; an
+  alerting item's one at a time, so a helper that dies had one alert chunk in flight), alerting items first, then routine updates, then push-to-starts, each from a random shard on; gives way first to this instance's own key events (``LiveWork``);
   and delivers it through ``ShardRunner`` for the owner the board names, confirmed on the match lock
   (``OwnerOnLock``) before the first push, before each alerting chunk and at each renewal of the shard's lease.
 
@@ -116,7 +117,8 @@ class ShareWorker:
         self.followed: dict[str, Followed] = {}
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
-        self.working_on: str | None = None  # the shard being delivered now (its key)
+        self.working_on: list[str] = []  # the shards being delivered now (their keys)
+        self._alerting: set[str] = set()  # those of them of an alerting item (one at most)
         self.gave_way_s = 0.0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -234,9 +236,17 @@ class ShareWorker:
         return [(f, board) for _, f, board in out]
 
     async def _claim_loop(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(self.settings.shards_at_once):
+                nursery.start_soon(self._taker)
+
+    async def _taker(self) -> None:
+        """One of ``shards_at_once``: waits for work, then takes and delivers shards while there are any."""
         while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
+            wake = self._wake
+            await wake.wait()
+            if self._wake is wake:  # the first taker woken arms the next wake-up for all of them
+                self._wake = trio.Event()
             while await self.help_once():
                 pass
 
@@ -259,7 +269,10 @@ class ShareWorker:
                 f.look_again.pop(item, None)
                 continue
             order = share.claim_order(work.shards, self._rng.randrange(work.shards))
-            free = [i for i in order if share.claimable(records.get(i), now)]
+            if share.alerting(work) and self._alerting:
+                continue  # one alerting shard at a time: a process that dies had one chunk in flight
+            taking = set(self.working_on)
+            free = [i for i in order if share.claimable(records.get(i), now) and keys[i] not in taking]
             if not free:  # all held: look again once a holder that died would have lost its lease
                 f.look_again[item] = trio.current_time() + self.settings.shard_lease_s / 2
                 continue
@@ -277,13 +290,16 @@ class ShareWorker:
             skew_s=self._skew_s,
             wall_clock=self._now,
         )
-        self.working_on = job.key
+        self.working_on.append(job.key)  # before the first await: another taker passes it by
+        if share.alerting(board.work):
+            self._alerting.add(job.key)
         try:
             await self.runner.run(job, f.audience, authority, on_result=f.on_result)
         except Exception as exc:  # noqa: BLE001 - the shard was given back; the fleet takes it up
             log.warning("shard_failed", match_id=f.match_id, shard=job.key, error=repr(exc))
         finally:
-            self.working_on = None
+            self.working_on.remove(job.key)
+            self._alerting.discard(job.key)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -300,7 +316,7 @@ class ShareWorker:
                 }
                 for m, f in self.followed.items()
             },
-            "working_on": self.working_on,
+            "working_on": list(self.working_on),
             "shards_delivered": self.runner.delivered,
             "pushes_answered": self.runner.pushes,
             "gave_way_s": round(self.gave_way_s, 3),

@@ -172,6 +172,8 @@ async def run_one(
         fanout["shard_size"] = args.shard_size
     if args.board_poll_s:
         fanout["board_poll_s"] = args.board_poll_s
+    if args.shards_at_once:
+        fanout["shards_at_once"] = args.shards_at_once
     tape = synthesise(args.format, seed=args.seed)
     match_id = str(tape.fixture_id)
     cluster = Cluster(
@@ -342,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease", type=float, default=10.0)
     parser.add_argument("--start-delay", type=float, default=10.0, help="wall seconds before the first ball")
     parser.add_argument("--shard-size", type=int, default=0, help="[fanout].shard_size (0: the default)")
+    parser.add_argument(
+        "--shards-at-once", type=int, default=0, help="[fanout].shards_at_once (0: the default)"
+    )
     parser.add_argument(
         "--board-poll-s", type=float, default=0.0, help="[fanout].board_poll_s (0: the default)"
     )

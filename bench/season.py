@@ -36,6 +36,9 @@ The last line printed is one JSON object:
   ``token_problems``: what DynamoDB still holds of dead, rotated or unfollowed tokens;
 - ``faults`` (``--nemesis``): each fault with its time, kind, engine, span, readiness during and after,
   exit code, the key events lost in its window, and its outcome;
+- ``traced_grown`` (``--tracemalloc``: the engines started with ``PYTHONTRACEMALLOC=1``): per engine, the
+  source lines whose traced memory grew most from the warm-up match to the end (``ctl runtime memory``
+  subtracted), for telling which line holds what RSS gained;
 - ``criteria``: each criterion of the season and whether it held; ``ok`` when every one did.
 """
 
@@ -236,6 +239,17 @@ def objects_grown(start: dict[str, Any], end: dict[str, Any], top: int = 10) -> 
     return dict(sorted(grown.items(), key=lambda kv: -kv[1])[:top])
 
 
+def traced_grown(warm: dict[str, Any], end: dict[str, Any], top: int = 15) -> dict[str, Any]:
+    """The source lines whose traced memory grew most from the warm baseline to the end (``ctl runtime
+    memory`` answers of one process), in KiB, with the traced totals; empty where either is missing."""
+    a, b = warm.get("traced_by_line") or {}, end.get("traced_by_line") or {}
+    if not a or not b:
+        return {}
+    grown = {line: round(kib - float(a.get(line, [0.0])[0]), 1) for line, (kib, _) in b.items()}
+    lines = dict(sorted(((k, v) for k, v in grown.items() if v > 0), key=lambda kv: -kv[1])[:top])
+    return {"traced_mb": [warm.get("traced_mb"), end.get("traced_mb")], "lines_kib": lines}
+
+
 def _by_peer(peers: dict[str, int]) -> dict[str, int]:
     out: Counter[str] = Counter()
     for key, n in peers.items():
@@ -278,6 +292,7 @@ class Season:
             apns_peer=nginx,
             links=args.nemesis is not None,
             clock_offsets=args.nemesis is not None,
+            engine_env={"PYTHONTRACEMALLOC": "1"} if args.tracemalloc else None,
             extra_config={
                 **skewed,
                 # a season compressed in time: taken shortly before the start, follows removed soon after
@@ -291,6 +306,8 @@ class Season:
         self.match_ids = [str(t.fixture_id) for t in tapes]
         self.rss_after: dict[str, list[tuple[int, float]]] = {}
         self.objects_after: dict[str, list[int]] = {}  # per slot: the heap's objects after each match
+        # with --tracemalloc, per slot: (pid, ``ctl runtime memory``) after the warm-up match and at the end
+        self.traced: dict[str, dict[str, tuple[int, dict[str, Any]]]] = {"warm": {}, "end": {}}
         self.finished: list[str] = []
         self.samples_path = workdir / "samples.jsonl"
         self.idle_start: dict[str, dict[str, Any]] = {}
@@ -398,6 +415,14 @@ class Season:
                 name = self.slot_name(slot)
                 self.rss_after.setdefault(name, []).append((int(runtime["pid"]), float(runtime["rss_mb"])))
                 self.objects_after.setdefault(name, []).append(int(runtime["objects"]))
+        if self.args.tracemalloc and len(self.finished) == WARMUP_MATCH:
+            await self.trace("warm")
+
+    async def trace(self, moment: str) -> None:
+        for slot, engine in sorted(self.region.engines.items()):
+            answer = await self.region.runtime(engine, memory=True) if engine.alive else None
+            if answer is not None:
+                self.traced[moment][self.slot_name(slot)] = (int(answer["pid"]), answer)
 
     async def run(self) -> dict[str, Any]:
         args = self.args
@@ -425,6 +450,8 @@ class Season:
                     await self.nemesis.stop()
                 await trio.sleep(args.idle_s)
                 self.idle_end = await self.idle()
+                if args.tracemalloc:
+                    await self.trace("end")
                 final = await self.sample()
                 lost = region.missing_key_events()
                 twice = region.alerts_shown_twice()
@@ -516,11 +543,21 @@ class Season:
             "objects_grown": {
                 n: objects_grown(self.idle_start.get(n, {}), self.idle_end.get(n, {})) for n in engines
             },
+            **({"traced_grown": self.traced_growth(engines)} if args.tracemalloc else {}),
             "not_back_to_idle": idle,
             "idle_detail": {"start": self.idle_start, "end": self.idle_end},
             "criteria": criteria,
             "ok": all(criteria.values()),
         }
+
+    def traced_growth(self, engines: list[str]) -> dict[str, Any]:
+        """Per slot, the lines whose traced memory grew from the warm-up to the end, within one process."""
+        out: dict[str, Any] = {}
+        for name in engines:
+            warm, end = self.traced["warm"].get(name), self.traced["end"].get(name)
+            if warm is not None and end is not None and warm[0] == end[0]:
+                out[name] = traced_grown(warm[1], end[1])
+        return out
 
     def charge_losses(self, lost: dict[str, list[str]], outcomes: list[Outcome]) -> None:
         """Charge each missing wicket to the fault whose window held its ball (served at the replay server);
@@ -560,6 +597,12 @@ def main() -> None:
     parser.add_argument("--apns", default="nginx", choices=["nginx", "python"])
     parser.add_argument("--dynamodb", default="dynalite", choices=["dynalite", "moto"])
     parser.add_argument("--keep-workdir", action="store_true")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="start the engines tracing Python's allocations and report the lines whose memory grew after "
+        "the warm-up (traced_grown); tracing slows them, so their figures are for a diagnosis only",
+    )
     args = parser.parse_args()
     if args.matches < 1 or args.concurrent < 1 or args.instances < 1:
         parser.error("--matches, --concurrent and --instances: at least 1")

@@ -27,6 +27,8 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"sightscreen: bad configuration in {args.config}:\n{exc}", file=sys.stderr)
         return 2
+    # before any thread allocates: the arenas it would make are what the cap is for (daemon/runtime/gctune.py)
+    arenas_capped = gctune.limit_malloc_arenas(config.instance.malloc_arenas)
     local = trio.run(binding_problems, config)
     if local:  # the admin socket's path or a port this machine will not give: say which, no traceback
         lines = "\n".join(f"  {p}" for p in local)
@@ -37,6 +39,9 @@ def main(argv: list[str]) -> int:
     soft, hard = raise_nofile_limit()
     get_logger("daemon").info("descriptor_limit", soft=soft, hard=hard)
     gctune.configure(config.instance.gc_young_threshold)
+    get_logger("daemon").info(
+        "malloc_arenas", most=config.instance.malloc_arenas if arenas_capped else "glibc's default"
+    )
     try:
         daemon = Daemon(config, notifier=SdNotifier())
     except (

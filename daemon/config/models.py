@@ -106,6 +106,16 @@ class InstanceSettings(BaseModel):
         "hundreds of times and soon walks the whole heap: bench/gc_fanout.py; at 100,000 a 100,000-push "
         "fan-out cost 3-4 us a push more: bench/fanout_cpu.py). 0 keeps CPython's default",
     )
+    malloc_arenas: int = Field(
+        default=2,
+        ge=0,
+        le=64,
+        description="the most malloc arenas glibc keeps (mallopt M_ARENA_MAX, set at start before any worker "
+        "thread): by default glibc gives each thread that allocates its own arena, up to 8 per core, and the "
+        "DynamoDB worker threads' allocations then leave free pages scattered over all of them, so a process "
+        "that carries match after match grows in RSS while Python holds no more (bench/season.py). 0 leaves "
+        "glibc's own rule (and a MALLOC_ARENA_MAX in the environment)",
+    )
     gc_sweep_s: float = Field(
         default=10.0,
         ge=0,

@@ -360,6 +360,12 @@ class ShardRecord:
             raise ShareError(f"shard: {exc}") from None
 
 
+def alerting(work: Work) -> bool:
+    """Whether ``work`` carries an alert: its shards are delivered one at a time per process, and each
+    chunk's watermark is written before it goes, so a process that dies cost its followers one chunk."""
+    return isinstance(work, TickWork) and work.alert
+
+
 def claimable(record: ShardRecord | None, now: float) -> bool:
     """Whether a shard may be claimed at ``now`` (wall clock): never claimed, or not done and its lease run
     out (its holder died, stalled or gave it up). The claim's own condition decides for certain."""

@@ -322,6 +322,27 @@ async def test_a_follower_gets_its_fixtures_from_the_leaders_cache_and_calls_spo
                 nursery.cancel_scope.cancel()
 
 
+async def test_a_follower_that_owns_no_match_still_sees_the_leaders_polls(repos: Any) -> None:
+    """Readiness judges the region's feed by the leader's newest poll; an engine given no match yet reads the
+    leader's summary all the same (one item a read), so it does not answer "not ready" for owning nothing."""
+    live = [minimal_fixture(11, score=1)]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            async with member(nursery, "a", repos, live) as a, member(nursery, "b", repos, live) as b:
+                assert a.leadership.leading and not b.leadership.leading
+                # a match of the region (the leader polls for it), owned by neither
+                assert await repos.active_matches.register_active_match("11", "c", fields={"leagueId": "3"})
+                assert b.feed.local_subscriptions() == {}
+                while b.reader.last_poll_at is None:
+                    await trio.sleep(0.05)
+                first = b.reader.last_poll_at
+                while b.reader.last_poll_at == first:  # and follows each poll after it
+                    await trio.sleep(0.05)
+                assert b.reader.last_poll_at > first
+                assert b.reader.delivered == 0 and b.fake.requests == []
+                nursery.cancel_scope.cancel()
+
+
 async def test_a_leader_whose_lease_ran_out_writes_nothing_and_the_next_takes_over(repos: Any) -> None:
     live = [minimal_fixture(21, score=1)]
     with trio.fail_after(30):

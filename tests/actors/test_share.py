@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from actors.livework import LiveWork
 from actors.match import MatchActor
@@ -121,6 +122,14 @@ async def _tick_until(
     raise AssertionError("the tape ran out first")
 
 
+async def _through_first_wicket(
+    actor: MatchActor, tape: Any, match_id: str, done: Callable[[], bool]
+) -> None:
+    """Tick from three entries before the tape's first wicket until ``done`` (within 60 s)."""
+    with trio.fail_after(60):
+        await _tick_until(actor, tape, match_id, range(max(0, _first_wicket(tape) - 3), len(tape)), done)
+
+
 async def _helper_following(worker: ShareWorker, match_id: str) -> None:
     with trio.fail_after(10):
         while match_id not in worker.followed or not worker.followed[match_id].audience.loaded.is_set():
@@ -155,15 +164,9 @@ async def test_a_hot_matchs_routine_and_alerting_ticks_reach_every_session_once_
         worker = _helper(repos, helper_sender, "helper-b#1")
         await nursery.start(worker.run)
         await _hot_and_followed(repos, actor, worker, match_id)
-        wicket_at = _first_wicket(tape)
-        with trio.fail_after(60):
-            await _tick_until(
-                actor,
-                tape,
-                match_id,
-                range(max(0, wicket_at - 3), len(tape)),
-                lambda: bool(_alerting([*owner_sender.pushes, *helper_sender.pushes])),
-            )
+        await _through_first_wicket(
+            actor, tape, match_id, lambda: bool(_alerting([*owner_sender.pushes, *helper_sender.pushes]))
+        )
         nursery.cancel_scope.cancel()
     pushes = [*owner_sender.pushes, *helper_sender.pushes]
     assert helper_sender.pushes, "the helper delivered shards"
@@ -178,6 +181,77 @@ async def test_a_hot_matchs_routine_and_alerting_ticks_reach_every_session_once_
     item = await repos.active_matches.get_active_match_state(match_id)
     assert item is not None and "alertIntent" not in item, "the intent was removed once every shard was done"
     assert actor.share.last["tick"]["shards"] == 6 and actor.share.last["tick"]["accepted"] == SESSIONS
+
+
+async def test_an_engine_delivers_two_routine_shards_at_once_and_an_alerting_items_one_at_a_time(
+    repos: Any,
+) -> None:
+    """``shards_at_once`` (2): the owner and a helper each keep two shards of a routine tick going (the next
+    claimed while the last one's answers come back), and one of an alerting tick (a process that dies had
+    one alert chunk in flight). Sampled every millisecond while every push waits 4 ms for its answer."""
+    assert FANOUT.shards_at_once == 2
+    tape, match_id = await _world(repos)
+    owner_sender = FakeSender(answer_after_s=0.004)
+    helper_sender = FakeSender(answer_after_s=0.004)
+    seen: dict[str, Counter[tuple[bool, int]]] = {"owner": Counter(), "helper": Counter()}
+
+    async with trio.open_nursery() as nursery:
+        owner_sender.nursery = helper_sender.nursery = nursery
+        actor = await _owner(repos, match_id, owner_sender)
+        worker = _helper(repos, helper_sender, "helper-b#1")
+        await nursery.start(worker.run)
+        await _hot_and_followed(repos, actor, worker, match_id)
+
+        async def watch() -> None:
+            while True:
+                current = actor.share.current.get("tick")
+                if current is not None:
+                    alert, seq = bool(current["alert"]), int(current["seq"])
+                    seen["owner"][(alert, len(current["delivering"]))] += 1
+                    mine = [k for k in worker.working_on if k.split(":")[3] == str(seq)]
+                    seen["helper"][(alert, len(mine))] += 1
+                await trio.sleep(0.001)
+
+        nursery.start_soon(watch)
+        await _through_first_wicket(
+            actor,
+            tape,
+            match_id,
+            lambda: (
+                bool(_alerting([*owner_sender.pushes, *helper_sender.pushes])) and not actor.share.current
+            ),
+        )
+        nursery.cancel_scope.cancel()
+    for who, counts in seen.items():
+        assert max(n for (alert, n) in counts if not alert) == 2, (
+            f"the {who} never had two routine shards going"
+        )
+        assert max(n for (alert, n) in counts if alert) == 1, f"the {who} had two alerting shards going"
+    pushes = [*owner_sender.pushes, *helper_sender.pushes]
+    per_tick = Counter((p.token, _aps(p)["timestamp"]) for p in pushes)
+    assert max(per_tick.values()) == 1, "no session got one tick twice"
+
+
+async def test_every_taker_of_a_helper_wakes_for_new_work_even_after_finding_none(repos: Any) -> None:
+    """A helper's ``shards_at_once`` takers wait for the same wake-up; one that found nothing to take must not
+    wait on a wake-up nobody will give (the board poll wakes whoever waits on the newest)."""
+    worker = _helper(repos, FakeSender(), "helper-b#1")
+    looked: list[Any] = []
+
+    async def found_none() -> bool:
+        looked.append(trio.lowlevel.current_task())
+        return False  # at once, without waiting on anything
+
+    worker.help_once = found_none  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(worker._claim_loop)
+        for _ in range(3):
+            await trio.testing.wait_all_tasks_blocked()
+            worker._wake.set()  # what a board poll with work on it does
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert len(set(looked)) == FANOUT.shards_at_once == 2
+    assert len(looked) == 6, "a taker missed a wake-up"
 
 
 async def test_a_match_below_the_threshold_is_fanned_out_by_its_owner_alone(repos: Any) -> None:

@@ -35,24 +35,19 @@ async def test_a_region_from_empty_tables_serves_every_live_device_through_its_o
         speed=200.0,
         sock_dir=sock_dir,
     )
-    async with trio.open_nursery() as nursery:
-        try:
-            # under pytest-timeout's 300 s: a run slowed past it fails here, cleanly, not by a signal
-            with trio.fail_after(280):
-                await region.start(nursery)
-                await region.sign_up()
-                nursery.start_soon(region.run_phones)
-                async with trio.open_nursery() as starts:
-                    for match_id in region.crowds:
-                        starts.start_soon(region.play_when_ready, match_id)
-                await region.wait_all_ended(timeout=180)
-                dead = await region.dead_tokens_cleaned(timeout=30)
-        except BaseException:
-            print(region.logs_tail())
-            raise
-        finally:
-            codes = await region.stop()
-            nursery.cancel_scope.cancel()
+    dead: list[str] = []
+
+    async def play(nursery: trio.Nursery) -> None:
+        await region.sign_up()
+        nursery.start_soon(region.run_phones)
+        async with trio.open_nursery() as starts:
+            for match_id in region.crowds:
+                starts.start_soon(region.play_when_ready, match_id)
+        await region.wait_all_ended(timeout=180)
+        dead.extend(await region.dead_tokens_cleaned(timeout=30))
+
+    # under pytest-timeout's 300 s: a run slowed past it fails in run(), cleanly, not by a signal
+    codes = await region.run(play, within_s=280)
 
     # the league's schedule, read by league and date range through the API, listed every match
     for crowd in region.crowds.values():

@@ -588,10 +588,11 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
     return total
 
 
-async def admin_request(path: str, cmd: str, args: list[str] | None = None) -> Any:
-    """One admin-socket request; the result, or None when the daemon is not answering (yet)."""
+async def admin_request(path: str, cmd: str, args: list[str] | None = None, *, timeout: float = 5.0) -> Any:
+    """One admin-socket request; the result, or None when the daemon is not answering (yet) within
+    ``timeout`` seconds."""
     try:
-        with trio.fail_after(5):
+        with trio.fail_after(timeout):
             stream = await trio.open_unix_socket(path)
             async with stream:
                 await stream.send_all(json.dumps({"cmd": cmd, "args": args or []}).encode() + b"\n")

@@ -202,7 +202,7 @@ class Nemesis:
             watch.cancel_scope.cancel()
         outcome.degraded = bool(degraded)
         outcome.cleared_at_s = self.now_s()
-        outcome.healthy_after_s = await self._healthy_after(outcome.health_bound_s * 2)
+        outcome.healthy_after_s = await self._healthy_after(outcome.health_bound_s * 2, outcome.notes)
         return outcome
 
     async def _watch_degraded(self, seen: list[bool]) -> None:
@@ -213,15 +213,31 @@ class Nemesis:
                     seen.append(True)
             await trio.sleep(0.5)
 
-    async def _healthy_after(self, limit_s: float) -> float | None:
-        """Seconds until every engine answers ready (None past ``limit_s``)."""
+    async def _healthy_after(self, limit_s: float, notes: list[str]) -> float | None:
+        """Seconds until every engine answers ready (None past ``limit_s``). While any does not, what it
+        answered last is noted (which engine, which checks failed and why), so a fault over its bound names
+        the check that held it."""
         start = time.monotonic()
-        while time.monotonic() - start < limit_s:
-            answers = [await self.region.ready(e) for e in list(self.region.engines.values())]
-            if all(a is not None and a.get("ready") for a in answers):
-                return round(time.monotonic() - start, 2)
-            await trio.sleep(0.25)
-        return None
+        unready: dict[str, str] = {}
+        try:
+            while time.monotonic() - start < limit_s:
+                answers = [
+                    (e.instance_id, await self.region.ready(e)) for e in list(self.region.engines.values())
+                ]
+                if all(a is not None and a.get("ready") for _, a in answers):
+                    return round(time.monotonic() - start, 2)
+                for name, answer in answers:
+                    if answer is None:
+                        unready[name] = "no answer on its admin socket"
+                    elif not answer.get("ready"):
+                        failed = {k: v for k, v in answer.get("checks", {}).items() if v is not True}
+                        unready[name] = f"{failed or 'stopping'} at {round(time.monotonic() - start, 1)} s"
+                await trio.sleep(0.25)
+            return None
+        finally:
+            notes.extend(
+                f"not ready after it cleared: {name}: {why}" for name, why in sorted(unready.items())
+            )
 
     async def _apns_burst(self, status: int, seconds: float) -> None:
         """Every push answered ``status`` for ``seconds``: at nginx when it takes the per-token pushes; at the

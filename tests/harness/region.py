@@ -64,7 +64,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,11 +199,13 @@ class Region:
         apns_peer: Any = None,
         links: bool = False,
         clock_offsets: bool = False,
+        engine_env: dict[str, str] | None = None,
     ) -> None:
         """``crowd``: the phones of every match, or one list per match. ``moto_url``: the DynamoDB endpoint
         (moto's server, or dynalite). ``starts_in_s``: each match's scheduled start after ``lead_s`` (default:
         all at ``lead_s``); the replay server starts a match on its own ``hold_s`` after it. ``apns_peer``: a
-        started ``NginxApns`` for the per-token pushes (see the module doc)."""
+        started ``NginxApns`` for the per-token pushes (see the module doc). ``engine_env``: variables every
+        engine is started with beside the rig's own (``PYTHONTRACEMALLOC`` for a diagnosis)."""
         self.workdir = workdir
         self.sock_dir = sock_dir or workdir
         self.moto_url = moto_url
@@ -219,6 +221,7 @@ class Region:
         self.apns_peer = apns_peer
         self.links = links
         self.clock_offsets = clock_offsets
+        self.engine_env = dict(engine_env or {})
         offsets = list(starts_in_s) if starts_in_s is not None else [0.0] * len(tapes)
         if len(offsets) != len(tapes):
             raise ValueError(f"starts_in_s: {len(offsets)} starts for {len(tapes)} matches")
@@ -462,7 +465,7 @@ class Region:
         config_path = self.workdir / f"{instance_id}.toml"
         config_path.write_text(toml_dumps(config))
         log_path = self.workdir / f"{instance_id}.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **role_credentials("engine"))
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.engine_env, **role_credentials("engine"))
         if self.clock_offsets:
             if not self.clock_file(slot).exists():
                 self.set_clock_offset(slot, 0.0)
@@ -506,12 +509,14 @@ class Region:
         return engine.proc.poll()
 
     async def runtime(
-        self, engine: Instance | None = None, *, objects: bool = False
+        self, engine: Instance | None = None, *, objects: bool = False, memory: bool = False
     ) -> dict[str, Any] | None:
-        """An engine's ``ctl runtime`` (the API's without one; ``objects``: with the heap's objects by type);
-        None while it does not answer."""
+        """An engine's ``ctl runtime`` (the API's without one; ``objects``: with the heap's objects by type;
+        ``memory``: with its traced allocations by line); None while it does not answer."""
         path = str(self.sock_dir / "api.sock") if engine is None else self.admin_socket(engine)
-        answer = await admin_request(path, "runtime", ["objects"] if objects else [])
+        args = ["objects"] if objects else ["memory"] if memory else []
+        # a traced snapshot of a daemon's heap takes seconds, more on a loaded machine
+        answer = await admin_request(path, "runtime", args, timeout=60.0 if memory else 5.0)
         return answer if isinstance(answer, dict) else None
 
     async def ready(self, engine: Instance) -> dict[str, Any] | None:
@@ -556,6 +561,25 @@ class Region:
                 self.issuer.stop()
             if self._dynamo is not None:
                 self._dynamo.close()
+        return codes
+
+    async def run(
+        self, play: Callable[[trio.Nursery], Awaitable[None]], *, within_s: float
+    ) -> dict[str, int]:
+        """Start the region, run ``play`` (given the nursery the region's parts run in) within ``within_s``
+        seconds, then stop everything; the processes' exit codes. On any failure the logs' tails are
+        printed first, so a test's report says what the processes saw."""
+        async with trio.open_nursery() as nursery:
+            try:
+                with trio.fail_after(within_s):
+                    await self.start(nursery)
+                    await play(nursery)
+            except BaseException:
+                print(self.logs_tail())
+                raise
+            finally:
+                codes = await self.stop()
+                nursery.cancel_scope.cancel()
         return codes
 
     def logs_tail(self, chars: int = 3000) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tracemalloc
 from typing import Any
 
 import trio
@@ -78,6 +79,13 @@ async def test_tasks_are_walked_through_every_nursery_and_counted_by_name() -> N
     assert task_names() == before  # gone once their nursery closed
 
 
+def grow() -> list[str]:
+    return [str(i).zfill(200) for i in range(100_000)]  # the line GROW_LINE names
+
+
+GROW_LINE = grow.__code__.co_firstlineno + 1
+
+
 async def test_runtime_objects_counts_the_heap_by_type_only_when_asked() -> None:
     runtime = runtime_handlers(View())["runtime"]
     assert "objects" not in await runtime([])
@@ -86,12 +94,31 @@ async def test_runtime_objects_counts_the_heap_by_type_only_when_asked() -> None
     assert answer["objects"] >= sum(answer["objects_by_type"].values())
     assert answer["objects_by_type"][f"{View.__module__}.{View.__qualname__}"] >= len(kept)
     assert object_types([1, 2, "a"], top=1) == (3, {"builtins.int": 2})
+    for wrong in (["everything"], ["objects", "memory"], ["memory", "memory"]):
+        try:
+            await runtime(wrong)
+        except AdminError as exc:
+            assert "usage: runtime [objects | memory]" in str(exc)
+        else:
+            raise AssertionError(f"runtime took {wrong}")
+
+
+async def test_runtime_memory_names_the_lines_holding_memory_when_tracing_and_says_how_when_not() -> None:
+    runtime = runtime_handlers(View())["runtime"]
+    assert not tracemalloc.is_tracing()
+    untraced = await runtime(["memory"])
+    assert untraced["traced_mb"] is None and "PYTHONTRACEMALLOC=1" in untraced["why"]
+    tracemalloc.start()
     try:
-        await runtime(["everything"])
-    except AdminError as exc:
-        assert "usage: runtime [objects]" in str(exc)
-    else:
-        raise AssertionError("runtime took an unknown argument")
+        kept = grow()  # 20 MB of strings: not tracked by the collector, seen here
+        answer = await runtime(["memory"])
+    finally:
+        tracemalloc.stop()
+    assert answer["traced_mb"] >= 20 and answer["traced_peak_mb"] >= answer["traced_mb"]
+    line, (kib, blocks) = next(iter(answer["traced_by_line"].items()))
+    assert line.endswith(f"runtime/test_admin_runtime.py:{GROW_LINE}"), f"the line holding the most: {line}"
+    assert not line.startswith("/"), "a file under the interpreter's paths is named relative to it"
+    assert kib >= 20 * 1024 and blocks >= len(kept)
 
 
 async def test_the_runtime_command_answers_with_every_figure_and_refuses_arguments() -> None:

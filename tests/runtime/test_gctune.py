@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,3 +145,57 @@ def test_the_threshold_is_checked_like_every_other_key(tmp_path: Path) -> None:
     path.write_text("[instance]\ngc_young_threshold = -1\n")
     with pytest.raises(ConfigError, match="gc_young_threshold"):
         load_config(path, env={})
+
+
+ARENAS_PROBE = """
+import ctypes, ctypes.util, os, re, sys, tempfile, threading
+from daemon.runtime import gctune
+
+capped = gctune.limit_malloc_arenas(int(sys.argv[1]))
+hold = []
+together = threading.Barrier(12)
+def allocate():
+    hold.append([bytes(1024) for _ in range(2000)])  # C-allocator blocks, from this thread's arena
+    together.wait()  # every thread alive at once: none hands its arena on to the next
+threads = [threading.Thread(target=allocate) for _ in range(12)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.fopen.restype = ctypes.c_void_p
+libc.malloc_info.argtypes = (ctypes.c_int, ctypes.c_void_p)
+libc.fclose.argtypes = (ctypes.c_void_p,)
+path = tempfile.mktemp()
+f = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, f)
+libc.fclose(f)
+with open(path) as info:
+    print(capped, len(re.findall(r'<heap nr="', info.read())))
+os.unlink(path)
+"""
+
+
+def _arenas_with(cap: int) -> tuple[str, int]:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    out = subprocess.run(
+        [sys.executable, "-c", ARENAS_PROBE, str(cap)], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
+    return out[0], int(out[1])
+
+
+@pytest.mark.skipif(not gctune.release_free_memory(), reason="the C library is not glibc (no malloc arenas)")
+def test_the_arena_cap_keeps_every_thread_on_the_arenas_it_allows() -> None:
+    """Twelve threads allocating: glibc's own rule gives them arenas of their own (up to 8 per core), the cap
+    keeps them on one or two (glibc's malloc_info lists each arena as a heap)."""
+    assert _arenas_with(1) == ("True", 1)
+    capped, two = _arenas_with(2)
+    assert capped == "True" and two <= 2
+    uncapped, arenas = _arenas_with(0)
+    assert uncapped == "False" and arenas > 2, "without the cap the threads made arenas of their own"
+
+
+def test_the_arena_cap_is_checked_like_every_other_key() -> None:
+    assert InstanceSettings().malloc_arenas == 2
+    with pytest.raises(ValueError):
+        InstanceSettings(malloc_arenas=-1)

@@ -14,7 +14,14 @@ the figures that show it, read at the moment of asking:
 - with the argument ``objects``: ``objects`` (every object the garbage collector tracks) and
   ``objects_by_type`` (the most common types, by qualified name), so memory that grows with each match
   can be told from the allocator's own growth. Walking the heap takes tens of milliseconds at a daemon's
-  size and holds the loop meanwhile: it is asked for, never sampled by default.
+  size and holds the loop meanwhile: it is asked for, never sampled by default;
+- with the argument ``memory``, where the process was started tracing Python's allocations
+  (``PYTHONTRACEMALLOC=1``, or ``-X tracemalloc``): ``traced_mb`` and ``traced_peak_mb`` (what Python's
+  allocator holds, as traced) and ``traced_by_line`` (the source lines holding the most, as
+  ``file:line`` -> ``[KiB, blocks]``), which sees what the collector does not track (strings, bytes, numbers,
+  dicts of them); two answers apart in time, subtracted, name the lines whose memory grew. Without tracing it
+  says how to start it. A snapshot takes a second or so at a daemon's size and holds the loop meanwhile;
+  tracing costs a few times the allocator's time, so it is for a diagnosis, not a service.
 
 Reading ``/proc`` and walking the task tree costs well under a millisecond at a daemon's size; no I/O beyond
 ``/proc``. Where ``/proc`` is absent (not Linux) the figures read from it are None.
@@ -24,6 +31,8 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
+import tracemalloc
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -115,10 +124,40 @@ def object_types(objects: Iterable[object], top: int = 30) -> tuple[int, dict[st
     return sum(kinds.values()), dict(kinds.most_common(top))
 
 
+def traced_memory(top: int = 200) -> dict[str, Any]:
+    """What tracemalloc sees now (the module doc's ``memory``): the memory traced, its peak, and the ``top``
+    source lines holding the most, file names relative to the interpreter's paths where under one."""
+    if not tracemalloc.is_tracing():
+        return {"traced_mb": None, "why": "not tracing: start the process with PYTHONTRACEMALLOC=1"}
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        (
+            tracemalloc.Filter(False, tracemalloc.__file__),
+            tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
+        )
+    )
+    current, peak = tracemalloc.get_traced_memory()
+    roots = sorted({p for p in sys.path if p}, key=len, reverse=True)
+    by_line: dict[str, list[float]] = {}
+    for stat in snapshot.statistics("lineno")[:top]:
+        frame = stat.traceback[0]
+        name = next((frame.filename[len(r) + 1 :] for r in roots if frame.filename.startswith(r + "/")), None)
+        by_line[f"{name or frame.filename}:{frame.lineno}"] = [round(stat.size / 1024, 1), stat.count]
+    return {
+        "traced_mb": round(current / 2**20, 2),
+        "traced_peak_mb": round(peak / 2**20, 2),
+        "traced_by_line": by_line,
+    }
+
+
 def runtime_report(
-    view: RuntimeView, *, status_path: str = "/proc/self/status", objects: bool = False
+    view: RuntimeView,
+    *,
+    status_path: str = "/proc/self/status",
+    objects: bool = False,
+    memory: bool = False,
 ) -> dict[str, Any]:
-    """The ``runtime`` answer (see the module doc); with ``objects``, the heap's objects by type."""
+    """The ``runtime`` answer (see the module doc); with ``objects``, the heap's objects by type; with
+    ``memory``, the allocations tracemalloc traces by source line."""
     try:
         with open(status_path, encoding="ascii", errors="replace") as f:
             status = proc_status(f.read())
@@ -134,6 +173,7 @@ def runtime_report(
         "apns": view.apns_connections(),
         "backlogs": view.backlogs(),
         **(_objects() if objects else {}),
+        **(traced_memory() if memory else {}),
     }
 
 
@@ -147,10 +187,11 @@ def runtime_handlers(view: RuntimeView) -> dict[str, Handler]:
 
     async def runtime(args: list[str]) -> Any:
         """Memory, descriptors, threads, trio tasks, APNs connections and queue backlogs of this process; with
-        ``objects``, the heap's objects by type too."""
-        given = expect_args("runtime", args, optional=("objects",))
-        if given not in ([], ["objects"]):
-            raise AdminError("usage: runtime [objects]")
-        return runtime_report(view, objects=given == ["objects"])
+        ``objects``, the heap's objects by type too; with ``memory``, the allocations traced by source line
+        (the process started with PYTHONTRACEMALLOC=1)."""
+        given = expect_args("runtime", args, optional=("objects", "memory"))
+        if len(given) > 1 or not set(given) <= {"objects", "memory"}:
+            raise AdminError("usage: runtime [objects | memory]")
+        return runtime_report(view, objects="objects" in given, memory="memory" in given)
 
     return {"runtime": runtime}
