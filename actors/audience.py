@@ -72,6 +72,8 @@ class MatchAudience:
         self.follower_device: dict[str, str] = {}  # user id -> the device token their follow names
         self.items_read = 0  # items the last session read returned (ended and channel ones too)
         self.loaded = trio.Event()  # set after the first read (or its failure: the actor goes on without)
+        self._sorted: list[str] = []  # the token sessions' keys, sorted, as of the read ``_sorted_of``
+        self._sorted_of: dict[str, Session] | None = None
 
     # --- reads -------------------------------------------------------------------------------------------
     async def refresh(self, *, followers: bool = True) -> None:
@@ -155,6 +157,14 @@ class MatchAudience:
         """The display perspective a follower sees: their team's when the display has it, else neutral."""
         team = self.follower_team.get(user_id, "")
         return team if team and team in display else NEUTRAL
+
+    def sorted_keys(self) -> list[str]:
+        """The token sessions' visitor keys in order, sorted once per read (a hot match's shards each take a
+        slice of them by bisection instead of scanning every session). A session dropped since the read is
+        still listed: a caller keeps only the keys still in ``sessions``."""
+        if self._sorted_of is not self.sessions:
+            self._sorted, self._sorted_of = sorted(self.sessions), self.sessions
+        return self._sorted
 
     def users_with_session(self) -> set[str]:
         users = {s.user_id for s in self.sessions.values()}

@@ -291,7 +291,7 @@ class ShardRunner:
         on_result: Callable[[PushResult], None] | None,
     ) -> tuple[int, dict[str, int]]:
         sessions = audience.sessions
-        keys = share.shard_keys(sessions.keys(), work.bounds, job.index)
+        keys = [k for k in share.shard_slice(audience.sorted_keys(), work.bounds, job.index) if k in sessions]
         perspective = {k: audience.perspective(sessions[k].user_id, work.payloads) for k in keys}
         gates: dict[int, Gate] = {}
         if work.alert:

@@ -85,6 +85,8 @@ class SharedFanOut:
         self._listed_at = -float("inf")  # when this owner last listed the match as hot (wall clock)
         self._published: set[str] = set()  # the lanes whose board this owner wrote
         self._seqs: dict[str, int] | None = None  # each lane's last seq, as found on the boards, then ours
+        self._cut: tuple[str, ...] = ()  # the shard bounds cut from the sorted keys ``_bounds_of``
+        self._bounds_of: list[str] | None = None
         # introspection: the work items in progress, by lane, and the last one's figures
         self.current: dict[str, dict[str, Any]] = {}
         self.last: dict[str, dict[str, Any]] = {}
@@ -166,11 +168,18 @@ class SharedFanOut:
             priority=priority,
             payloads=payloads,
             alert=alert,
-            bounds=share.plan_bounds(self._audience.sessions, self.settings.shard_size),
+            bounds=self._bounds(),
             published_at=self._now(),
             collapse_id=collapse_id,
             stamp=stamp,
         )
+
+    def _bounds(self) -> tuple[str, ...]:
+        """The shard bounds of the audience as last read: cut once per read, not once per tick."""
+        keys = self._audience.sorted_keys()
+        if self._bounds_of is not keys:
+            self._cut, self._bounds_of = share.plan_bounds(keys, self.settings.shard_size), keys
+        return self._cut
 
     def resumed_tick(self, intent: AlertIntent) -> TickWork:
         """The work item of an alert intent a previous owner published (recorded with the intent)."""

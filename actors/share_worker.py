@@ -183,6 +183,10 @@ class ShareWorker:
     # --- what to do --------------------------------------------------------------------------------------------
     async def _board_loop(self) -> None:
         while True:
+            if len(self.working_on) >= self.settings.shards_at_once:
+                # every taker busy: nothing new could be taken now; each looks again as it finishes
+                await trio.sleep(self.settings.board_poll_s)
+                continue
             try:
                 await self.look_at_boards()
             except Exception as exc:  # noqa: BLE001 - look again next poll

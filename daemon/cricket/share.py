@@ -96,6 +96,15 @@ def shard_keys(keys: Iterable[str], bounds: Sequence[str], index: int) -> list[s
     return sorted(k for k in set(keys) if in_shard(k, after, through))
 
 
+def shard_slice(sorted_keys: Sequence[str], bounds: Sequence[str], index: int) -> Sequence[str]:
+    """``shard_keys`` of keys already sorted and without repeats, found by bisection: a slice, in
+    O(log n) plus the shard's size instead of a pass over every key."""
+    after, through = shard_range(bounds, index)
+    low = 0 if after is None else bisect.bisect_right(sorted_keys, after)
+    high = len(sorted_keys) if through is None else bisect.bisect_right(sorted_keys, through)
+    return sorted_keys[low:high]
+
+
 def shard_plan(keys: Iterable[str], handed: str | None, *, first: int, most: int) -> Plan:
     """How an alerting shard is delivered from its watermark: the quiet keys (at or below ``handed``: a
     delivery before this one may have handed them over, so they get the update without its alert) and the

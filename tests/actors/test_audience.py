@@ -52,6 +52,21 @@ async def test_refresh_without_followers_leaves_the_follower_map_alone(repos: An
     assert audience.follower_team == {"u1": "7", "u2": "8"}
 
 
+async def test_the_sessions_keys_are_sorted_once_per_read_and_follow_the_next_read() -> None:
+    records = _big_match()
+    audience = MatchAudience("600", records, MatchActorSettings())
+    await audience.refresh()
+    ordered = audience.sorted_keys()
+    assert ordered == sorted(audience.sessions) and len(ordered) == 2000
+    assert audience.sorted_keys() is ordered, "sorted once, not at each shard"
+    audience.drop_session("t5#d")  # a token APNs rejected: still listed until the next read
+    assert audience.sorted_keys() is ordered
+    records.sessions.append({"visitorKey": "a0#d", "updateToken": "f" * 64, "status": "active"})
+    await audience.refresh()
+    assert audience.sorted_keys()[0] == "a0#d" and "t5#d" in audience.sorted_keys()  # read again: active
+    assert audience.sorted_keys() == sorted(audience.sessions)
+
+
 def _big_match() -> AudienceRecords:
     """A match's session read: 2,000 on update tokens, 7,000 on broadcast channels, 1,000 ended."""
     token = [{"visitorKey": f"t{i}#d", "updateToken": f"{i:064x}", "status": "active"} for i in range(2000)]

@@ -41,6 +41,7 @@ from daemon.cricket.share import (
     shard_keys,
     shard_plan,
     shard_range,
+    shard_slice,
     summed,
     tick_of_intent,
 )
@@ -80,6 +81,22 @@ def test_bounds_cut_the_keys_into_even_shards_of_at_most_the_size() -> None:
         plan_bounds(keys, 0)
     with pytest.raises(ValueError, match="empty key"):
         plan_bounds(["", "a"], 2)
+
+
+@given(
+    st.lists(st.text(alphabet="abc#0", min_size=1, max_size=5), max_size=60),
+    st.integers(min_value=1, max_value=20),
+    st.lists(st.text(alphabet="abc#0", min_size=1, max_size=5), max_size=40),
+)
+def test_a_shards_slice_of_the_sorted_keys_is_its_keys_whoever_cut_the_bounds(
+    keys: list[str], size: int, view: list[str]
+) -> None:
+    """A helper bisects its own sorted view (which may hold keys the owner's did not) for a shard's keys:
+    the same keys as a pass over every key, each shard's in order."""
+    bounds = plan_bounds(keys, size)
+    ordered = sorted(set(view))
+    for i in range(shard_count(bounds)):
+        assert list(shard_slice(ordered, bounds, i)) == shard_keys(view, bounds, i)
 
 
 @given(

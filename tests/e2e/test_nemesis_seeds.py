@@ -44,11 +44,11 @@ async def test_seed_7_a_wrong_finished_before_the_first_ball_does_not_keep_the_m
         nursery.start_soon(region.run_phones)
         await region.sign_up_match(match_id)
         await region.wait_taken(match_id)
-        # the seed's burst: every answer for the match says "Finished" for 3 s (six polls), before its
-        # first ball; then the true status again, and the match goes live with nothing bowled
+        # the match goes live with nothing bowled, and the seed's burst meets it: every answer for it says
+        # "Finished" for 3 s (six polls) before the owner has seen it live; then the true status again
         region.replay.inject("wrong_status", fixture_id=match_id, duration_s=3.0)
-        await trio.sleep(3.5)
         region.go_live(match_id)
+        await trio.sleep(3.5)
         with trio.fail_after(90):  # stuck in phase "pre" before the fix: the activities never start
             await region.wait_activities(match_id)
         region.play(match_id)
