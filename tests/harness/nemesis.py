@@ -7,7 +7,8 @@ the span holds them, the next fault drawn once the last has cleared plus a quiet
 is its own. ``Nemesis`` applies a schedule to a region and records, per fault, what happened: whether the
 engines' readiness went false while it lasted (``degraded``), how soon after it cleared every engine was
 ready again (``healthy_after_s``) against its bound (a lease and a cadence, plus an engine's start-up where
-the fault replaced one), and the exit code of any engine it stopped. ``window_holding`` names the fault
+the fault replaced one), and the exit code of any engine it stopped. A fault of ``DEGRADING_KINDS`` must have
+made some engine not ready while it lasted. ``window_holding`` names the fault
 whose window (its span and the lease after it) held a moment, so a judge can charge a missing key event to
 the fault that was on when its ball came.
 
@@ -67,6 +68,11 @@ KINDS: dict[str, tuple[str, tuple[float, float], str]] = {
 }
 # faults that stop or replace an engine process: its health bound adds a process's start-up
 PROCESS_KINDS = frozenset({"kill9", "sigstop", "sigterm"})
+# faults that take away, for their whole span, something readiness reports (the process answering, DynamoDB
+# reachable, the SportMonks breaker closed): an engine must say so while they last. The others may pass
+# without a check failing (a slow or throttled link within its deadlines, a skew within its bound, a burst
+# the retries absorb, a connection replaced before it is missed), and that is the better outcome.
+DEGRADING_KINDS = PROCESS_KINDS | {"dynamodb_cut", "sportmonks_5xx"}
 CLOCK_SKEW_S = 3.0
 
 
@@ -104,8 +110,9 @@ class Outcome:
     @property
     def ok(self) -> bool:
         healthy = self.healthy_after_s is not None and self.healthy_after_s <= self.health_bound_s
+        said_so = self.degraded or self.kind not in DEGRADING_KINDS
         exited_well = self.kind != "sigterm" or self.exit_code == 0
-        return healthy and exited_well and self.lost == 0
+        return healthy and said_so and exited_well and self.lost == 0
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "outcome": "ok" if self.ok else "failed"}

@@ -49,9 +49,15 @@ def test_a_moment_is_charged_to_the_latest_fault_whose_window_and_lease_after_ho
 
 
 def test_a_fault_is_ok_when_healthy_within_its_bound_nothing_lost_and_a_sigterm_exits_0() -> None:
-    ok = Outcome(1.0, "sigterm", 0, 1.0, healthy_after_s=3.0, health_bound_s=10.0, exit_code=0)
+    ok = Outcome(1.0, "sigterm", 0, 1.0, degraded=True, healthy_after_s=3.0, health_bound_s=10.0, exit_code=0)
     assert ok.ok and ok.as_dict()["outcome"] == "ok"
-    assert not Outcome(1.0, "sigterm", 0, 1.0, healthy_after_s=3.0, health_bound_s=10.0, exit_code=1).ok
+    assert not Outcome(
+        1.0, "sigterm", 0, 1.0, degraded=True, healthy_after_s=3.0, health_bound_s=10.0, exit_code=1
+    ).ok
+    # a cut DynamoDB link must show in readiness while it lasts; a slow APNs link need not
+    assert not Outcome(1.0, "dynamodb_cut", 0, 5.0, healthy_after_s=0.1, health_bound_s=10.0).ok
+    assert Outcome(1.0, "dynamodb_cut", 0, 5.0, degraded=True, healthy_after_s=0.1, health_bound_s=10.0).ok
+    assert Outcome(1.0, "apns_slow", 0, 5.0, healthy_after_s=0.1, health_bound_s=10.0).ok
     assert not Outcome(1.0, "apns_500", None, 1.0, healthy_after_s=None, health_bound_s=10.0).ok
     assert not Outcome(1.0, "apns_500", None, 1.0, healthy_after_s=1.0, health_bound_s=10.0, lost=1).ok
     assert Fault(1.0, "kill9", 0, 1.0).offset_s == 0.0
