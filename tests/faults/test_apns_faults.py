@@ -177,8 +177,10 @@ async def test_an_owner_stopped_before_its_first_display_went_out_leaves_a_basel
     # out before it was killed, so it had persisted nothing; its successor took what the feed showed by then
     # as its baseline, and the wicket in between reached nobody. The first tick's state is now persisted
     # before its pushes go out.
+    # The first owner stops gracefully and releases its lock, so the successor takes over at once whatever
+    # the lease; 8 s keeps the successor's own renewals in time on a fully loaded machine.
     async with make_rig(
-        seed=1, overs=SHORT_OVERS, lease_s=3.0, apns_storm_at_start=503, extra=_apns(max_retries=1)
+        seed=1, overs=SHORT_OVERS, lease_s=8.0, apns_storm_at_start=503, extra=_apns(max_retries=1)
     ) as rig:
         first = rig.daemon
         await rig.wait_for(lambda: bool(rig.served_wickets()), 60, "a wicket served while APNs is down")
@@ -199,5 +201,7 @@ async def test_an_owner_stopped_before_its_first_display_went_out_leaves_a_basel
                     await rig.stop_daemon()
                 nursery.cancel_scope.cancel()
         item = await rig.match_item()
-        assert item is not None and item["instanceId"] == rig.daemon.owner_id and int(item["ownerEpoch"]) == 2
+        # the successor owns it (epoch 2; a renewal the loaded machine delayed past the lease makes it take the
+        # match again, epoch 3: still the successor, still from the persisted state)
+        assert item is not None and item["instanceId"] == rig.daemon.owner_id and int(item["ownerEpoch"]) >= 2
         assert {rig.record_kid(r) for r in rig.apns.records if r["status"] == 200} == {SECOND_KEY_ID}
