@@ -277,9 +277,8 @@ class SharedFanOut:
                     on_result=self._on_result,
                 )
             finally:
-                running.discard(i)
-                if lane in self.current:
-                    self.current[lane]["delivering"] = sorted(running)
+                running.discard(i)  # before _complete returns: the nursery waits for this task
+                self.current[lane]["delivering"] = sorted(running)
                 ended.set()
                 ended = trio.Event()
 

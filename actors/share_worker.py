@@ -11,7 +11,9 @@ One per engine, run by the supervisor beside the orchestrator. It
   the owner measures (the tick ends when its last shard is done) and in ``sightscreen_share_shard_wait_seconds``;
 - takes up to ``shards_at_once`` shards at a time (a few, so shards spread over the fleet, and more than one,
   so its sender is not idle while a shard's last answers come back and the next shard is claimed; an
-  alerting item's one at a time, so a helper that dies had one alert chunk in flight), alerting items first, then routine updates, then push-to-starts, each from a random shard on; gives way first to this instance's own key events (``LiveWork``);
+  alerting item's one at a time, so a helper that dies had one alert chunk in flight), alerting items first,
+  then routine updates, then push-to-starts, each from a random shard on; gives way first to this instance's
+  own key events (``LiveWork``);
   and delivers it through ``ShardRunner`` for the owner the board names, confirmed on the match lock
   (``OwnerOnLock``) before the first push, before each alerting chunk and at each renewal of the shard's lease.
 
@@ -117,8 +119,8 @@ class ShareWorker:
         self.followed: dict[str, Followed] = {}
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
-        self.working_on: list[str] = []  # the shards being delivered now (their keys)
-        self._alerting: set[str] = set()  # those of them of an alerting item (one at most)
+        # the shards being delivered now: key -> whether of an alerting item (one such at most)
+        self.working_on: dict[str, bool] = {}
         self.gave_way_s = 0.0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -273,10 +275,11 @@ class ShareWorker:
                 f.look_again.pop(item, None)
                 continue
             order = share.claim_order(work.shards, self._rng.randrange(work.shards))
-            if share.alerting(work) and self._alerting:
+            if share.alerting(work) and any(self.working_on.values()):
                 continue  # one alerting shard at a time: a process that dies had one chunk in flight
-            taking = set(self.working_on)
-            free = [i for i in order if share.claimable(records.get(i), now) and keys[i] not in taking]
+            free = [
+                i for i in order if share.claimable(records.get(i), now) and keys[i] not in self.working_on
+            ]
             if not free:  # all held: look again once a holder that died would have lost its lease
                 f.look_again[item] = trio.current_time() + self.settings.shard_lease_s / 2
                 continue
@@ -294,16 +297,15 @@ class ShareWorker:
             skew_s=self._skew_s,
             wall_clock=self._now,
         )
-        self.working_on.append(job.key)  # before the first await: another taker passes it by
-        if share.alerting(board.work):
-            self._alerting.add(job.key)
+        self.working_on[job.key] = share.alerting(
+            board.work
+        )  # before the first await: another taker passes it by
         try:
             await self.runner.run(job, f.audience, authority, on_result=f.on_result)
         except Exception as exc:  # noqa: BLE001 - the shard was given back; the fleet takes it up
             log.warning("shard_failed", match_id=f.match_id, shard=job.key, error=repr(exc))
         finally:
-            self.working_on.remove(job.key)
-            self._alerting.discard(job.key)
+            del self.working_on[job.key]
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -38,9 +38,9 @@ no ``malloc_trim`` (not glibc) nothing is asked.
 Trimming hands back whole free pages; it cannot hand back a page that holds one live allocation. glibc gives
 every thread that allocates an arena of its own (up to eight per core), and the DynamoDB worker threads
 (botocore's requests and responses) come and go through trio's thread cache, so a season's allocations end
-up spread over a dozen arenas whose pages are each partly used: a 30-match season grew its engines' RSS by
-15% after the warm-up while the memory Python traced fell (``bench/season.py --tracemalloc``). So the
-daemon caps the arenas at start (``instance.malloc_arenas``, 2; ``limit_malloc_arenas``: glibc's
+up spread over a dozen arenas whose pages are each partly used, and RSS grows from match to match while the
+memory Python holds does not (``bench/season.py --tracemalloc`` tells the two apart; docs/performance.md has
+the figures). So the daemon caps the arenas at start (``instance.malloc_arenas``, 2; ``limit_malloc_arenas``: glibc's
 ``mallopt(M_ARENA_MAX)``, before any worker thread exists): the threads share two arenas, whose free pages
 are reused instead of left beside others'.
 """
@@ -134,30 +134,26 @@ async def sweep(every_s: float, full_every_s: float = 0.0) -> None:
             gc.collect(1)
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
+def _glibc(name: str) -> Callable[..., int] | None:
+    """The C library's function ``name``; None where there is no C library to load or it has no such
+    function (not glibc)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim: Callable[[int], int] = libc.malloc_trim
-    except (OSError, AttributeError):  # no C library to load, or not glibc
+        function: Callable[..., int] = getattr(libc, name)
+    except (OSError, AttributeError):
         return None
-    return trim
+    return function
 
 
-_TRIM = _malloc_trim()
+_TRIM = _glibc("malloc_trim")
 M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 
 
 def limit_malloc_arenas(arenas: int) -> bool:
     """Cap glibc's malloc arenas at ``arenas`` (``mallopt(M_ARENA_MAX, arenas)``; see the module doc); False
     where nothing was set: ``arenas`` 0, or a C library without ``mallopt`` (not glibc), or one refusing it."""
-    if arenas <= 0:
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt: Callable[[int, int], int] = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_ARENA_MAX, arenas))
+    mallopt = _glibc("mallopt") if arenas > 0 else None
+    return mallopt is not None and bool(mallopt(M_ARENA_MAX, arenas))
 
 
 def release_free_memory() -> bool:

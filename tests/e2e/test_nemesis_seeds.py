@@ -12,31 +12,21 @@ whole season.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 import trio
 
-from tests.harness.region import Region, mixed_crowd, region_tapes
+from tests.harness.region import Region, region_tapes
 
 pytestmark = pytest.mark.slow
 
 
 async def test_seed_7_a_wrong_finished_before_the_first_ball_does_not_keep_the_match_from_going_live(
-    tmp_path: Path, sock_dir: Path, moto_server: Any, table_prefix: str
+    make_region: Callable[..., Region],
 ) -> None:
-    region = Region(
-        tmp_path,
-        moto_url=moto_server.url,
-        table_prefix=table_prefix,
-        tapes=region_tapes(1, seed=71),
-        crowd=mixed_crowd(),
-        engines=1,
-        speed=200.0,
-        sock_dir=sock_dir,
-        hold_s=3600.0,  # the match waits for the rig, as in the season: live once taken, bowled once started
-    )
+    # the match waits for the rig, as in the season: live once taken, bowled once started
+    region = make_region(tapes=region_tapes(1, seed=71), engines=1, hold_s=3600.0)
     match_id = str(region.tapes[0].fixture_id)
     dead: list[str] = []
 

@@ -11,30 +11,20 @@ it, so every grant a fresh region needs is exercised here.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 import trio
 
-from tests.harness.region import Region, mixed_crowd, region_tapes
+from tests.harness.region import Region, region_tapes
 
 pytestmark = pytest.mark.slow
 
 
 async def test_a_region_from_empty_tables_serves_every_live_device_through_its_own_doors(
-    tmp_path: Path, sock_dir: Path, moto_server: Any, table_prefix: str
+    make_region: Callable[..., Region],
 ) -> None:
-    region = Region(
-        tmp_path,
-        moto_url=moto_server.url,
-        table_prefix=table_prefix,
-        tapes=region_tapes(2, seed=21),
-        crowd=mixed_crowd(),
-        engines=2,
-        speed=200.0,
-        sock_dir=sock_dir,
-    )
+    region = make_region(tapes=region_tapes(2, seed=21), engines=2)
     dead: list[str] = []
 
     async def play(nursery: trio.Nursery) -> None:
