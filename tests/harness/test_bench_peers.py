@@ -31,6 +31,14 @@ pytestmark = (
 HAS_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 
 
+async def _status_across_a_reload(client: httpx.AsyncClient, token: str) -> int | None:
+    """A push's status, or None when a reload's GOAWAY came before its stream (a client sends it again)."""
+    try:
+        return (await client.post(f"/3/device/{token}", content=_body("update", []))).status_code
+    except httpx.RemoteProtocolError:
+        return None
+
+
 def _body(event: str, events: list[dict[str, str]], timestamp: int = 1) -> bytes:
     state = {"title": "A v B", "events": events}
     return json.dumps(
@@ -90,13 +98,7 @@ async def test_nginx_answers_a_dead_token_410_and_a_reload_sends_goaway_to_its_c
             assert (await client.post("/3/device/dead1", content=_body("update", []))).status_code == 200
             server.set_dead({"dead1"})  # while running: applied by a reload
             deadline = time.monotonic() + 10
-            while True:
-                try:
-                    status = (await client.post("/3/device/dead1", content=_body("update", []))).status_code
-                except httpx.RemoteProtocolError:  # the reload's GOAWAY came before this request's stream
-                    status = None
-                if status == 410:
-                    break
+            while await _status_across_a_reload(client, "dead1") != 410:
                 assert time.monotonic() < deadline, "the reload did not apply the new dead token"
                 await trio.sleep(0.1)
             answer = await client.post("/3/device/dead1", content=_body("update", []))
@@ -149,9 +151,7 @@ async def test_nginx_answers_410_to_dead_tokens_of_apns_length_set_before_the_st
             ).status_code == 200
             server.set_dead({tokens[1], tokens[2]})
             deadline = time.monotonic() + 10
-            while (
-                await client.post(f"/3/device/{tokens[2]}", content=_body("update", []))
-            ).status_code != 410:
+            while await _status_across_a_reload(client, tokens[2]) != 410:
                 assert time.monotonic() < deadline, "the reload did not apply the new dead tokens"
                 await trio.sleep(0.1)
             assert (
@@ -173,7 +173,7 @@ async def test_nginx_answers_every_push_with_a_storms_status_until_it_is_lifted(
 
             async def status_becomes(want: int) -> None:
                 deadline = time.monotonic() + 10
-                while (await client.post("/3/device/aa", content=_body("update", []))).status_code != want:
+                while await _status_across_a_reload(client, "aa") != want:
                     assert time.monotonic() < deadline, f"never answered {want}"
                     await trio.sleep(0.1)
 
