@@ -2,7 +2,8 @@
 
     python bench/hot_match.py [--tokens 100000] [--instances 1,2,3] [--sharing off,on] [--duration 180]
                               [--drain 40] [--speed 1] [--cadence 2.5] [--lease 10] [--shard-size N]
-                              [--share-above N] [--board-poll-s S] [--seed 1] [--format T20]
+                              [--share-above N] [--board-poll-s S] [--engine-cpu C] [--apns-workers N]
+                              [--seed 1] [--format T20]
 
 One synthesised match with ``--tokens`` per-token followers (iOS 17: one push per device per ball) played at
 ``--speed`` (1: real speed) against dynalite (DynamoDB) and nginx (the recording APNs peer,
@@ -11,6 +12,12 @@ count of ``--instances`` with each ``--sharing`` setting (off: ``[fanout].share_
 out alone; on: ``share_above`` below the audience, so the match is hot and every engine delivers shards). Each
 configuration starts from empty tables with the same tape and seed, runs ``--duration`` seconds of play, then
 ``--drain`` seconds for the last fan-out to finish.
+
+``--engine-cpu C`` holds each instance to ``C`` CPUs once it is up (``bench/cpucap.py``: a cgroup's CFS
+quota, as ECS gives a task its vCPUs): the engines then run within budgets of their own, as on separate tasks,
+and the APNs and DynamoDB stand-ins on this machine keep the rest. Uncapped, every process shares the same
+cores, and ``nginx_cpu_s`` shows when the APNs stand-in (one nginx worker: at most one core) is what sets the
+pace rather than the engines; ``--apns-workers N`` gives it N workers.
 
 Figures per configuration (from nginx's record of every push: its time, token and the push's aps timestamp,
 which names the tick; and from each instance's ``/proc`` and metrics):
@@ -23,7 +30,8 @@ which names the tick; and from each instance's ``/proc`` and metrics):
   pushes, ``sightscreen_pushes_total``), and ``max_share``;
 - ``cpu_us_per_push``: the instances' CPU (utime + stime, all of them: the share worker's polls and a helper's
   first read of the match's audience count) over the pushes accepted, from the instances being up to the end
-  of the drain; ``dynalite_cpu_s``: the DynamoDB peer's CPU over the same window (it shares the machine);
+  of the drain; ``dynalite_cpu_s`` and ``nginx_cpu_s``: the DynamoDB and APNs stand-ins' CPU over the same
+  window (they share the machine);
 - ``lost``: tokens a ball's tick did not reach; ``duplicates``: pushes of a tick to a token beyond its first;
 - ``dynamodb``: the region's DynamoDB calls of the run (``sightscreen_dynamodb_calls_total``, all
   instances) per ball, and those to the lock table (``cricket-locks``: the leases, and with sharing the hot
@@ -52,6 +60,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cpucap import CpuCap  # noqa: E402 - beside this script
+
 from daemon.replay.synth import synthesise  # noqa: E402
 from tests.harness.cluster import Cluster, admin_request  # noqa: E402
 from tests.harness.dynalite import DynaliteServer  # noqa: E402
@@ -74,6 +84,25 @@ def _cpu_s(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _tree_cpu_s(pid: int) -> float | None:
+    """CPU of a process and its children (nginx: the master and its workers)."""
+    own = _cpu_s(pid)
+    if own is None:
+        return None
+    total = own
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            total += _cpu_s(int(entry)) or 0.0
+    return total
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
@@ -165,7 +194,7 @@ async def run_one(
 ) -> dict[str, Any]:
     label = f"{instances}-{'on' if sharing else 'off'}"
     workdir = Path(tempfile.mkdtemp(prefix=f"sightscreen-hot-{label}-"))
-    nginx = NginxApns(record_path=workdir / "apns-records.jsonl").start()
+    nginx = NginxApns(record_path=workdir / "apns-records.jsonl", workers=args.apns_workers).start()
     share_above = (args.share_above or max(1, args.tokens // 2)) if sharing else 0
     fanout: dict[str, Any] = {"share_above": share_above}
     if args.shard_size:
@@ -193,6 +222,7 @@ async def run_one(
         prematch_settled=True,
     )
     started = time.time()
+    caps: list[CpuCap] = []
     cpu0: dict[int, float] = {}
     metrics0: dict[int, str] = {}
     metrics1: dict[int, str] = {}
@@ -205,7 +235,13 @@ async def run_one(
                 print(
                     f"hot_match {label}: {args.tokens} tokens, up after {up - started:.0f} s", file=sys.stderr
                 )
+                for slot, inst in cluster.instances.items():
+                    if args.engine_cpu:  # after the start: the registrations of the audience run uncapped
+                        cap = CpuCap(args.engine_cpu, f"sightscreen-bench-{label}-i{slot}-{os.getpid()}")
+                        caps.append(cap)
+                        cap.add(inst.proc.pid)
                 store_cpu0 = _cpu_s(store.proc.pid) if store.proc else None
+                nginx_cpu0 = _tree_cpu_s(nginx.proc.pid) if nginx.proc else None
                 for slot, inst in cluster.instances.items():
                     cpu0[slot] = _cpu_s(inst.proc.pid) or 0.0
                     text = await admin_request(cluster.admin_socket(inst), "metrics")
@@ -214,6 +250,7 @@ async def run_one(
                 cluster.replay.pause(match_id)
                 await trio.sleep(args.drain)
                 store_cpu1 = _cpu_s(store.proc.pid) if store.proc else None
+                nginx_cpu1 = _tree_cpu_s(nginx.proc.pid) if nginx.proc else None
                 for slot, inst in cluster.instances.items():
                     cpu1[slot] = _cpu_s(inst.proc.pid) or 0.0
                     text = await admin_request(cluster.admin_socket(inst), "metrics")
@@ -229,6 +266,8 @@ async def run_one(
                 nursery.cancel_scope.cancel()
     finally:
         await trio.to_thread.run_sync(nginx.stop)
+        for cap in caps:
+            cap.remove()
     tokens = set(cluster.matches[match_id].tokens)
     records = list(nginx.records())
     figures = tick_figures(records, tokens, served)
@@ -260,6 +299,10 @@ async def run_one(
         "dynalite_cpu_s": None
         if store_cpu0 is None or store_cpu1 is None
         else round(store_cpu1 - store_cpu0, 1),
+        "nginx_cpu_s": None
+        if nginx_cpu0 is None or nginx_cpu1 is None
+        else round(nginx_cpu1 - nginx_cpu0, 1),
+        "engine_cpu_cap": args.engine_cpu or None,
         "dynamodb": {
             "calls": int(sum(calls.values())),
             "per_ball": round(sum(calls.values()) / balls, 1),
@@ -349,6 +392,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--board-poll-s", type=float, default=0.0, help="[fanout].board_poll_s (0: the default)"
+    )
+    parser.add_argument(
+        "--engine-cpu",
+        type=float,
+        default=0.0,
+        help="hold each instance to this many CPUs (a cgroup CFS quota, as a task's vCPUs; 0: uncapped)",
+    )
+    parser.add_argument(
+        "--apns-workers", type=int, default=1, help="nginx workers of the APNs stand-in (one: at most a core)"
     )
     parser.add_argument("--share-above", type=int, default=0, help="when on (0: half the tokens)")
     parser.add_argument("--seed", type=int, default=1)

@@ -17,6 +17,10 @@ answers an uninstalled app's token, from a map file nginx reads at start and on 
 also starts fresh workers and lets the old ones close their connections gracefully: over HTTP/2 that is a
 GOAWAY to every connected client, which then reconnects, as after Apple's own GOAWAY.
 
+One worker by default (the tests' peer: at most one core); ``workers`` more for a benchmark whose engines
+push faster than one nginx worker answers (each push costs it 30-50 µs: TLS, HTTP/2, the body read, the
+record line), the connections spread over them by the kernel (``reuseport``).
+
 Needs Debian's ``nginx-light`` (or any nginx with HTTP/2 and SSL); the body is read with the echo module
 (``libnginx-mod-http-echo``) when present, else through a proxy hop to a second local server block.
 """
@@ -40,7 +44,7 @@ ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
 
 _CONF = """
 {load_module}
-worker_processes 1;
+worker_processes {workers};
 error_log {dir}/error.log warn;
 pid {dir}/nginx.pid;
 events {{ worker_connections 4096; }}
@@ -67,7 +71,7 @@ http {{
     log_format rec escape=json '{{"t":$msec,"s":$status,"u":"$request_uri","k":"$kind","ts":"$stamp","b":"$logged_body"}}';
     {access_log}
     server {{
-        listen 127.0.0.1:{port} ssl http2;
+        listen 127.0.0.1:{port} ssl http2{reuseport};
         ssl_certificate {dir}/cert.pem;
         ssl_certificate_key {dir}/key.pem;
         location / {{
@@ -97,8 +101,11 @@ def _free_port() -> int:
 class NginxApns:
     """``start()`` → serving; ``url``/``ca_file`` for the daemons; ``records()`` reads the record file."""
 
-    def __init__(self, *, record_path: Path | None = None, workdir: Path | None = None) -> None:
+    def __init__(
+        self, *, record_path: Path | None = None, workdir: Path | None = None, workers: int = 1
+    ) -> None:
         self.record_path = record_path
+        self.workers = workers
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="sightscreen-nginx-"))
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -140,6 +147,9 @@ class NginxApns:
         conf = _CONF.format(
             dir=d,
             port=self.port,
+            workers=self.workers,
+            # several workers: the kernel spreads the connections over them (each its own listening socket)
+            reuseport=" reuseport" if self.workers > 1 else "",
             load_module=f"load_module {ECHO_MODULE};" if logging and echo else "",
             access_log=f"access_log {self.record_path} rec buffer=256k flush=1s;"
             if logging

@@ -39,6 +39,20 @@ async def _status_across_a_reload(client: httpx.AsyncClient, token: str) -> int 
         return None
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (nginx's workers)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
 def _body(event: str, events: list[dict[str, str]], timestamp: int = 1) -> bytes:
     state = {"title": "A v B", "events": events}
     return json.dumps(
@@ -78,6 +92,34 @@ async def test_nginx_peer_answers_200_over_http2_and_records_the_pushes_that_car
     assert records[2]["payload"]["aps"]["event"] == "end"
     assert records[3]["payload"]["aps"]["event"] == "start"  # a push-to-start always: it names the channel
     assert all(r["time"] > 1.7e9 for r in records)
+
+
+@pytest.mark.usefixtures("nginx_installed")
+async def test_nginx_with_several_workers_records_every_push_of_every_connection_once(tmp_path: Path) -> None:
+    """A benchmark's peer with two workers: both run, and the record still holds each push of eight
+    connections once, as a whole line."""
+    import trio
+
+    server = NginxApns(record_path=tmp_path / "records.jsonl", workdir=tmp_path / "nginx", workers=2)
+    server.start()
+    try:
+        context = ssl.create_default_context(cafile=server.ca_file)
+
+        async def one_connection(n: int) -> None:
+            async with httpx.AsyncClient(http2=True, verify=context, base_url=server.url) as client:
+                for i in range(25):
+                    answer = await client.post(f"/3/device/c{n}t{i}", content=_body("update", [], 7))
+                    assert answer.status_code == 200
+
+        async with trio.open_nursery() as nursery:
+            for n in range(8):
+                nursery.start_soon(one_connection, n)
+        assert server.proc is not None
+        assert len(_children(server.proc.pid)) == 2, "nginx runs two workers"
+    finally:
+        server.stop()
+    tokens = [r["token"] for r in server.records()]
+    assert sorted(tokens) == sorted(f"c{n}t{i}" for n in range(8) for i in range(25))
 
 
 @pytest.mark.usefixtures("nginx_installed")
