@@ -277,7 +277,7 @@ class FanoutSettings(BaseModel):
         le=10,
         description="how often every engine reads the board of each hot match (one strongly consistent "
         "GetItem): a shard waits this long on average plus a read to be taken, counted in the lag; the owner "
-        "polls its shards' progress at the same pace",
+        "polls its shards' progress at the same pace while none of its own is in delivery",
     )
     hot_list_poll_s: float = Field(
         1.0,

@@ -257,7 +257,10 @@ class SharedFanOut:
         """Deliver shards until every one is done: those no one has taken (from a random one on), and those
         whose holder's lease ran out, up to ``shards_at_once`` at a time (an alerting item's one at a time:
         a process that dies then had one chunk in flight, the most its followers can miss); between them,
-        poll the records every ``board_poll_s`` (sooner when one of this owner's shards ends)."""
+        read the records every ``board_poll_s`` while none of its own is in delivery (it waits on others),
+        else when one of its own ends, or at the latest every ``shard_renew_every_s`` (a holder that died is
+        found within a renewal of its lease running out). A busy owner's reads would take CPU from its own
+        pushes: ten a second cost a hot match's owner a sixth of a core in boto alone."""
         n = work.shards
         keys = [shard_key(self.match_id, lane, work.seq, i) for i in range(n)]
         order = share.claim_order(n, random.randrange(n))
@@ -304,7 +307,8 @@ class SharedFanOut:
                     self.current[lane]["delivering"] = sorted(running)
                     nursery.start_soon(deliver, free[0])
                     continue
-                with trio.move_on_after(self.settings.board_poll_s):
+                pace = self.settings.shard_renew_every_s if running else self.settings.board_poll_s
+                with trio.move_on_after(pace):
                     await ended.wait()
 
     # --- the hot list ---------------------------------------------------------------------------------------
