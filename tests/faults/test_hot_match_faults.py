@@ -394,12 +394,14 @@ async def test_a_takeover_while_helpers_work_continues_the_work_item_and_the_old
     over once its lease ran out and continues the very work item (the intent records it: every shard of that
     item is delivered, the old owner's taken up from its watermark, every alert of the wicket with the
     intent's timestamp). The old owner, resumed once its shard was delivered by another engine, pushes
-    nothing of it."""
+    nothing of it: the pushes it had queued (two streams a connection, as in the stopped helper's case) fail
+    at its fence."""
 
     async def scenario(hot: HotMatch, nursery: trio.Nursery) -> None:
         owner = await hot.owner_slot()
         await hot.helpers_follow([s for s in hot.cluster.instances if s != owner])
         old = hot.cluster.instances[owner]
+        failed_before = await _pushes_failed(hot.cluster, old)
         await hot.fired(hot.arm(old.key_id, lambda record: old.proc.send_signal(signal.SIGSTOP)))
         index, sessions, expires_at, board = await hot.held_shard(old.instance_id)
         with trio.fail_after(60):
@@ -413,8 +415,9 @@ async def test_a_takeover_while_helpers_work_continues_the_work_item_and_the_old
         await trio.sleep(3.0)
         late = hot.stale(old.key_id, sessions, expires_at)
         assert late == [], f"the old owner pushed {len(late)} of its shard after the takeover"
+        assert await _pushes_failed(hot.cluster, old) > failed_before, "no push of it waited at the stop"
 
-    hot = await _run(tmp_path, moto_server.url, 65, scenario)
+    hot = await _run(tmp_path, moto_server.url, 65, scenario, apns_max_streams=2)
     assert hot.fault_board is not None and hot.fault_wicket is not None
     assert isinstance(hot.fault_board.work, TickWork)
     shards = await hot.fault_shards()
