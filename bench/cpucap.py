@@ -3,8 +3,8 @@
 In production each engine is its own task with its own vCPUs (ECS/Fargate enforce a task's CPU with the same
 CFS quota), and APNs is Apple's fleet, not a process beside it. On one benchmark machine the engines, the APNs
 stand-in and the DynamoDB stand-in all share the same cores, so what a run measures can be the stand-ins'
-ceiling rather than the engines'. ``CpuCap(cores)`` holds processes to ``cores`` CPUs each cap, so the
-engines run within a budget of their own, as they would on separate tasks.
+ceiling rather than the engines'. A ``CpuCap(cores, name)`` holds the processes added to it to ``cores``
+CPUs together; one per engine, and the engines run within budgets of their own, as on separate tasks.
 
 Needs a writable cpu controller: cgroup v2 (``cpu.max`` under ``/sys/fs/cgroup``, with ``cpu`` in its
 ``cgroup.controllers``) or v1 (``cpu.cfs_quota_us`` under ``/sys/fs/cgroup/cpu``), usually as root. Raises
@@ -33,15 +33,16 @@ def quota_us(cores: float, period_us: int = PERIOD_US) -> int:
     return max(1000, int(round(cores * period_us)))
 
 
-def _controller() -> tuple[str, Path]:
-    controllers = V2_ROOT / "cgroup.controllers"
-    if controllers.exists() and "cpu" in controllers.read_text().split() and os.access(V2_ROOT, os.W_OK):
-        return "v2", V2_ROOT
-    if (V1_ROOT / "cpu.cfs_quota_us").exists() and os.access(V1_ROOT, os.W_OK):
-        return "v1", V1_ROOT
+def controller(v2_root: Path = V2_ROOT, v1_root: Path = V1_ROOT) -> tuple[str, Path]:
+    """Which cgroup cpu controller this machine lets us write ("v2" or "v1") and its root."""
+    controllers = v2_root / "cgroup.controllers"
+    if controllers.exists() and "cpu" in controllers.read_text().split() and os.access(v2_root, os.W_OK):
+        return "v2", v2_root
+    if (v1_root / "cpu.cfs_quota_us").exists() and os.access(v1_root, os.W_OK):
+        return "v1", v1_root
     raise CpuCapUnavailable(
         f"no writable cgroup cpu controller: neither cgroup v2 with 'cpu' in {controllers} nor v1 at "
-        f"{V1_ROOT} (a CPU cap needs root, or a delegated cgroup)"
+        f"{v1_root} (a CPU cap needs root, or a delegated cgroup)"
     )
 
 
@@ -51,12 +52,17 @@ class CpuCap:
 
     def __init__(self, cores: float, name: str) -> None:
         self.cores = cores
-        self.version, root = _controller()
+        self.version, root = controller()
         self.path = root / name
         self.path.mkdir(exist_ok=True)
         quota = quota_us(cores)
         if self.version == "v2":
-            (self.path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            try:  # the cpu controller handed down to the root's children (a no-op when it already is)
+                (root / "cgroup.subtree_control").write_text("+cpu")
+                (self.path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            except OSError as exc:
+                self.path.rmdir()
+                raise CpuCapUnavailable(f"cgroup v2 would not give {self.path} a cpu quota: {exc}") from exc
         else:
             (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
             (self.path / "cpu.cfs_quota_us").write_text(str(quota))

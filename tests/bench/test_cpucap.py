@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from cpucap import CpuCap, CpuCapUnavailable, quota_us  # noqa: E402
+from cpucap import CpuCap, CpuCapUnavailable, controller, quota_us  # noqa: E402
 
 # spins for three seconds of wall clock, then prints the CPU it used
 SPIN = "import time\nend = time.time() + 3\nwhile time.time() < end: pass\nprint(time.process_time())"
@@ -25,6 +25,17 @@ def test_a_quota_is_the_cores_share_of_the_period_and_never_below_the_kernels_fl
     assert quota_us(0.001) == 1000
     with pytest.raises(ValueError, match="above 0 cores"):
         quota_us(0)
+
+
+def test_a_machine_without_a_writable_cpu_controller_is_told_so(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("memory pids\n")  # v2 without cpu, and no v1
+    with pytest.raises(CpuCapUnavailable, match="no writable cgroup cpu controller"):
+        controller(tmp_path, tmp_path / "cpu")
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert controller(tmp_path, tmp_path / "cpu") == ("v1", tmp_path / "cpu")
+    (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    assert controller(tmp_path, tmp_path / "cpu") == ("v2", tmp_path)
 
 
 def test_a_capped_process_gets_no_more_cpu_than_its_cap() -> None:
