@@ -297,9 +297,8 @@ class ShareWorker:
             skew_s=self._skew_s,
             wall_clock=self._now,
         )
-        self.working_on[job.key] = share.alerting(
-            board.work
-        )  # before the first await: another taker passes it by
+        # before the first await: another taker passes it by
+        self.working_on[job.key] = share.alerting(board.work)
         try:
             await self.runner.run(job, f.audience, authority, on_result=f.on_result)
         except Exception as exc:  # noqa: BLE001 - the shard was given back; the fleet takes it up
