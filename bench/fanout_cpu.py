@@ -2,6 +2,7 @@
 
     python bench/fanout_cpu.py [--tokens 100000] [--balls 6] [--connections 2] [--profile]
     python bench/fanout_cpu.py --tokens 100000 --balls 6 --h2load        # and h2load on the same nginx
+    python bench/fanout_cpu.py --tokens 100000 --balls 6 --shared        # the match hot: through its shards
 
 One match's balls go through a real ``MatchActor`` as its owner handles them (``MatchActor.handle``: the
 fixture's snapshot, the pure engine's tick, the payload per perspective, an alerting ball's intent with its
@@ -30,6 +31,12 @@ callers'. cProfile's own overhead inflates cheap Python calls against C calls: r
 sum, and the µs per push from a run without ``--profile``. ``--h2load`` then runs h2load (nghttp2) against the
 same nginx with the same request (POST, the same headers, the same body size, one connection, the same
 number of concurrent streams) and prints its CPU per request beside ours.
+
+``--shared`` makes the match hot (``[fanout].share_above`` 1): each ball's fan-out is published on the
+match's board and cut into shards, which this owner, alone in the region, claims, delivers and settles itself
+(``actors.share.SharedFanOut``, ``actors.shard.ShardRunner``: the shard leases, the board and shard record
+reads, each shard's pushes built from the published payloads); run with and without it, the difference is
+what the shared path costs an engine per push, apart from the helpers' own polls.
 
 The last line printed is one JSON object with those figures.
 """
@@ -64,7 +71,8 @@ from actors.janitor import TokenRef  # noqa: E402
 from actors.livework import LiveWork  # noqa: E402
 from actors.match import MatchActor  # noqa: E402
 from actors.sender import ApnsSender  # noqa: E402
-from actors.settings import MatchActorSettings, OrchestratorSettings  # noqa: E402
+from actors.settings import FanoutSettings, MatchActorSettings, OrchestratorSettings  # noqa: E402
+from actors.share import Sharing  # noqa: E402
 from daemon.apns.driver import ssl_context_for  # noqa: E402
 from daemon.apns.settings import ApnsSettings  # noqa: E402
 from daemon.apns.token import generate_signing_key  # noqa: E402
@@ -270,6 +278,7 @@ async def fan_out(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         lease=OrchestratorSettings(),
         on_delivery=deliveries.append,
         live=LiveWork(),
+        sharing=Sharing(settings=FanoutSettings(share_above=1)) if args.shared else None,
     )
     people = make_followers(
         match_id, args.tokens, [str(tape.localteam.id), str(tape.visitorteam.id)], sessions=True
@@ -371,6 +380,7 @@ async def fan_out(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         accepted = stats["pushes"]["accepted"]
     out: dict[str, Any] = {
         "tokens": args.tokens,
+        "shared": args.shared,
         "connections": args.connections,
         "balls_measured": len(timed),
         "pushes": total,
@@ -388,6 +398,8 @@ async def fan_out(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "connects": stats["connects"],
         "gc": gctune.snapshot(),
     }
+    if args.shared:  # the last work item of each lane: its shards and pushes, summed from their records
+        out["share_last"] = actor.share.describe()["last"]
     if profile is not None:
         out["profile"] = profile
     if h2 is not None:
@@ -452,6 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
         "as APNs does, one HEADERS frame with END_STREAM",
     )
     p.add_argument("--seed", type=int, default=7, help="the synthesised T20's seed")
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="the match is hot: its fan-outs go through the board and its shards, all delivered by the owner",
+    )
     p.add_argument("--profile", action="store_true", help="cProfile the measured balls; print stage shares")
     p.add_argument("--profile-out", metavar="FILE", help="with --profile: also dump the raw profile here")
     p.add_argument("--h2load", action="store_true", help="then run h2load on the same nginx")

@@ -3,7 +3,7 @@
     python bench/hot_match.py [--tokens 100000] [--instances 1,2,3] [--sharing off,on] [--duration 180]
                               [--drain 40] [--speed 1] [--cadence 2.5] [--lease 10] [--shard-size N]
                               [--share-above N] [--board-poll-s S] [--engine-cpu C] [--apns-workers N]
-                              [--seed 1] [--format T20]
+                              [--apns-connections N] [--seed 1] [--format T20]
 
 One synthesised match with ``--tokens`` per-token followers (iOS 17: one push per device per ball) played at
 ``--speed`` (1: real speed) against dynalite (DynamoDB) and nginx (the recording APNs peer,
@@ -17,7 +17,8 @@ configuration starts from empty tables with the same tape and seed, runs ``--dur
 quota, as ECS gives a task its vCPUs): the engines then run within budgets of their own, as on separate tasks,
 and the APNs and DynamoDB stand-ins on this machine keep the rest. Uncapped, every process shares the same
 cores, and ``nginx_cpu_s`` shows when the APNs stand-in (one nginx worker: at most one core) is what sets the
-pace rather than the engines; ``--apns-workers N`` gives it N workers.
+pace rather than the engines; ``--apns-workers N`` gives it N workers. ``--apns-connections N`` sets each
+engine's ``[apns].connections`` (the HTTP/2 connections its sender spreads its pushes over).
 
 Figures per configuration (from nginx's record of every push: its time, token and the push's aps timestamp,
 which names the tick; and from each instance's ``/proc`` and metrics):
@@ -84,25 +85,6 @@ def _cpu_s(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
-
-
-def _tree_cpu_s(pid: int) -> float | None:
-    """CPU of a process and its children (nginx: the master and its workers)."""
-    own = _cpu_s(pid)
-    if own is None:
-        return None
-    total = own
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            total += _cpu_s(int(entry)) or 0.0
-    return total
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
@@ -203,6 +185,7 @@ async def run_one(
         fanout["board_poll_s"] = args.board_poll_s
     if args.shards_at_once:
         fanout["shards_at_once"] = args.shards_at_once
+    apns: dict[str, Any] = {"connections": args.apns_connections} if args.apns_connections else {}
     tape = synthesise(args.format, seed=args.seed)
     match_id = str(tape.fixture_id)
     cluster = Cluster(
@@ -218,7 +201,7 @@ async def run_one(
         innings_break_s=1200.0,
         start_delay_wall_s=args.start_delay,
         apns_peer=(nginx.url, nginx.ca_file),
-        extra_config={"match": {"session_refresh_s": 600.0}, "fanout": fanout},
+        extra_config={"match": {"session_refresh_s": 600.0}, "fanout": fanout, "apns": apns},
         prematch_settled=True,
     )
     started = time.time()
@@ -241,7 +224,7 @@ async def run_one(
                         caps.append(cap)
                         cap.add(inst.proc.pid)
                 store_cpu0 = _cpu_s(store.proc.pid) if store.proc else None
-                nginx_cpu0 = _tree_cpu_s(nginx.proc.pid) if nginx.proc else None
+                nginx_cpu0 = nginx.cpu_s()
                 for slot, inst in cluster.instances.items():
                     cpu0[slot] = _cpu_s(inst.proc.pid) or 0.0
                     text = await admin_request(cluster.admin_socket(inst), "metrics")
@@ -250,7 +233,7 @@ async def run_one(
                 cluster.replay.pause(match_id)
                 await trio.sleep(args.drain)
                 store_cpu1 = _cpu_s(store.proc.pid) if store.proc else None
-                nginx_cpu1 = _tree_cpu_s(nginx.proc.pid) if nginx.proc else None
+                nginx_cpu1 = nginx.cpu_s()
                 for slot, inst in cluster.instances.items():
                     cpu1[slot] = _cpu_s(inst.proc.pid) or 0.0
                     text = await admin_request(cluster.admin_socket(inst), "metrics")
@@ -386,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cadence", type=float, default=2.5)
     parser.add_argument("--lease", type=float, default=10.0)
     parser.add_argument("--start-delay", type=float, default=10.0, help="wall seconds before the first ball")
+    parser.add_argument(
+        "--apns-connections", type=int, default=0, help="each engine's [apns].connections (0: the default)"
+    )
     parser.add_argument("--shard-size", type=int, default=0, help="[fanout].shard_size (0: the default)")
     parser.add_argument(
         "--shards-at-once", type=int, default=0, help="[fanout].shards_at_once (0: the default)"

@@ -31,6 +31,7 @@ from actors.settings import FanoutSettings, MatchActorSettings
 from actors.share import Sharing
 from actors.share_worker import ShareWorker
 from daemon.apns.types import Push
+from daemon.metrics import REGISTRY
 from daemon.replay.synth import synthesise
 from daemon.store.locks import match_lock_key
 from tests.actors.match_helpers import make_match_actor, take_lease
@@ -158,6 +159,7 @@ async def test_a_hot_matchs_routine_and_alerting_ticks_reach_every_session_once_
     tape, match_id = await _world(repos)
     owner_sender = FakeSender(answer_after_s=0.004)  # the owner pushes slowly: the helper takes shards too
     helper_sender = FakeSender()
+    before = _share_pushes_accepted()
     async with trio.open_nursery() as nursery:
         owner_sender.nursery = nursery
         actor = await _owner(repos, match_id, owner_sender)
@@ -181,6 +183,19 @@ async def test_a_hot_matchs_routine_and_alerting_ticks_reach_every_session_once_
     item = await repos.active_matches.get_active_match_state(match_id)
     assert item is not None and "alertIntent" not in item, "the intent was removed once every shard was done"
     assert actor.share.last["tick"]["shards"] == 6 and actor.share.last["tick"]["accepted"] == SESSIONS
+    counted = {role: n - before[role] for role, n in _share_pushes_accepted().items()}
+    assert counted["owner"] > 0 and counted["helper"] > 0, "each side's answers reach the metric"
+    assert 2 * SESSIONS <= sum(counted.values()) <= len(pushes), "every answer of both ticks counted once"
+
+
+def _share_pushes_accepted() -> dict[str, float]:
+    return {
+        role: REGISTRY.get_sample_value(
+            "sightscreen_share_pushes_total", {"role": role, "outcome": "accepted"}
+        )
+        or 0.0
+        for role in ("owner", "helper")
+    }
 
 
 async def test_an_engine_delivers_two_routine_shards_at_once_and_an_alerting_items_one_at_a_time(

@@ -53,3 +53,12 @@ def test_the_profile_shares_the_cpu_out_among_the_stages() -> None:
     assert (
         shares["HPACK and request framing"] > 0 and shares["response parsing (frames, HPACK, h2 state)"] > 0
     )
+
+
+def test_a_hot_matchs_balls_go_through_its_shards_and_reach_each_token_once() -> None:
+    """``--shared``: the owner publishes each ball and delivers every shard itself; nginx records each token
+    once per ball, and the last tick's shards account for every push."""
+    result = run_bench("--tokens", "300", "--balls", "2", "--record", "--shared")
+    assert result["shared"] and result["every_token_once_per_ball"]
+    last = result["share_last"]["tick"]
+    assert last["shards"] >= 1 and last["pushes"] == 300 and last["accepted"] == 300

@@ -39,20 +39,6 @@ async def _status_across_a_reload(client: httpx.AsyncClient, token: str) -> int 
         return None
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (nginx's workers)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
 def _body(event: str, events: list[dict[str, str]], timestamp: int = 1) -> bytes:
     state = {"title": "A v B", "events": events}
     return json.dumps(
@@ -115,9 +101,12 @@ async def test_nginx_with_several_workers_records_every_push_of_every_connection
             for n in range(8):
                 nursery.start_soon(one_connection, n)
         assert server.proc is not None
-        assert len(_children(server.proc.pid)) == 2, "nginx runs two workers"
+        assert len(server.worker_pids()) == 2, "nginx runs two workers"
+        cpu = server.cpu_s()
+        assert cpu is not None and cpu >= 0.0, "the master's and its workers' CPU is read from /proc"
     finally:
         server.stop()
+    assert server.cpu_s() is None and server.worker_pids() == [], "a stopped peer has no processes to read"
     tokens = [r["token"] for r in server.records()]
     assert sorted(tokens) == sorted(f"c{n}t{i}" for n in range(8) for i in range(25))
 
