@@ -470,7 +470,12 @@ class FakeSender:
         for push in pushes:
             await trio.sleep(self.answer_after_s)
             assert push.reply_to is not None
-            await push.reply_to.send(self.result_for(push))
+            try:
+                await push.reply_to.send(self.result_for(push))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                # the producer stopped waiting (its fan-out ended: a lost lease, a cancellation): its
+                # answers are dropped, as ``ApnsSender`` drops them
+                pass
 
     def result_for(self, push: Push) -> PushResult:
         """The result ``ApnsSender`` gives for this push under the scripted answers (its retries spent at

@@ -84,6 +84,16 @@ async def test_a_round_whose_results_keep_coming_is_waited_for_however_long_it_t
     assert trio.current_time() - start >= 100
 
 
+async def test_a_fan_out_cut_short_leaves_its_late_answers_to_be_dropped(autojump_clock: Any) -> None:
+    """A fan-out cancelled while answers are still owed (an owner that lost its lease) closes its channel; the
+    test sender then drops those answers as ``ApnsSender`` does, instead of failing the nursery it runs in."""
+    async with trio.open_nursery() as nursery:
+        sender = FakeSender(answer_after_s=1.0, nursery=nursery)
+        with trio.move_on_after(2.5):
+            await _fanout(sender).push_all(_five)
+    assert len(sender.pushes) == 5, "every push was handed over; the answers after the cut went nowhere"
+
+
 async def test_a_round_that_stalls_re_sends_only_what_is_unanswered(autojump_clock: Any) -> None:
     lost = "3" * 64
     async with trio.open_nursery() as nursery:
