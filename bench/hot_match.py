@@ -64,11 +64,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cpucap import CpuCap  # noqa: E402 - beside this script
 
 from daemon.replay.synth import synthesise  # noqa: E402
+from tests.harness import procfs  # noqa: E402
 from tests.harness.cluster import Cluster, admin_request  # noqa: E402
 from tests.harness.dynalite import DynaliteServer  # noqa: E402
 from tests.harness.nginx_apns import NginxApns  # noqa: E402
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -76,15 +75,6 @@ def _pct(values: list[float], q: float) -> float | None:
         return None
     s = sorted(values)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-def _cpu_s(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
@@ -223,19 +213,19 @@ async def run_one(
                         cap = CpuCap(args.engine_cpu, f"sightscreen-bench-{label}-i{slot}-{os.getpid()}")
                         caps.append(cap)
                         cap.add(inst.proc.pid)
-                store_cpu0 = _cpu_s(store.proc.pid) if store.proc else None
+                store_cpu0 = procfs.cpu_s(store.proc.pid) if store.proc else None
                 nginx_cpu0 = nginx.cpu_s()
                 for slot, inst in cluster.instances.items():
-                    cpu0[slot] = _cpu_s(inst.proc.pid) or 0.0
+                    cpu0[slot] = procfs.cpu_s(inst.proc.pid) or 0.0
                     text = await admin_request(cluster.admin_socket(inst), "metrics")
                     metrics0[slot] = text if isinstance(text, str) else ""
                 await trio.sleep(args.duration)
                 cluster.replay.pause(match_id)
                 await trio.sleep(args.drain)
-                store_cpu1 = _cpu_s(store.proc.pid) if store.proc else None
+                store_cpu1 = procfs.cpu_s(store.proc.pid) if store.proc else None
                 nginx_cpu1 = nginx.cpu_s()
                 for slot, inst in cluster.instances.items():
-                    cpu1[slot] = _cpu_s(inst.proc.pid) or 0.0
+                    cpu1[slot] = procfs.cpu_s(inst.proc.pid) or 0.0
                     text = await admin_request(cluster.admin_socket(inst), "metrics")
                     metrics1[slot] = text if isinstance(text, str) else ""
                 served = [

@@ -28,7 +28,6 @@ Needs Debian's ``nginx-light`` (or any nginx with HTTP/2 and SSL); the body is r
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.store.local import die_with_parent, stop_child
+from tests.harness import procfs
 
 ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
 
@@ -218,16 +218,16 @@ class NginxApns:
         """The running workers' process ids (the master's children, read from ``/proc``)."""
         if self.proc is None:
             return []
-        return [pid for pid, parent in _processes() if parent == self.proc.pid]
+        return [pid for pid, parent in procfs.processes() if parent == self.proc.pid]
 
     def cpu_s(self) -> float | None:
         """CPU seconds (user and system) of the master and its running workers; None when not running."""
         if self.proc is None:
             return None
-        own = _process_cpu_s(self.proc.pid)
+        own = procfs.cpu_s(self.proc.pid)
         if own is None:
             return None
-        return own + sum(_process_cpu_s(pid) or 0.0 for pid in self.worker_pids())
+        return own + sum(procfs.cpu_s(pid) or 0.0 for pid in self.worker_pids())
 
     def stop(self) -> None:
         """Graceful stop (SIGQUIT): nginx flushes its buffered record lines before it exits."""
@@ -274,31 +274,6 @@ class NginxApns:
         ]
         last = _record(lines[-1]) if lines else None
         return starts, offset + end, None if last is None else last["time"]
-
-
-def _stat_fields(pid: int | str) -> list[str] | None:
-    """``/proc/<pid>/stat`` after the command name (which may hold spaces), or None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _processes() -> Iterator[tuple[int, int]]:
-    """Every process as (pid, parent pid)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(entry)
-            if fields is not None:
-                yield int(entry), int(fields[1])
-
-
-def _process_cpu_s(pid: int) -> float | None:
-    fields = _stat_fields(pid)
-    if fields is None:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _record(line: bytes) -> dict[str, Any] | None:
