@@ -298,7 +298,8 @@ class FanoutSettings(BaseModel):
         gt=0,
         le=300,
         description="a helper renews its shard's lease, and reads the match lock to confirm the owner it "
-        "delivers for, this often",
+        "delivers for, this often; an alerting chunk is handed over only while the owner's lease lasts this "
+        "long more (orchestrator.lease_s must exceed it plus the owner's renewal period and the skew bound)",
     )
     board_ttl_s: float = Field(
         3600.0,

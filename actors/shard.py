@@ -347,10 +347,26 @@ class ShardRunner:
 
         async def step() -> None:
             await self._give_way()
-            lease.bound(await authority.confirm())
+            lease.bound(await self._lasting(authority))
             await lease.renew(fields={"handed": mark})
 
         return step
+
+    async def _lasting(self, authority: Authority) -> float:
+        """The owner's authority, confirmed to last at least a shard renewal period more (when the holder
+        confirms it again anyway); until it does, confirmed again every quarter of that period. An alerting
+        chunk is handed only then: an owner whose lease is running out (dead, or cut from DynamoDB) leaves
+        the chunk unhanded, its sessions above the watermark for its successor to alert, where a chunk
+        started at the lease's end would stop at the fence with its watermark written and its rest never
+        alerted. A live owner's lease lasts that long between its renewals (the configuration checks it), so
+        only a late renewal makes a chunk wait."""
+        margin = self._settings.shard_renew_every_s
+        while True:
+            until = await authority.confirm()
+            left = until - trio.current_time()
+            if left >= margin:
+                return until
+            await trio.sleep(min(margin / 4, max(left, 0.0)))
 
     async def _give_way(self) -> None:
         if self.role == HELPER:

@@ -123,7 +123,10 @@ def tick_figures(records: list[dict[str, Any]], tokens: set[str], served: list[f
     for r in records:
         if r["status"] != 200 or r["token"] not in tokens or r.get("stamp") is None:
             continue
-        t = ticks.setdefault(r["stamp"], {"first": r["time"], "last": r["time"], "times": {}, "pushes": 0})
+        t = ticks.setdefault(
+            r["stamp"], {"first": r["time"], "last": r["time"], "times": {}, "pushes": 0, "alert": False}
+        )
+        t["alert"] = t["alert"] or "alert" in ((r.get("payload") or {}).get("aps") or {})
         t["first"] = min(t["first"], r["time"])
         t["last"] = max(t["last"], r["time"])
         t["pushes"] += 1
@@ -144,6 +147,7 @@ def tick_figures(records: list[dict[str, Any]], tokens: set[str], served: list[f
                 "served_to_first_s": round(t["first"] - at, 2),
                 "fanout_s": round(t["last"] - t["first"], 2),
                 "reached": len(t["times"]),
+                "alerting": t["alert"],
             }
         )
     return {

@@ -302,6 +302,15 @@ class Config(BaseModel):
                 "fanout.shard_lease_s must exceed fanout.shard_renew_every_s + orchestrator.clock_skew_bound_s "
                 f"({f.shard_renew_every_s} + {skew})"
             )
+        o = self.orchestrator
+        if f.shard_renew_every_s + o.renew_every_s + skew >= o.lease_s:
+            # an alerting chunk is handed only while its owner's lease lasts a shard renewal more
+            raise ValueError(
+                "orchestrator.lease_s must exceed fanout.shard_renew_every_s + its renewal period "
+                "(lease_s * renew_fraction) + orchestrator.clock_skew_bound_s "
+                f"({f.shard_renew_every_s} + {o.renew_every_s} + {skew}): a live owner's lease must always "
+                "last a shard renewal more, or helpers hold each alerting chunk until its next renewal"
+            )
         return self
 
     def runs(self, role: str) -> bool:

@@ -17,6 +17,7 @@ sender (``FakeSender``: what it was handed is what it pushed), on moto's DynamoD
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,9 +29,11 @@ import trio.testing
 from actors.livework import LiveWork
 from actors.match import MatchActor
 from actors.settings import FanoutSettings, MatchActorSettings
+from actors.shard import ShardAbandoned, ShardJob
 from actors.share import Sharing
 from actors.share_worker import ShareWorker
 from daemon.apns.types import Push
+from daemon.cricket.share import TickWork
 from daemon.metrics import REGISTRY
 from daemon.replay.synth import synthesise
 from daemon.store.locks import match_lock_key
@@ -474,6 +477,96 @@ async def test_an_owner_killed_while_a_helper_works_is_succeeded_on_the_same_wor
     assert len(TOKENS - set(alerted)) <= CHUNKS["alert_chunk_max"], "at most the dead owner's chunk in flight"
     stamps = {_aps(p)["timestamp"] for p in pushes if wicket in _events(p)}
     assert len(stamps) == 1, "the successor completed the very same update"
+
+
+class EndingAuthority:
+    """An owner whose lease is running out: ``confirm`` answers its end (``left_s`` from creation) until that
+    passes, then gives the shard back, as ``OwnerOnLock`` does for a dead owner. ``renew_after_s``: the owner
+    renews then after all (a late renewal), its authority lasting ``LEASE_S`` more from there."""
+
+    def __init__(self, left_s: float, renew_after_s: float | None = None) -> None:
+        start = trio.current_time()
+        self.until = start + left_s
+        self.renewed_at = None if renew_after_s is None else start + renew_after_s
+        self.confirms = 0
+
+    async def confirm(self) -> float:
+        self.confirms += 1
+        now = trio.current_time()
+        if self.renewed_at is not None and now >= self.renewed_at:
+            self.until, self.renewed_at = self.renewed_at + LEASE_S, None
+        if now >= self.until:
+            raise ShardAbandoned("the owner's lease on the match has run out")
+        return self.until
+
+
+def _wicket_item(match_id: str) -> TickWork:
+    payload = {
+        "aps": {
+            "timestamp": 1_700_000_000,
+            "event": "update",
+            "content-state": {"events": [{"type": "wicket", "subject": "W1"}]},
+            "alert": {"title": "Wicket", "body": "W1 out"},
+        }
+    }
+    return TickWork(
+        seq=1,
+        kind="update",
+        priority=10,
+        payloads={"neutral": json.dumps(payload, separators=(",", ":")).encode()},
+        alert=True,
+        bounds=(),
+        published_at=time.time(),
+        collapse_id=f"{match_id}:alert",
+        stamp=1_700_000_000,
+    )
+
+
+async def _deliver_under(
+    repos: Any, authority: Callable[[], EndingAuthority]
+) -> tuple[Any, list[Push], dict[str, Any] | None]:
+    """One alerting shard (every session of the match) delivered by a helper's runner for the owner's
+    ``authority`` (made as the delivery starts): the result, the pushes handed over and the shard's record."""
+    _, match_id = await _world(repos)
+    sender = FakeSender()
+    actor = await _owner(repos, match_id, FakeSender())
+    worker = _helper(repos, sender, "helper-b#1")
+    job = ShardJob(match_id, "tick", _wicket_item(match_id), 0)
+    with trio.fail_after(30):
+        result = await worker.runner.run(job, actor.audience, authority())
+    record = (await repos.locks.get_shards([job.key])).get(job.key)
+    return result, sender.pushes, record
+
+
+async def test_an_alerting_chunk_is_not_started_when_the_owners_lease_ends_before_a_renewal_period(
+    repos: Any,
+) -> None:
+    """The owner died (its lease ends in 0.1 s, under the 0.4 s shard renewal period): the helper writes no
+    watermark and hands no chunk, so the owner's successor alerts every session of the shard. A chunk started
+    there would stop at the fence with its watermark written: its sessions never alerted."""
+    made: list[EndingAuthority] = []
+
+    def authority() -> EndingAuthority:
+        made.append(EndingAuthority(left_s=0.1))
+        return made[0]
+
+    result, pushes, record = await _deliver_under(repos, authority)
+    assert result is None, "the shard was given back"
+    assert not _alerting(pushes), "no alert handed over under an owner about to lose the match"
+    assert record is None or "handed" not in record, "no watermark: every session is still due its alert"
+    assert made[0].confirms >= 2, "confirmed again until the owner's lease ran out"
+
+
+async def test_an_alerting_chunk_waits_for_an_owners_late_renewal_and_then_alerts_everyone(
+    repos: Any,
+) -> None:
+    result, pushes, record = await _deliver_under(
+        repos, lambda: EndingAuthority(left_s=0.2, renew_after_s=0.15)
+    )
+    assert result is not None and result.counts["accepted"] == SESSIONS
+    alerted = Counter(p.token for p in _alerting(pushes))
+    assert set(alerted) == TOKENS and max(alerted.values()) == 1
+    assert record is not None and record.get("handed")
 
 
 # --- giving way, and starts -------------------------------------------------------------------------------------

@@ -388,3 +388,15 @@ def test_a_config_built_in_code_can_register_its_secrets(log_stream: io.StringIO
     logs.get_logger("demo").info(f"token is {secret}")
     assert secret not in log_stream.getvalue()
     assert log_lines(log_stream)[0]["event"] == "token is [redacted]"
+
+
+def test_the_fanout_leases_must_fit_the_orchestrators(tmp_path: Path) -> None:
+    """A shard's lease must outlast its renewal and the clock skew; a live owner's match lease must last a
+    shard renewal beyond its own renewal period and the skew (helpers hand an alerting chunk only then)."""
+    short_shard = problems_of(write(tmp_path, "[fanout]\nshard_lease_s = 2.0\nshard_renew_every_s = 1.5\n"))
+    assert any("fanout.shard_lease_s must exceed fanout.shard_renew_every_s" in p for p in short_shard)
+    tight = "[orchestrator]\nlease_s = 6.0\nrenew_fraction = 0.5\n[fanout]\nshard_renew_every_s = 2.0\n"
+    found = problems_of(write(tmp_path, tight))
+    assert any("orchestrator.lease_s must exceed fanout.shard_renew_every_s" in p for p in found), found
+    roomy = "[orchestrator]\nlease_s = 7.0\nrenew_fraction = 0.5\n[fanout]\nshard_renew_every_s = 2.0\n"
+    assert load_config(write(tmp_path, roomy), {}).fanout.shard_renew_every_s == 2.0
