@@ -209,6 +209,7 @@ class MatchActor:
             settings=sharing.settings,
             cadence_s=lambda: sharing.cadence_s(marquee),
             on_result=self._on_result,
+            helpers=sharing.helpers,
             wall_clock=wall_clock,
         )
         self._bundle = topic.removesuffix(LIVEACTIVITY_TOPIC_SUFFIX)
@@ -526,7 +527,7 @@ class MatchActor:
                 if wait > 0:
                     await trio.sleep(wait)
                 self.held_s = wait
-            if self.share.hot:
+            if self.share.shared:
                 total, counts = await self._shared_routine(by_perspective, kind, priority)
             else:
                 total, counts = await self._routine(by_perspective, kind, priority, display)
@@ -626,7 +627,7 @@ class MatchActor:
         this owner alone, or, for a hot match, shared (``_shared_fan_out``). An intent is completed the way it
         was begun: one recorded with a work item is completed as that item, whoever is hot now."""
         with self._live.key_event():
-            if intent.share_seq is not None or (state is not None and self.share.hot):
+            if intent.share_seq is not None or (state is not None and self.share.shared):
                 return await self._shared_fan_out(intent, state=state)
             return await self._own_fan_out(intent, state=state)
 
@@ -765,10 +766,18 @@ class MatchActor:
         await self._recover_channels()
 
     async def _decide_hot(self) -> None:
-        """Whether this tick's fan-out is shared (``SharedFanOut.update_hot``); a match that cooled is taken
-        off the region's hot list."""
+        """Whether the match is hot (``SharedFanOut.update_hot``): a hot match is kept on the region's hot list
+        (its fan-outs shared while another engine says it helps), one that cooled is taken off."""
         was = self.share.hot
-        if not self.share.update_hot() and was:
+        if self.share.update_hot():
+            if not self.share.shared:  # a shared fan-out lists it as it publishes
+                try:
+                    await self.share.keep_listed()
+                except LeaseLost:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - this fan-out goes alone anyway; listed next tick
+                    self.log.warning("hot_list_not_written", error=repr(exc))
+        elif was:
             await self.share.cool()
 
     async def _persist_baseline(self, result: TickResult) -> None:
@@ -880,8 +889,13 @@ class MatchActor:
 
     @property
     def hot(self) -> bool:
-        """Whether this match's fan-outs are shared by the region's engines now."""
+        """Whether this match is hot: listed for the region's engines to help with its fan-outs."""
         return self.share.hot
+
+    @property
+    def shared(self) -> bool:
+        """Whether this match's fan-outs are shared by the region's engines now (hot, and helped)."""
+        return self.share.shared
 
     @property
     def channel_session_count(self) -> int:

@@ -62,7 +62,7 @@ class SharedStarts(Protocol):
     (``actors.share.SharedFanOut``)."""
 
     @property
-    def hot(self) -> bool: ...
+    def shared(self) -> bool: ...
 
     async def starts(
         self,
@@ -176,7 +176,7 @@ class FollowerStarts:
             if recent and user_id not in (again or ()):
                 continue
             due.append(user_id)
-        if due and not again and self._shared is not None and self._shared.hot:
+        if due and not again and self._shared is not None and self._shared.shared:
             return await self._heal_shared(due, now)
         sent = 0
         step = self.ctx.settings.heal_chunk

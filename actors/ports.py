@@ -24,7 +24,7 @@ import trio
 from daemon.apns import broadcast
 from daemon.apns.types import Push
 from daemon.store.caches import CacheEntry, CachePut, LivescoresSummary, RegionStamps
-from daemon.store.locks import Lease
+from daemon.store.locks import HotList, Lease
 
 if TYPE_CHECKING:
     from actors.feed import FeedUpdate, PollSummary
@@ -270,7 +270,13 @@ class ShareBoards(Protocol):
     """``cricket-locks`` as a hot match's shared fan-out uses it: the region's hot list, each hot match's
     board, its shards' items, and the match lock as a helper reads it to confirm the owner it delivers for."""
 
-    async def get_hot_matches(self, region: str) -> dict[str, dict[str, Any]]: ...
+    async def get_hot_list(self, region: str) -> HotList: ...
+
+    async def say_helping(
+        self, region: str, helper: str, *, until: float, stale: dict[str, float] | None = None
+    ) -> bool: ...
+
+    async def stop_helping(self, region: str, helper: str) -> None: ...
 
     async def put_hot_match(self, region: str, match_id: str, *, owner: str, epoch: int) -> bool: ...
 

@@ -301,6 +301,15 @@ class FanoutSettings(BaseModel):
         "delivers for, this often; an alerting chunk is handed over only while the owner's lease lasts this "
         "long more (orchestrator.lease_s must exceed it plus the owner's renewal period and the skew bound)",
     )
+    helper_word_s: float = Field(
+        10.0,
+        ge=1,
+        le=600,
+        description="while an engine follows another engine's hot match it says so on the region's hot list "
+        "this often (one UpdateItem), its word good for three times as long. An owner that holds no such word "
+        "of another engine fans its hot match out alone, as a match below share_above (its shards would only "
+        "add DynamoDB round trips); it shares again from the first work item after a word comes",
+    )
     board_ttl_s: float = Field(
         3600.0,
         ge=60,

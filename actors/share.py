@@ -65,9 +65,11 @@ class SharedFanOut:
         settings: FanoutSettings,
         cadence_s: Callable[[], float],
         on_result: Callable[[PushResult], None] | None = None,
+        helpers: Callable[[], int] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.match_id = match_id
+        self._helpers = helpers
         self.region = region
         self.owner = owner
         self._lease = lease
@@ -94,8 +96,15 @@ class SharedFanOut:
     # --- hot or not ----------------------------------------------------------------------------------------
     @property
     def hot(self) -> bool:
-        """Whether the match's fan-outs are shared now (as the last ``update_hot`` decided)."""
+        """Whether the match is hot (as the last ``update_hot`` decided): listed on the region's hot list."""
         return self._hot
+
+    @property
+    def shared(self) -> bool:
+        """Whether the match's next fan-out is shared: hot, and another engine of the region said it helps
+        (``helpers``: None when not known, then every hot match is shared). A hot match without a helper is
+        fanned out by its owner alone, as one below the threshold, and stays listed so helpers find it."""
+        return self._hot and (self._helpers is None or self._helpers() > 0)
 
     def update_hot(self) -> bool:
         """Decide again from the audience as last read (with hysteresis); True when hot."""
@@ -192,7 +201,7 @@ class SharedFanOut:
         whose holder's lease ran out); ``before`` runs between the publication and the first shard (the
         broadcasts). Returns the pushes built and their counts, summed from the shards' records."""
         self._lease.check()
-        await self._list()
+        await self.keep_listed()
         board = Board(
             self.match_id,
             lane,
@@ -312,9 +321,10 @@ class SharedFanOut:
                     await ended.wait()
 
     # --- the hot list ---------------------------------------------------------------------------------------
-    async def _list(self) -> None:
+    async def keep_listed(self) -> None:
         """On the region's hot list, listed again each ``stale_board_s / 2`` (an entry older than a stale
-        board may be taken off by any engine)."""
+        board may be taken off by any engine), whether its fan-outs are shared or not: helpers follow what
+        is listed, and say so."""
         now = self._now()
         if now - self._listed_at < self.settings.stale_board_s / 2:
             return
@@ -331,7 +341,12 @@ class SharedFanOut:
         return epoch
 
     def describe(self) -> dict[str, Any]:
-        return {"hot": self._hot, "current": dict(self.current), "last": dict(self.last)}
+        return {
+            "hot": self._hot,
+            "alone": self._hot and not self.shared,
+            "current": dict(self.current),
+            "last": dict(self.last),
+        }
 
 
 def _forget(gauge: Any, match_id: str) -> None:
@@ -350,3 +365,4 @@ class Sharing:
     region: str = "default"
     settings: FanoutSettings = field(default_factory=lambda: FanoutSettings(share_above=0))
     cadence_s: Callable[[bool], float] = lambda marquee: 2.5
+    helpers: Callable[[], int] | None = None  # other engines ready to help (the share worker's word count)

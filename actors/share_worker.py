@@ -4,7 +4,9 @@ One per engine, run by the supervisor beside the orchestrator. It
 
 - reads the region's hot list (``hot:{region}``, one GetItem every ``[fanout].hot_list_poll_s``) and follows
   each hot match another process owns: a view of its audience of its own (``MatchAudience``, refreshed on the
-  match actor's cadence), kept while the match is listed;
+  match actor's cadence), kept while the match is listed; while it follows any, it says so on the hot list
+  every ``helper_word_s`` (one UpdateItem), and it keeps the other engines' words it read, for this process's
+  own hot matches (``helpers``: their owner fans out alone while no other engine would help);
 - reads the followed matches' boards (one strongly consistent BatchGetItem every ``board_poll_s`` for all of
   them): a work item it has not seen finished is work to do. This poll is how a helper learns of new work: a
   shard waits for it (half a poll on average, and the read) before it is taken, and that wait is in the lag
@@ -43,7 +45,7 @@ from daemon.apns.types import PushResult
 from daemon.cricket import share
 from daemon.cricket.share import LANES, Board, ShardRecord, TickWork
 from daemon.logs import get_logger
-from daemon.metrics import SHARE_HELPED_MATCHES
+from daemon.metrics import SHARE_HELPED_MATCHES, SHARE_HELPERS
 from daemon.store.locks import shard_key
 
 log = get_logger("share.worker")
@@ -122,6 +124,10 @@ class ShareWorker:
         # the shards being delivered now: key -> whether of an alerting item (one such at most)
         self.working_on: dict[str, bool] = {}
         self.gave_way_s = 0.0
+        # the other engines' words on the hot list as last read (owner -> until, their clock) and when this
+        # one last said its own (trio time; None: not said, or taken back)
+        self.words: dict[str, float] = {}
+        self._said_at: float | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -133,7 +139,18 @@ class ShareWorker:
                 await self._claim_loop()
         finally:
             self.followed.clear()
+            self.words.clear()
             SHARE_HELPED_MATCHES.set(0)
+            SHARE_HELPERS.set(0)
+            if self._said_at is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+                    await self._take_word_back()
+
+    def helpers(self) -> int:
+        """Other engines of the region whose word that they help is still good (by this clock, less the skew
+        bound): this process's hot matches are shared only while there is one."""
+        now = self._now() + self._skew_s
+        return sum(1 for until in self.words.values() if until > now)
 
     # --- which matches ---------------------------------------------------------------------------------------
     async def _hot_list_loop(self) -> None:
@@ -145,8 +162,12 @@ class ShareWorker:
             await trio.sleep(self.settings.hot_list_poll_s)
 
     async def look_at_hot_list(self) -> None:
-        """Follow every hot match of another owner; let go of those no longer listed (or now this process's)."""
-        entries = await self._locks.get_hot_matches(self.region)
+        """Follow every hot match of another owner; let go of those no longer listed (or now this process's);
+        keep the other engines' words, and say (or take back) this one's."""
+        hot = await self._locks.get_hot_list(self.region)
+        self.words = {h: until for h, until in hot.helpers.items() if h != self.owner_id}
+        SHARE_HELPERS.set(self.helpers())
+        entries = hot.matches
         wanted = {m: e for m, e in entries.items() if e.get("owner") and e.get("owner") != self.owner_id}
         for match_id in list(self.followed):
             entry = wanted.get(match_id)
@@ -162,6 +183,32 @@ class ShareWorker:
                     match_id, str(entry["owner"]), int(entry.get("epoch", 0)), float(entry.get("since") or 0)
                 )
         SHARE_HELPED_MATCHES.set(len(self.followed))
+        if self.followed:
+            await self._say_word(hot.helpers.get(self.owner_id))
+        elif self._said_at is not None:
+            await self._take_word_back()
+
+    async def _say_word(self, standing: float | None) -> None:
+        """Say this engine helps, every ``helper_word_s`` (sooner when its word is not on the list as read),
+        good for three of them; the words of others that ran out more than a word's span ago go with it
+        (engines gone without taking theirs back)."""
+        every = self.settings.helper_word_s
+        now = trio.current_time()
+        if standing is not None and self._said_at is not None and now - self._said_at < every:
+            return
+        wall = self._now()
+        stale = {h: until for h, until in self.words.items() if until < wall - 3 * every}
+        if not await self._locks.say_helping(self.region, self.owner_id, until=wall + 3 * every, stale=stale):
+            # another engine took one of those off first, or its owner spoke again: say it alone
+            await self._locks.say_helping(self.region, self.owner_id, until=wall + 3 * every)
+        self._said_at = now
+
+    async def _take_word_back(self) -> None:
+        try:
+            await self._locks.stop_helping(self.region, self.owner_id)
+        except Exception as exc:  # noqa: BLE001 - it runs out on its own
+            log.warning("helper_word_not_taken_back", error=repr(exc))
+        self._said_at = None
 
     def _follow(self, match_id: str, owner: str, epoch: int, since: float) -> None:
         assert self._nursery is not None
@@ -325,4 +372,6 @@ class ShareWorker:
             "shards_delivered": self.runner.delivered,
             "pushes_answered": self.runner.pushes,
             "gave_way_s": round(self.gave_way_s, 3),
+            "helpers": {h: round(until - self._now(), 1) for h, until in sorted(self.words.items())},
+            "saying_it_helps": self._said_at is not None,
         }

@@ -57,17 +57,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.harness import procfs  # noqa: E402
+
 MATCH = "777001"
 TEAMS = ("7101", "7102")
 
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used (``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """User + system CPU seconds a process has used."""
+    used = procfs.cpu_s(pid)
+    if used is None:
+        raise RuntimeError(f"process {pid} is gone: its CPU cannot be read")
+    return used
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -92,7 +92,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import re
 import shutil
@@ -111,12 +110,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.replay.synth import synthesise  # noqa: E402
 from daemon.store.local import MotoServer  # noqa: E402
+from tests.harness import procfs  # noqa: E402
 from tests.harness.cluster import Cluster, admin_request  # noqa: E402
 from tests.harness.dynalite import DynaliteServer  # noqa: E402
 from tests.harness.nginx_apns import NginxApns  # noqa: E402
 from tests.harness.records import Alert, ShownOrder, alerts_shown_twice  # noqa: E402
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -225,31 +223,9 @@ def fanout_s(lags: list[float]) -> float:
 
 
 def _proc_sample(pid: int) -> tuple[int, float] | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            hwm = next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        return hwm * 1024, cpu
-    except (OSError, StopIteration, IndexError, ValueError):
-        return None
-
-
-def _tree_cpu(pid: int) -> float | None:
-    """CPU seconds of a process and its direct children (nginx's work is done by its worker)."""
-    own = _proc_sample(pid)
-    if own is None:
-        return None
-    total = own[1]
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        children = []
-    for child in children:
-        sample = _proc_sample(int(child))
-        total += sample[1] if sample else 0.0
-    return total
+    """The process's peak RSS in bytes and CPU seconds; None when it is gone."""
+    hwm, cpu = procfs.peak_rss_bytes(pid), procfs.cpu_s(pid)
+    return None if hwm is None or cpu is None else (hwm, cpu)
 
 
 def _calls_per_tick(metrics_text: str) -> tuple[float, float, float]:
@@ -590,9 +566,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            peers = {"dynamodb": _tree_cpu(store.proc.pid) if store.proc else None}
+            peers = {"dynamodb": procfs.tree_cpu_s(store.proc.pid) if store.proc else None}
             if nginx is not None and nginx.proc is not None:
-                peers["apns"] = _tree_cpu(nginx.proc.pid)
+                peers["apns"] = procfs.tree_cpu_s(nginx.proc.pid)
             await trio.to_thread.run_sync(store.stop)
             if nginx is not None:
                 await trio.to_thread.run_sync(nginx.stop)

@@ -346,6 +346,13 @@ SHARE_HELPED_MATCHES = Gauge(
     "Hot matches of other instances this instance follows, ready to deliver their shards",
     registry=REGISTRY,
 )
+SHARE_HELPERS = Gauge(
+    "sightscreen_share_helpers",
+    "Other engines of the region whose word on the hot list says they follow hot matches, ready to deliver "
+    "shards (as this instance last read it). This instance's hot matches are fanned out by their owner alone "
+    "while it is 0",
+    registry=REGISTRY,
+)
 SHARE_PUSHES = Counter(
     "sightscreen_share_pushes",
     "Per-token pushes of hot matches' shards this instance delivered, by role (owner: a shard of its own "

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from daemon import logs
+from tests.harness import procfs
 from tests.harness.aws_peer import AwsPeer
 from tests.harness.aws_policy_gate import (  # noqa: F401 - hooks: record each role's DynamoDB calls, check the policy
     pytest_configure,
@@ -84,26 +85,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def _daemon_children() -> set[int]:
-    """This process's child processes that are daemons (``python -m daemon run ...``), from /proc."""
-    me = str(os.getpid())
-    found: set[int] = set()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                argv = cmdline.read().split(b"\0")
-        except OSError:
-            continue
-        if fields[1] == me and fields[0] != "Z" and argv[1:4] == [b"-m", b"daemon", b"run"]:
-            found.add(int(entry))
-    return found
+    """This process's running child processes that are daemons (``python -m daemon run ...``), from /proc."""
+    return {
+        pid
+        for pid in procfs.children(os.getpid())
+        if ((procfs.cmdline(pid) or [])[1:4]) == [b"-m", b"daemon", b"run"]
+    }
 
 
 @pytest.fixture(autouse=True)

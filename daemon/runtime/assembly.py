@@ -158,11 +158,6 @@ class Daemon:
             )
         # a hot match's fan-outs are shared by every engine of the region ([fanout]): the match actors publish
         # them, the share worker delivers other engines' shards here
-        self.sharing = Sharing(
-            region=self.region,
-            settings=config.fanout,
-            cadence_s=lambda marquee: self.feed.cadence_for(marquee=marquee),
-        )
         self.share_worker: ShareWorker | None = (
             ShareWorker(
                 region=self.region,
@@ -178,6 +173,14 @@ class Daemon:
             )
             if self.sender is not None and config.fanout.share_above > 0
             else None
+        )
+        worker = self.share_worker
+        self.sharing = Sharing(
+            region=self.region,
+            settings=config.fanout,
+            cadence_s=lambda marquee: self.feed.cadence_for(marquee=marquee),
+            # a hot match is shared only while another engine says it helps (the share worker reads it)
+            helpers=worker.helpers if worker is not None else lambda: 0,
         )
         self.api: ApiServer | None = None
         self.supervisor: Supervisor | None = None

@@ -9,11 +9,11 @@ from typing import Any, Protocol
 
 from daemon.cricket import share
 from daemon.cricket.share import LANES, Board, ShardRecord
-from daemon.store.locks import instance_of, shard_key
+from daemon.store.locks import HotList, instance_of, shard_key
 
 
 class ShareReads(Protocol):
-    async def get_hot_matches(self, region: str) -> dict[str, dict[str, Any]]: ...
+    async def get_hot_list(self, region: str) -> HotList: ...
 
     async def get_share_boards(
         self, match_ids: list[str], lanes: tuple[str, ...]
@@ -41,8 +41,10 @@ def _shard_row(index: int, record: ShardRecord | None, now: float) -> dict[str, 
 
 
 async def region_shares(locks: ShareReads, region: str, *, now: float) -> dict[str, Any]:
-    """``{"hot": {match: entry}, "boards": {match: {lane: {...work item, shards: [...]}}}}``."""
-    hot = await locks.get_hot_matches(region)
+    """``{"hot": {match: entry}, "helpers": {instance: word_left_s}, "boards": {match: {lane: {...work item,
+    shards: [...]}}}}``."""
+    listed = await locks.get_hot_list(region)
+    hot = listed.matches
     boards: dict[str, dict[str, Any]] = {}
     items = await locks.get_share_boards(sorted(hot), LANES) if hot else {}
     for (match_id, lane), item in sorted(items.items()):
@@ -73,5 +75,7 @@ async def region_shares(locks: ShareReads, region: str, *, now: float) -> dict[s
         }
     return {
         "hot": {m: {**e, "owner": instance_of(str(e.get("owner", "")))} for m, e in sorted(hot.items())},
+        # the engines that said they help, and how long their word is still good (negative: ran out)
+        "helpers": {instance_of(h): round(until - now, 1) for h, until in sorted(listed.helpers.items())},
         "boards": boards,
     }

@@ -11,7 +11,8 @@ Push-to-start claims (``start:{matchId}:{userId}``) are holds of the same shape,
 ``release_push_to_starts``).
 
 A hot match's shared fan-out lives here too (``daemon.cricket.share`` has what each item means): the region's
-hot list (``hot:{region}``, one attribute per hot match naming its owner and lease epoch), each hot match's
+hot list (``hot:{region}``, one attribute per hot match naming its owner and lease epoch, and one per engine
+that follows another's hot match, ready to deliver its shards, saying until when), each hot match's
 boards (``share:{matchId}:{lane}``, written by its owner only, never over a newer owner's) and each shard's lease
 (``shard:{matchId}:{lane}:{seq}:{i}``, taken and renewed with ``acquire_fenced``/``extend_fenced`` like any
 lease, its watermark and outcome counts set in the same writes). Reading of the data model: its conditions name ``lockId`` and ``holder``; the
@@ -89,6 +90,16 @@ def shard_key(match_id: str, lane: str, seq: int, index: int) -> str:
 
 
 HOT_PREFIX = "m:"  # a hot list attribute per match: "m:{matchId}"
+HELPER_PREFIX = "h:"  # a hot list attribute per engine ready to help: "h:{owner}" -> until (epoch seconds)
+
+
+@dataclass(frozen=True)
+class HotList:
+    """The region's hot list as read: each hot match (``{owner, epoch, since}``) and each engine that said
+    it follows another's hot match (its owner identity -> until when, by its clock)."""
+
+    matches: dict[str, dict[str, Any]]
+    helpers: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -434,14 +445,51 @@ class LockRepository(Repository):
 
     # --- a hot match's shared fan-out ----------------------------------------------------------------------
 
-    async def get_hot_matches(self, region: str) -> dict[str, dict[str, Any]]:
-        """The region's hot matches: match id -> ``{owner, epoch, since}`` (strongly consistent)."""
-        item = await self._get(hot_list_key(region), consistent=True, now=float("-inf"))
-        return {
+    async def get_hot_list(self, region: str) -> HotList:
+        """The region's hot matches and its helpers' words (strongly consistent, one GetItem)."""
+        item = await self._get(hot_list_key(region), consistent=True, now=float("-inf")) or {}
+        matches = {
             key[len(HOT_PREFIX) :]: dict(value)
-            for key, value in (item or {}).items()
+            for key, value in item.items()
             if key.startswith(HOT_PREFIX) and isinstance(value, dict)
         }
+        helpers = {
+            key[len(HELPER_PREFIX) :]: float(value)
+            for key, value in item.items()
+            if key.startswith(HELPER_PREFIX) and isinstance(value, int | float)
+        }
+        return HotList(matches, helpers)
+
+    async def say_helping(
+        self, region: str, helper: str, *, until: float, stale: dict[str, float] | None = None
+    ) -> bool:
+        """Say on the region's hot list that ``helper`` (an owner identity) follows other engines' hot matches,
+        ready to deliver their shards, until ``until`` (epoch seconds), and take off ``stale`` helpers' words
+        (owner -> the value read), each only if it still is what was read: a helper that spoke again since
+        keeps its word. False when one had (nothing written; the caller says it again without it)."""
+        names = {"#me": HELPER_PREFIX + helper}
+        values: dict[str, Any] = {":until": to_attr(float(until))}
+        conditions = []
+        for i, (other, seen) in enumerate(sorted((stale or {}).items())):
+            names[f"#s{i}"] = HELPER_PREFIX + other
+            values[f":s{i}"] = to_attr(float(seen))
+            conditions.append(f"#s{i} = :s{i}")
+        update: dict[str, Any] = {
+            "UpdateExpression": "SET #me = :until"
+            + (" REMOVE " + ", ".join(f"#s{i}" for i in range(len(conditions))) if conditions else ""),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        if conditions:
+            update["ConditionExpression"] = " AND ".join(conditions)
+        return await self._update(self._key(hot_list_key(region)), update) is not None
+
+    async def stop_helping(self, region: str, helper: str) -> None:
+        """Take ``helper``'s word off the region's hot list (it stops following hot matches)."""
+        await self._update(
+            self._key(hot_list_key(region)),
+            {"UpdateExpression": "REMOVE #me", "ExpressionAttributeNames": {"#me": HELPER_PREFIX + helper}},
+        )
 
     async def put_hot_match(
         self, region: str, match_id: str, *, owner: str, epoch: int, now: float | None = None

@@ -327,9 +327,74 @@ async def test_a_match_below_the_threshold_is_fanned_out_by_its_owner_alone(repo
             await _tick_until(actor, tape, match_id, range(len(tape)), lambda: len(sender.pushes) >= 16)
         nursery.cancel_scope.cancel()
     assert not actor.share.hot
-    assert await repos.locks.get_hot_matches("t") == {}, "never listed"
+    assert (await repos.locks.get_hot_list("t")).matches == {}, "never listed"
     assert await repos.locks.get_share_boards([match_id], ["tick", "start"]) == {}, "nothing published"
     assert worker.followed == {} and worker.runner.delivered == 0
+
+
+async def _until(what: Callable[[], bool], why: str, within_s: float = 10.0) -> None:
+    with trio.fail_after(within_s):
+        while not what():
+            await trio.sleep(0.02)
+    assert what(), why
+
+
+async def test_a_hot_match_no_other_engine_helps_goes_alone_until_one_says_it_helps(repos: Any) -> None:
+    """The owner's own engine's share worker reads the hot list (it follows no match of its own); while no
+    other engine's word is there, the owner fans out alone: every push its own, no board published, the match
+    listed all the same. A helper that starts follows the listed match and says it helps; the owner shares
+    its next fan-outs; the helper stopped takes its word back and the owner goes alone again."""
+    tape, match_id = await _world(repos)
+    owner_sender = FakeSender(answer_after_s=0.004)  # slow enough that a helper takes shards
+    helper_sender = FakeSender()
+    own_worker = _helper(repos, FakeSender(), "owner-a#1")
+    sharing = Sharing(region="t", settings=FANOUT, cadence_s=lambda marquee: 1.0, helpers=own_worker.helpers)
+    entries = iter(range(len(tape)))
+
+    async def tick_until(done: Callable[[], bool]) -> None:
+        with trio.fail_after(60):
+            for entry in entries:
+                await actor.handle(update(match_id, tape.fixture_at(entry)))
+                if done():
+                    return
+        raise AssertionError("the tape ran out first")
+
+    async with trio.open_nursery() as nursery:
+        owner_sender.nursery = nursery
+        actor = make_match_actor(match_id, repos, owner_sender, owner="owner-a#1", sharing=sharing, **CHUNKS)
+        await take_lease(actor)
+        await actor.audience.refresh()
+        await nursery.start(own_worker.run)
+        await tick_until(lambda: len(owner_sender.pushes) >= 2 * SESSIONS)
+        assert actor.share.hot and not actor.share.shared and actor.share.describe()["alone"]
+        assert match_id in (await repos.locks.get_hot_list("t")).matches, "listed for helpers to find"
+        assert await repos.locks.get_share_boards([match_id], ["tick"]) == {}, "nothing published"
+        assert own_worker.helpers() == 0 and not own_worker.followed, "its own match is not followed"
+
+        helper_scope = trio.CancelScope()
+
+        async def helper_runs() -> None:
+            with helper_scope:
+                await worker.run()
+
+        worker = _helper(repos, helper_sender, "helper-b#1")
+        nursery.start_soon(helper_runs)
+        await _helper_following(worker, match_id)
+        await _until(lambda: own_worker.helpers() == 1, "the owner's engine read the helper's word")
+        assert actor.share.shared
+        await tick_until(lambda: len(helper_sender.pushes) > 0)
+        assert await repos.locks.get_share_boards([match_id], ["tick"]), "published once helped"
+
+        helper_scope.cancel()
+        await _until(lambda: own_worker.helpers() == 0, "the stopped helper took its word back")
+        assert (await repos.locks.get_hot_list("t")).helpers == {}
+        helped = len(helper_sender.pushes)
+        alone_from = len(owner_sender.pushes)
+        await tick_until(lambda: len(owner_sender.pushes) >= alone_from + 2 * SESSIONS)
+        nursery.cancel_scope.cancel()
+    assert not actor.share.shared and len(helper_sender.pushes) == helped
+    per_tick = Counter((p.token, _aps(p)["timestamp"]) for p in [*owner_sender.pushes, *helper_sender.pushes])
+    assert max(per_tick.values()) == 1, "no session got one tick twice, alone or shared"
 
 
 # --- a helper dies -------------------------------------------------------------------------------------------

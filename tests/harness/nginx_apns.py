@@ -216,18 +216,11 @@ class NginxApns:
 
     def worker_pids(self) -> list[int]:
         """The running workers' process ids (the master's children, read from ``/proc``)."""
-        if self.proc is None:
-            return []
-        return [pid for pid, parent in procfs.processes() if parent == self.proc.pid]
+        return [] if self.proc is None else procfs.children(self.proc.pid)
 
     def cpu_s(self) -> float | None:
         """CPU seconds (user and system) of the master and its running workers; None when not running."""
-        if self.proc is None:
-            return None
-        own = procfs.cpu_s(self.proc.pid)
-        if own is None:
-            return None
-        return own + sum(procfs.cpu_s(pid) or 0.0 for pid in self.worker_pids())
+        return None if self.proc is None else procfs.tree_cpu_s(self.proc.pid)
 
     def stop(self) -> None:
         """Graceful stop (SIGQUIT): nginx flushes its buffered record lines before it exits."""

@@ -88,13 +88,15 @@ ROLE_CALLS: dict[str, frozenset[str]] = {
             "LockRepository.release",
             "LockRepository.release_fenced",
             # a hot match shared by the fleet: the hot list, the boards, the shards' records
-            "LockRepository.get_hot_matches",
+            "LockRepository.get_hot_list",
             "LockRepository.get_share_boards",
             "LockRepository.get_shards",
             "LockRepository.publish_share_board",
             "LockRepository.put_hot_match",
             "LockRepository.remove_hot_match",
             "LockRepository.remove_share_board",
+            "LockRepository.say_helping",
+            "LockRepository.stop_helping",
             # the feed leader's fenced cache and its readers
             "FixtureCacheRepository.batch_get_entries",
             "FixtureCacheRepository.batch_get_region_stamps",

@@ -33,6 +33,10 @@ class Match:
     def hot(self) -> bool:
         return False
 
+    @property
+    def shared(self) -> bool:
+        return False
+
     def channel_ids(self) -> dict[str, str]:
         return {}
 
@@ -96,7 +100,7 @@ async def test_matches_show_how_long_since_each_owned_match_last_ticked() -> Non
     (row,) = await handlers["matches"]([])
     assert row["match_id"] == "71" and row["lag_s"] == 0.001
     assert 39 <= row["since_last_tick_s"] <= 60, "stuck for 40 s, though its last lag was a millisecond"
-    assert row["hot"] is False
+    assert row["hot"] is False and row["shared"] is False
 
 
 async def test_shares_answer_the_daemons_view_of_the_regions_hot_matches() -> None:

@@ -1,5 +1,6 @@
-"""``ctl shares``' reading of the region's hot matches from cricket-locks (moto's server): the hot list, each
-board's work item, and each shard waiting, held (by whom, its watermark, its lease left) or done (its counts)."""
+"""``ctl shares``' reading of the region's hot matches from cricket-locks (moto's server): the hot list and
+the engines that said they help, each board's work item, and each shard waiting, held (by whom, its
+watermark, its lease left) or done (its counts)."""
 
 from __future__ import annotations
 
@@ -47,4 +48,7 @@ async def test_shares_show_each_hot_matchs_work_item_and_its_shards(repos: Any) 
     assert holding["state"] == "held" and holding["holder"] == "i2" and holding["handed"] == "k5"
     assert 0 < holding["lease_left_s"] <= 30
     assert finished["state"] == "done" and finished["accepted"] == 3 and finished["total"] == 3
-    assert await region_shares(locks, "us", now=time.time()) == {"hot": {}, "boards": {}}
+    assert view["helpers"] == {}
+    assert await locks.say_helping("eu", "i2#bb", until=now + 30)
+    assert (await region_shares(locks, "eu", now=now))["helpers"] == {"i2": 30.0}
+    assert await region_shares(locks, "us", now=time.time()) == {"hot": {}, "helpers": {}, "boards": {}}

@@ -29,10 +29,10 @@ async def test_the_hot_list_takes_an_entry_per_match_and_only_a_newer_owner_repl
     repos: Repositories,
 ) -> None:
     locks = repos.locks
-    assert await locks.get_hot_matches("eu") == {}
+    assert (await locks.get_hot_list("eu")).matches == {}
     assert await locks.put_hot_match("eu", "77", owner="a#1", epoch=3, now=T0)
     assert await locks.put_hot_match("eu", "78", owner="b#1", epoch=1, now=T0)
-    assert await locks.get_hot_matches("eu") == {
+    assert (await locks.get_hot_list("eu")).matches == {
         "77": {"owner": "a#1", "epoch": 3, "since": T0},
         "78": {"owner": "b#1", "epoch": 1, "since": T0},
     }
@@ -40,11 +40,34 @@ async def test_the_hot_list_takes_an_entry_per_match_and_only_a_newer_owner_repl
     assert await locks.put_hot_match("eu", "77", owner="c#1", epoch=4, now=T0 + 1)
     assert not await locks.put_hot_match("eu", "77", owner="a#1", epoch=3, now=T0 + 2)
     assert not await locks.remove_hot_match("eu", "77", epoch=3)
-    assert (await locks.get_hot_matches("eu"))["77"]["owner"] == "c#1"
+    assert (await locks.get_hot_list("eu")).matches["77"]["owner"] == "c#1"
     assert await locks.remove_hot_match("eu", "77", epoch=4)
     assert not await locks.remove_hot_match("eu", "77", epoch=9)  # not listed any more
-    assert set(await locks.get_hot_matches("eu")) == {"78"}
-    assert await locks.get_hot_matches("us") == {}
+    assert set((await locks.get_hot_list("eu")).matches) == {"78"}
+    assert (await locks.get_hot_list("us")).matches == {}
+
+
+async def test_helpers_say_they_help_beside_the_hot_matches_and_a_stale_word_goes_only_as_it_was_read(
+    repos: Repositories,
+) -> None:
+    locks = repos.locks
+    assert await locks.put_hot_match("eu", "77", owner="a#1", epoch=3, now=T0)
+    assert await locks.say_helping("eu", "b#1", until=T0 + 30)
+    assert await locks.say_helping("eu", "c#1", until=T0 + 30.5)
+    listed = await locks.get_hot_list("eu")
+    assert listed.helpers == {"b#1": T0 + 30, "c#1": T0 + 30.5}
+    assert set(listed.matches) == {"77"}, "the words are not hot matches"
+    # c takes b's word off as read: it goes; a word b said again since stays
+    assert await locks.say_helping("eu", "b#1", until=T0 + 60)
+    assert not await locks.say_helping("eu", "c#1", until=T0 + 90, stale={"b#1": T0 + 30})
+    assert (await locks.get_hot_list("eu")).helpers == {"b#1": T0 + 60, "c#1": T0 + 30.5}, "nothing written"
+    assert await locks.say_helping("eu", "c#1", until=T0 + 120, stale={"b#1": T0 + 60})
+    assert (await locks.get_hot_list("eu")).helpers == {"c#1": T0 + 120}
+    await locks.stop_helping("eu", "c#1")
+    await locks.stop_helping("eu", "c#1")  # again: nothing to take off, no error
+    listed = await locks.get_hot_list("eu")
+    assert listed.helpers == {} and set(listed.matches) == {"77"}
+    assert (await locks.get_hot_list("us")).helpers == {}
 
 
 async def test_a_board_is_never_overwritten_by_an_older_owner_and_lanes_stand_apart(

@@ -38,6 +38,9 @@ class MatchView(Protocol):
     @property
     def hot(self) -> bool: ...
 
+    @property
+    def shared(self) -> bool: ...
+
     def channel_ids(self) -> dict[str, str]: ...
 
     def describe(self) -> dict[str, Any]: ...
@@ -85,6 +88,7 @@ def _row_of(actor: MatchView) -> dict[str, Any]:
         "channel_sessions": actor.channel_session_count,
         "channels": actor.channel_ids(),
         "hot": actor.hot,
+        "shared": actor.shared,
     }
 
 
