@@ -4,9 +4,10 @@ One per engine, run by the supervisor beside the orchestrator. It
 
 - reads the region's hot list (``hot:{region}``, one GetItem every ``[fanout].hot_list_poll_s``) and follows
   each hot match another process owns: a view of its audience of its own (``MatchAudience``, refreshed on the
-  match actor's cadence), kept while the match is listed; while it follows any, it says so on the hot list
-  every ``helper_word_s`` (one UpdateItem), and it keeps the other engines' words it read, for this process's
-  own hot matches (``helpers``: their owner fans out alone while no other engine would help);
+  match actor's cadence), kept while the match is listed; while it follows any whose audience it has read,
+  it says so on the hot list every ``helper_word_s`` (one UpdateItem), and it keeps the other engines' words
+  it read, for this process's own hot matches (``helpers``: their owner fans out alone while no other
+  engine would help);
 - reads the followed matches' boards (one strongly consistent BatchGetItem every ``board_poll_s`` for all of
   them): a work item it has not seen finished is work to do. This poll is how a helper learns of new work: a
   shard waits for it (half a poll on average, and the read) before it is taken, and that wait is in the lag
@@ -183,9 +184,9 @@ class ShareWorker:
                     match_id, str(entry["owner"]), int(entry.get("epoch", 0)), float(entry.get("since") or 0)
                 )
         SHARE_HELPED_MATCHES.set(len(self.followed))
-        if self.followed:
+        if any(f.audience.loaded.is_set() for f in self.followed.values()):  # it can deliver shards now
             await self._say_word(hot.helpers.get(self.owner_id))
-        elif self._said_at is not None:
+        elif self._said_at is not None and not self.followed:
             await self._take_word_back()
 
     async def _say_word(self, standing: float | None) -> None:
