@@ -772,7 +772,7 @@ class MatchActor:
         if self.share.update_hot():
             if not self.share.shared:  # a shared fan-out lists it as it publishes
                 try:
-                    await self.share.keep_listed()
+                    await self.share.go_alone()
                 except LeaseLost:
                     raise
                 except Exception as exc:  # noqa: BLE001 - this fan-out goes alone anyway; listed next tick

@@ -321,6 +321,13 @@ class SharedFanOut:
                     await ended.wait()
 
     # --- the hot list ---------------------------------------------------------------------------------------
+    async def go_alone(self) -> None:
+        """The next fan-out goes alone (hot, no helper): no shard of it waits, so the wait gauge is zeroed
+        (its last shared item's value would keep SightscreenHotMatchShardsWaiting firing), and the match is
+        kept listed so helpers find it."""
+        SHARE_WAIT_CADENCES.labels(self.match_id).set(0)
+        await self.keep_listed()
+
     async def keep_listed(self) -> None:
         """On the region's hot list, listed again each ``stale_board_s / 2`` (an entry older than a stale
         board may be taken off by any engine), whether its fan-outs are shared or not: helpers follow what

@@ -3,7 +3,7 @@
     python bench/hot_match.py [--tokens 100000] [--instances 1,2,3] [--sharing off,on] [--duration 180]
                               [--drain 40] [--speed 1] [--cadence 2.5] [--lease 10] [--shard-size N]
                               [--share-above N] [--board-poll-s S] [--engine-cpu C] [--apns-workers N]
-                              [--apns-connections N] [--seed 1] [--format T20]
+                              [--apns-connections N] [--shards-at-once N] [--seed 1] [--format T20]
 
 One synthesised match with ``--tokens`` per-token followers (iOS 17: one push per device per ball) played at
 ``--speed`` (1: real speed) against dynalite (DynamoDB) and nginx (the recording APNs peer,

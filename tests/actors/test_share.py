@@ -34,7 +34,7 @@ from actors.share import Sharing
 from actors.share_worker import ShareWorker
 from daemon.apns.types import Push
 from daemon.cricket.share import TickWork
-from daemon.metrics import REGISTRY
+from daemon.metrics import REGISTRY, SHARE_WAIT_CADENCES
 from daemon.replay.synth import synthesise
 from daemon.store.locks import match_lock_key
 from tests.actors.match_helpers import make_match_actor, take_lease
@@ -390,9 +390,12 @@ async def test_a_hot_match_no_other_engine_helps_goes_alone_until_one_says_it_he
         assert (await repos.locks.get_hot_list("t")).helpers == {}
         helped = len(helper_sender.pushes)
         alone_from = len(owner_sender.pushes)
+        SHARE_WAIT_CADENCES.labels(match_id).set(3.0)  # as a shared item whose shards waited leaves it
         await tick_until(lambda: len(owner_sender.pushes) >= alone_from + 2 * SESSIONS)
         nursery.cancel_scope.cancel()
     assert not actor.share.shared and len(helper_sender.pushes) == helped
+    waiting = sample("sightscreen_share_shard_wait_cadences", {"match_id": match_id})
+    assert waiting == 0, "no shard waits while the owner goes alone: the alert's gauge says so"
     per_tick = Counter((p.token, _aps(p)["timestamp"]) for p in [*owner_sender.pushes, *helper_sender.pushes])
     assert max(per_tick.values()) == 1, "no session got one tick twice, alone or shared"
 
