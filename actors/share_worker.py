@@ -51,6 +51,8 @@ from daemon.store.locks import shard_key
 
 log = get_logger("share.worker")
 
+WORD_SPANS = 3  # a helper's word on the hot list is good for this many helper_word_s
+
 
 @dataclass
 class Followed:
@@ -191,17 +193,17 @@ class ShareWorker:
 
     async def _say_word(self, standing: float | None) -> None:
         """Say this engine helps, every ``helper_word_s`` (sooner when its word is not on the list as read),
-        good for three of them; the words of others that ran out more than a word's span ago go with it
-        (engines gone without taking theirs back)."""
+        good for ``WORD_SPANS`` of them; the words of others that ran out more than a word's span ago go with
+        it (engines gone without taking theirs back)."""
         every = self.settings.helper_word_s
         now = trio.current_time()
         if standing is not None and self._said_at is not None and now - self._said_at < every:
             return
-        wall = self._now()
-        stale = {h: until for h, until in self.words.items() if until < wall - 3 * every}
-        if not await self._locks.say_helping(self.region, self.owner_id, until=wall + 3 * every, stale=stale):
+        wall, span = self._now(), WORD_SPANS * every
+        stale = {h: until for h, until in self.words.items() if until < wall - span}
+        if not await self._locks.say_helping(self.region, self.owner_id, until=wall + span, stale=stale):
             # another engine took one of those off first, or its owner spoke again: say it alone
-            await self._locks.say_helping(self.region, self.owner_id, until=wall + 3 * every)
+            await self._locks.say_helping(self.region, self.owner_id, until=wall + span)
         self._said_at = now
 
     async def _take_word_back(self) -> None:

@@ -223,9 +223,9 @@ def fanout_s(lags: list[float]) -> float:
 
 
 def _proc_sample(pid: int) -> tuple[int, float] | None:
-    """The process's peak RSS in bytes and CPU seconds; None when it is gone."""
-    hwm, cpu = procfs.peak_rss_bytes(pid), procfs.cpu_s(pid)
-    return None if hwm is None or cpu is None else (hwm, cpu)
+    """The process's peak RSS in bytes (0 when ``/proc`` shows none) and CPU seconds; None when it is gone."""
+    cpu = procfs.cpu_s(pid)
+    return None if cpu is None else (procfs.peak_rss_bytes(pid) or 0, cpu)
 
 
 def _calls_per_tick(metrics_text: str) -> tuple[float, float, float]:
