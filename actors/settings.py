@@ -245,8 +245,8 @@ class FanoutSettings(BaseModel):
         description="a match whose per-token audience (Live Activity sessions pushed one by one) is above this "
         "is hot: its routine updates, alerts and push-to-starts are cut into shards that any engine of the "
         "region delivers, while its owner alone decides what is sent. The default is what one engine fans out "
-        "within the 2.5 s marquee cadence at the measured 72 us of CPU per push (docs/cost.md: 2.5 s / 72 us "
-        "= 34,700). 0: never share",
+        "within the 2.5 s marquee cadence at 72 us of CPU per push, an engine's average over a whole run with "
+        "its polls and audience reads counted (docs/cost.md: 2.5 s / 72 us = 34,700). 0: never share",
     )
     cool_below: float = Field(
         0.8,
@@ -260,7 +260,7 @@ class FanoutSettings(BaseModel):
         ge=1,
         le=1_000_000,
         description="sessions (or, for push-to-starts, followers) per shard at most: one engine's work of "
-        "about 0.4 s at 72 us a push; smaller shards spread better and cost more DynamoDB calls per ball "
+        "about 0.4 s at that 72 us a push; smaller shards spread better and cost more DynamoDB calls per ball "
         "(a claim, an owner check and a completion each)",
     )
     shards_at_once: int = Field(
