@@ -28,7 +28,8 @@ Definitions (what the figures mean):
 - key events due: those of them that happened before the cut-off (a wicket whose ball was served by then;
   a match end that happened) — all of them when every match ended;
 - delivered: a (token, key event) pair whose event appeared in an update (or the end) APNs accepted for that
-  token; ``lost`` = pairs due minus pairs delivered;
+  token; ``lost`` = pairs due minus pairs delivered, and ``lost_events`` each key event some token missed
+  (its match, when it was served, how many tokens, how long after the last kill);
 - duplicate alerts: a token that saw the same alerting event with two different timestamps (a repeat with
   the same timestamp is discarded by iOS, so it is not a duplicate on the device); an event is its type and
   subject, once per ball (``tests.harness.records.alerts_shown_twice``);
@@ -114,6 +115,7 @@ from tests.harness import procfs  # noqa: E402
 from tests.harness.cluster import Cluster, admin_request  # noqa: E402
 from tests.harness.dynalite import DynaliteServer  # noqa: E402
 from tests.harness.nginx_apns import NginxApns  # noqa: E402
+from tests.harness.peer_priority import ahead_of_the_rig  # noqa: E402
 from tests.harness.records import Alert, ShownOrder, alerts_shown_twice  # noqa: E402
 
 
@@ -396,9 +398,11 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _start_store(kind: str, workdir: Path) -> MotoServer | DynaliteServer:
-    if kind == "dynalite":
-        return DynaliteServer(log_path=workdir / "dynalite.log").start()
-    return MotoServer().start()
+    store = DynaliteServer(log_path=workdir / "dynalite.log") if kind == "dynalite" else MotoServer()
+    store.start()
+    if store.proc is not None:  # DynamoDB's stand-in answers ahead of the daemons it serves, as AWS would
+        ahead_of_the_rig(store.proc.pid)
+    return store
 
 
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
@@ -587,6 +591,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     for phone_match, _ in cluster.channel_phones.values():
         match_channel_phones[phone_match] += 1
     lost_by_path: dict[str, int] = defaultdict(int)
+    lost_events: list[dict[str, Any]] = []
     expected = 0
     delivered_all = 0
     lost = 0
@@ -609,6 +614,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 continue  # not due: the ball came after the cut-off
             due_events += 1
             everyone = True
+            lost_before = lost
             event_lags: list[float] = []
             for token in match.tokens:
                 started_at = cluster.channel_started.get(token, cluster.token_started.get(token))
@@ -634,6 +640,19 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     ] += 1
                     everyone = False
             delivered_all += everyone
+            if lost > lost_before:  # which event, when, and how long after a kill: where to look in the logs
+                before_kill = [k for k in kill_times if served_at is not None and k <= served_at]
+                lost_events.append(
+                    {
+                        "match": match_id,
+                        "event": f"{etype} {subject}",
+                        "at_s": None if served_at is None else round(served_at - started, 1),
+                        "lost": lost - lost_before,
+                        "since_last_kill_s": round(served_at - before_kill[-1], 1)
+                        if before_kill and served_at is not None
+                        else None,
+                    }
+                )
             ekey = (match_id, etype, subject)
             requests_per_event.append(tally.requests_per_event.get(ekey, 0))
             phones = match_channel_phones.get(match_id, 0)
@@ -707,6 +726,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "expected_deliveries": expected,
         "lost": lost,
         "lost_by_path": dict(lost_by_path),
+        "lost_events": lost_events,
         "duplicate_alerts": duplicates,
         # what phones showed going back, as iOS applies updates (older timestamps dropped): status flips,
         # and balls withdrawn beyond what the tapes' own deletions and corrections explain

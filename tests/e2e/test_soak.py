@@ -7,6 +7,7 @@ It runs ``bench/soak.py`` exactly as an operator would and reads its last line. 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 @pytest.mark.timeout(1000)
-def test_short_soak_with_kills_loses_nothing_and_shows_no_alert_twice() -> None:
+def test_short_soak_with_kills_loses_nothing_and_shows_no_alert_twice(tmp_path: Path) -> None:
+    # the run's directory (each daemon's log) is kept under the test's own, to be read when it fails
     proc = subprocess.run(
         [
             sys.executable,
@@ -39,17 +41,20 @@ def test_short_soak_with_kills_loses_nothing_and_shows_no_alert_twice() -> None:
             "5",
             "--duration",
             "600",  # both matches end in about 100 s on a quiet machine; the rest is room for a loaded one
+            "--keep-workdir",
         ],
         cwd=PROJECT_ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=840,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["matches_ended"] == 2, result
-    assert result["kills"] >= 1, result
+    where = f"logs in {tmp_path}"
+    assert result["matches_ended"] == 2, (where, result)
+    assert result["kills"] >= 1, (where, result)
     assert result["expected_deliveries"] > 0
-    assert result["lost"] == 0, result
-    assert result["duplicate_alerts"] == 0, result
+    assert result["lost"] == 0, (where, result["lost_events"], result["lost_by_path"])
+    assert result["duplicate_alerts"] == 0, (where, result)
     assert result["key_events_delivered_to_every_token"] == result["key_events_in_tapes"]

@@ -110,9 +110,13 @@ async def _die_and_be_succeeded(
 
 
 def _wicket_alert(record: dict[str, Any]) -> bool:
+    """An alerting update that carries a wicket: alone, or among the other events of a tick that a loaded
+    machine's late poll gathered (its headline may then be another event)."""
     state = aps(record).get("content-state") or {}
     return (
-        "alert" in aps(record) and aps(record).get("event") == "update" and state.get("eventType") == "wicket"
+        "alert" in aps(record)
+        and aps(record).get("event") == "update"
+        and any(e.get("type") == "wicket" for e in state.get("events") or [])
     )
 
 
@@ -143,7 +147,9 @@ async def test_kills_mid_fan_out_under_apns_latency_lose_the_alert_for_at_most_o
     """0.3 s of latency each way on the link to APNs and 200 devices, so a fan-out has many pushes handed to
     the sender that APNs has not answered: the owner is severed once APNs has answered the ``nth`` alert of a
     wicket. Its successor completes the fan-out: every device gets the wicket, at most one chunk
-    (``alert_chunk_max``) of them without its alert, none twice."""
+    (``alert_chunk_max``) of them without its alert for each owner that stopped in the fan-out, none twice.
+    One owner stops here (the severed one); a second only where a loaded machine let the successor's own
+    3-s lease run out mid-fan-out, which takes the match again under a new epoch."""
     answered: list[dict[str, Any]] = []
 
     def nth_alert(record: dict[str, Any]) -> bool:
@@ -170,8 +176,11 @@ async def test_kills_mid_fan_out_under_apns_latency_lose_the_alert_for_at_most_o
         }
         assert len(reached) == LATENT_FOLLOWERS, "every device got the wicket"
         missed = reached - alerted
-        assert len(missed) <= LATENT_CHUNKS["match"]["alert_chunk_max"], (
-            f"{len(missed)} devices lost the alert (killed after {nth} answered)"
+        item = await rig.match_item()
+        assert item is not None
+        stopped = int(item["ownerEpoch"]) - 1  # every owner before the last stopped, the severed one first
+        assert len(missed) <= LATENT_CHUNKS["match"]["alert_chunk_max"] * stopped, (
+            f"{len(missed)} devices lost the alert (killed after {nth} answered, {stopped} owners stopped)"
         )
 
 
@@ -231,9 +240,13 @@ async def test_an_owner_killed_after_the_ends_first_accepted_push_leaves_one_end
             if r["status"] == 200 and aps(r).get("event") == "end" and "alert" in aps(r)
         )
         assert set(ends.values()) == {1}, "each token saw the end's alert once"
-        assert len(ends) >= FOLLOWERS - CHUNKS["match"]["alert_chunk_first"], (
-            "uncertain: at most the first chunk"
-        )
+        # uncertain: the severed owner's first chunk; and one chunk for each successor that stopped in the
+        # end's fan-out too, where a loaded machine let its 3-s lease run out (each take-over is an epoch)
+        item = await rig.match_item()
+        assert item is not None
+        stopped = int(item["ownerEpoch"]) - 1
+        uncertain = CHUNKS["match"]["alert_chunk_first"] + CHUNKS["match"]["alert_chunk_max"] * (stopped - 1)
+        assert len(ends) >= FOLLOWERS - uncertain, (stopped, len(ends))
 
 
 async def test_two_instances_with_one_configured_id_never_own_the_match_together(make_rig: Any) -> None:

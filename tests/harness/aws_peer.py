@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.store.local import MotoServer
+from tests.harness.peer_priority import ahead_of_the_rig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _MODELS: list[type] = []
@@ -687,6 +688,7 @@ def main() -> None:
     parser.add_argument("--record", type=Path, default=None, help="append the roles' permissions here")
     parser.add_argument("--meter", type=Path, default=None, help="append each role request's units here")
     args = parser.parse_args()
+    ahead_of_the_rig()
 
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
     from moto.server import MotoRequestHandler
