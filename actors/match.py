@@ -250,6 +250,9 @@ class MatchActor:
 
         self.state: MatchState | None = None
         self._ending = False
+        # taken at a final phase with no intent left: the end reached every session before its owner stopped
+        # (in the wind-up), or the match was taken back after a wrong end; a final tick then only winds it up
+        self._end_delivered = False
         self._cast_count = 0  # broadcasts of the hand-off being reported
         self.broadcast_counts: dict[str, int] = {"update": 0, "end": 0}
         # introspection for the admin socket
@@ -299,10 +302,12 @@ class MatchActor:
         self.state = MatchState.from_item(item) if item.get("matchPhase") else None
         self.latest.phase = self.state.match_phase if self.state else None
         if self.state is not None and self.latest.phase in TERMINAL_PHASES:
-            # reopened after a wrong end: its sessions all ended, its stamp at the end's progress
+            # reopened after a wrong end (its sessions all ended), or its owner stopped in the wind-up after
+            # the end was delivered: its stamp at the end's progress, taken back to the innings' own
             self.state = self.state.reopened()
             self.starts.restart_all()
         intent = AlertIntent.from_record(item)
+        self._end_delivered = intent is None and self.latest.phase in TERMINAL_PHASES
         self._ending = intent is not None and intent.kind == "end"
         self.log.info(
             "match_actor_started",
@@ -378,8 +383,12 @@ class MatchActor:
                 self.latest.display = dict(result.display)
                 self.latest.shown.set()
             if result.ended or result.phase in TERMINAL_PHASES:
-                await self._finish(result, snapshot)
+                if self._end_delivered:
+                    await self._wind_up_delivered(result, snapshot)
+                else:
+                    await self._finish(result, snapshot)
                 return True
+            self._end_delivered = False  # live again: a wrong end taken back, its real end still to come
             if self.state is None and not result.events:
                 await self._persist_baseline(result)
             persisted = False
@@ -816,6 +825,15 @@ class MatchActor:
             self.log.warning("display_publish_failed", error=repr(exc))
 
     # ------------------------------------------------------------------ match end
+    async def _wind_up_delivered(self, result: TickResult, snapshot: MatchSnapshot) -> None:
+        """The feed still shows the end an earlier owner delivered (its intent completed and removed, the owner
+        stopped in the wind-up): the end is not pushed again, only the display published and the match wound
+        up. Pushed again, every session would get the end, and its alert, a second time."""
+        self.log.info("match_end_already_delivered", phase=result.phase)
+        self.latest.phase = result.phase
+        await self._publish_display(result, snapshot)
+        await self.wind_up(result.phase)
+
     async def _finish(self, result: TickResult, snapshot: MatchSnapshot) -> None:
         self.log.info("match_ending", sessions=len(self.audience.sessions))
         if not await self.deliver(result, kind="end"):

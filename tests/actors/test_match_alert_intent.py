@@ -27,7 +27,7 @@ from daemon.replay.synth import synthesise
 from daemon.store.dynamo import count_calls
 from daemon.store.locks import match_lock_key
 from tests.actors.match_helpers import live, make_match_actor, take_lease
-from tests.doubles import FakeSender, update
+from tests.doubles import FakeSender, ScriptedFeed, update
 
 SESSIONS = 40
 CHUNKS = {"alert_chunk_first": 4, "alert_chunk_max": 8}
@@ -218,6 +218,50 @@ async def test_an_owner_dying_mid_end_leaves_one_end_alert_per_token_and_the_mat
     assert {p.token for p in ends} == {f"{i:064x}" for i in range(SESSIONS)}, "every token got the end"
     shown = Counter(p.token for p in ends if "alert" in _aps(p))
     assert shown and max(shown.values()) == 1
+    item = await repos.active_matches.get_active_match_state(match_id)
+    assert item is not None and item["status"] == "ended", "the successor wound the match up"
+    assert await repos.locks.get(match_lock_key(match_id)) is None, "and released the lock"
+
+
+class _Stopped(Exception):
+    """The first owner's death, as its wind-up begins."""
+
+
+async def test_an_owner_stopped_in_the_wind_up_is_succeeded_without_a_second_end(
+    repos: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tape, match_id = await _world(repos)
+    first = FakeSender()
+    actor = await _actor(match_id, repos, first, "owner-a#1", 1)
+    await actor.audience.refresh()
+
+    async def stopped(phase: str) -> None:
+        raise _Stopped
+
+    # the owner stops once the end's fan-out is complete and its intent removed, before the match is ended:
+    # what a kill -9 (or a lease run out) at that moment leaves, which no request of the daemon's can pick
+    monkeypatch.setattr(actor, "wind_up", stopped)
+    with pytest.raises(_Stopped):
+        for entry in _entries(tape, "end"):
+            await actor.handle(update(match_id, tape.fixture_at(entry)))
+    tokens = {f"{i:064x}" for i in range(SESSIONS)}
+    assert {p.token for p in first.pushes if _aps(p)["event"] == "end"} == tokens
+    item = await repos.active_matches.get_active_match_state(match_id)
+    assert item is not None and item["status"] == "active" and item["matchPhase"] == "completed"
+    assert "alertIntent" not in item
+
+    await repos.locks.release(match_lock_key(match_id), "owner-a#1")  # its lease ran out
+    epoch = await repos.active_matches.claim_active_match(match_id, "owner-b#2")
+    assert epoch == 2
+    second, feed = FakeSender(), ScriptedFeed()
+    successor = make_match_actor(match_id, repos, second, owner="owner-b#2", epoch=epoch, feed=feed, **CHUNKS)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(successor.run)
+            await feed.tick(update(match_id, tape.fixture_at(len(tape))))  # the feed still shows it finished
+    assert [p for p in second.pushes if _aps(p)["event"] == "end"] == [], (
+        "the end went to every session twice"
+    )
     item = await repos.active_matches.get_active_match_state(match_id)
     assert item is not None and item["status"] == "ended", "the successor wound the match up"
     assert await repos.locks.get(match_lock_key(match_id)) is None, "and released the lock"
