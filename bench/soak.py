@@ -613,9 +613,14 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             if etype != "match_end" and (served_at is None or served_at > cut):
                 continue  # not due: the ball came after the cut-off
             due_events += 1
-            everyone = True
-            lost_before = lost
+            missed = 0  # tokens due this event that never got it
             event_lags: list[float] = []
+            # when it was served, and how long after the last kill: where to look in the logs
+            at_s = None if served_at is None else round(served_at - started, 1)
+            kills_before = [k for k in kill_times if served_at is not None and k <= served_at]
+            since_kill = (
+                None if served_at is None or not kills_before else round(served_at - kills_before[-1], 1)
+            )
             for token in match.tokens:
                 started_at = cluster.channel_started.get(token, cluster.token_started.get(token))
                 if token in channel_keys and (
@@ -630,7 +635,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     if polled_at is not None and seen is not None:
                         polled_lags.append(max(0.0, seen - polled_at))
                 else:
-                    lost += 1
+                    missed += 1
                     lost_by_path[
                         "channel"
                         if token in cluster.channel_started
@@ -638,19 +643,16 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         if token in cluster.token_started
                         else "token"
                     ] += 1
-                    everyone = False
-            delivered_all += everyone
-            if lost > lost_before:  # which event, when, and how long after a kill: where to look in the logs
-                before_kill = [k for k in kill_times if served_at is not None and k <= served_at]
+            lost += missed
+            delivered_all += missed == 0
+            if missed:
                 lost_events.append(
                     {
                         "match": match_id,
                         "event": f"{etype} {subject}",
-                        "at_s": None if served_at is None else round(served_at - started, 1),
-                        "lost": lost - lost_before,
-                        "since_last_kill_s": round(served_at - before_kill[-1], 1)
-                        if before_kill and served_at is not None
-                        else None,
+                        "at_s": at_s,
+                        "lost": missed,
+                        "since_last_kill_s": since_kill,
                     }
                 )
             ekey = (match_id, etype, subject)
@@ -664,12 +666,11 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             split["goal"].append(len(match.tokens) - phones + 3)
             lags.extend(event_lags)
             if event_lags and served_at is not None:
-                before = [k for k in kill_times if k <= served_at]
                 per_event.append(
                     {
                         "match": match_id,
                         "event": f"{etype} {subject}",
-                        "at_s": round(served_at - started, 1),
+                        "at_s": at_s,
                         # the wait for the leader's next poll, part of every token's lag
                         "poll_wait_s": None
                         if polled_at is None
@@ -678,7 +679,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         "lag_p50_s": round(_pct(event_lags, 0.5) or 0.0, 2),
                         "lag_max_s": round(max(event_lags), 2),
                         "fanout_s": fanout_s(event_lags),
-                        "since_last_kill_s": round(served_at - before[-1], 1) if before else None,
+                        "since_last_kill_s": since_kill,
                     }
                 )
     server_channels = cluster.apns.channels if cluster.apns is not None else None

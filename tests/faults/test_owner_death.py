@@ -109,6 +109,14 @@ async def _die_and_be_succeeded(
     return at[0]
 
 
+async def _owners_stopped(rig: FaultRig) -> int:
+    """The owners of the match that stopped before the last: each take-over is an epoch (the severed owner
+    first; more where a loaded machine let a successor's own lease run out)."""
+    item = await rig.match_item()
+    assert item is not None
+    return int(item["ownerEpoch"]) - 1
+
+
 def _wicket_alert(record: dict[str, Any]) -> bool:
     """An alerting update that carries a wicket: alone, or among the other events of a tick that a loaded
     machine's late poll gathered (its headline may then be another event)."""
@@ -176,9 +184,7 @@ async def test_kills_mid_fan_out_under_apns_latency_lose_the_alert_for_at_most_o
         }
         assert len(reached) == LATENT_FOLLOWERS, "every device got the wicket"
         missed = reached - alerted
-        item = await rig.match_item()
-        assert item is not None
-        stopped = int(item["ownerEpoch"]) - 1  # every owner before the last stopped, the severed one first
+        stopped = await _owners_stopped(rig)
         assert len(missed) <= LATENT_CHUNKS["match"]["alert_chunk_max"] * stopped, (
             f"{len(missed)} devices lost the alert (killed after {nth} answered, {stopped} owners stopped)"
         )
@@ -221,9 +227,7 @@ async def test_an_owner_killed_after_its_first_accepted_push_to_start_starts_nob
         # other follower gets its push-to-start from the successor. Each owner that stopped mid-heal leaves at
         # most one such chunk: one here, more only where a loaded machine let a successor's own lease run out
         # (each take-over is an epoch)
-        item = await rig.match_item()
-        assert item is not None
-        stopped = int(item["ownerEpoch"]) - 1
+        stopped = await _owners_stopped(rig)
         unsent = heal["match"]["heal_chunk"] * stopped - 1  # the follower the owner died at was reached
         assert len(per_token) >= starters - unsent, (stopped, sorted(per_token))
         assert all(r["headers"].get("apns-collapse-id") == f"{rig.match_id}:start" for r in starts)
@@ -242,9 +246,7 @@ async def test_an_owner_killed_after_the_ends_first_accepted_push_leaves_one_end
         assert set(ends.values()) == {1}, "each token saw the end's alert once"
         # uncertain: the severed owner's first chunk; and one chunk for each successor that stopped in the
         # end's fan-out too, where a loaded machine let its 3-s lease run out (each take-over is an epoch)
-        item = await rig.match_item()
-        assert item is not None
-        stopped = int(item["ownerEpoch"]) - 1
+        stopped = await _owners_stopped(rig)
         uncertain = CHUNKS["match"]["alert_chunk_first"] + CHUNKS["match"]["alert_chunk_max"] * (stopped - 1)
         assert len(ends) >= FOLLOWERS - uncertain, (stopped, len(ends))
 

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import os
 
-from tests.harness import procfs
 from tests.harness.aws_peer import AwsPeer
 from tests.harness.peer_priority import PEER_NICE, ahead_of_the_rig
-
-
-def _nice(pid: int) -> int:
-    fields = procfs.stat_fields(pid)
-    assert fields is not None
-    return int(fields[16])  # stat's 19th field, counted here from the state, which is fields[0]
 
 
 def test_the_aws_peer_runs_at_the_peers_priority_where_it_may() -> None:
@@ -21,4 +14,4 @@ def test_the_aws_peer_runs_at_the_peers_priority_where_it_may() -> None:
         assert peer.proc is not None
         may = ahead_of_the_rig(os.getpid())  # can this process raise a priority at all?
         os.setpriority(os.PRIO_PROCESS, 0, mine)  # and put its own back
-        assert _nice(peer.proc.pid) == (PEER_NICE if may else mine)
+        assert os.getpriority(os.PRIO_PROCESS, peer.proc.pid) == (PEER_NICE if may else mine)
